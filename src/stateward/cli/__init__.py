@@ -1,0 +1,2 @@
+"""The ``stateward`` command line. Each command imports only what it needs, so answering a request
+from a shell costs a process start, not a framework import."""

@@ -1,0 +1,254 @@
+"""Entry point of the ``stateward`` command."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stateward.cli.output import emit_json, print_table, reported_errors
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="stateward: the model proposes, the runtime decides."
+)
+demo_app = typer.Typer(no_args_is_help=True, help="Runnable demonstrations on offline fixtures.")
+runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
+requests_app = typer.Typer(no_args_is_help=True, help="Pending requests waiting for a person.")
+app.add_typer(demo_app, name="demo")
+app.add_typer(runs_app, name="runs")
+app.add_typer(requests_app, name="requests")
+
+
+def _mount_plan() -> None:
+    from stateward.cli.plan_cmd import app as plan_app
+
+    app.add_typer(plan_app, name="plan", help="Validate plan documents.")
+
+
+_mount_plan()
+
+DEFAULT_DB = "stateward.db"
+DbOpt = Annotated[
+    str, typer.Option("--db", envvar="STATEWARD_DB", help="SQLite path or postgresql:// URL (default ./stateward.db).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _runtime(db: str):  # type: ignore[no-untyped-def]
+    from stateward.runtime.runtime import Runtime
+
+    return Runtime.open(db)
+
+
+# -- demos ----------------------------------------------------------------------------------------
+@demo_app.command("stop-signal")
+def demo_stop_signal(
+    as_json: JsonOpt = False,
+    materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
+) -> None:
+    """Naive loops vs the Runtime, for ReAct, plan-and-execute and workflow."""
+    from stateward.demos.stop_signal import COLUMNS, compare
+
+    with reported_errors(as_json), tempfile.TemporaryDirectory() as tmp:
+        rows = compare(Path(tmp), materials)
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("Who stops the run? (naive rows are counter-examples)", COLUMNS, rows)
+
+
+@demo_app.command("blog")
+def demo_blog(
+    controller: Annotated[str, typer.Option(help="react | plan_and_execute | workflow")] = "react",
+    db: DbOpt = DEFAULT_DB,
+    max_steps: Annotated[int, typer.Option(min=1, help="Step budget of the run.")] = 12,
+    materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
+    as_json: JsonOpt = False,
+) -> None:
+    """Start the blog-brief agent; returns when the run stops (normally waiting for approval)."""
+    from stateward.demos.blog import build_agent
+    from stateward.demos.blog_fixtures import GOAL
+
+    with reported_errors(as_json):
+        agent = build_agent(controller, max_steps=max_steps, materials=materials)
+        runtime = _runtime(db)
+        state = runtime.start(agent, GOAL)
+    out = {
+        "run_id": state.run_id,
+        "status": state.status.value,
+        "pending_request_id": None if state.pending is None else state.pending.request_id,
+    }
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
+    if state.pending is not None:
+        typer.echo(f"  {state.pending.request_id}: {state.pending.question}")
+        typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
+
+
+@demo_app.command("refund")
+def demo_refund(as_json: JsonOpt = False) -> None:
+    """refund_order through the Tool Gateway: refusals, timeouts and reconciliation."""
+    from stateward.demos.refund import render_table, run_refund_scenarios
+
+    rows = run_refund_scenarios()
+    if as_json:
+        emit_json(rows)
+    else:
+        render_table(rows)
+
+
+# -- runs -----------------------------------------------------------------------------------------
+@runs_app.command("show")
+def runs_show(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
+    """One run: status, the computed suspension criterion, pending request, counters, artifacts."""
+    from stateward.runtime.summary import run_summary
+
+    with reported_errors(as_json):
+        runtime = _runtime(db)
+        summary = run_summary(runtime.store, runtime.get(run_id))
+    if as_json:
+        emit_json(summary)
+        return
+    _print_summary(summary)
+
+
+@runs_app.command("list")
+def runs_list(
+    db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False, limit: Annotated[int, typer.Option(min=1)] = 100
+) -> None:
+    """Runs in the store, newest first."""
+    with reported_errors(as_json):
+        rows = [r.model_dump(mode="json") for r in _runtime(db).store.list_runs(limit)]
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("runs", ("run_id", "agent", "status", "terminal_reason", "updated_at"), rows)
+
+
+@requests_app.command("list")
+def requests_list(
+    db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False, run_id: Annotated[str | None, typer.Option("--run")] = None
+) -> None:
+    """Open pending requests (the approval inbox)."""
+    with reported_errors(as_json):
+        records = _runtime(db).store.list_requests(run_id, open_only=True)
+    rows = [
+        {
+            "run_id": r.run_id,
+            "request_id": r.request.request_id,
+            "kind": r.request.kind,
+            "question": r.request.question,
+            "created_at": r.request.created_at.isoformat(),
+        }
+        for r in records
+    ]
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("open requests", ("run_id", "request_id", "kind", "question", "created_at"), rows)
+
+
+@app.command("trace")
+def trace(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
+    """A run's events in order."""
+    with reported_errors(as_json):
+        runtime = _runtime(db)
+        runtime.get(run_id)
+        events = runtime.store.read_events(run_id)
+    rows = [{"seq": e.seq, "type": e.type.value, "at": e.at.isoformat(), "payload": e.payload} for e in events]
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table(
+            f"trace of {run_id}", ("seq", "type", "payload"), [{**r, "payload": str(r["payload"])[:120]} for r in rows]
+        )
+
+
+# -- answers --------------------------------------------------------------------------------------
+def _answer(verdict: str, run_id: str, request_id: str, db: str, by: str, text: str | None, as_json: bool) -> None:
+    from stateward.runtime.summary import run_summary
+
+    with reported_errors(as_json):
+        runtime = _runtime(db)
+        if verdict == "approved":
+            result = runtime.approve(run_id, request_id, by=by, comment=text)
+        elif verdict == "rejected":
+            result = runtime.reject(run_id, request_id, by=by, comment=text)
+        else:
+            result = runtime.reply(run_id, request_id, by=by, text=text or "")
+        summary = run_summary(runtime.store, result.state)
+    summary["already_answered"] = result.already_answered
+    summary["answer"] = result.answer.model_dump(mode="json")
+    if as_json:
+        emit_json(summary)
+        return
+    if result.already_answered:
+        typer.echo(f"{request_id} was already {result.answer.verdict} by {result.answer.by}; nothing was done again")
+    _print_summary(summary)
+
+
+ByOpt = Annotated[str, typer.Option("--by", help="Who answers (recorded).")]
+
+
+@app.command("approve")
+def approve(
+    run_id: str,
+    request_id: str,
+    db: DbOpt = DEFAULT_DB,
+    by: ByOpt = os.environ.get("USER", "operator"),
+    comment: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve a pending request and resume the run to its next stop."""
+    _answer("approved", run_id, request_id, db, by, comment, as_json)
+
+
+@app.command("reject")
+def reject(
+    run_id: str,
+    request_id: str,
+    db: DbOpt = DEFAULT_DB,
+    by: ByOpt = os.environ.get("USER", "operator"),
+    comment: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reject a pending request (with a comment) and resume the run to its next stop."""
+    _answer("rejected", run_id, request_id, db, by, comment, as_json)
+
+
+@app.command("reply")
+def reply(
+    run_id: str,
+    request_id: str,
+    text: Annotated[str, typer.Option("--text")],
+    db: DbOpt = DEFAULT_DB,
+    by: ByOpt = os.environ.get("USER", "operator"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a question with text and resume the run to its next stop."""
+    _answer("replied", run_id, request_id, db, by, text, as_json)
+
+
+def _print_summary(summary: dict[str, object]) -> None:
+    typer.echo(
+        f"run {summary['run_id']}: {summary['status']} ({summary['terminal_reason']})"
+        f"  suspended={str(summary['suspended']).lower()}"
+    )
+    pending = summary.get("pending")
+    if isinstance(pending, dict):
+        typer.echo(f"  waiting on {pending['request_id']}: {pending['question']}")
+    typer.echo(f"  counters: {summary['counters']}")
+    typer.echo(f"  artifacts: {summary['artifacts']}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

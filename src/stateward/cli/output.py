@@ -1,0 +1,55 @@
+"""Printing results and errors the same way in every command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+
+from stateward.core.errors import StatewardError
+
+# Exit codes: 0 success; 1 a request was refused or a run/request was not found (named error code);
+# 2 bad command-line usage (Typer's own); 3 bad input file or configuration.
+EXIT_REFUSED = 1
+EXIT_BAD_INPUT = 3
+
+
+def emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+@contextmanager
+def reported_errors(as_json: bool) -> Iterator[None]:
+    """Turn a StatewardError into a one-line reason (or a JSON error object) and a non-zero exit."""
+    try:
+        yield
+    except StatewardError as exc:
+        from stateward.core.errors import UserError
+
+        code = EXIT_BAD_INPUT if isinstance(exc, UserError) else EXIT_REFUSED
+        if as_json:
+            emit_json({"error": exc.to_dict()})
+        else:
+            sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
+        raise typer.Exit(code) from None
+
+
+def print_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[dict[str, Any]],
+    fmt: Callable[[Any], str] = lambda v: "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v),
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(fmt(row.get(c)) for c in columns))
+    Console().print(table)

@@ -1,0 +1,86 @@
+"""What a controller sees and what it hands back to the Runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stateward.core.decision import ControlDecision, SignalSource
+from stateward.core.events import NewEvent
+from stateward.core.state import RunState
+from stateward.models.base import ActionSpec, Usage
+
+
+class Observation(BaseModel):
+    """One tool attempt as the next decision may see it: data, never instructions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step: int
+    action: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    status: str
+    result: Any = None
+    error_code: str | None = None
+    artifacts: list[str] = Field(default_factory=list)
+
+
+class SignalFailure(BaseModel):
+    """A signal source produced something that is not a decision (e.g. a plan that does not parse)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str
+    message: str
+    raw: str | None = None
+
+
+Signal = str | ControlDecision | SignalFailure
+
+
+@dataclass(frozen=True)
+class DecisionContext:
+    state: RunState
+    observations: Sequence[Observation]
+    inventory: Sequence[str]
+    actions: dict[str, ActionSpec]
+
+    def facts(self) -> dict[str, Any]:
+        """What the run has established so far, in the form a model request carries it."""
+        answer = self.state.last_answer
+        return {
+            "artifacts": {name: f"{name}:v{v}" for name, v in self.state.artifacts.items()},
+            "approved_actions": [{"tool": a.tool, "args": a.args} for a in self.state.approvals],
+            "last_answer": None
+            if answer is None
+            else {
+                "request_id": answer.request_id,
+                "verdict": answer.verdict,
+                "text": answer.text,
+                "guarded_args": None if answer.guarded_action is None else answer.guarded_action.args,
+            },
+        }
+
+    def specs(self, names: Sequence[str]) -> list[ActionSpec]:
+        return [self.actions[n] for n in names if n in self.actions]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A candidate decision plus what it cost and what the controller wants remembered if accepted."""
+
+    signal: Signal
+    source: SignalSource
+    visible_actions: frozenset[str]
+    model_usage: Sequence[Usage] = ()
+    memo: dict[str, Any] | None = None
+    notes: Sequence[NewEvent] = field(default_factory=tuple)
+
+
+class Controller(Protocol):
+    mode: str
+
+    def decide(self, ctx: DecisionContext) -> Proposal: ...

@@ -1,0 +1,136 @@
+"""Plan-and-execute: a planner model writes the whole plan once; code executes it step by step.
+
+A wait written in the plan is only data until the executor hands it to the Runtime as a
+REQUEST_USER_INPUT decision; the plan text itself can stop nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from stateward.controllers.base import DecisionContext, Proposal, SignalFailure
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource
+from stateward.core.events import EventType, NewEvent
+from stateward.models.base import Model, ModelRequest, Usage
+
+PLAN_INSTRUCTIONS = (
+    'Reply with one JSON object {"steps": [...]} and nothing else. A step is '
+    '{"kind": "tool", "action": <action>, "args": {...}}, {"kind": "await_approval", "question": "..."} '
+    'or {"kind": "finish", "reason": "..."}.'
+)
+
+
+class ToolStep(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["tool"]
+    action: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class AwaitStep(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["await_approval"]
+    question: str
+
+
+class FinishStep(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["finish"]
+    reason: str = "plan complete"
+
+
+PlanStep = Annotated[ToolStep | AwaitStep | FinishStep, Field(discriminator="kind")]
+
+
+class StepPlan(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    steps: list[PlanStep] = Field(min_length=1)
+
+
+_PLAN = TypeAdapter(StepPlan)
+
+
+def parse_step_plan(text: str, known_actions: set[str]) -> StepPlan | SignalFailure:
+    """A planner's reply as a plan, or a named failure; unknown actions are refused before anything runs."""
+    try:
+        plan = _PLAN.validate_json(text)
+    except ValidationError as exc:
+        return SignalFailure(code="INVALID_PLAN", message=str(exc.errors()[:3]), raw=text[:2000])
+    unknown = sorted({s.action for s in plan.steps if isinstance(s, ToolStep)} - known_actions)
+    if unknown:
+        return SignalFailure(
+            code="PLAN_UNKNOWN_ACTION", message=f"plan uses unknown actions {unknown}", raw=text[:2000]
+        )
+    return plan
+
+
+def to_decision(step: ToolStep | AwaitStep | FinishStep) -> ControlDecision:
+    if isinstance(step, ToolStep):
+        return ControlDecision(type=DecisionType.EXECUTE_TOOL, action=step.action, args=step.args)
+    if isinstance(step, AwaitStep):
+        return ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=step.question)
+    return ControlDecision(type=DecisionType.FINISH, reason=step.reason)
+
+
+class PlanAndExecuteController:
+    mode = "plan_and_execute"
+
+    def __init__(self, planner: Model):
+        self.planner = planner
+
+    def decide(self, ctx: DecisionContext) -> Proposal:
+        memo = dict(ctx.state.memo)
+        answer = ctx.state.last_answer
+        needs_plan = "plan" not in memo or (
+            answer is not None and answer.verdict == "rejected" and memo.get("planned_after") != answer.request_id
+        )
+        usage: tuple[Usage, ...] = ()
+        notes: list[NewEvent] = []
+        if needs_plan:
+            reply = self.planner.complete(
+                ModelRequest(
+                    purpose="plan",
+                    goal=ctx.state.goal,
+                    inventory=list(ctx.inventory),
+                    observations=[o.model_dump(mode="json") for o in ctx.observations],
+                    visible_actions=ctx.specs(tuple(ctx.actions)),
+                    facts=ctx.facts(),
+                    instructions=PLAN_INSTRUCTIONS,
+                )
+            )
+            usage = (reply.usage,)
+            parsed = parse_step_plan(reply.text, set(ctx.actions))
+            if isinstance(parsed, SignalFailure):
+                return Proposal(
+                    signal=parsed, source=SignalSource.PLAN_STEP, visible_actions=frozenset(), model_usage=usage
+                )
+            memo = {
+                "plan": json.loads(parsed.model_dump_json()),
+                "cursor": 0,
+                "planned_after": None if answer is None else answer.request_id,
+                "plan_version": int(memo.get("plan_version", 0)) + 1,
+            }
+            notes.append(
+                NewEvent(
+                    type=EventType.PLAN_RECORDED,
+                    payload={"plan_version": memo["plan_version"], "steps": len(parsed.steps), "validator": "ACCEPT"},
+                )
+            )
+        plan = _PLAN.validate_python(memo["plan"])
+        cursor = int(memo["cursor"])
+        if cursor >= len(plan.steps):
+            decision = ControlDecision(type=DecisionType.FINISH, reason="plan exhausted")
+        else:
+            decision = to_decision(plan.steps[cursor])
+        visible = frozenset({decision.action}) if decision.action else frozenset()
+        return Proposal(
+            signal=decision,
+            source=SignalSource.PLAN_STEP,
+            visible_actions=visible,
+            model_usage=usage,
+            memo={**memo, "cursor": cursor + 1},
+            notes=notes,
+        )

@@ -1,0 +1,195 @@
+"""Workflow: code fixes the node sequence; models only fill a node's content.
+
+Nodes are plain frozen dataclasses. RULE nodes are evaluated by code and record ``branch_taken``
+truthfully; a HUMAN node hands a wait to the Runtime and, once answered, routes on the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from stateward.controllers.base import DecisionContext, Proposal, SignalFailure
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource
+from stateward.core.errors import UserError
+from stateward.core.events import EventType, NewEvent
+from stateward.models.base import Model, ModelRequest, Usage
+
+ArgsFn = Callable[[DecisionContext], dict[str, Any]]
+
+
+class NodeKind(StrEnum):
+    RULE = "RULE"
+    MODEL = "MODEL"
+    TOOL = "TOOL"
+    VALIDATION = "VALIDATION"
+    HUMAN = "HUMAN"
+    WAIT = "WAIT"
+    COMPENSATION = "COMPENSATION"
+    FINISH = "FINISH"
+
+
+@dataclass(frozen=True)
+class ToolNode:
+    id: str
+    tool: str
+    args: ArgsFn | Mapping[str, Any] = field(default_factory=dict)
+    next: str | None = None
+    kind: NodeKind = NodeKind.TOOL
+
+
+@dataclass(frozen=True)
+class ModelNode:
+    """The model fills the arguments of ``tool`` (it sees only this node's inputs); code runs the tool."""
+
+    id: str
+    tool: str
+    instructions: str
+    inputs: Callable[[DecisionContext], list[dict[str, Any]]] = lambda ctx: []
+    next: str | None = None
+    kind: NodeKind = NodeKind.MODEL
+
+
+@dataclass(frozen=True)
+class RuleNode:
+    id: str
+    branch: str
+    predicate: Callable[[DecisionContext], bool]
+    if_true: str
+    if_false: str
+    kind: NodeKind = NodeKind.RULE
+
+
+@dataclass(frozen=True)
+class HumanNode:
+    id: str
+    question: Callable[[DecisionContext], str] | str
+    on_approved: str | None = None
+    on_rejected: str | None = None
+    on_replied: str | None = None
+    kind: NodeKind = NodeKind.HUMAN
+
+
+@dataclass(frozen=True)
+class FinishNode:
+    id: str
+    reason: str = "workflow complete"
+    kind: NodeKind = NodeKind.FINISH
+
+
+Node = ToolNode | ModelNode | RuleNode | HumanNode | FinishNode
+
+
+class WorkflowController:
+    mode = "workflow"
+
+    def __init__(self, nodes: Sequence[Node], *, model: Model | None = None, start: str | None = None):
+        self.nodes = {n.id: n for n in nodes}
+        if len(self.nodes) != len(nodes):
+            raise UserError("workflow node ids must be unique", code="INVALID_WORKFLOW")
+        self.start = start or nodes[0].id
+        self.model = model
+
+    def decide(self, ctx: DecisionContext) -> Proposal:
+        node_id: str | None = ctx.state.memo.get("node", self.start)
+        awaiting: str | None = ctx.state.memo.get("awaiting")
+        notes: list[NewEvent] = []
+        for _ in range(len(self.nodes) + 1):  # rules only route; a cycle of rules is a definition bug
+            node = self.nodes.get(node_id) if node_id is not None else None
+            if node is None:
+                return self._finish(ctx, "workflow has no further node", notes)
+            if isinstance(node, RuleNode):
+                taken = bool(node.predicate(ctx))
+                notes.append(
+                    NewEvent(
+                        type=EventType.BRANCH_TAKEN,
+                        payload={"node": node.id, "branch": node.branch, "branch_taken": taken},
+                    )
+                )
+                node_id = node.if_true if taken else node.if_false
+                continue
+            if isinstance(node, HumanNode):
+                answer = ctx.state.last_answer
+                if answer is not None and awaiting == node.id:
+                    awaiting = None  # the answer is consumed; a later visit asks afresh
+                    node_id = {
+                        "approved": node.on_approved,
+                        "rejected": node.on_rejected,
+                        "replied": node.on_replied,
+                    }.get(answer.verdict)
+                    continue
+                question = node.question(ctx) if callable(node.question) else node.question
+                decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
+                memo = {"node": node.id, "awaiting": node.id}
+                return Proposal(
+                    signal=decision,
+                    source=SignalSource.WORKFLOW_NODE,
+                    visible_actions=frozenset(),
+                    memo=memo,
+                    notes=notes,
+                )
+            if isinstance(node, FinishNode):
+                return self._finish(ctx, node.reason, notes)
+            return self._act(ctx, node, notes)
+        raise UserError("workflow rules route in a cycle", code="INVALID_WORKFLOW")
+
+    def _act(self, ctx: DecisionContext, node: ToolNode | ModelNode, notes: list[NewEvent]) -> Proposal:
+        usage: tuple[Usage, ...] = ()
+        if isinstance(node, ToolNode):
+            args = dict(node.args(ctx) if callable(node.args) else node.args)
+        else:
+            if self.model is None:
+                raise UserError(f"node {node.id} needs a model", code="INVALID_WORKFLOW")
+            reply = self.model.complete(
+                ModelRequest(
+                    purpose="content",
+                    goal=ctx.state.goal,
+                    inventory=list(ctx.inventory),
+                    observations=node.inputs(ctx),
+                    visible_actions=ctx.specs((node.tool,)),
+                    facts=ctx.facts(),
+                    instructions=node.instructions,
+                )
+            )
+            usage = (reply.usage,)
+            try:
+                parsed = json.loads(reply.text)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                failure = SignalFailure(
+                    code="INVALID_NODE_OUTPUT",
+                    message=f"node {node.id} expected a JSON object of arguments",
+                    raw=reply.text[:2000],
+                )
+                return Proposal(
+                    signal=failure,
+                    source=SignalSource.WORKFLOW_NODE,
+                    visible_actions=frozenset(),
+                    model_usage=usage,
+                    notes=notes,
+                )
+            args = parsed
+        decision = ControlDecision(type=DecisionType.EXECUTE_TOOL, action=node.tool, args=args)
+        return Proposal(
+            signal=decision,
+            source=SignalSource.WORKFLOW_NODE,
+            visible_actions=frozenset({node.tool}),
+            model_usage=usage,
+            memo={"node": node.next},
+            notes=notes,
+        )
+
+    @staticmethod
+    def _finish(ctx: DecisionContext, reason: str, notes: list[NewEvent]) -> Proposal:
+        decision = ControlDecision(type=DecisionType.FINISH, reason=reason)
+        return Proposal(
+            signal=decision,
+            source=SignalSource.WORKFLOW_NODE,
+            visible_actions=frozenset(),
+            memo={"node": None},
+            notes=notes,
+        )

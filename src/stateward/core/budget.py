@@ -1,0 +1,46 @@
+"""Budgets: limits a run may not exceed, and the usage counted against them across processes."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Budget(BaseModel):
+    """Upper bounds for one run. ``None`` means unbounded in that dimension."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_steps: int | None = 50
+    max_model_calls: int | None = None
+    max_tool_calls: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+
+    def exhausted_by(self, usage: Usage) -> str | None:
+        """The first dimension ``usage`` has used up, or None."""
+        limits = (
+            ("steps", self.max_steps, usage.steps),
+            ("model_calls", self.max_model_calls, usage.model_calls),
+            ("tool_calls", self.max_tool_calls, usage.tool_attempts),
+            ("input_tokens", self.max_input_tokens, usage.input_tokens),
+            ("output_tokens", self.max_output_tokens, usage.output_tokens),
+        )
+        for name, limit, used in limits:
+            if limit is not None and used >= limit:
+                return name
+        return None
+
+
+class Usage(BaseModel):
+    """What a run has consumed and how it was refused. Carried in every snapshot; never reset."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = 0
+    model_calls: int = 0
+    tool_attempts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    rejected_signals: int = 0
+    rejected_actions: int = 0
+    illegal_transitions: int = 0

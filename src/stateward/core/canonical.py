@@ -1,0 +1,36 @@
+"""Canonical JSON and the digests built on it.
+
+Idempotency keys and approval bindings must not depend on key order, whitespace or how a number was
+written by a model, so everything that is hashed goes through one canonical form.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no insignificant whitespace, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_hex(data: str | bytes) -> str:
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    return hashlib.sha256(raw).hexdigest()
+
+
+def args_digest(args: dict[str, Any] | None) -> str:
+    return sha256_hex(canonical_json(args or {}))
+
+
+def action_digest(tool: str, args: dict[str, Any] | None, plan_version: int | None = None) -> str:
+    """What an approval is bound to: this tool, these exact arguments, this plan version."""
+    return sha256_hex(canonical_json({"tool": tool, "args": args or {}, "plan_version": plan_version}))
+
+
+def idempotency_key(run_id: str, step: int, tool: str, args: dict[str, Any] | None) -> str:
+    """Deterministic per (run, step, tool, canonical args): a retried or replayed step reuses it."""
+    digest = sha256_hex(canonical_json({"run": run_id, "step": step, "tool": tool, "args": args or {}}))
+    return f"idem_{digest[:32]}"

@@ -1,0 +1,126 @@
+"""ControlDecision and the strict parser that turns a signal source's raw text into one.
+
+The parser never guesses. The top-level JSON object's ``type`` decides; a wrapper such as
+``{"type": "json_object", "content": {...}}``, prose around the JSON, duplicate keys or unknown fields
+are named failures. Missing optional fields are *not* failures: whether a REQUEST_USER_INPUT without a
+question may stop the run is the Runtime's call, made against the run's state.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from stateward.core.errors import DecisionParseError
+
+
+class DecisionType(StrEnum):
+    EXECUTE_TOOL = "EXECUTE_TOOL"
+    REQUEST_USER_INPUT = "REQUEST_USER_INPUT"
+    FINISH = "FINISH"
+    FAIL = "FAIL"
+
+
+class SignalSource(StrEnum):
+    """Who produced a decision; recorded on ``signal_received``."""
+
+    MODEL = "model"
+    PLAN_STEP = "plan_step"
+    WORKFLOW_NODE = "workflow_node"
+    OPERATOR = "operator"
+
+
+class ControlDecision(BaseModel):
+    """A candidate next step. Proposing it changes nothing; only Runtime.handle() acts on it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: DecisionType
+    action: str | None = None
+    args: dict[str, Any] | None = None
+    question: str | None = None
+    reason: str | None = None
+
+
+class ParseFailureCode(StrEnum):
+    EMPTY_OUTPUT = "EMPTY_OUTPUT"
+    NOT_JSON = "NOT_JSON"
+    NOT_AN_OBJECT = "NOT_AN_OBJECT"
+    DUPLICATE_KEY = "DUPLICATE_KEY"
+    MISSING_TYPE = "MISSING_TYPE"
+    WRAPPED_DECISION = "WRAPPED_DECISION"
+    UNKNOWN_DECISION_TYPE = "UNKNOWN_DECISION_TYPE"
+    UNEXPECTED_FIELD = "UNEXPECTED_FIELD"
+    INVALID_FIELD = "INVALID_FIELD"
+
+
+_FIELDS = frozenset(ControlDecision.model_fields)
+_STRING_FIELDS = ("action", "question", "reason")
+_TYPES = frozenset(t.value for t in DecisionType)
+
+
+def _fail(code: ParseFailureCode, message: str, **details: Any) -> DecisionParseError:
+    return DecisionParseError(message, code=code.value, details=details)
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _fail(ParseFailureCode.DUPLICATE_KEY, f"key {key!r} appears twice", key=key)
+        seen[key] = value
+    return seen
+
+
+def _looks_wrapped(obj: dict[str, Any]) -> bool:
+    kind = obj.get("type")
+    known = isinstance(kind, str) and kind in _TYPES
+    return isinstance(obj.get("content"), dict | str) and not known
+
+
+def parse_decision(text: str) -> ControlDecision:
+    """Exactly one decision object, or a DecisionParseError with a ParseFailureCode."""
+    if not isinstance(text, str) or not text.strip():
+        raise _fail(ParseFailureCode.EMPTY_OUTPUT, "the signal source produced no text")
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except DecisionParseError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise _fail(ParseFailureCode.NOT_JSON, f"not a single JSON value: {exc}") from None
+    if not isinstance(value, dict):
+        raise _fail(ParseFailureCode.NOT_AN_OBJECT, f"top level is {type(value).__name__}, not an object")
+    return decision_from_object(value)
+
+
+def decision_from_object(value: dict[str, Any]) -> ControlDecision:
+    """The same strict rules for a decision that arrives already decoded (e.g. native tool calls)."""
+    if "type" not in value:
+        raise _fail(ParseFailureCode.MISSING_TYPE, "the object has no top-level 'type'")
+    kind = value["type"]
+    if _looks_wrapped(value):
+        raise _fail(
+            ParseFailureCode.WRAPPED_DECISION,
+            f"decision wrapped in an envelope of type {kind!r}; only the top-level 'type' counts",
+            envelope_type=kind if isinstance(kind, str) else None,
+        )
+    if not isinstance(kind, str) or kind not in _TYPES:
+        raise _fail(ParseFailureCode.UNKNOWN_DECISION_TYPE, f"unknown decision type {kind!r}")
+    extra = sorted(set(value) - _FIELDS)
+    if extra:
+        raise _fail(ParseFailureCode.UNEXPECTED_FIELD, f"unexpected field(s) {extra}", fields=extra)
+    for name in _STRING_FIELDS:
+        if value.get(name) is not None and not isinstance(value[name], str):
+            raise _fail(ParseFailureCode.INVALID_FIELD, f"'{name}' must be a string", field=name)
+    if value.get("args") is not None and not isinstance(value["args"], dict):
+        raise _fail(ParseFailureCode.INVALID_FIELD, "'args' must be an object", field="args")
+    return ControlDecision(
+        type=DecisionType(kind),
+        action=value.get("action"),
+        args=value.get("args"),
+        question=value.get("question"),
+        reason=value.get("reason"),
+    )

@@ -1,0 +1,49 @@
+"""Trace event types and the event record. The event log is append-only and ordered per run."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EventType(StrEnum):
+    RUN_STARTED = "run_started"
+    MODEL_CALLED = "model_called"
+    SIGNAL_RECEIVED = "signal_received"
+    SIGNAL_REJECTED = "signal_rejected"
+    RUNTIME_VALIDATED = "runtime_validated"
+    STATE_TRANSITION = "state_transition"
+    ILLEGAL_TRANSITION = "illegal_transition"
+    TOOL_ATTEMPTED = "tool_attempted"
+    ACTION_BLOCKED = "action_blocked"
+    BRANCH_TAKEN = "branch_taken"
+    PLAN_RECORDED = "plan_recorded"
+    ARTIFACT_WRITTEN = "artifact_written"
+    PENDING_RECORDED = "pending_recorded"
+    REQUEST_ANSWERED = "request_answered"
+    RUN_RESUMED = "run_resumed"
+    RUN_EXITED = "run_exited"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    seq: int
+    type: EventType
+    payload: dict[str, Any] = Field(default_factory=dict)
+    lease_version: int = 0
+    at: datetime
+
+
+class NewEvent(BaseModel):
+    """An event before the store assigns its sequence number."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: EventType
+    payload: dict[str, Any] = Field(default_factory=dict)

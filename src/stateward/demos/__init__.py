@@ -1,0 +1,1 @@
+"""Runnable demonstrations built only on stateward's public API."""

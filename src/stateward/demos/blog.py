@@ -1,0 +1,171 @@
+"""The blog-brief agent: read materials, write a brief, stop for approval, then write the draft.
+
+The same tools, gateway and Runtime serve all three controllers; they differ only in who produces
+the signal. ``write_draft`` is protected: the action gate admits it only with an approval bound to
+that exact brief version.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from stateward.controllers.base import DecisionContext
+from stateward.controllers.plan_execute import PlanAndExecuteController
+from stateward.controllers.react import ReActController
+from stateward.controllers.workflow import (
+    FinishNode,
+    HumanNode,
+    ModelNode,
+    RuleNode,
+    ToolNode,
+    WorkflowController,
+)
+from stateward.core.budget import Budget
+from stateward.core.decision import ControlDecision
+from stateward.core.errors import UserError
+from stateward.core.state import AgentRef, RunState
+from stateward.demos import blog_fixtures as fx
+from stateward.models.base import Model
+from stateward.models.scripted import ScriptedModel
+from stateward.runtime.agent import Agent, WaitCheck, guard
+from stateward.tools.errors import ToolInvalidArgument
+from stateward.tools.registry import ToolRegistry
+from stateward.tools.spec import ToolContext, tool
+
+MODES = ("react", "plan_and_execute", "workflow")
+FACTORY = "stateward.demos.blog:build_agent"
+_BRIEF_REF = re.compile(r"^brief:v[1-9][0-9]*$")
+
+
+def make_tools(materials: dict[str, dict[str, str]]) -> ToolRegistry:
+    @tool(description="List the materials available for the article (ids and titles).")
+    def list_materials() -> list[dict[str, str]]:
+        return [{"id": key, "title": m["title"]} for key, m in materials.items()]
+
+    @tool(description="Read one material by id.")
+    def read_material(material_id: str) -> dict[str, str]:
+        if material_id not in materials:
+            raise ToolInvalidArgument(f"no material {material_id!r}")
+        return {"id": material_id, **materials[material_id]}
+
+    # The brief and the draft are artifacts the Runtime commits with the step itself, so these tools
+    # have no effect outside that transaction; the protection of write_draft is the action gate.
+    @tool(description="Create (or revise) the article brief; stored as the next version of 'brief'.")
+    def create_brief(title: str, outline: list[str], sources: list[str], ctx: ToolContext) -> dict[str, Any]:
+        body = "\n".join([f"# {title}", "", *(f"- {item}" for item in outline), "", f"Sources: {', '.join(sources)}"])
+        ctx.emit_artifact("brief", body)
+        return {"created": "brief", "sections": len(outline)}
+
+    @tool(
+        description="Write the article draft from an approved brief version (needs approval).", requires_approval=True
+    )
+    def write_draft(brief: str, ctx: ToolContext) -> dict[str, Any]:
+        if not _BRIEF_REF.match(brief):
+            raise ToolInvalidArgument(f"{brief!r} is not a brief reference like 'brief:v1'")
+        ctx.emit_artifact("draft", f"# Draft\n\nWritten from {brief}.\n")
+        return {"created": "draft", "from": brief}
+
+    return ToolRegistry([list_materials, read_material, create_brief, write_draft])
+
+
+def blog_wait_policy(decision: ControlDecision, state: RunState) -> WaitCheck:
+    """A wait needs something to wait on (a brief) and a question; it guards write_draft of that brief."""
+    version = state.artifacts.get("brief")
+    if version is None:
+        return WaitCheck(rejected="wait_signal_without_pending_object")
+    if not (decision.question or "").strip():
+        return WaitCheck(rejected="wait_signal_without_question")
+    return WaitCheck(guarded_action=guard("write_draft", {"brief": f"brief:v{version}"}), kind="approval")
+
+
+def _materials_read(ctx: DecisionContext) -> list[dict[str, Any]]:
+    return [o.model_dump(mode="json") for o in ctx.observations if o.action == "read_material"]
+
+
+def _first_has_clue(ctx: DecisionContext) -> bool:
+    first = ctx.inventory[0]
+    for o in ctx.observations:
+        if o.action == "read_material" and o.args.get("material_id") == first and o.status == "SUCCESS":
+            return bool(fx.mentions(str(o.result.get("content", "")), list(ctx.inventory), first))
+    return False
+
+
+def _brief_question(ctx: DecisionContext) -> str:
+    return f"Brief brief:v{ctx.state.artifacts.get('brief', 0)} is ready. Write the draft from it?"
+
+
+def workflow_nodes(model: Model, inventory: list[str]) -> WorkflowController:
+    second = inventory[1] if len(inventory) > 1 else inventory[0]
+    return WorkflowController(
+        [
+            ToolNode("list", "list_materials", next="read_first"),
+            ToolNode("read_first", "read_material", {"material_id": inventory[0]}, next="clue"),
+            RuleNode("clue", "read_second_material", _first_has_clue, if_true="read_second", if_false="brief"),
+            ToolNode("read_second", "read_material", {"material_id": second}, next="brief"),
+            ModelNode(
+                "brief",
+                "create_brief",
+                "Write the brief's title, outline and sources as JSON arguments.",
+                inputs=_materials_read,
+                next="approval",
+            ),
+            HumanNode("approval", _brief_question, on_approved="draft", on_rejected="revise"),
+            ModelNode(
+                "revise",
+                "create_brief",
+                "Revise the brief following the reviewer's note.",
+                inputs=_materials_read,
+                next="approval",
+            ),
+            ToolNode(
+                "draft",
+                "write_draft",
+                lambda ctx: {"brief": f"brief:v{ctx.state.artifacts.get('brief', 0)}"},
+                next="done",
+            ),
+            FinishNode("done", "draft written from the approved brief"),
+        ],
+        model=model,
+    )
+
+
+def scripted_models() -> dict[str, ScriptedModel]:
+    return {
+        "react": ScriptedModel(fx.react_policy, name="scripted-react"),
+        "plan_and_execute": ScriptedModel(fx.planner_policy, name="scripted-planner"),
+        "workflow": ScriptedModel(fx.brief_writer_policy, name="scripted-brief-writer"),
+    }
+
+
+def build_agent(
+    controller: str = "react", max_steps: int = 8, materials: str = "default", model: Model | None = None
+) -> Agent:
+    """The blog agent for one controller. Parameters are JSON so any process can rebuild it."""
+    if controller not in MODES:
+        raise UserError(
+            f"unknown controller {controller!r}; choose one of {', '.join(MODES)}", code="UNKNOWN_CONTROLLER"
+        )
+    if materials not in fx.MATERIAL_SETS:
+        raise UserError(f"unknown material set {materials!r}", code="UNKNOWN_FIXTURE")
+    chosen = fx.MATERIAL_SETS[materials]
+    inventory = list(chosen)
+    signal_model = model or scripted_models()[controller]
+    ctrl: ReActController | PlanAndExecuteController | WorkflowController
+    if controller == "react":
+        ctrl = ReActController(signal_model)
+    elif controller == "plan_and_execute":
+        ctrl = PlanAndExecuteController(signal_model)
+    else:
+        ctrl = workflow_nodes(signal_model, inventory)
+    return Agent(
+        name="blog",
+        controller=ctrl,
+        tools=make_tools(chosen),
+        ref=AgentRef(
+            factory=FACTORY, params={"controller": controller, "max_steps": max_steps, "materials": materials}
+        ),
+        wait_policy=blog_wait_policy,
+        budget=Budget(max_steps=max_steps),
+        inventory=inventory,
+    )

@@ -1,0 +1,1 @@
+"""Signal sources backed by models: they turn a request into raw text, never into control."""

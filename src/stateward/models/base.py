@@ -1,0 +1,56 @@
+"""The Model protocol every controller uses; controllers never call a provider SDK directly."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ActionSpec(BaseModel):
+    """An action the model may propose at this step, with its argument schema."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelRequest(BaseModel):
+    """What a model sees: the goal, what has been observed, and the actions visible right now."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    purpose: str  # "decide" (one ControlDecision), "plan", "content"
+    goal: str
+    inventory: list[str] = Field(default_factory=list)
+    observations: list[dict[str, Any]] = Field(default_factory=list)
+    visible_actions: list[ActionSpec] = Field(default_factory=list)
+    facts: dict[str, Any] = Field(default_factory=dict)
+    instructions: str = ""
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_ms: float = 0.0
+    provider_request_id: str | None = None
+
+
+class ModelReply(BaseModel):
+    """Raw text as the model produced it; parsing it is the Runtime's job."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str
+    usage: Usage = Field(default_factory=Usage)
+    model: str = "unknown"
+
+
+class Model(Protocol):
+    name: str
+
+    def complete(self, request: ModelRequest) -> ModelReply: ...

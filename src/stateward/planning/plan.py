@@ -1,0 +1,171 @@
+"""Plan: milestones and work items forming a versioned DAG.
+
+A plan is a document a planner (often a model) proposes. It is parsed into frozen models here and judged
+by :mod:`stateward.planning.validator`; it changes only through a patch (:mod:`stateward.planning.patch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+)
+
+from stateward.core.errors import RunError
+from stateward.planning.goal import field_errors, parse_json_document, summarize_field_errors
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RiskLevel(StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+class TaskType(StrEnum):
+    """How a work item is carried out (which controller or node kind runs it)."""
+
+    TOOL = "TOOL"
+    LOCAL_REACT = "LOCAL_REACT"
+    MODEL = "MODEL"
+    RULE = "RULE"
+    VERIFICATION = "VERIFICATION"
+    HUMAN = "HUMAN"
+
+
+class EstimatedCost(_Frozen):
+    tool_calls: NonNegativeInt = 0
+    model_calls: NonNegativeInt = 0
+    tokens: NonNegativeInt = 0
+
+    def __add__(self, other: EstimatedCost) -> EstimatedCost:
+        return EstimatedCost(
+            tool_calls=self.tool_calls + other.tool_calls,
+            model_calls=self.model_calls + other.model_calls,
+            tokens=self.tokens + other.tokens,
+        )
+
+
+class RemainingBudget(_Frozen):
+    """What is left to spend; ``None`` means that dimension is not limited."""
+
+    tool_calls: NonNegativeInt | None = None
+    model_calls: NonNegativeInt | None = None
+    tokens: NonNegativeInt | None = None
+
+    def shortfalls(self, need: EstimatedCost) -> list[tuple[str, int, int]]:
+        """``(dimension, needed, remaining)`` for each dimension ``need`` does not fit into."""
+        out: list[tuple[str, int, int]] = []
+        for name in ("tool_calls", "model_calls", "tokens"):
+            limit: int | None = getattr(self, name)
+            needed: int = getattr(need, name)
+            if limit is not None and needed > limit:
+                out.append((name, needed, limit))
+        return out
+
+
+class RetryPolicy(_Frozen):
+    """Transient failures are retried here, inside the work item; they never cause a replan."""
+
+    max_attempts: PositiveInt = 1
+    retryable_errors: tuple[str, ...] = ()
+
+
+class OutputSpec(_Frozen):
+    artifact_type: str = Field(min_length=1)
+    schema_version: str = "1.0"
+
+
+class Milestone(_Frozen):
+    milestone_id: str = Field(min_length=1)
+    title: str
+
+
+class WorkItem(_Frozen):
+    """The smallest unit that is scheduled, retried and accepted on its own."""
+
+    work_item_id: str = Field(min_length=1)
+    milestone_id: str = Field(min_length=1)
+    title: str
+    task_type: TaskType
+    dependencies: tuple[str, ...] = ()
+    required_capabilities: tuple[str, ...] = ()
+    output_spec: OutputSpec
+    completion_criteria: tuple[str, ...] = ()
+    retry_policy: RetryPolicy = RetryPolicy()
+    max_react_steps: NonNegativeInt = 0
+    risk_level: RiskLevel = RiskLevel.LOW
+    approval_required: bool = False
+    estimated_cost: EstimatedCost = EstimatedCost()
+    scope: tuple[str, ...] = ()  # scope tags this item touches (e.g. a repository group), checked vs the goal
+
+    @field_validator("risk_level", mode="before")
+    @classmethod
+    def _lower_risk(cls, value: Any) -> Any:
+        """Planners write ``"HIGH"`` as often as ``"high"``; both mean the same level."""
+        return value.lower() if isinstance(value, str) else value
+
+
+class Plan(_Frozen):
+    plan_id: str = Field(min_length=1)
+    version: PositiveInt
+    goal_id: str = Field(min_length=1)
+    milestones: tuple[Milestone, ...] = ()
+    work_items: tuple[WorkItem, ...] = ()
+
+    def item(self, work_item_id: str) -> WorkItem | None:
+        """The first work item with this id (duplicates are a validation issue, not a crash)."""
+        return next((w for w in self.work_items if w.work_item_id == work_item_id), None)
+
+    def to_document(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def total_cost(items: Iterable[WorkItem]) -> EstimatedCost:
+    total = EstimatedCost()
+    for item in items:
+        total = total + item.estimated_cost
+    return total
+
+
+class InvalidPlanDocumentError(RunError):
+    """A plan document cannot be used; ``details['errors']`` lists pydantic's field errors.
+
+    Codes: INVALID_PLAN_DOCUMENT (schema), NOT_JSON (text is not JSON), PLAN_FILE_NOT_FOUND,
+    PLAN_FILE_UNREADABLE.
+    """
+
+    default_code = "INVALID_PLAN_DOCUMENT"
+
+
+def load_plan(doc: Mapping[str, Any] | str | bytes) -> Plan:
+    """Parse a plan from JSON text or data, raising a named error instead of a traceback."""
+    data = parse_json_document(doc, InvalidPlanDocumentError)
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as exc:
+        errors = field_errors(exc)
+        raise InvalidPlanDocumentError(summarize_field_errors(errors), details={"errors": errors}) from None
+
+
+def read_plan_file(path: str | Path) -> Plan:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        code = "PLAN_FILE_NOT_FOUND" if isinstance(exc, FileNotFoundError) else "PLAN_FILE_UNREADABLE"
+        raise InvalidPlanDocumentError(f"cannot read plan file {p}: {exc.strerror}", code=code) from None
+    return load_plan(raw)

@@ -1,0 +1,1 @@
+"""The Runtime: the only component that moves a run between statuses."""

@@ -1,0 +1,171 @@
+"""Acting on an accepted EXECUTE_TOOL: through the gateway, and only the gateway, to a side effect."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from stateward.controllers.base import Observation
+from stateward.core.canonical import sha256_hex
+from stateward.core.decision import ControlDecision
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import PendingRequest, RunState, WaitSnapshot
+from stateward.core.status import TransitionKind, next_status
+from stateward.runtime.agent import Agent, guard
+from stateward.store.records import NewArtifact
+from stateward.tools.gateway import ToolGateway
+from stateward.tools.types import AttemptRecord, CallContext, OutcomeStatus, ToolCall, ToolOutcome
+
+
+@dataclass
+class ToolStep:
+    state: RunState
+    observation: Observation
+    events: list[NewEvent] = field(default_factory=list)
+    artifacts: list[NewArtifact] = field(default_factory=list)
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    pending: PendingRequest | None = None
+
+
+def call_context(agent: Agent, state: RunState) -> CallContext:
+    limit = state.budget.max_tool_calls
+    return CallContext(
+        run_id=state.run_id,
+        step=state.usage.steps,
+        permissions=agent.permissions,
+        approved_digests=frozenset(a.digest for a in state.approvals),
+        remaining_tool_calls=None if limit is None else max(0, limit - state.usage.tool_attempts),
+    )
+
+
+def execute_tool(
+    gateway: ToolGateway, agent: Agent, state: RunState, decision: ControlDecision, *, now: datetime
+) -> ToolStep:
+    assert decision.action is not None
+    args = decision.args or {}
+    outcome = gateway.invoke(ToolCall(tool=decision.action, args=args), call_context(agent, state))
+    blocked = outcome.status is OutcomeStatus.BLOCKED
+    usage = state.usage.model_copy(
+        update={
+            "tool_attempts": state.usage.tool_attempts + max(1, outcome.budget_used),
+            "rejected_actions": state.usage.rejected_actions + (1 if blocked else 0),
+        }
+    )
+    step = ToolStep(
+        state=state.model_copy(update={"usage": usage}),
+        observation=_observe(state, decision, outcome),
+        attempts=list(outcome.attempts),
+    )
+    _store_artifacts(step, outcome)
+    step.observation = step.observation.model_copy(
+        update={"artifacts": [f"{a.name}:v{a.version}" for a in step.artifacts]}
+    )
+    step.events.append(
+        NewEvent(
+            type=EventType.TOOL_ATTEMPTED,
+            payload={
+                "observation": step.observation.model_dump(mode="json"),
+                "runtime_action": outcome.runtime_action.value,
+                "idempotency_key": outcome.idempotency_key,
+                "idempotency_status": None if outcome.idempotency_status is None else outcome.idempotency_status.value,
+                "attempts": len(outcome.attempts),
+                "handler_calls": outcome.handler_calls,
+            },
+        )
+    )
+    if blocked:
+        step.events.append(
+            NewEvent(
+                type=EventType.ACTION_BLOCKED,
+                payload={
+                    "action": decision.action,
+                    "reason": "blocked_by_action_gateway",
+                    "message": outcome.error,
+                },
+            )
+        )
+    if outcome.status is OutcomeStatus.PENDING_VERIFICATION:
+        _await_reconciliation(step, decision, outcome, now)
+    return step
+
+
+def _observe(state: RunState, decision: ControlDecision, outcome: ToolOutcome) -> Observation:
+    return Observation(
+        step=state.usage.steps,
+        action=outcome.tool,
+        args=decision.args or {},
+        status=outcome.status.value,
+        result=outcome.result,
+        error_code=None if outcome.error_code is None else outcome.error_code.value,
+    )
+
+
+def _store_artifacts(step: ToolStep, outcome: ToolOutcome) -> None:
+    """Artifacts are versioned, never overwritten: each write of a name is the next version."""
+    versions = dict(step.state.artifacts)
+    for draft in outcome.artifacts:
+        versions[draft.name] = versions.get(draft.name, 0) + 1
+        art = NewArtifact(
+            name=draft.name, version=versions[draft.name], content=draft.content, media_type=draft.media_type
+        )
+        step.artifacts.append(art)
+        step.events.append(
+            NewEvent(
+                type=EventType.ARTIFACT_WRITTEN,
+                payload={
+                    "name": art.name,
+                    "version": art.version,
+                    "sha256": sha256_hex(art.content),
+                },
+            )
+        )
+    step.state = step.state.model_copy(update={"artifacts": versions})
+
+
+def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: ToolOutcome, now: datetime) -> None:
+    """Nobody can say whether the side effect happened: no retry, no claimed success — the run waits."""
+    state = step.state
+    after = next_status(state.status, TransitionKind.SUSPEND)
+    pending = PendingRequest(
+        request_id=f"approval_{state.requests_issued + 1:03d}",
+        kind="reconciliation",
+        question=(
+            f"The outcome of {decision.action} (idempotency key {outcome.idempotency_key}) is unknown. "
+            "Approve once you have confirmed it happened; reject if it did not."
+        ),
+        state_before=state.status,
+        guarded_action=guard(decision.action or "", decision.args or {}),
+        created_at=now,
+    )
+    usage = state.usage
+    step.state = state.model_copy(
+        update={
+            "status": after,
+            "terminal_reason": "awaiting_reconciliation",
+            "pending": pending,
+            "requests_issued": state.requests_issued + 1,
+            "wait": WaitSnapshot(step=usage.steps, model_calls=usage.model_calls, tool_attempts=usage.tool_attempts),
+        }
+    )
+    step.pending = pending
+    step.events.append(
+        NewEvent(
+            type=EventType.STATE_TRANSITION,
+            payload={
+                "state_before": state.status.value,
+                "state_after": after.value,
+                "reason": "awaiting_reconciliation",
+            },
+        )
+    )
+    step.events.append(
+        NewEvent(
+            type=EventType.PENDING_RECORDED,
+            payload={
+                "pending_request_id": pending.request_id,
+                "question": pending.question,
+                "state_before": pending.state_before.value,
+                "kind": pending.kind,
+            },
+        )
+    )

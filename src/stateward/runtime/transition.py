@@ -1,0 +1,208 @@
+"""Runtime.handle(): the five steps that turn a candidate decision into a Transition.
+
+1. parse and type-check the signal;  2. check its preconditions against the run's state;
+3. move the status through the transition table;  4. record the pending request (with the wait
+snapshot, in this same step);  5. return the Transition. Nothing here performs I/O: the caller
+persists the result in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from stateward.controllers.base import Signal, SignalFailure
+from stateward.core.budget import Usage
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
+from stateward.core.errors import DecisionParseError
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import PendingRequest, RunState, WaitSnapshot
+from stateward.core.status import RunStatus, TransitionKind, next_status
+from stateward.models.base import Usage as ModelUsage
+from stateward.runtime.agent import Agent, WaitCheck
+
+_KIND_BY_DECISION = {
+    DecisionType.EXECUTE_TOOL: TransitionKind.CONTINUE,
+    DecisionType.REQUEST_USER_INPUT: TransitionKind.SUSPEND,
+    DecisionType.FINISH: TransitionKind.COMPLETE,
+    DecisionType.FAIL: TransitionKind.FAIL,
+}
+_REASON_BY_KIND = {
+    TransitionKind.SUSPEND: "wait_suspended",
+    TransitionKind.COMPLETE: "completed",
+}
+
+
+@dataclass(frozen=True)
+class Transition:
+    kind: TransitionKind
+    state_before: RunStatus
+    state_after: RunStatus
+    accepted: bool
+    reason: str | None
+    decision: ControlDecision | None
+    state: RunState
+    pending: PendingRequest | None = None
+    events: list[NewEvent] = field(default_factory=list)
+
+
+def _with_usage(state: RunState, usage: Sequence[ModelUsage], **changes: int) -> Usage:
+    u = state.usage
+    return u.model_copy(
+        update={
+            "steps": u.steps + 1,
+            "model_calls": u.model_calls + len(usage),
+            "input_tokens": u.input_tokens + sum(x.input_tokens for x in usage),
+            "output_tokens": u.output_tokens + sum(x.output_tokens for x in usage),
+            **{k: getattr(u, k) + v for k, v in changes.items()},
+        }
+    )
+
+
+def handle(
+    signal: Signal,
+    state: RunState,
+    agent: Agent,
+    *,
+    source: SignalSource,
+    visible_actions: frozenset[str],
+    model_usage: Sequence[ModelUsage] = (),
+    now: datetime,
+) -> Transition:
+    """Validate ``signal`` against ``state`` and compute the transition. Raises only IllegalTransitionError."""
+    received = NewEvent(
+        type=EventType.SIGNAL_RECEIVED,
+        payload={
+            "signal_source": source.value,
+            "step": state.usage.steps + 1,
+            "model_calls": len(model_usage),
+            "signal": signal.model_dump(mode="json", exclude_none=True) if not isinstance(signal, str) else signal,
+        },
+    )
+    decision, rejection = _check(signal, state, agent, visible_actions)
+    if rejection is not None:
+        return _reject(state, decision, rejection, received, model_usage)
+    assert decision is not None
+    kind = _KIND_BY_DECISION[decision.type]
+    after = next_status(state.status, kind)
+    usage = _with_usage(state, model_usage)
+    validated = NewEvent(
+        type=EventType.RUNTIME_VALIDATED,
+        payload={
+            "runtime_decision": "accepted",
+            "decision_type": decision.type.value,
+            "transition": kind.value,
+        },
+    )
+    events = [received, validated]
+    if kind is TransitionKind.CONTINUE:
+        new_state = state.model_copy(update={"usage": usage, "status": after})
+        return Transition(kind, state.status, after, True, None, decision, new_state, events=events)
+
+    reason = _REASON_BY_KIND.get(kind) or (decision.reason or "failed_by_decision")
+    events.append(_transition_event(state.status, after, reason))
+    if kind is not TransitionKind.SUSPEND:
+        new_state = state.model_copy(update={"usage": usage, "status": after, "terminal_reason": reason})
+        return Transition(kind, state.status, after, True, reason, decision, new_state, events=events)
+
+    check = agent.wait_policy(decision, state)
+    pending = PendingRequest(
+        request_id=f"approval_{state.requests_issued + 1:03d}",
+        kind="approval" if check.guarded_action is not None else check.kind,
+        question=(decision.question or "").strip(),
+        state_before=state.status,
+        guarded_action=check.guarded_action,
+        approver_role=agent.approver_role,
+        created_at=now,
+        expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
+    )
+    new_state = state.model_copy(
+        update={
+            "usage": usage,
+            "status": after,
+            "terminal_reason": reason,
+            "pending": pending,
+            "requests_issued": state.requests_issued + 1,
+            # The snapshot is taken here, in the step that enters the wait, not when the loop ends.
+            "wait": WaitSnapshot(step=usage.steps, model_calls=usage.model_calls, tool_attempts=usage.tool_attempts),
+        }
+    )
+    events.append(
+        NewEvent(
+            type=EventType.PENDING_RECORDED,
+            payload={
+                "pending_request_id": pending.request_id,
+                "question": pending.question,
+                "state_before": pending.state_before.value,
+                "guarded_action": None
+                if pending.guarded_action is None
+                else pending.guarded_action.model_dump(mode="json"),
+            },
+        )
+    )
+    return Transition(kind, state.status, after, True, reason, decision, new_state, pending, events)
+
+
+def _check(
+    signal: Signal, state: RunState, agent: Agent, visible: frozenset[str]
+) -> tuple[ControlDecision | None, tuple[str, str] | None]:
+    """Steps 1-2: the decision, or (code, message) saying why it is refused."""
+    if isinstance(signal, SignalFailure):
+        return None, (signal.code, signal.message)
+    if isinstance(signal, str):
+        try:
+            decision = parse_decision(signal)
+        except DecisionParseError as exc:
+            return None, (exc.code, exc.message)
+    else:
+        decision = signal
+    if decision.type is DecisionType.EXECUTE_TOOL:
+        if not decision.action:
+            return decision, ("tool_decision_without_action", "EXECUTE_TOOL names no action")
+        if decision.action not in visible:
+            return decision, ("action_not_visible", f"{decision.action!r} is not visible at this step")
+    if decision.type is DecisionType.REQUEST_USER_INPUT:
+        check: WaitCheck = agent.wait_policy(decision, state)
+        if check.rejected is not None:
+            return decision, (check.rejected, f"wait refused: {check.rejected}")
+    return decision, None
+
+
+def _reject(
+    state: RunState,
+    decision: ControlDecision | None,
+    rejection: tuple[str, str],
+    received: NewEvent,
+    model_usage: Sequence[ModelUsage],
+) -> Transition:
+    """A refused signal is counted and fails the run explicitly; it never leaves the run RUNNING."""
+    code, message = rejection
+    after = next_status(state.status, TransitionKind.FAIL)
+    usage = _with_usage(state, model_usage, rejected_signals=1)
+    new_state = state.model_copy(update={"usage": usage, "status": after, "terminal_reason": "rejected_signal"})
+    events = [
+        received,
+        NewEvent(
+            type=EventType.RUNTIME_VALIDATED,
+            payload={
+                "runtime_decision": "rejected",
+                "code": code,
+                "message": message,
+                "decision_type": None if decision is None else decision.type.value,
+            },
+        ),
+        _transition_event(state.status, after, "rejected_signal"),
+    ]
+    return Transition(TransitionKind.FAIL, state.status, after, False, code, decision, new_state, events=events)
+
+
+def _transition_event(before: RunStatus, after: RunStatus, reason: str) -> NewEvent:
+    return NewEvent(
+        type=EventType.STATE_TRANSITION,
+        payload={
+            "state_before": before.value,
+            "state_after": after.value,
+            "reason": reason,
+        },
+    )

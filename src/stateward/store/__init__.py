@@ -1,0 +1,1 @@
+"""Durable storage of runs: the event log, run snapshots, pending requests, artifacts, gateway state."""

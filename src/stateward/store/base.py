@@ -1,0 +1,60 @@
+"""The Store protocol both stores implement, and how a store is opened from a URL or path."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from stateward.core.events import Event, NewEvent
+from stateward.core.state import RunState
+from stateward.store.records import ArtifactRecord, PendingRecord, RunRow, StepWrite
+from stateward.tools.ports import GatewayStore
+
+
+class Store(GatewayStore, Protocol):
+    def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
+        """Insert a new run with its first events; RUN_EXISTS if the id is taken."""
+        ...
+
+    def load_run(self, run_id: str) -> RunState:
+        """The latest committed snapshot; RunNotFoundError if there is none."""
+        ...
+
+    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite) -> list[Event]:
+        """Apply one step atomically if the run's last event is still ``expected_seq``.
+
+        A concurrent writer that got there first makes this raise CONCURRENT_UPDATE and leaves
+        nothing behind; the caller reloads and decides again.
+        """
+        ...
+
+    def load_run_at(self, run_id: str) -> tuple[RunState, int]:
+        """The snapshot together with the number of the last event it reflects."""
+        ...
+
+    def last_seq(self, run_id: str) -> int: ...
+
+    def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]: ...
+
+    def list_runs(self, limit: int = 100) -> list[RunRow]: ...
+
+    def get_request(self, run_id: str, request_id: str) -> PendingRecord | None: ...
+
+    def list_requests(self, run_id: str | None = None, open_only: bool = True) -> list[PendingRecord]: ...
+
+    def list_artifacts(self, run_id: str) -> list[ArtifactRecord]: ...
+
+    def get_artifact(self, run_id: str, name: str, version: int | None = None) -> ArtifactRecord | None: ...
+
+    def close(self) -> None: ...
+
+
+def open_store(url: str) -> Store:
+    """A SQLite path (the default, embedded) or a ``postgresql://`` URL."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from stateward.core.errors import UserError
+
+        raise UserError("the PostgreSQL store is not available in this build", code="STORE_UNSUPPORTED")
+    from stateward.store.sqlite import SQLiteStore
+
+    path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
+    return SQLiteStore(path)

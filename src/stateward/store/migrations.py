@@ -1,0 +1,57 @@
+"""Schema migrations, applied in order on open. Never edit a released entry; append a new one."""
+
+from __future__ import annotations
+
+SQLITE_MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            agent TEXT NOT NULL,
+            status TEXT NOT NULL,
+            terminal_reason TEXT,
+            snapshot TEXT NOT NULL,
+            last_seq INTEGER NOT NULL,
+            lease_owner TEXT,
+            lease_version INTEGER NOT NULL DEFAULT 0,
+            lease_expires_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL)""",
+        "CREATE INDEX runs_by_status ON runs(status)",
+        """CREATE TABLE events (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            lease_version INTEGER NOT NULL DEFAULT 0,
+            at TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
+        """CREATE TABLE pending_requests (
+            run_id TEXT NOT NULL,
+            request_id TEXT NOT NULL,
+            body TEXT NOT NULL,
+            answer TEXT,
+            PRIMARY KEY (run_id, request_id))""",
+        """CREATE TABLE artifacts (
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            media_type TEXT NOT NULL,
+            content TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, name, version))""",
+        """CREATE TABLE tool_attempts (
+            attempt_id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            step INTEGER NOT NULL,
+            body TEXT NOT NULL)""",
+        "CREATE INDEX tool_attempts_by_run ON tool_attempts(run_id, step)",
+        """CREATE TABLE side_effects (
+            idempotency_key TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            status TEXT NOT NULL,
+            body TEXT NOT NULL)""",
+        "CREATE TABLE breakers (tool TEXT PRIMARY KEY, body TEXT NOT NULL)",
+    ],
+]

@@ -1,0 +1,87 @@
+"""Rows the stores return and the one write a step makes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stateward.core.events import NewEvent
+from stateward.core.state import PendingRequest, RunState
+from stateward.tools.types import AttemptRecord
+
+
+class ArtifactRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    name: str
+    version: int
+    sha256: str
+    media_type: str
+    content: str
+    created_at: datetime
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}:v{self.version}"
+
+
+class NewArtifact(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    version: int
+    content: str
+    media_type: str = "text/markdown"
+
+
+class RequestAnswer(BaseModel):
+    """How a pending request was closed: answered by a person, or closed by the run (cancel, expiry)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str
+    verdict: str  # approved | rejected | replied | closed
+    text: str | None = None
+    by: str
+    at: datetime
+
+
+class PendingRecord(BaseModel):
+    """A pending request as stored, with how (and whether) it was answered."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    request: PendingRequest
+    answer: RequestAnswer | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.answer is None
+
+
+class StepWrite(BaseModel):
+    """Everything one step changes, committed in one transaction or not at all."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state: RunState
+    events: list[NewEvent] = Field(default_factory=list)
+    open_request: PendingRequest | None = None
+    close_request: RequestAnswer | None = None
+    artifacts: list[NewArtifact] = Field(default_factory=list)
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+
+
+class RunRow(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    agent: str
+    status: str
+    terminal_reason: str | None
+    last_seq: int
+    created_at: datetime
+    updated_at: datetime

@@ -1,0 +1,66 @@
+"""The Tool Gateway: the only path from a proposed tool call to a side effect."""
+
+from .breaker import BreakerPolicy, CircuitBreaker
+from .errors import (
+    RateLimited,
+    ServiceUnavailable,
+    ToolFailure,
+    ToolInvalidArgument,
+    ToolPermissionDenied,
+    ToolTimeout,
+)
+from .gateway import ToolGateway
+from .memory_store import InMemoryGatewayStore
+from .ports import BreakerPosition, BreakerState, GatewayStore, SideEffectRecord, SideEffectStatus
+from .redaction import REDACTED, RedactionRules
+from .registry import ToolRegistry
+from .results import TRUNCATION_MARKER
+from .retry import RetryPolicy
+from .spec import LookupFn, ToolContext, ToolSpec, tool
+from .types import (
+    ArtifactDraft,
+    AttemptRecord,
+    CallContext,
+    LookupStatus,
+    OutcomeStatus,
+    RuntimeAction,
+    ToolCall,
+    ToolErrorCode,
+    ToolOutcome,
+)
+
+__all__ = [
+    "REDACTED",
+    "TRUNCATION_MARKER",
+    "ArtifactDraft",
+    "AttemptRecord",
+    "BreakerPolicy",
+    "BreakerPosition",
+    "BreakerState",
+    "CallContext",
+    "CircuitBreaker",
+    "GatewayStore",
+    "InMemoryGatewayStore",
+    "LookupFn",
+    "LookupStatus",
+    "OutcomeStatus",
+    "RateLimited",
+    "RedactionRules",
+    "RetryPolicy",
+    "RuntimeAction",
+    "ServiceUnavailable",
+    "SideEffectRecord",
+    "SideEffectStatus",
+    "ToolCall",
+    "ToolContext",
+    "ToolErrorCode",
+    "ToolFailure",
+    "ToolGateway",
+    "ToolInvalidArgument",
+    "ToolOutcome",
+    "ToolPermissionDenied",
+    "ToolRegistry",
+    "ToolSpec",
+    "ToolTimeout",
+    "tool",
+]

@@ -1,0 +1,323 @@
+"""Execution of an admitted call: attempts under timeout, bounded retries, the side-effect journal
+and UNKNOWN_OUTCOME reconciliation.
+
+A side-effecting handler runs at most once per idempotency key: a STARTED journal entry is written
+before it runs; afterwards only ``lookup`` (what the domain says really happened) may justify running
+it again, and then exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from .breaker import CircuitBreaker
+from .execution import run_with_timeout
+from .ports import GatewayStore, SideEffectRecord, SideEffectStatus
+from .results import shape_result
+from .retry import backoff_delay, classify, is_retryable
+from .spec import ToolContext
+from .stages import CallState, has_budget
+from .types import (
+    ArtifactDraft,
+    AttemptRecord,
+    LookupStatus,
+    OutcomeStatus,
+    RuntimeAction,
+    ToolErrorCode,
+    ToolOutcome,
+)
+
+# The handler finished (its effect happened) but its result broke the output contract: never re-run.
+COMPLETED_INVALID = "COMPLETED_INVALID"
+
+
+@dataclass
+class Attempt:
+    code: ToolErrorCode | None
+    value: Any = None
+    message: str | None = None
+    exc: BaseException | None = None
+    artifacts: list[ArtifactDraft] = field(default_factory=list)
+
+
+class Executor:
+    def __init__(self, store: GatewayStore, breaker: CircuitBreaker, sleep: Callable[[float], None]):
+        self._store = store
+        self._breaker = breaker
+        self._sleep = sleep
+
+    # -- entry ---------------------------------------------------------------------------------
+    def run(self, st: CallState) -> ToolOutcome:
+        if st.tool_spec.side_effect:
+            record = self._store.get_side_effect(self._key(st))
+            if record is not None:
+                replay = self._from_journal(st, record)
+                if replay is not None:
+                    return replay
+        return self._attempt_loop(st)
+
+    def _from_journal(self, st: CallState, record: SideEffectRecord) -> ToolOutcome | None:
+        if record.status == SideEffectStatus.SUCCEEDED:
+            envelope = record.result if isinstance(record.result, dict) else {}
+            artifacts = [ArtifactDraft.model_validate(a) for a in envelope.get("artifacts", [])]
+            self._note(st, "REPLAYED", None, "result replayed from the side-effect journal")
+            st.idempotency_status = LookupStatus.SUCCEEDED
+            return self._success(st, envelope.get("result"), RuntimeAction.REPLAY_SUCCESS, artifacts)
+        if record.status == COMPLETED_INVALID:
+            self._note(st, "REPLAYED", ToolErrorCode.SCHEMA_MISMATCH, "recorded result broke the contract")
+            return self._failure(
+                st,
+                ToolErrorCode.SCHEMA_MISMATCH,
+                "result does not match the output schema",
+                RuntimeAction.BLOCK,
+            )
+        if record.status in (SideEffectStatus.STARTED, SideEffectStatus.UNKNOWN_OUTCOME):
+            st.note_failure(ToolErrorCode.UNKNOWN_OUTCOME)
+            return self._reconcile(st, "an earlier attempt did not report its outcome")
+        return None  # FAILED: nothing happened, run it normally
+
+    # -- attempts and retries ------------------------------------------------------------------
+    def _attempt_loop(self, st: CallState) -> ToolOutcome:
+        spec = st.tool_spec
+        action = RuntimeAction.EXECUTE
+        for retry_number in range(1, spec.retry.max_attempts + 1):
+            res = self._attempt(st)
+            if res.code is None:
+                return self._success(st, res.value, action, res.artifacts)
+            message = res.message or res.code.value
+            if res.code is ToolErrorCode.TIMEOUT and spec.side_effect:
+                return self._reconcile(st, message)
+            if res.code is ToolErrorCode.SCHEMA_MISMATCH:
+                return self._failure(st, res.code, message, RuntimeAction.BLOCK)
+            if not is_retryable(res.code, side_effect=spec.side_effect):
+                return self._failure(st, res.code, message, action)
+            if retry_number == spec.retry.max_attempts:
+                return self._failure(st, res.code, f"{message} (gave up after {retry_number} attempts)", action)
+            delay = backoff_delay(spec.retry, retry_number, res.exc)
+            if delay is None:
+                return self._failure(st, res.code, f"{message} (Retry-After too long)", action)
+            if self._breaker.is_open(spec.name):
+                self._note(st, "REJECTED", ToolErrorCode.CIRCUIT_OPEN, "circuit opened; retry stopped")
+                return self._failure(st, ToolErrorCode.CIRCUIT_OPEN, "circuit opened during retries", action)
+            if not has_budget(st):
+                self._note(st, "REJECTED", ToolErrorCode.BUDGET_EXCEEDED, "no budget left for a retry")
+                return self._failure(st, res.code, f"{message} (no tool-call budget left to retry)", action)
+            st.budget_used += 1
+            self._sleep(delay)
+            action = RuntimeAction.RETRY
+        raise AssertionError("unreachable: the loop returns on its last attempt")
+
+    def _attempt(self, st: CallState) -> Attempt:
+        """One handler call, journalled (side effects), fed to the breaker, recorded as an attempt."""
+        spec, key = st.tool_spec, self._key(st)
+        assert st.validated is not None
+        if spec.side_effect:
+            self._journal(st, SideEffectStatus.STARTED)
+        tctx = ToolContext(run_id=st.ctx.run_id, step=st.ctx.step, idempotency_key=key, principal=st.ctx.principal)
+        kwargs = spec.handler_kwargs(st.validated, tctx)
+        started = time.perf_counter()
+        fin = run_with_timeout(lambda: spec.handler(**kwargs), spec.timeout_s, name=spec.name)
+        duration_ms = (time.perf_counter() - started) * 1000
+        res = self._classify(st, fin.value, fin.error, fin.timed_out)
+        res.artifacts = tctx.artifacts
+        self._breaker.record(spec.name, spec.breaker, res.code)
+        if spec.side_effect:
+            self._journal_after(st, res, fin.value)
+        if res.code is not None:
+            st.note_failure(res.code)
+        self._note(st, res.code.value if res.code else "SUCCESS", res.code, res.message, duration_ms, True)
+        return res
+
+    def _classify(self, st: CallState, value: Any, error: BaseException | None, timed_out: bool) -> Attempt:
+        spec = st.tool_spec
+        if timed_out:
+            return Attempt(ToolErrorCode.TIMEOUT, message=f"no answer within {spec.timeout_s}s")
+        if error is not None:
+            return Attempt(classify(error), message=f"{type(error).__name__}: {error}", exc=error)
+        try:
+            return Attempt(None, value=spec.validate_output(value))
+        except ValidationError as exc:
+            return Attempt(ToolErrorCode.SCHEMA_MISMATCH, message=f"result does not match the output schema: {exc}")
+
+    def _journal_after(self, st: CallState, res: Attempt, raw: Any) -> None:
+        if res.code is None:
+            envelope = {"result": res.value, "artifacts": [a.model_dump() for a in res.artifacts]}
+            self._journal(st, SideEffectStatus.SUCCEEDED, envelope)
+        elif res.code is ToolErrorCode.SCHEMA_MISMATCH:
+            self._journal(st, COMPLETED_INVALID)
+        elif res.code is not ToolErrorCode.TIMEOUT:
+            self._journal(st, SideEffectStatus.FAILED)
+        # TIMEOUT: reconciliation marks the entry UNKNOWN_OUTCOME
+
+    # -- UNKNOWN_OUTCOME -------------------------------------------------------------------------
+    def _reconcile(self, st: CallState, reason: str) -> ToolOutcome:
+        """Ask the domain what happened; never claim success and never re-run without its word."""
+        spec, key = st.tool_spec, self._key(st)
+        self._journal(st, SideEffectStatus.UNKNOWN_OUTCOME)
+        if spec.lookup is None:
+            return self._pending(st, f"{reason}; {spec.name!r} has no lookup to reconcile with")
+        try:
+            status, result = spec.lookup(key)
+            status = LookupStatus(status)
+        except Exception as exc:
+            status, result = LookupStatus.UNKNOWN, None
+            reason = f"{reason}; lookup failed: {type(exc).__name__}: {exc}"
+        st.idempotency_status = status
+        self._note(st, f"LOOKUP_{status.value}", None, None)
+        if status is LookupStatus.SUCCEEDED:
+            return self._confirmed(st, result)
+        if status is LookupStatus.NOT_EXECUTED and not st.retried_once:
+            return self._retry_once(st, reason)
+        if status is LookupStatus.NOT_EXECUTED:
+            return self._failure(
+                st,
+                ToolErrorCode.TIMEOUT,
+                f"{reason}; the single retry did not answer either",
+                RuntimeAction.RETRY_ONCE,
+            )
+        return self._pending(st, f"{reason}; the domain cannot say whether it happened")
+
+    def _confirmed(self, st: CallState, result: Any) -> ToolOutcome:
+        try:
+            value = st.tool_spec.validate_output(result)
+        except ValidationError as exc:
+            self._journal(st, COMPLETED_INVALID)
+            return self._failure(
+                st, ToolErrorCode.SCHEMA_MISMATCH, f"looked-up result is invalid: {exc}", RuntimeAction.BLOCK
+            )
+        self._journal(st, SideEffectStatus.SUCCEEDED, {"result": value, "artifacts": []})
+        return self._success(st, value, RuntimeAction.REPLAY_SUCCESS, [])
+
+    def _retry_once(self, st: CallState, reason: str) -> ToolOutcome:
+        if not has_budget(st):
+            self._note(st, "REJECTED", ToolErrorCode.BUDGET_EXCEEDED, "no budget left for the single retry")
+            return self._failure(
+                st,
+                ToolErrorCode.BUDGET_EXCEEDED,
+                f"{reason}; no budget left to retry",
+                RuntimeAction.RETRY_ONCE,
+            )
+        st.budget_used += 1
+        st.retried_once = True
+        res = self._attempt(st)
+        if res.code is None:
+            return self._success(st, res.value, RuntimeAction.RETRY_ONCE, res.artifacts)
+        if res.code is ToolErrorCode.TIMEOUT:
+            return self._reconcile(st, res.message or "timeout")
+        action = RuntimeAction.BLOCK if res.code is ToolErrorCode.SCHEMA_MISMATCH else RuntimeAction.RETRY_ONCE
+        return self._failure(st, res.code, res.message or res.code.value, action)
+
+    # -- outcomes ----------------------------------------------------------------------------------
+    def _success(self, st: CallState, value: Any, action: RuntimeAction, artifacts: list[ArtifactDraft]) -> ToolOutcome:
+        spec = st.tool_spec
+        shaped = shape_result(spec, value)
+        if shaped.too_large:
+            msg = f"result of {shaped.size} bytes exceeds the limit of {spec.max_result_bytes}"
+            return self._failure(st, ToolErrorCode.RESULT_TOO_LARGE, msg, action)
+        if spec.side_effect and st.idempotency_status is None:
+            st.idempotency_status = LookupStatus.SUCCEEDED
+        redacted = [a.model_copy(update={"content": spec.redact.text(a.content)}) for a in artifacts]
+        return self._outcome(st, OutcomeStatus.SUCCESS, action, None, None, shaped.result, redacted, shaped.truncated)
+
+    def _failure(self, st: CallState, code: ToolErrorCode, message: str, action: RuntimeAction) -> ToolOutcome:
+        st.note_failure(code)
+        return self._outcome(st, OutcomeStatus.FAILED, action, code, message)
+
+    def _pending(self, st: CallState, message: str) -> ToolOutcome:
+        st.idempotency_status = st.idempotency_status or LookupStatus.UNKNOWN
+        return self._outcome(
+            st,
+            OutcomeStatus.PENDING_VERIFICATION,
+            RuntimeAction.AWAIT_RECONCILIATION,
+            ToolErrorCode.UNKNOWN_OUTCOME,
+            message,
+        )
+
+    def _outcome(
+        self,
+        st: CallState,
+        status: OutcomeStatus,
+        action: RuntimeAction,
+        last: ToolErrorCode | None,
+        message: str | None,
+        result: Any = None,
+        artifacts: list[ArtifactDraft] | None = None,
+        truncated: bool = False,
+    ) -> ToolOutcome:
+        return ToolOutcome(
+            tool=st.tool_spec.name,
+            status=status,
+            runtime_action=action,
+            result=result,
+            error_code=st.first_error,
+            last_error_code=last,
+            error=st.tool_spec.redact.text(message) if message else None,
+            idempotency_key=st.key,
+            idempotency_status=st.idempotency_status,
+            attempts=list(st.attempts),
+            artifacts=artifacts or [],
+            truncated=truncated,
+            action_digest=st.digest,
+            budget_used=st.budget_used,
+        )
+
+    # -- bookkeeping ---------------------------------------------------------------------------------
+    @staticmethod
+    def _key(st: CallState) -> str:
+        assert st.key is not None, "stage ordering: the idempotency key is assigned before execution"
+        return st.key
+
+    def _journal(self, st: CallState, status: str, result: Any = None) -> None:
+        self._store.put_side_effect(
+            SideEffectRecord(
+                idempotency_key=self._key(st),
+                run_id=st.ctx.run_id,
+                tool=st.tool_spec.name,
+                status=status,
+                result=result,
+                updated_at=datetime.now(UTC),
+            )
+        )
+
+    def _note(
+        self,
+        st: CallState,
+        outcome: str,
+        code: ToolErrorCode | None,
+        message: str | None,
+        duration_ms: float = 0.0,
+        handler_called: bool = False,
+    ) -> None:
+        st.attempts.append(make_attempt(st, outcome, code, message, duration_ms, handler_called))
+
+
+def make_attempt(
+    st: CallState,
+    outcome: str,
+    code: ToolErrorCode | None,
+    message: str | None,
+    duration_ms: float = 0.0,
+    handler_called: bool = False,
+) -> AttemptRecord:
+    redact = st.spec.redact.text if st.spec is not None else (lambda s: s)
+    return AttemptRecord(
+        attempt_id=f"att_{uuid.uuid4().hex[:16]}",
+        run_id=st.ctx.run_id,
+        step=st.ctx.step,
+        sequence=len(st.attempts) + 1,
+        tool=st.call.tool,
+        input_hash=st.input_hash,
+        idempotency_key=st.key,
+        outcome=outcome,
+        error_code=code.value if code else None,
+        error=redact(message) if message else None,
+        duration_ms=round(duration_ms, 3),
+        handler_called=handler_called,
+    )

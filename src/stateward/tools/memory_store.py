@@ -1,0 +1,37 @@
+"""An in-memory GatewayStore for tests and single-process demos (nothing survives the process)."""
+
+from __future__ import annotations
+
+import threading
+
+from .ports import BreakerState, SideEffectRecord
+
+
+class InMemoryGatewayStore:
+    """Implements ``GatewayStore`` with two dicts behind a lock (handler threads may outlive a call)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._breakers: dict[str, BreakerState] = {}
+        self._side_effects: dict[str, SideEffectRecord] = {}
+
+    def get_breaker(self, tool: str) -> BreakerState | None:
+        with self._lock:
+            return self._breakers.get(tool)
+
+    def put_breaker(self, state: BreakerState) -> None:
+        with self._lock:
+            self._breakers[state.tool] = state
+
+    def get_side_effect(self, idempotency_key: str) -> SideEffectRecord | None:
+        with self._lock:
+            return self._side_effects.get(idempotency_key)
+
+    def put_side_effect(self, record: SideEffectRecord) -> None:
+        with self._lock:
+            self._side_effects[record.idempotency_key] = record
+
+    def side_effects(self) -> list[SideEffectRecord]:
+        """All journal records, for inspection in tests and demos."""
+        with self._lock:
+            return list(self._side_effects.values())

@@ -1,0 +1,230 @@
+"""How a tool is declared: a typed Python function plus the policy the gateway enforces around it.
+
+Schemas come from the type hints (pydantic), so the model sees exactly what the gateway will accept,
+and the runtime never needs a second, hand-written description of a tool.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, overload
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, create_model
+from pydantic_core import to_jsonable_python
+
+from stateward.core.errors import UserError
+
+from .breaker import BreakerPolicy
+from .errors import (
+    RateLimited,
+    ServiceUnavailable,
+    ToolFailure,
+    ToolInvalidArgument,
+    ToolPermissionDenied,
+    ToolTimeout,
+)
+from .redaction import RedactionRules, rules_from
+from .retry import RetryPolicy
+from .types import ArtifactDraft, LookupStatus
+
+__all__ = [
+    "BreakerPolicy",
+    "LookupFn",
+    "RateLimited",
+    "RedactionRules",
+    "RetryPolicy",
+    "ServiceUnavailable",
+    "ToolContext",
+    "ToolFailure",
+    "ToolInvalidArgument",
+    "ToolPermissionDenied",
+    "ToolSpec",
+    "ToolTimeout",
+    "tool",
+]
+
+LookupFn = Callable[[str], tuple[LookupStatus, Any]]
+TooLarge = Literal["truncate", "refuse"]
+
+
+@dataclass
+class ToolContext:
+    """Injected into a handler that declares a parameter of this type; never part of the input schema.
+
+    Carries the idempotency key so a side-effecting handler can pass it on to the remote system.
+    """
+
+    run_id: str
+    step: int
+    idempotency_key: str
+    principal: str
+    _artifacts: list[ArtifactDraft] = field(default_factory=list, repr=False)
+
+    def emit_artifact(self, name: str, content: str, media_type: str = "text/markdown") -> ArtifactDraft:
+        draft = ArtifactDraft(name=name, content=content, media_type=media_type)
+        self._artifacts.append(draft)
+        return draft
+
+    @property
+    def artifacts(self) -> list[ArtifactDraft]:
+        return list(self._artifacts)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    input_model: type[BaseModel]
+    context_param: str | None
+    output: TypeAdapter[Any] | None
+
+
+def _introspect(name: str, handler: Callable[..., Any]) -> _Shape:
+    """Build the input model (ToolContext excluded) and the output adapter from type hints."""
+    try:
+        hints = typing.get_type_hints(handler, include_extras=True)
+    except Exception as exc:  # an unresolvable forward reference is a definition error
+        raise UserError(f"tool {name!r}: cannot resolve type hints: {exc}") from exc
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    for param in inspect.signature(handler).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise UserError(f"tool {name!r}: parameter {param.name!r} must be a plain named parameter")
+        hint = hints.get(param.name, Any)
+        if hint is ToolContext:
+            context_param = param.name
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (hint, default)
+    model = create_model(f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields)
+    output = TypeAdapter(hints["return"]) if "return" in hints else None
+    return _Shape(model, context_param, output)
+
+
+class ToolSpec(BaseModel):
+    """One registered tool. Build it with ``@tool`` (or directly); calling it calls the handler."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    name: str
+    description: str = ""
+    handler: Callable[..., Any]
+    permission: str | None = None
+    side_effect: bool = False
+    requires_approval: bool = False
+    timeout_s: float = Field(default=30.0, gt=0)
+    retry: RetryPolicy = RetryPolicy()
+    breaker: BreakerPolicy = BreakerPolicy()
+    max_result_bytes: int | None = Field(default=None, ge=0)
+    on_too_large: TooLarge = "truncate"
+    redact: RedactionRules = RedactionRules()
+    health_check: Callable[[], bool] | None = None
+    lookup: LookupFn | None = None
+    available: bool = True
+
+    _shape: _Shape = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._shape = _introspect(self.name, self.handler)
+
+    def input_schema(self) -> dict[str, Any]:
+        """JSON schema of the arguments a caller must send (the ToolContext parameter is excluded)."""
+        return self._shape.input_model.model_json_schema()
+
+    def validate_args(self, args: dict[str, Any]) -> BaseModel:
+        """Raises pydantic.ValidationError on bad input."""
+        return self._shape.input_model.model_validate(args)
+
+    @staticmethod
+    def canonical_args(validated: BaseModel) -> dict[str, Any]:
+        """The JSON form digests and idempotency keys are computed from (defaults filled in)."""
+        return validated.model_dump(mode="json")
+
+    def handler_kwargs(self, validated: BaseModel, context: ToolContext) -> dict[str, Any]:
+        kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
+        if self._shape.context_param is not None:
+            kwargs[self._shape.context_param] = context
+        return kwargs
+
+    def validate_output(self, raw: Any) -> Any:
+        """Check ``raw`` against the return annotation and return it as JSON-able data.
+
+        Raises pydantic.ValidationError on mismatch. Without an annotation nothing is checked.
+        """
+        if self._shape.output is None:
+            return to_jsonable_python(raw, fallback=str)
+        adapter = self._shape.output
+        return adapter.dump_python(adapter.validate_python(raw), mode="json")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.handler(*args, **kwargs)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> ToolSpec: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permission: str | None = None,
+    side_effect: bool = False,
+    requires_approval: bool = False,
+    timeout_s: float = 30.0,
+    retry: RetryPolicy | None = None,
+    breaker: BreakerPolicy | None = None,
+    max_result_bytes: int | None = None,
+    on_too_large: TooLarge = "truncate",
+    redact: RedactionRules | list[str] | tuple[str, ...] | None = None,
+    health_check: Callable[[], bool] | None = None,
+    lookup: LookupFn | None = None,
+    available: bool = True,
+) -> Callable[[Callable[..., Any]], ToolSpec]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permission: str | None = None,
+    side_effect: bool = False,
+    requires_approval: bool = False,
+    timeout_s: float = 30.0,
+    retry: RetryPolicy | None = None,
+    breaker: BreakerPolicy | None = None,
+    max_result_bytes: int | None = None,
+    on_too_large: TooLarge = "truncate",
+    redact: RedactionRules | list[str] | tuple[str, ...] | None = None,
+    health_check: Callable[[], bool] | None = None,
+    lookup: LookupFn | None = None,
+    available: bool = True,
+) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
+    """Declare a tool: ``@tool`` or ``@tool(side_effect=True, ...)``. ``redact`` accepts a list whose
+    identifier-like entries are field names and the rest regexes."""
+
+    def build(handler: Callable[..., Any]) -> ToolSpec:
+        doc = inspect.getdoc(handler) or ""
+        return ToolSpec(
+            name=name or handler.__name__,
+            description=description if description is not None else doc.split("\n\n")[0].strip(),
+            handler=handler,
+            permission=permission,
+            side_effect=side_effect,
+            requires_approval=requires_approval,
+            timeout_s=timeout_s,
+            retry=retry or RetryPolicy(),
+            breaker=breaker or BreakerPolicy(),
+            max_result_bytes=max_result_bytes,
+            on_too_large=on_too_large,
+            redact=rules_from(redact),
+            health_check=health_check,
+            lookup=lookup,
+            available=available,
+        )
+
+    return build(fn) if fn is not None else build

@@ -1,0 +1,180 @@
+"""The admission stages of a call, in order. Each either lets the call through or refuses it with a
+stable code; none of them calls the handler, and none reads anything a tool ever returned."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from stateward.core.canonical import action_digest, args_digest, idempotency_key, sha256_hex
+
+from .breaker import CircuitBreaker
+from .execution import run_with_timeout
+from .registry import ToolRegistry
+from .spec import ToolSpec
+from .types import (
+    AttemptRecord,
+    CallContext,
+    LookupStatus,
+    OutcomeStatus,
+    RuntimeAction,
+    ToolCall,
+    ToolErrorCode,
+)
+
+
+@dataclass
+class CallState:
+    """What the stages learn about one call as it moves through the pipeline."""
+
+    call: ToolCall
+    ctx: CallContext
+    spec: ToolSpec | None = None
+    validated: BaseModel | None = None
+    args: dict[str, Any] | None = None  # canonical, validated arguments
+    key: str | None = None
+    digest: str | None = None
+    budget_used: int = 0
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    first_error: ToolErrorCode | None = None
+    idempotency_status: LookupStatus | None = None
+    retried_once: bool = False
+
+    @property
+    def tool_spec(self) -> ToolSpec:
+        assert self.spec is not None, "stage ordering: the registry stage runs first"
+        return self.spec
+
+    @property
+    def input_hash(self) -> str:
+        if self.args is not None:
+            return args_digest(self.args)
+        try:
+            return args_digest(self.call.args)
+        except (TypeError, ValueError):
+            return sha256_hex(repr(self.call.args))
+
+    def note_failure(self, code: ToolErrorCode) -> None:
+        if self.first_error is None:
+            self.first_error = code
+
+
+@dataclass(frozen=True)
+class Refusal:
+    code: ToolErrorCode
+    message: str
+    status: OutcomeStatus = OutcomeStatus.REJECTED
+    action: RuntimeAction = RuntimeAction.REJECT
+    field_errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+Stage = Callable[[CallState], Refusal | None]
+
+
+def registered(registry: ToolRegistry) -> Stage:
+    def stage(st: CallState) -> Refusal | None:
+        st.spec = registry.get(st.call.tool)
+        if st.spec is None:
+            return Refusal(ToolErrorCode.UNKNOWN_TOOL, f"no tool named {st.call.tool!r}")
+        return None
+
+    return stage
+
+
+def visible(st: CallState) -> Refusal | None:
+    allowed = st.ctx.visible_actions
+    if allowed is not None and st.call.tool not in allowed:
+        return Refusal(ToolErrorCode.NOT_VISIBLE, f"{st.call.tool!r} is not an action of the current step")
+    return None
+
+
+def available(breaker: CircuitBreaker) -> Stage:
+    """Offline tools and open circuits fail fast; a due half-open probe uses only the health check."""
+
+    def stage(st: CallState) -> Refusal | None:
+        spec = st.tool_spec
+        if not spec.available:
+            return Refusal(ToolErrorCode.TOOL_UNAVAILABLE, f"{spec.name!r} is offline")
+        check = spec.health_check
+        probe = None if check is None else (lambda: run_with_timeout(check, spec.timeout_s).value is True)
+        if not breaker.admit(spec.name, spec.breaker, probe=probe, side_effect=spec.side_effect):
+            return Refusal(ToolErrorCode.CIRCUIT_OPEN, f"circuit for {spec.name!r} is open")
+        return None
+
+    return stage
+
+
+def valid_input(st: CallState) -> Refusal | None:
+    spec = st.tool_spec
+    try:
+        st.validated = spec.validate_args(st.call.args)
+    except ValidationError as exc:
+        errors = [
+            {"loc": [str(p) for p in e["loc"]], "msg": spec.redact.text(e["msg"]), "type": e["type"]}
+            for e in exc.errors()
+        ]
+        return Refusal(ToolErrorCode.INVALID_ARGUMENT, f"invalid arguments for {spec.name!r}", field_errors=errors)
+    st.args = spec.canonical_args(st.validated)
+    return None
+
+
+def permitted(st: CallState) -> Refusal | None:
+    needed = st.tool_spec.permission
+    if needed is not None and needed not in st.ctx.permissions:
+        return Refusal(ToolErrorCode.PERMISSION_DENIED, f"principal {st.ctx.principal!r} lacks permission {needed!r}")
+    return None
+
+
+def in_scope(st: CallState) -> Refusal | None:
+    scope = st.ctx.scope
+    if scope is not None and st.call.tool not in scope:
+        return Refusal(ToolErrorCode.OUT_OF_SCOPE, f"{st.call.tool!r} is outside the goal's scope")
+    return None
+
+
+def action_gate(st: CallState) -> Refusal | None:
+    """An approval admits exactly one action: this tool, these canonical args, this plan version.
+
+    A digest over the call's raw args (exactly as sent) is accepted too: it names the same single
+    action, and lets a caller bind approvals without re-validating arguments.
+    """
+    spec = st.tool_spec
+    if not spec.requires_approval:
+        return None
+    st.digest = action_digest(spec.name, st.args, st.ctx.plan_version)
+    if st.digest in st.ctx.approved_digests or _raw_digest(st) in st.ctx.approved_digests:
+        return None
+    return Refusal(
+        ToolErrorCode.BLOCKED_BY_ACTION_GATEWAY,
+        f"{spec.name!r} needs an approval bound to this exact action",
+        status=OutcomeStatus.BLOCKED,
+        action=RuntimeAction.BLOCK,
+    )
+
+
+def _raw_digest(st: CallState) -> str | None:
+    try:
+        return action_digest(st.tool_spec.name, st.call.args, st.ctx.plan_version)
+    except (TypeError, ValueError):
+        return None
+
+
+def reserve_budget(st: CallState) -> Refusal | None:
+    if not has_budget(st):
+        return Refusal(ToolErrorCode.BUDGET_EXCEEDED, "no tool calls left in the run's budget")
+    st.budget_used += 1
+    return None
+
+
+def has_budget(st: CallState) -> bool:
+    remaining = st.ctx.remaining_tool_calls
+    return remaining is None or st.budget_used < remaining
+
+
+def assign_idempotency_key(st: CallState) -> Refusal | None:
+    """Deterministic, so a retried or resumed step finds the journal entry of its earlier attempt."""
+    st.key = idempotency_key(st.ctx.run_id, st.ctx.step, st.tool_spec.name, st.args)
+    return None

@@ -1,0 +1,131 @@
+"""Plain data that crosses the gateway boundary: calls, contexts, outcomes, attempt records."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ToolErrorCode(StrEnum):
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    TOOL_UNAVAILABLE = "TOOL_UNAVAILABLE"
+    CIRCUIT_OPEN = "CIRCUIT_OPEN"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    OUT_OF_SCOPE = "OUT_OF_SCOPE"
+    NOT_VISIBLE = "NOT_VISIBLE"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    BLOCKED_BY_ACTION_GATEWAY = "BLOCKED_BY_ACTION_GATEWAY"
+    TIMEOUT = "TIMEOUT"
+    RATE_LIMITED = "RATE_LIMITED"
+    SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
+    SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
+    RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
+    EXECUTION_ERROR = "EXECUTION_ERROR"
+    UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+
+
+class LookupStatus(StrEnum):
+    """What the domain says really happened for an idempotency key."""
+
+    SUCCEEDED = "SUCCEEDED"
+    NOT_EXECUTED = "NOT_EXECUTED"
+    UNKNOWN = "UNKNOWN"
+
+
+class RuntimeAction(StrEnum):
+    """What the gateway did with the call."""
+
+    EXECUTE = "EXECUTE"
+    REJECT = "REJECT"
+    BLOCK = "BLOCK"
+    RETRY = "RETRY"
+    REPLAY_SUCCESS = "REPLAY_SUCCESS"
+    RETRY_ONCE = "RETRY_ONCE"
+    AWAIT_RECONCILIATION = "AWAIT_RECONCILIATION"
+
+
+class OutcomeStatus(StrEnum):
+    SUCCESS = "SUCCESS"
+    REJECTED = "REJECTED"  # refused before the handler; nothing happened
+    BLOCKED = "BLOCKED"  # the action gate refused it (needs an approval bound to this action)
+    FAILED = "FAILED"  # the handler ran (or may have) and failed in a known way
+    PENDING_VERIFICATION = "PENDING_VERIFICATION"  # a side effect may have happened; nobody can say
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ArtifactDraft(BaseModel):
+    """An artifact a handler produced; the Runtime stores it in the same transaction as the step."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    content: str
+    media_type: str = "text/markdown"
+
+
+class CallContext(BaseModel):
+    """Everything the gateway needs to decide about one call, supplied by the Runtime."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    step: int
+    principal: str = "agent"
+    permissions: frozenset[str] = frozenset()
+    visible_actions: frozenset[str] | None = None  # None: every registered tool is visible
+    scope: frozenset[str] | None = None  # tools the goal allows; None: no scope restriction
+    approved_digests: frozenset[str] = frozenset()  # action digests a person approved for this run
+    plan_version: int | None = None
+    remaining_tool_calls: int | None = None  # None: unbounded
+
+
+class AttemptRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attempt_id: str
+    run_id: str
+    step: int
+    sequence: int
+    tool: str
+    input_hash: str
+    idempotency_key: str | None
+    outcome: str
+    error_code: str | None = None
+    error: str | None = None
+    duration_ms: float = 0.0
+    handler_called: bool = False
+
+
+class ToolOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str
+    status: OutcomeStatus
+    runtime_action: RuntimeAction
+    result: Any = None
+    error_code: ToolErrorCode | None = None
+    error: str | None = None
+    field_errors: list[dict[str, Any]] = Field(default_factory=list)
+    idempotency_key: str | None = None
+    idempotency_status: LookupStatus | None = None
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    artifacts: list[ArtifactDraft] = Field(default_factory=list)
+    truncated: bool = False
+    # Added by the gateway: ``error_code`` is the *first* failure class seen (e.g. TIMEOUT even when a
+    # reconciliation later proved success); ``last_error_code`` is the one that decided the outcome.
+    last_error_code: ToolErrorCode | None = None
+    action_digest: str | None = None  # what an approval must be bound to (set for gated tools)
+    budget_used: int = 0  # tool-call reservations consumed (first call + every retry)
+
+    @property
+    def handler_calls(self) -> int:
+        return sum(1 for a in self.attempts if a.handler_called)

@@ -1,0 +1,117 @@
+"""Goal Contract: hard violations block or hand off, soft ones are recorded; outcomes come from facts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stateward.planning import (
+    GoalContract,
+    InvalidGoalDocumentError,
+    RunFacts,
+    ViolationEffect,
+    assess_goal,
+    check_constraints,
+    load_goal,
+    read_goal_file,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plans"
+
+
+def constraint(cid: str, kind: str, value: Any, **extra: Any) -> dict[str, Any]:
+    return {"constraint_id": cid, "description": cid, "predicate": {"kind": kind, "value": value}, **extra}
+
+
+GOAL = load_goal(
+    {
+        "goal_id": "g",
+        "objective": "assess migration",
+        "scope": {"in_scope": ["payment-services"], "out_of_scope": ["billing-prod"]},
+        "deliverables": ["risk-matrix"],
+        "hard_constraints": [
+            constraint("tools", "max_tool_calls", 40),
+            constraint("ro", "forbidden_capability", "write_prod", on_violation="HANDOFF"),
+        ],
+        "soft_constraints": [constraint("frugal", "max_model_calls", 10)],
+        "success_criteria": [
+            {
+                "criterion_id": "matrix",
+                "description": "d",
+                "predicate": {"kind": "artifact_present", "value": "risk-matrix"},
+            },
+            {
+                "criterion_id": "cover",
+                "description": "d",
+                "predicate": {"kind": "metric_at_least", "metric": "coverage", "value": 1.0},
+            },
+        ],
+        "failure_criteria": [
+            {
+                "criterion_id": "access",
+                "description": "d",
+                "predicate": {"kind": "metric_below", "metric": "accessible_ratio", "value": 0.8},
+            },
+        ],
+        "evidence_requirements": [{"requirement_id": "e", "applies_to": "high_risk_claim"}],
+    }
+)
+
+
+def test_no_violations_within_limits() -> None:
+    assert check_constraints(GOAL, RunFacts(tool_calls=40, model_calls=10)) == []
+
+
+def test_hard_violation_blocks_or_hands_off_soft_is_recorded() -> None:
+    facts = RunFacts(tool_calls=41, model_calls=11, capabilities_used=("search_code", "write_prod"))
+    got = {v.constraint_id: v for v in check_constraints(GOAL, facts)}
+    assert got["tools"].hard and got["tools"].effect is ViolationEffect.BLOCK
+    assert got["ro"].hard and got["ro"].effect is ViolationEffect.HANDOFF
+    assert not got["frugal"].hard and got["frugal"].effect is ViolationEffect.RECORD
+    assert "tools" in got["tools"].message
+
+
+def test_hard_constraint_cannot_merely_record() -> None:
+    with pytest.raises(InvalidGoalDocumentError):
+        load_goal(
+            {
+                "goal_id": "g",
+                "objective": "o",
+                "hard_constraints": [constraint("x", "max_tokens", 1, on_violation="RECORD")],
+            }
+        )
+
+
+def test_duplicate_constraint_ids_are_refused() -> None:
+    with pytest.raises(InvalidGoalDocumentError, match="duplicate"):
+        load_goal(
+            {
+                "goal_id": "g",
+                "objective": "o",
+                "hard_constraints": [constraint("x", "max_tokens", 1)],
+                "soft_constraints": [constraint("x", "max_tokens", 2)],
+            }
+        )
+
+
+def test_assessment_needs_measured_facts() -> None:
+    unknown = assess_goal(GOAL, RunFacts())
+    assert not unknown.succeeded and not unknown.failed
+    assert unknown.unmet == ("matrix", "cover")
+    done = assess_goal(GOAL, RunFacts(artifacts=("risk-matrix",), metrics={"coverage": 1.0, "accessible_ratio": 0.9}))
+    assert done.succeeded and done.met == ("matrix", "cover")
+    failed = assess_goal(GOAL, RunFacts(metrics={"accessible_ratio": 0.5}))
+    assert failed.failed and failed.failures == ("access",)
+
+
+def test_forbidden_capabilities_and_json_round_trip() -> None:
+    assert GOAL.forbidden_capabilities() == {"write_prod"}
+    assert GoalContract.model_validate_json(GOAL.model_dump_json()) == GOAL
+
+
+def test_example_goal_loads() -> None:
+    goal = read_goal_file(EXAMPLES / "payment_migration.goal.json")
+    assert goal.goal_id == "goal-payment-migration-001"
+    assert check_constraints(goal, RunFacts(tool_calls=121))[0].constraint_id == "tool-budget"
