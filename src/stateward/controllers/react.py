@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stateward.controllers.base import DecisionContext, Proposal
+from stateward.controllers.base import DecisionContext, Proposal, SignalFailure
 from stateward.core.decision import SignalSource
 from stateward.models.base import Model, ModelRequest
 
@@ -36,6 +36,9 @@ class ReActController:
                 instructions=DECIDE_INSTRUCTIONS,
             )
         )
+        signal: str | SignalFailure = reply.text
+        if reply.rejection_code is not None:
+            signal = SignalFailure(code=reply.rejection_code, message=reply.rejection_message or "", raw=reply.text)
         return Proposal(
-            signal=reply.text, source=SignalSource.MODEL, visible_actions=frozenset(visible), model_usage=(reply.usage,)
+            signal=signal, source=SignalSource.MODEL, visible_actions=frozenset(visible), model_usage=(reply.usage,)
         )

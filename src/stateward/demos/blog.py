@@ -139,7 +139,11 @@ def scripted_models() -> dict[str, ScriptedModel]:
 
 
 def build_agent(
-    controller: str = "react", max_steps: int = 8, materials: str = "default", model: Model | None = None
+    controller: str = "react",
+    max_steps: int = 8,
+    materials: str = "default",
+    model: Model | None = None,
+    model_spec: str | None = None,
 ) -> Agent:
     """The blog agent for one controller. Parameters are JSON so any process can rebuild it."""
     if controller not in MODES:
@@ -150,6 +154,10 @@ def build_agent(
         raise UserError(f"unknown material set {materials!r}", code="UNKNOWN_FIXTURE")
     chosen = fx.MATERIAL_SETS[materials]
     inventory = list(chosen)
+    if model is None and model_spec is not None:
+        from stateward.models.config import model_from_spec
+
+        model = model_from_spec(model_spec)
     signal_model = model or scripted_models()[controller]
     ctrl: ReActController | PlanAndExecuteController | WorkflowController
     if controller == "react":
@@ -163,7 +171,8 @@ def build_agent(
         controller=ctrl,
         tools=make_tools(chosen),
         ref=AgentRef(
-            factory=FACTORY, params={"controller": controller, "max_steps": max_steps, "materials": materials}
+            factory=FACTORY,
+            params={"controller": controller, "max_steps": max_steps, "materials": materials, "model_spec": model_spec},
         ),
         wait_policy=blog_wait_policy,
         budget=Budget(max_steps=max_steps),

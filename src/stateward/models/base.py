@@ -41,13 +41,19 @@ class Usage(BaseModel):
 
 
 class ModelReply(BaseModel):
-    """Raw text as the model produced it; parsing it is the Runtime's job."""
+    """Raw text as the model produced it; parsing it is the Runtime's job.
+
+    A provider that can already see the reply is not exactly one decision (two native tool calls, a
+    thinking-only reply) says so in ``rejection_code``; the Runtime then refuses it by that name.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: str
     usage: Usage = Field(default_factory=Usage)
     model: str = "unknown"
+    rejection_code: str | None = None
+    rejection_message: str | None = None
 
 
 class Model(Protocol):
