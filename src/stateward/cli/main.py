@@ -66,6 +66,7 @@ def demo_blog(
     db: DbOpt = DEFAULT_DB,
     max_steps: Annotated[int, typer.Option(min=1, help="Step budget of the run.")] = 12,
     materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
+    no_drive: Annotated[bool, typer.Option("--no-drive", help="Only submit the run; a worker drives it.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start the blog-brief agent; returns when the run stops (normally waiting for approval)."""
@@ -75,7 +76,7 @@ def demo_blog(
     with reported_errors(as_json):
         agent = build_agent(controller, max_steps=max_steps, materials=materials)
         runtime = _runtime(db)
-        state = runtime.start(agent, GOAL)
+        state = runtime.submit(agent, GOAL) if no_drive else runtime.start(agent, GOAL)
     out = {
         "run_id": state.run_id,
         "status": state.status.value,
@@ -170,17 +171,40 @@ def trace(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None
 
 
 # -- answers --------------------------------------------------------------------------------------
-def _answer(verdict: str, run_id: str, request_id: str, db: str, by: str, text: str | None, as_json: bool) -> None:
+def _answer(
+    verdict: str, run_id: str, request_id: str, db: str, by: str, text: str | None, as_json: bool, check: AnswerChecks
+) -> None:
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
         runtime = _runtime(db)
+        roles = frozenset(check.roles)
         if verdict == "approved":
-            result = runtime.approve(run_id, request_id, by=by, comment=text)
+            result = runtime.approve(
+                run_id,
+                request_id,
+                by=by,
+                comment=text,
+                tenant=check.tenant,
+                roles=roles,
+                digest=check.digest,
+                drive=check.drive,
+            )
         elif verdict == "rejected":
-            result = runtime.reject(run_id, request_id, by=by, comment=text)
+            result = runtime.reject(
+                run_id,
+                request_id,
+                by=by,
+                comment=text,
+                tenant=check.tenant,
+                roles=roles,
+                digest=check.digest,
+                drive=check.drive,
+            )
         else:
-            result = runtime.reply(run_id, request_id, by=by, text=text or "")
+            result = runtime.reply(
+                run_id, request_id, by=by, text=text or "", tenant=check.tenant, roles=roles, drive=check.drive
+            )
         summary = run_summary(runtime.store, result.state)
     summary["already_answered"] = result.already_answered
     summary["answer"] = result.answer.model_dump(mode="json")
@@ -193,6 +217,20 @@ def _answer(verdict: str, run_id: str, request_id: str, db: str, by: str, text: 
 
 
 ByOpt = Annotated[str, typer.Option("--by", help="Who answers (recorded).")]
+RoleOpt = Annotated[list[str] | None, typer.Option("--role", help="A role the answerer holds (repeatable).")]
+TenantOpt = Annotated[str | None, typer.Option("--tenant", help="The answerer's tenant; must match the run's.")]
+DigestOpt = Annotated[
+    str | None, typer.Option("--digest", help="Digest of the guarded action you reviewed; must match the request's.")
+]
+NoDriveOpt = Annotated[bool, typer.Option("--no-drive", help="Record the answer only; a worker continues the run.")]
+
+
+class AnswerChecks:
+    def __init__(self, roles: list[str] | None, tenant: str | None, digest: str | None, no_drive: bool):
+        self.roles = roles or []
+        self.tenant = tenant
+        self.digest = digest
+        self.drive = not no_drive
 
 
 @app.command("approve")
@@ -202,10 +240,14 @@ def approve(
     db: DbOpt = DEFAULT_DB,
     by: ByOpt = os.environ.get("USER", "operator"),
     comment: Annotated[str | None, typer.Option()] = None,
+    role: RoleOpt = None,
+    tenant: TenantOpt = None,
+    digest: DigestOpt = None,
+    no_drive: NoDriveOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Approve a pending request and resume the run to its next stop."""
-    _answer("approved", run_id, request_id, db, by, comment, as_json)
+    _answer("approved", run_id, request_id, db, by, comment, as_json, AnswerChecks(role, tenant, digest, no_drive))
 
 
 @app.command("reject")
@@ -215,10 +257,14 @@ def reject(
     db: DbOpt = DEFAULT_DB,
     by: ByOpt = os.environ.get("USER", "operator"),
     comment: Annotated[str | None, typer.Option()] = None,
+    role: RoleOpt = None,
+    tenant: TenantOpt = None,
+    digest: DigestOpt = None,
+    no_drive: NoDriveOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Reject a pending request (with a comment) and resume the run to its next stop."""
-    _answer("rejected", run_id, request_id, db, by, comment, as_json)
+    _answer("rejected", run_id, request_id, db, by, comment, as_json, AnswerChecks(role, tenant, digest, no_drive))
 
 
 @app.command("reply")
@@ -228,10 +274,94 @@ def reply(
     text: Annotated[str, typer.Option("--text")],
     db: DbOpt = DEFAULT_DB,
     by: ByOpt = os.environ.get("USER", "operator"),
+    role: RoleOpt = None,
+    tenant: TenantOpt = None,
+    no_drive: NoDriveOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question with text and resume the run to its next stop."""
-    _answer("replied", run_id, request_id, db, by, text, as_json)
+    _answer("replied", run_id, request_id, db, by, text, as_json, AnswerChecks(role, tenant, None, no_drive))
+
+
+# -- lifecycle ------------------------------------------------------------------------------------
+def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> None:
+    from stateward.runtime.summary import run_summary
+
+    with reported_errors(as_json):
+        runtime = _runtime(db)
+        if action == "pause":
+            state = runtime.pause(run_id)
+        elif action == "resume":
+            state = runtime.resume(run_id, by=by)
+        else:
+            state = runtime.cancel(run_id, by=by)
+        summary = run_summary(runtime.store, state)
+        summary["control"] = runtime.store.get_control(run_id)
+    if as_json:
+        emit_json(summary)
+    else:
+        _print_summary(summary)
+
+
+@app.command("pause")
+def pause(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
+    """RUNNING -> PAUSING -> PAUSED with a checkpoint (at the driving worker's next step)."""
+    _lifecycle("pause", run_id, db, as_json, "operator")
+
+
+@app.command("resume")
+def resume(
+    run_id: str, db: DbOpt = DEFAULT_DB, by: ByOpt = os.environ.get("USER", "operator"), as_json: JsonOpt = False
+) -> None:
+    """Resume a PAUSED run from its checkpoint, reconciling side effects left in flight."""
+    _lifecycle("resume", run_id, db, as_json, by)
+
+
+@app.command("cancel")
+def cancel(
+    run_id: str, db: DbOpt = DEFAULT_DB, by: ByOpt = os.environ.get("USER", "operator"), as_json: JsonOpt = False
+) -> None:
+    """Cancel any non-terminal run; its open requests close and later answers are refused."""
+    _lifecycle("cancel", run_id, db, as_json, by)
+
+
+@app.command("worker")
+def worker(
+    db: DbOpt = DEFAULT_DB,
+    concurrency: Annotated[int, typer.Option(min=1, help="Runs driven at once by this process.")] = 1,
+    lease_ttl: Annotated[float, typer.Option(help="Lease TTL in seconds (>= 3 x heartbeat).")] = 30.0,
+    heartbeat: Annotated[float, typer.Option(help="Lease renewal interval in seconds.")] = 10.0,
+    idle_exit: Annotated[float | None, typer.Option(help="Exit after this many idle seconds.")] = None,
+) -> None:
+    """Claim runnable runs and drive them; SIGTERM finishes the current step and releases leases."""
+    import signal
+
+    from stateward.runtime.leases import LeasePolicy
+    from stateward.runtime.runtime import Runtime
+    from stateward.runtime.worker import Worker
+
+    with reported_errors(False):
+        runtime = Runtime.open(db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat))
+        w = Worker(runtime, concurrency=concurrency)
+    signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: w.stop.set())
+    typer.echo(f"worker {runtime.owner}: {concurrency} slot(s) on {db}", err=True)
+    stats = w.run(idle_exit_s=idle_exit)
+    runtime.close()
+    typer.echo(
+        f"worker stopped: claimed={stats.claimed} stale_leases={stats.stale_leases} errors={stats.errors}", err=True
+    )
+
+
+@requests_app.command("expire")
+def requests_expire(db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
+    """Apply each agent's expiry policy (fail / cancel / escalate) to expired requests."""
+    with reported_errors(as_json):
+        expired = _runtime(db).expire_requests()
+    if as_json:
+        emit_json({"expired": expired})
+    else:
+        typer.echo(f"expired: {', '.join(expired) or 'none'}")
 
 
 def _print_summary(summary: dict[str, object]) -> None:

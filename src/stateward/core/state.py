@@ -75,6 +75,7 @@ class RunState(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
+    tenant: str = "default"
     agent: AgentRef
     goal: str
     status: RunStatus = RunStatus.RUNNING

@@ -29,15 +29,20 @@ class ModelRequest(BaseModel):
     visible_actions: list[ActionSpec] = Field(default_factory=list)
     facts: dict[str, Any] = Field(default_factory=dict)
     instructions: str = ""
+    # Set by the runtime's corrective-message policy: providers append it as a user message naming the error.
+    correction: str | None = None
 
 
 class Usage(BaseModel):
+    """What one model call cost, as the provider reported it (cost only where a price is configured)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     input_tokens: int = 0
     output_tokens: int = 0
     latency_ms: float = 0.0
     provider_request_id: str | None = None
+    cost_usd: float | None = None
 
 
 class ModelReply(BaseModel):
@@ -54,6 +59,10 @@ class ModelReply(BaseModel):
     model: str = "unknown"
     rejection_code: str | None = None
     rejection_message: str | None = None
+    # Provider-side facts kept for the record, never parsed: why generation stopped, and any prose the
+    # model wrote beside its single native tool call.
+    stop_reason: str | None = None
+    commentary: str | None = None
 
 
 class Model(Protocol):

@@ -54,6 +54,17 @@ class Agent:
     inventory: Sequence[str] = ()
     request_ttl: timedelta | None = None
     approver_role: str | None = None
+    on_request_expiry: str = "fail"  # "fail" | "cancel" | "escalate"
+    escalation_role: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_request_expiry not in {"fail", "cancel", "escalate"}:
+            raise UserError(
+                f"on_request_expiry must be fail, cancel or escalate, not {self.on_request_expiry!r}",
+                code="INVALID_AGENT",
+            )
+        if self.on_request_expiry == "escalate" and not self.escalation_role:
+            raise UserError("escalating expired requests needs an escalation_role", code="INVALID_AGENT")
 
 
 def resolve_agent(ref: AgentRef) -> Agent:

@@ -1,34 +1,39 @@
-"""The Runtime: starts runs, drives them to their next stop, and continues them after an answer.
+"""The Runtime: starts runs, drives them to their next stop, and continues, pauses, resumes or
+cancels them on request — from any process.
 
-The scheduler loop reads only the status: ``while status is RUNNING: decide -> handle -> persist``.
-Every step is one store transaction guarded by the run's last event number, so two processes can
-never both commit the same step.
+Only the holder of a run's lease drives it (see ``driver.py``); the other entry points either act
+while nobody holds the lease or leave a request the holder honours at its next step.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from stateward.controllers.base import DecisionContext, Observation, Proposal
 from stateward.core.budget import Budget
-from stateward.core.decision import DecisionType
-from stateward.core.errors import IllegalTransitionError, StatewardError
+from stateward.core.canonical import sha256_hex
+from stateward.core.errors import RunError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
-from stateward.models.base import ActionSpec
 from stateward.runtime.agent import Agent, resolve_agent
-from stateward.runtime.continuation import AnswerResult, answer_request
-from stateward.runtime.tool_step import execute_tool
-from stateward.runtime.transition import Transition, handle
+from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
+from stateward.runtime.driver import Driver, action_specs, cancel_write, transition_event
+from stateward.runtime.leases import LeasePolicy
 from stateward.store.base import Store, open_store
-from stateward.store.records import StepWrite
+from stateward.store.records import Lease, StepWrite
 from stateward.tools.gateway import ToolGateway
+from stateward.tools.ports import SideEffectStatus
 
 Clock = Callable[[], datetime]
+IN_FLIGHT = (SideEffectStatus.STARTED.value, SideEffectStatus.UNKNOWN_OUTCOME.value)
+
+__all__ = ["Runtime", "action_specs", "new_run_id"]
 
 
 def _utcnow() -> datetime:
@@ -39,23 +44,42 @@ def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex[:16]}"
 
 
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
 class Runtime:
-    def __init__(self, store: Store, *, clock: Clock = _utcnow):
+    def __init__(
+        self, store: Store, *, clock: Clock = _utcnow, lease: LeasePolicy | None = None, owner: str | None = None
+    ):
         self.store = store
         self.clock = clock
+        self.owner = owner or default_owner()
+        self.lease_policy = lease or LeasePolicy()
+        self.driver = Driver(store, clock, self.lease_policy)
         self._agents: dict[str, Agent] = {}
 
     @classmethod
-    def open(cls, url: str = "stateward.db") -> Runtime:
-        return cls(open_store(url))
+    def open(cls, url: str = "stateward.db", **kwargs: Any) -> Runtime:
+        return cls(open_store(url), **kwargs)
 
     def close(self) -> None:
         self.store.close()
 
     # -- starting and reading -------------------------------------------------------------------
-    def start(self, agent: Agent, goal: str, *, run_id: str | None = None, budget: Budget | None = None) -> RunState:
-        """Create a run and drive it to its next stop in this process."""
-        state = RunState(run_id=run_id or new_run_id(), agent=agent.ref, goal=goal, budget=budget or agent.budget)
+    def submit(
+        self,
+        agent: Agent,
+        goal: str,
+        *,
+        run_id: str | None = None,
+        budget: Budget | None = None,
+        tenant: str = "default",
+    ) -> RunState:
+        """Create a RUNNING run without driving it: any worker (or ``drive``) picks it up."""
+        state = RunState(
+            run_id=run_id or new_run_id(), tenant=tenant, agent=agent.ref, goal=goal, budget=budget or agent.budget
+        )
         self.store.create_run(
             state,
             [
@@ -68,11 +92,25 @@ class Runtime:
                         "mode": agent.controller.mode,
                         "goal": goal,
                         "budget": state.budget.model_dump(),
+                        "tenant": tenant,
                     },
                 )
             ],
         )
         self._agents[state.run_id] = agent
+        return state
+
+    def start(
+        self,
+        agent: Agent,
+        goal: str,
+        *,
+        run_id: str | None = None,
+        budget: Budget | None = None,
+        tenant: str = "default",
+    ) -> RunState:
+        """Create a run and drive it to its next stop in this process."""
+        state = self.submit(agent, goal, run_id=run_id, budget=budget, tenant=tenant)
         return self.drive(state.run_id)
 
     def get(self, run_id: str) -> RunState:
@@ -84,194 +122,193 @@ class Runtime:
             agent = self._agents[state.run_id] = resolve_agent(state.agent)
         return agent
 
-    # -- the scheduler loop ---------------------------------------------------------------------
+    # -- driving --------------------------------------------------------------------------------
     def drive(self, run_id: str) -> RunState:
-        """Step the run while it is RUNNING; return the state it stopped in."""
-        state, seq = self.store.load_run_at(run_id)
-        if state.status is not RunStatus.RUNNING:
+        """Drive the run to its next stop if it is runnable and nobody else holds its lease."""
+        state = self.store.load_run(run_id)
+        if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
             return state
-        agent = self.agent_for(state)
-        gateway = ToolGateway(agent.tools, self.store)
-        observations = self._observations(run_id)
-        while state.status is RunStatus.RUNNING:
-            state, seq = self.step(state, seq, agent, gateway, observations)
-        return state
+        lease = self._try_lease(run_id)
+        if lease is None:
+            return state
+        return self.driver.drive(lease, self.agent_for)
 
-    def step(
-        self,
-        state: RunState,
-        expected_seq: int,
-        agent: Agent,
-        gateway: ToolGateway,
-        observations: list[Observation],
-    ) -> tuple[RunState, int]:
-        """One decision: budget check, decide, handle, act, persist — one transaction.
+    def drive_leased(self, lease: Lease, stop: threading.Event | None = None) -> RunState:
+        """Drive a run this process has already leased (e.g. claimed by a worker)."""
+        return self.driver.drive(lease, self.agent_for, stop)
 
-        Returns the new state and the number of its last event.
-        """
-        exhausted = state.budget.exhausted_by(state.usage)
-        if exhausted is not None:
-            return self._exhaust(state, exhausted, expected_seq)
-        ctx = DecisionContext(
-            state=state, observations=observations, inventory=agent.inventory, actions=action_specs(agent)
-        )
+    def _try_lease(self, run_id: str) -> Lease | None:
         try:
-            proposal = agent.controller.decide(ctx)
-        except StatewardError as exc:
-            return self._fail(state, expected_seq, exc.code, exc.message)
-        try:
-            transition = handle(
-                proposal.signal,
-                state,
-                agent,
-                source=proposal.source,
-                visible_actions=proposal.visible_actions,
-                model_usage=proposal.model_usage,
-                now=self.clock(),
-            )
-        except IllegalTransitionError as exc:
-            self._record_illegal(state, expected_seq, exc)
-        return self._commit(state, agent, gateway, proposal, transition, observations, expected_seq)
+            return self.store.acquire_lease(run_id, self.owner, self.lease_policy.ttl_s)
+        except RunError as exc:
+            if exc.code == "LEASE_HELD":
+                return None
+            raise
 
-    def _commit(
+    # -- answers --------------------------------------------------------------------------------
+    def approve(
         self,
-        before: RunState,
-        agent: Agent,
-        gateway: ToolGateway,
-        proposal: Proposal,
-        transition: Transition,
-        observations: list[Observation],
-        expected_seq: int,
-    ) -> tuple[RunState, int]:
-        state = transition.state
-        if transition.accepted and proposal.memo is not None:
-            state = state.model_copy(update={"memo": proposal.memo})
-        events = [*proposal.notes, *transition.events]
-        write: dict[str, Any] = {"open_request": transition.pending}
-        decision = transition.decision
-        if transition.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL:
-            done = execute_tool(gateway, agent, state, decision, now=self.clock())
-            state = done.state
-            events.extend(done.events)
-            write.update(artifacts=done.artifacts, attempts=done.attempts, open_request=done.pending)
-            observations.append(done.observation)
-        if state.status is not RunStatus.RUNNING:
-            events.append(_exit_event(state))
-        return self._persist(before.run_id, expected_seq, StepWrite(state=state, events=events, **write))
+        run_id: str,
+        request_id: str,
+        *,
+        by: str,
+        comment: str | None = None,
+        tenant: str | None = None,
+        roles: frozenset[str] = frozenset(),
+        digest: str | None = None,
+        drive: bool = True,
+    ) -> AnswerResult:
+        """Approve the request; with ``drive`` the run continues to its next stop in this process."""
+        who = Answerer(by=by, tenant=tenant, roles=roles, digest=digest, drive=drive)
+        return self._answer(run_id, request_id, "approved", who, comment)
 
-    def _persist(self, run_id: str, expected_seq: int, write: StepWrite) -> tuple[RunState, int]:
-        written = self.store.commit_step(run_id, expected_seq, write)
-        return write.state, written[-1].seq if written else expected_seq
+    def reject(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        by: str,
+        comment: str | None = None,
+        tenant: str | None = None,
+        roles: frozenset[str] = frozenset(),
+        digest: str | None = None,
+        drive: bool = True,
+    ) -> AnswerResult:
+        who = Answerer(by=by, tenant=tenant, roles=roles, digest=digest, drive=drive)
+        return self._answer(run_id, request_id, "rejected", who, comment)
 
-    def _exhaust(self, state: RunState, dimension: str, expected_seq: int) -> tuple[RunState, int]:
-        """Out of budget: a real terminal state, ending with budget_exhausted rather than run_exited."""
-        new = _ended(state, "budget_exhausted")
-        return self._persist(
-            state.run_id,
-            expected_seq,
-            StepWrite(
-                state=new,
-                events=[
-                    _transition_event(state, new),
-                    NewEvent(
-                        type=EventType.BUDGET_EXHAUSTED,
-                        payload={
-                            "dimension": dimension,
-                            "usage": state.usage.model_dump(),
-                            "budget": state.budget.model_dump(),
-                        },
-                    ),
-                ],
-            ),
-        )
+    def reply(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        by: str,
+        text: str,
+        tenant: str | None = None,
+        roles: frozenset[str] = frozenset(),
+        drive: bool = True,
+    ) -> AnswerResult:
+        who = Answerer(by=by, tenant=tenant, roles=roles, drive=drive)
+        return self._answer(run_id, request_id, "replied", who, text)
 
-    def _fail(self, state: RunState, expected_seq: int, code: str, message: str) -> tuple[RunState, int]:
-        """A signal source broke (e.g. a provider error): fail the run explicitly, never leave it RUNNING."""
-        new = _ended(state, code.lower())
-        return self._persist(
-            state.run_id,
-            expected_seq,
-            StepWrite(
-                state=new,
-                events=[
-                    _transition_event(state, new, message=message),
-                    _exit_event(new),
-                ],
-            ),
-        )
-
-    def _record_illegal(self, state: RunState, expected_seq: int, exc: IllegalTransitionError) -> RunState:
-        """An illegal move is a bug somewhere: record and count it, then raise it to the caller."""
-        usage = state.usage.model_copy(update={"illegal_transitions": state.usage.illegal_transitions + 1})
-        self._persist(
-            state.run_id,
-            expected_seq,
-            StepWrite(
-                state=state.model_copy(update={"usage": usage}),
-                events=[NewEvent(type=EventType.ILLEGAL_TRANSITION, payload=exc.to_dict())],
-            ),
-        )
-        raise exc
-
-    def _observations(self, run_id: str) -> list[Observation]:
-        return [
-            Observation.model_validate(ev.payload["observation"])
-            for ev in self.store.read_events(run_id)
-            if ev.type is EventType.TOOL_ATTEMPTED
-        ]
-
-    # -- continuation ---------------------------------------------------------------------------
-    def approve(self, run_id: str, request_id: str, *, by: str, comment: str | None = None) -> AnswerResult:
-        return self._answer(run_id, request_id, "approved", by=by, text=comment)
-
-    def reject(self, run_id: str, request_id: str, *, by: str, comment: str | None = None) -> AnswerResult:
-        return self._answer(run_id, request_id, "rejected", by=by, text=comment)
-
-    def reply(self, run_id: str, request_id: str, *, by: str, text: str) -> AnswerResult:
-        return self._answer(run_id, request_id, "replied", by=by, text=text)
-
-    def _answer(self, run_id: str, request_id: str, verdict: str, *, by: str, text: str | None) -> AnswerResult:
-        result = answer_request(self.store, run_id, request_id, verdict, by=by, text=text, now=self.clock())
-        if result.already_answered:
+    def _answer(self, run_id: str, request_id: str, verdict: str, who: Answerer, text: str | None) -> AnswerResult:
+        result = answer_request(self.store, run_id, request_id, verdict, who, text=text, now=self.clock())
+        if result.already_answered or not who.drive:
             return result
         return AnswerResult(state=self.drive(run_id), already_answered=False, answer=result.answer)
 
+    # -- pause / resume / cancel ----------------------------------------------------------------
+    def pause(self, run_id: str) -> RunState:
+        """RUNNING -> PAUSING -> PAUSED, with a checkpoint, at the holder's next step boundary."""
+        state = self.store.load_run(run_id)
+        if state.status is RunStatus.PAUSED:
+            return state
+        if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
+            raise RunError(
+                f"run {run_id} is {state.status.value}; only a RUNNING run can pause",
+                code="NOT_PAUSABLE",
+                details={"run_id": run_id, "status": state.status.value},
+            )
+        self.store.set_control(run_id, "pause")
+        return self.drive(run_id)
 
-def action_specs(agent: Agent) -> dict[str, ActionSpec]:
-    specs: dict[str, ActionSpec] = {}
-    for name in agent.tools.names():
-        spec = agent.tools.get(name)
-        if spec is not None:
-            specs[name] = ActionSpec(name=name, description=spec.description, input_schema=spec.input_schema())
-    return specs
+    def cancel(self, run_id: str, *, by: str = "operator") -> RunState:
+        """Any non-terminal run -> CANCELLED; its open requests close and later answers are refused."""
+        state = self.store.load_run(run_id)
+        if state.status.is_terminal:
+            raise RunError(
+                f"run {run_id} already ended {state.status.value}",
+                code="RUN_ENDED",
+                details={"run_id": run_id, "status": state.status.value},
+            )
+        self.store.set_control(run_id, "cancel")
+        lease = self._try_lease(run_id)
+        if lease is None:
+            return state  # the holder cancels at its next step
+        try:
+            run_state, seq = self.store.load_run_at(run_id)
+            if run_state.status.is_terminal:
+                return run_state
+            return self._cancel_now(run_state, seq, lease, by)
+        finally:
+            self.store.release_lease(lease)
 
+    def _cancel_now(self, state: RunState, seq: int, lease: Lease, by: str) -> RunState:
+        write = cancel_write(state, by=by, now=self.clock())
+        self.store.commit_step(state.run_id, seq, write, lease)
+        return write.state
 
-def _ended(state: RunState, reason: str) -> RunState:
-    return state.model_copy(
-        update={
-            "status": next_status(state.status, TransitionKind.FAIL),
-            "terminal_reason": reason,
-        }
-    )
+    def resume(self, run_id: str, *, by: str = "operator") -> RunState:
+        """Continue a PAUSED run (or a RUNNING one whose process died) exactly where it stopped.
 
+        Loads the latest checkpoint, verifies artifact hashes, reconciles side effects left in
+        flight through the gateway's idempotency lookup, keeps the budget it had used, records
+        ``run_resumed`` and drives on.
+        """
+        state = self.store.load_run(run_id)
+        if state.status not in (RunStatus.PAUSED, RunStatus.RUNNING):
+            raise RunError(
+                f"run {run_id} is {state.status.value}; only a PAUSED or abandoned RUNNING run resumes",
+                code="NOT_RESUMABLE",
+                details={"run_id": run_id, "status": state.status.value},
+            )
+        lease = self._try_lease(run_id)
+        if lease is None:
+            raise RunError(
+                f"run {run_id} is being driven by another process", code="LEASE_HELD", details={"run_id": run_id}
+            )
+        try:
+            state, seq = self.store.load_run_at(run_id)
+            self._verify_checkpoint(state, seq)
+            reconciled = self._reconcile(state)
+            resumed = state.model_copy(update={"status": RunStatus.RUNNING, "terminal_reason": None})
+            events = [
+                NewEvent(
+                    type=EventType.RUN_RESUMED,
+                    payload={
+                        "by": by,
+                        "from_status": state.status.value,
+                        "usage": state.usage.model_dump(),
+                        "reconciled": reconciled,
+                    },
+                )
+            ]
+            if state.status is RunStatus.PAUSED:
+                resumed = resumed.model_copy(update={"status": next_status(state.status, TransitionKind.RESUME)})
+                events.insert(0, transition_event(state, resumed, reason="resumed", by=by))
+            self.store.commit_step(run_id, seq, StepWrite(state=resumed, events=events), lease)
+        except BaseException:
+            self.store.release_lease(lease)
+            raise
+        return self.driver.drive(lease, self.agent_for)
 
-def _transition_event(before: RunState, after: RunState, **extra: Any) -> NewEvent:
-    return NewEvent(
-        type=EventType.STATE_TRANSITION,
-        payload={
-            "state_before": before.status.value,
-            "state_after": after.status.value,
-            "reason": after.terminal_reason,
-            **extra,
-        },
-    )
+    def _verify_checkpoint(self, state: RunState, seq: int) -> None:
+        checkpoint = self.store.latest_checkpoint(state.run_id)
+        if checkpoint is not None and checkpoint.seq == seq and checkpoint.state != state:
+            raise RunError(f"run {state.run_id}: snapshot and checkpoint {seq} disagree", code="CHECKPOINT_INVALID")
+        for art in self.store.list_artifacts(state.run_id):
+            if sha256_hex(art.content) != art.sha256:
+                raise RunError(
+                    f"artifact {art.ref} of run {state.run_id} does not match its hash",
+                    code="ARTIFACT_CORRUPTED",
+                    details={"artifact": art.ref},
+                )
 
+    def _reconcile(self, state: RunState) -> list[dict[str, str]]:
+        agent = self.agent_for(state)
+        gateway = ToolGateway(agent.tools, self.store)
+        return [
+            {
+                "idempotency_key": rec.idempotency_key,
+                "tool": rec.tool,
+                "was": rec.status,
+                "lookup": gateway.reconcile(rec).value,
+            }
+            for rec in self.store.side_effects_of(state.run_id, IN_FLIGHT)
+        ]
 
-def _exit_event(state: RunState) -> NewEvent:
-    return NewEvent(
-        type=EventType.RUN_EXITED,
-        payload={
-            "status": state.status.value,
-            "terminal_reason": state.terminal_reason,
-        },
-    )
+    def expire_requests(self) -> list[str]:
+        """Apply each agent's expiry policy to WAITING runs whose request has expired."""
+        from stateward.runtime.expiry import expire_due
+
+        return expire_due(self)

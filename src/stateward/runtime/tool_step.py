@@ -27,7 +27,7 @@ class ToolStep:
     pending: PendingRequest | None = None
 
 
-def call_context(agent: Agent, state: RunState) -> CallContext:
+def call_context(agent: Agent, state: RunState, fencing_token: int | None = None) -> CallContext:
     limit = state.budget.max_tool_calls
     return CallContext(
         run_id=state.run_id,
@@ -35,15 +35,22 @@ def call_context(agent: Agent, state: RunState) -> CallContext:
         permissions=agent.permissions,
         approved_digests=frozenset(a.digest for a in state.approvals),
         remaining_tool_calls=None if limit is None else max(0, limit - state.usage.tool_attempts),
+        fencing_token=fencing_token,
     )
 
 
 def execute_tool(
-    gateway: ToolGateway, agent: Agent, state: RunState, decision: ControlDecision, *, now: datetime
+    gateway: ToolGateway,
+    agent: Agent,
+    state: RunState,
+    decision: ControlDecision,
+    *,
+    now: datetime,
+    fencing_token: int | None = None,
 ) -> ToolStep:
     assert decision.action is not None
     args = decision.args or {}
-    outcome = gateway.invoke(ToolCall(tool=decision.action, args=args), call_context(agent, state))
+    outcome = gateway.invoke(ToolCall(tool=decision.action, args=args), call_context(agent, state, fencing_token))
     blocked = outcome.status is OutcomeStatus.BLOCKED
     usage = state.usage.model_copy(
         update={

@@ -6,8 +6,8 @@ from typing import Protocol
 
 from stateward.core.events import Event, NewEvent
 from stateward.core.state import RunState
-from stateward.store.records import ArtifactRecord, PendingRecord, RunRow, StepWrite
-from stateward.tools.ports import GatewayStore
+from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
+from stateward.tools.ports import GatewayStore, SideEffectRecord
 
 
 class Store(GatewayStore, Protocol):
@@ -19,12 +19,39 @@ class Store(GatewayStore, Protocol):
         """The latest committed snapshot; RunNotFoundError if there is none."""
         ...
 
-    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite) -> list[Event]:
+    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> list[Event]:
         """Apply one step atomically if the run's last event is still ``expected_seq``.
 
-        A concurrent writer that got there first makes this raise CONCURRENT_UPDATE and leaves
-        nothing behind; the caller reloads and decides again.
+        With a lease, the write also requires that lease to be current (else STALE_LEASE); without
+        one, it requires that nobody holds a live lease (else LEASE_HELD). A concurrent writer that
+        got there first makes this raise CONCURRENT_UPDATE. A refused write leaves nothing behind.
         """
+        ...
+
+    def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> Lease:
+        """A new fencing token for ``owner``; LEASE_HELD while another owner's lease is live."""
+        ...
+
+    def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
+        """Lease the oldest runnable run nobody holds, skipping rows other claimers have locked."""
+        ...
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> Lease: ...
+
+    def release_lease(self, lease: Lease) -> None: ...
+
+    def lease_of(self, run_id: str) -> Lease | None: ...
+
+    def get_control(self, run_id: str) -> str | None:
+        """A pending 'pause' or 'cancel' request for the lease holder to act on at its next step."""
+        ...
+
+    def set_control(self, run_id: str, control: str | None) -> None: ...
+
+    def latest_checkpoint(self, run_id: str) -> Checkpoint | None: ...
+
+    def side_effects_of(self, run_id: str, statuses: tuple[str, ...]) -> list[SideEffectRecord]:
+        """Journal records of this run's side-effecting calls in the given statuses."""
         ...
 
     def load_run_at(self, run_id: str) -> tuple[RunState, int]:

@@ -62,8 +62,23 @@ class PendingRecord(BaseModel):
         return self.answer is None
 
 
+class Lease(BaseModel):
+    """The right to write one run. ``version`` is the fencing token every write of the holder carries."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    owner: str
+    version: int
+    expires_at: float  # seconds since the epoch, by the store's clock
+
+
 class StepWrite(BaseModel):
-    """Everything one step changes, committed in one transaction or not at all."""
+    """Everything one step changes, committed in one transaction or not at all.
+
+    ``checkpoint`` names why this step's snapshot is also kept as a checkpoint (a wait, a pause, the
+    end of the run); ``clear_control`` acknowledges a pause or cancel request.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -71,14 +86,28 @@ class StepWrite(BaseModel):
     events: list[NewEvent] = Field(default_factory=list)
     open_request: PendingRequest | None = None
     close_request: RequestAnswer | None = None
+    close_all_requests: RequestAnswer | None = None
     artifacts: list[NewArtifact] = Field(default_factory=list)
     attempts: list[AttemptRecord] = Field(default_factory=list)
+    checkpoint: str | None = None
+    clear_control: bool = False
+
+
+class Checkpoint(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    seq: int
+    reason: str
+    state: RunState
+    created_at: datetime
 
 
 class RunRow(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
+    tenant: str
     agent: str
     status: str
     terminal_reason: str | None

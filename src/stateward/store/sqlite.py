@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -12,11 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from stateward.core.canonical import sha256_hex
-from stateward.core.errors import RunError, RunNotFoundError, StoreError
+from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
 from stateward.store.migrations import SQLITE_MIGRATIONS
-from stateward.store.records import ArtifactRecord, PendingRecord, RequestAnswer, RunRow, StepWrite
+from stateward.store.records import (
+    ArtifactRecord,
+    Checkpoint,
+    Lease,
+    PendingRecord,
+    RequestAnswer,
+    RunRow,
+    StepWrite,
+)
 from stateward.tools.ports import BreakerState, SideEffectRecord
 
 
@@ -82,72 +91,86 @@ class SQLiteStore:
         with self._tx() as db:
             try:
                 db.execute(
-                    "INSERT INTO runs(run_id, agent, status, terminal_reason, snapshot, last_seq,"
-                    " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?)",
+                    "INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, last_seq,"
+                    " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
                     (
                         state.run_id,
+                        state.tenant,
                         state.agent.factory,
                         state.status.value,
                         state.terminal_reason,
                         state.model_dump_json(),
-                        0,
+                        len(events),
                         now,
                         now,
                     ),
                 )
             except sqlite3.IntegrityError:
                 raise RunError(f"run {state.run_id} already exists", code="RUN_EXISTS") from None
-            written = self._append(db, state.run_id, 0, events, now)
-            db.execute("UPDATE runs SET last_seq=? WHERE run_id=?", (len(events), state.run_id))
-        return written
+            return self._append(db, state.run_id, 0, events, now, 0)
 
     def load_run(self, run_id: str) -> RunState:
         return self.load_run_at(run_id)[0]
 
     def load_run_at(self, run_id: str) -> tuple[RunState, int]:
-        with self._lock:
-            row = self._db.execute("SELECT snapshot, last_seq FROM runs WHERE run_id=?", (run_id,)).fetchone()
-        if row is None:
-            raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+        row = self._one("SELECT snapshot, last_seq FROM runs WHERE run_id=?", run_id)
         return RunState.model_validate_json(row[0]), int(row[1])
 
     def last_seq(self, run_id: str) -> int:
+        return int(self._one("SELECT last_seq FROM runs WHERE run_id=?", run_id)[0])
+
+    def get_control(self, run_id: str) -> str | None:
+        value = self._one("SELECT control FROM runs WHERE run_id=?", run_id)[0]
+        return None if value is None else str(value)
+
+    def set_control(self, run_id: str, control: str | None) -> None:
+        with self._tx() as db:
+            if db.execute("UPDATE runs SET control=? WHERE run_id=?", (control, run_id)).rowcount != 1:
+                raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+
+    def _one(self, sql: str, run_id: str) -> tuple[Any, ...]:
         with self._lock:
-            row = self._db.execute("SELECT last_seq FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            row = self._db.execute(sql, (run_id,)).fetchone()
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
-        return int(row[0])
+        return tuple(row)
 
-    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite) -> list[Event]:
+    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> list[Event]:
         state = write.state
         now = _now()
         with self._tx() as db:
             new_seq = expected_seq + len(write.events)
-            cur = db.execute(
+            sql = (
                 "UPDATE runs SET status=?, terminal_reason=?, snapshot=?, last_seq=?, updated_at=?"
-                " WHERE run_id=? AND last_seq=?",
-                (
-                    state.status.value,
-                    state.terminal_reason,
-                    state.model_dump_json(),
-                    new_seq,
-                    now,
-                    run_id,
-                    expected_seq,
-                ),
+                + (", control=NULL" if write.clear_control else "")
+                + " WHERE run_id=? AND last_seq=?"
             )
-            if cur.rowcount != 1:
-                exists = db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone()
-                if exists is None:
-                    raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
-                raise RunError(
-                    f"run {run_id} changed since event {expected_seq}; reload and retry",
-                    code="CONCURRENT_UPDATE",
-                    details={"run_id": run_id, "expected_seq": expected_seq},
-                )
-            written = self._append(db, run_id, expected_seq, write.events, now)
+            params: list[Any] = [
+                state.status.value,
+                state.terminal_reason,
+                state.model_dump_json(),
+                new_seq,
+                now,
+                run_id,
+                expected_seq,
+            ]
+            if lease is None:
+                sql += " AND (lease_owner IS NULL OR lease_expires_at < ?)"
+                params.append(time.time())
+            else:
+                sql += " AND lease_owner=? AND lease_version=?"
+                params += [lease.owner, lease.version]
+            if db.execute(sql, params).rowcount != 1:
+                raise self._why_not_written(db, run_id, expected_seq, lease)
+            version = 0 if lease is None else lease.version
+            written = self._append(db, run_id, expected_seq, write.events, now, version)
             if write.close_request is not None:
                 self._close_request(db, run_id, write.close_request)
+            if write.close_all_requests is not None:
+                db.execute(
+                    "UPDATE pending_requests SET answer=? WHERE run_id=? AND answer IS NULL",
+                    (write.close_all_requests.model_dump_json(), run_id),
+                )
             if write.open_request is not None:
                 db.execute(
                     "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (?,?,?,NULL)",
@@ -164,7 +187,119 @@ class SQLiteStore:
                     "INSERT OR REPLACE INTO tool_attempts(attempt_id, run_id, step, body) VALUES (?,?,?,?)",
                     (attempt.attempt_id, run_id, attempt.step, attempt.model_dump_json()),
                 )
+            if write.checkpoint is not None:
+                db.execute(
+                    "INSERT INTO checkpoints(run_id, seq, reason, snapshot, created_at) VALUES (?,?,?,?,?)",
+                    (run_id, new_seq, write.checkpoint, state.model_dump_json(), now),
+                )
         return written
+
+    @staticmethod
+    def _why_not_written(db: sqlite3.Connection, run_id: str, expected_seq: int, lease: Lease | None) -> RunError:
+        row = db.execute(
+            "SELECT last_seq, lease_owner, lease_version, lease_expires_at FROM runs WHERE run_id=?", (run_id,)
+        ).fetchone()
+        if row is None:
+            return RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+        last_seq, owner, version, _ = row
+        details = {"run_id": run_id, "expected_seq": expected_seq, "lease_version": version}
+        if lease is not None and (owner != lease.owner or version != lease.version):
+            return StaleLeaseError(
+                f"lease {lease.version} of {lease.owner} on run {run_id} was superseded (now {version} of {owner})",
+                details=details,
+            )
+        if lease is None and last_seq == expected_seq:
+            return RunError(f"run {run_id} is leased by {owner}", code="LEASE_HELD", details=details)
+        return RunError(
+            f"run {run_id} changed since event {expected_seq}; reload and retry",
+            code="CONCURRENT_UPDATE",
+            details=details,
+        )
+
+    # -- leases ---------------------------------------------------------------------------------
+    def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> Lease:
+        """Take the run's lease if nobody else holds a live one; every acquisition is a new fencing token."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT lease_owner, lease_version, lease_expires_at FROM runs WHERE run_id=?", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+            holder, version, expires = row
+            now = time.time()
+            if holder is not None and holder != owner and expires is not None and expires > now:
+                raise RunError(
+                    f"run {run_id} is leased by {holder} until {expires:.3f}",
+                    code="LEASE_HELD",
+                    details={"run_id": run_id, "holder": holder},
+                )
+            return self._grant(db, run_id, owner, int(version) + 1, now + ttl_s)
+
+    def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
+        """The oldest runnable run nobody holds a live lease on, leased to ``owner``."""
+        marks = ",".join("?" * len(statuses))
+        with self._tx() as db:
+            now = time.time()
+            row = db.execute(
+                f"SELECT run_id, lease_version FROM runs WHERE status IN ({marks})"
+                " AND (lease_owner IS NULL OR lease_expires_at < ?) ORDER BY updated_at, run_id LIMIT 1",
+                (*statuses, now),
+            ).fetchone()
+            if row is None:
+                return None
+            return self._grant(db, row[0], owner, int(row[1]) + 1, now + ttl_s)
+
+    @staticmethod
+    def _grant(db: sqlite3.Connection, run_id: str, owner: str, version: int, expires_at: float) -> Lease:
+        db.execute(
+            "UPDATE runs SET lease_owner=?, lease_version=?, lease_expires_at=? WHERE run_id=?",
+            (owner, version, expires_at, run_id),
+        )
+        return Lease(run_id=run_id, owner=owner, version=version, expires_at=expires_at)
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
+        expires_at = time.time() + ttl_s
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE runs SET lease_expires_at=? WHERE run_id=? AND lease_owner=? AND lease_version=?",
+                (expires_at, lease.run_id, lease.owner, lease.version),
+            )
+            if cur.rowcount != 1:
+                raise StaleLeaseError(
+                    f"lease {lease.version} of {lease.owner} on run {lease.run_id} was superseded",
+                    details={"run_id": lease.run_id, "lease_version": lease.version},
+                )
+        return lease.model_copy(update={"expires_at": expires_at})
+
+    def release_lease(self, lease: Lease) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL WHERE run_id=? AND lease_owner=?"
+                " AND lease_version=?",
+                (lease.run_id, lease.owner, lease.version),
+            )
+
+    def lease_of(self, run_id: str) -> Lease | None:
+        row = self._one("SELECT lease_owner, lease_version, lease_expires_at FROM runs WHERE run_id=?", run_id)
+        if row[0] is None:
+            return None
+        return Lease(run_id=run_id, owner=row[0], version=row[1], expires_at=row[2])
+
+    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq, reason, snapshot, created_at FROM checkpoints WHERE run_id=? ORDER BY seq DESC LIMIT 1",
+                (run_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        return Checkpoint(
+            run_id=run_id,
+            seq=row[0],
+            reason=row[1],
+            state=RunState.model_validate_json(row[2]),
+            created_at=datetime.fromisoformat(row[3]),
+        )
 
     @staticmethod
     def _close_request(db: sqlite3.Connection, run_id: str, answer: RequestAnswer) -> None:
@@ -180,13 +315,18 @@ class SQLiteStore:
             )
 
     @staticmethod
-    def _append(db: sqlite3.Connection, run_id: str, after_seq: int, events: list[NewEvent], now: str) -> list[Event]:
-        rows = [(run_id, after_seq + i, ev.type.value, _dumps(ev.payload), now) for i, ev in enumerate(events, start=1)]
-        db.executemany("INSERT INTO events(run_id, seq, type, payload, at) VALUES (?,?,?,?,?)", rows)
+    def _append(
+        db: sqlite3.Connection, run_id: str, after_seq: int, events: list[NewEvent], now: str, lease_version: int
+    ) -> list[Event]:
+        rows = [
+            (run_id, after_seq + i, ev.type.value, _dumps(ev.payload), lease_version, now)
+            for i, ev in enumerate(events, start=1)
+        ]
+        db.executemany("INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (?,?,?,?,?,?)", rows)
         at = datetime.fromisoformat(now)
         return [
-            Event(run_id=run_id, seq=seq, type=ev.type, payload=ev.payload, at=at)
-            for (_, seq, _, _, _), ev in zip(rows, events, strict=True)
+            Event(run_id=run_id, seq=row[1], type=ev.type, payload=ev.payload, lease_version=lease_version, at=at)
+            for row, ev in zip(rows, events, strict=True)
         ]
 
     def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]:
@@ -210,19 +350,20 @@ class SQLiteStore:
     def list_runs(self, limit: int = 100) -> list[RunRow]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT run_id, agent, status, terminal_reason, last_seq, created_at, updated_at"
+                "SELECT run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at"
                 " FROM runs ORDER BY created_at DESC, run_id LIMIT ?",
                 (limit,),
             ).fetchall()
         return [
             RunRow(
                 run_id=r[0],
-                agent=r[1],
-                status=r[2],
-                terminal_reason=r[3],
-                last_seq=r[4],
-                created_at=datetime.fromisoformat(r[5]),
-                updated_at=datetime.fromisoformat(r[6]),
+                tenant=r[1],
+                agent=r[2],
+                status=r[3],
+                terminal_reason=r[4],
+                last_seq=r[5],
+                created_at=datetime.fromisoformat(r[6]),
+                updated_at=datetime.fromisoformat(r[7]),
             )
             for r in rows
         ]
@@ -306,6 +447,15 @@ class SQLiteStore:
                 "SELECT body FROM side_effects WHERE idempotency_key=?", (idempotency_key,)
             ).fetchone()
         return None if row is None else SideEffectRecord.model_validate_json(row[0])
+
+    def side_effects_of(self, run_id: str, statuses: tuple[str, ...]) -> list[SideEffectRecord]:
+        marks = ",".join("?" * len(statuses))
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT body FROM side_effects WHERE run_id=? AND status IN ({marks}) ORDER BY idempotency_key",
+                (run_id, *statuses),
+            ).fetchall()
+        return [SideEffectRecord.model_validate_json(r[0]) for r in rows]
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
         with self._tx() as db:

@@ -120,7 +120,13 @@ class Executor:
         assert st.validated is not None
         if spec.side_effect:
             self._journal(st, SideEffectStatus.STARTED)
-        tctx = ToolContext(run_id=st.ctx.run_id, step=st.ctx.step, idempotency_key=key, principal=st.ctx.principal)
+        tctx = ToolContext(
+            run_id=st.ctx.run_id,
+            step=st.ctx.step,
+            idempotency_key=key,
+            principal=st.ctx.principal,
+            fencing_token=st.ctx.fencing_token,
+        )
         kwargs = spec.handler_kwargs(st.validated, tctx)
         started = time.perf_counter()
         fin = run_with_timeout(lambda: spec.handler(**kwargs), spec.timeout_s, name=spec.name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
@@ -17,7 +18,7 @@ from stateward.core.errors import ToolCallError
 
 from .breaker import CircuitBreaker
 from .executor import Executor, make_attempt
-from .ports import BreakerState, GatewayStore
+from .ports import BreakerState, GatewayStore, SideEffectRecord, SideEffectStatus
 from .registry import ToolRegistry
 from .stages import (
     CallState,
@@ -33,7 +34,7 @@ from .stages import (
     valid_input,
     visible,
 )
-from .types import CallContext, ToolCall, ToolErrorCode, ToolOutcome
+from .types import CallContext, LookupStatus, ToolCall, ToolErrorCode, ToolOutcome
 
 
 class ToolGateway:
@@ -84,6 +85,40 @@ class ToolGateway:
         except ValidationError as exc:
             raise ToolCallError(str(exc), code=ToolErrorCode.INVALID_ARGUMENT.value) from exc
         return action_digest(spec.name, args, plan_version)
+
+    def reconcile(self, record: SideEffectRecord) -> LookupStatus:
+        """Ask the domain what became of an unfinished side effect and journal the answer.
+
+        Used on resume for calls a dead process left STARTED or UNKNOWN_OUTCOME: SUCCEEDED is
+        recorded so the next invocation replays it; NOT_EXECUTED is recorded as FAILED (safe to run
+        again); UNKNOWN leaves the record as it is — nobody may claim success or retry blindly.
+        """
+        spec = self.registry.get(record.tool)
+        if spec is None or spec.lookup is None:
+            return LookupStatus.UNKNOWN
+        status, result = spec.lookup(record.idempotency_key)
+        if status is LookupStatus.SUCCEEDED:
+            journal = {"result": result, "artifacts": []}
+            self._store.put_side_effect(
+                record.model_copy(
+                    update={
+                        "status": SideEffectStatus.SUCCEEDED.value,
+                        "result": journal,
+                        "updated_at": datetime.now(UTC),
+                    }
+                )
+            )
+        elif status is LookupStatus.NOT_EXECUTED:
+            self._store.put_side_effect(
+                record.model_copy(
+                    update={
+                        "status": SideEffectStatus.FAILED.value,
+                        "result": {"lookup": "NOT_EXECUTED"},
+                        "updated_at": datetime.now(UTC),
+                    }
+                )
+            )
+        return status
 
     def breaker_state(self, tool: str) -> BreakerState:
         return self._breaker.state(tool)

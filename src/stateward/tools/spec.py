@@ -61,6 +61,7 @@ class ToolContext:
     step: int
     idempotency_key: str
     principal: str
+    fencing_token: int | None = None
     _artifacts: list[ArtifactDraft] = field(default_factory=list, repr=False)
 
     def emit_artifact(self, name: str, content: str, media_type: str = "text/markdown") -> ArtifactDraft:

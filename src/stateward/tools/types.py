@@ -86,6 +86,7 @@ class CallContext(BaseModel):
     approved_digests: frozenset[str] = frozenset()  # action digests a person approved for this run
     plan_version: int | None = None
     remaining_tool_calls: int | None = None  # None: unbounded
+    fencing_token: int | None = None  # the caller's lease version; handlers pass it to systems that check it
 
 
 class AttemptRecord(BaseModel):

@@ -1,0 +1,262 @@
+"""The scheduler loop for one leased run: ``while status is RUNNING: decide -> handle -> persist``.
+
+Every write carries the lease's fencing token. Between steps the loop honours a pause or cancel
+request; nothing else changes its course, and it exits on any status but RUNNING.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn
+
+from stateward.controllers.base import DecisionContext, Observation, Proposal
+from stateward.core.decision import DecisionType
+from stateward.core.errors import IllegalTransitionError, StatewardError
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import RunState
+from stateward.core.status import RunStatus, TransitionKind, next_status
+from stateward.models.base import ActionSpec
+from stateward.runtime.agent import Agent
+from stateward.runtime.leases import LeaseKeeper, LeasePolicy
+from stateward.runtime.tool_step import execute_tool
+from stateward.runtime.transition import Transition, handle
+from stateward.store.base import Store
+from stateward.store.records import Lease, RequestAnswer, StepWrite
+from stateward.tools.gateway import ToolGateway
+
+Clock = Callable[[], datetime]
+DRIVABLE = (RunStatus.RUNNING, RunStatus.PAUSING)
+
+
+@dataclass
+class _Run:
+    """What one drive keeps in memory: rebuilt from the store whenever a drive starts."""
+
+    state: RunState
+    seq: int
+    agent: Agent
+    gateway: ToolGateway
+    actions: dict[str, ActionSpec]
+    observations: list[Observation] = field(default_factory=list)
+
+
+def action_specs(agent: Agent) -> dict[str, ActionSpec]:
+    specs: dict[str, ActionSpec] = {}
+    for name in agent.tools.names():
+        spec = agent.tools.get(name)
+        if spec is not None:
+            specs[name] = ActionSpec(name=name, description=spec.description, input_schema=spec.input_schema())
+    return specs
+
+
+class Driver:
+    def __init__(self, store: Store, clock: Clock, policy: LeasePolicy):
+        self.store = store
+        self.clock = clock
+        self.policy = policy
+
+    def drive(
+        self, lease: Lease, agent_for: Callable[[RunState], Agent], stop: threading.Event | None = None
+    ) -> RunState:
+        """Step the leased run until it stops; always release the lease (unless it was lost).
+
+        ``stop`` (a worker shutting down) ends the loop after the current step, leaving the run
+        RUNNING for another worker.
+        """
+        keeper = LeaseKeeper(self.store, lease, self.policy)
+        try:
+            state, seq = self.store.load_run_at(lease.run_id)
+            if state.status not in DRIVABLE:
+                return state
+            agent = agent_for(state)
+            run = _Run(
+                state,
+                seq,
+                agent,
+                ToolGateway(agent.tools, self.store),
+                action_specs(agent),
+                self._observations(lease.run_id),
+            )
+            while run.state.status in DRIVABLE and not (stop is not None and stop.is_set()):
+                keeper.check()
+                control = self.store.get_control(lease.run_id)
+                if control == "cancel":
+                    self._cancel(run, keeper.lease, by="operator")
+                elif control == "pause" or run.state.status is RunStatus.PAUSING:
+                    self._pause(run, keeper.lease)
+                else:
+                    self.step(run, keeper.lease)
+            return run.state
+        finally:
+            keeper.stop()
+
+    # -- one step -------------------------------------------------------------------------------
+    def step(self, run: _Run, lease: Lease) -> None:
+        """One decision: budget check, decide, handle, act, persist — one transaction."""
+        state = run.state
+        exhausted = state.budget.exhausted_by(state.usage)
+        if exhausted is not None:
+            self._exhaust(run, lease, exhausted)
+            return
+        ctx = DecisionContext(
+            state=state, observations=run.observations, inventory=run.agent.inventory, actions=run.actions
+        )
+        try:
+            proposal = run.agent.controller.decide(ctx)
+        except StatewardError as exc:
+            self._end(run, lease, exc.code.lower(), message=exc.message)
+            return
+        try:
+            transition = handle(
+                proposal.signal,
+                state,
+                run.agent,
+                source=proposal.source,
+                visible_actions=proposal.visible_actions,
+                model_usage=proposal.model_usage,
+                now=self.clock(),
+            )
+        except IllegalTransitionError as exc:
+            self._record_illegal(run, lease, exc)
+        self._apply(run, lease, proposal, transition)
+
+    def _apply(self, run: _Run, lease: Lease, proposal: Proposal, transition: Transition) -> None:
+        state = transition.state
+        if transition.accepted and proposal.memo is not None:
+            state = state.model_copy(update={"memo": proposal.memo})
+        events = [*proposal.notes, *transition.events]
+        write: dict[str, Any] = {"open_request": transition.pending}
+        decision = transition.decision
+        if transition.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL:
+            done = execute_tool(run.gateway, run.agent, state, decision, now=self.clock(), fencing_token=lease.version)
+            state = done.state
+            events.extend(done.events)
+            write.update(artifacts=done.artifacts, attempts=done.attempts, open_request=done.pending)
+            run.observations.append(done.observation)
+        if state.status is not RunStatus.RUNNING:
+            events.append(exit_event(state))
+            write["checkpoint"] = "wait" if state.status is RunStatus.WAITING_FOR_USER else "terminal"
+        self._persist(run, lease, StepWrite(state=state, events=events, **write))
+
+    def _persist(self, run: _Run, lease: Lease | None, write: StepWrite) -> None:
+        written = self.store.commit_step(run.state.run_id, run.seq, write, lease)
+        run.state = write.state
+        run.seq = written[-1].seq if written else run.seq
+
+    # -- endings and control --------------------------------------------------------------------
+    def _exhaust(self, run: _Run, lease: Lease, dimension: str) -> None:
+        """Out of budget: a real terminal state, ending with budget_exhausted rather than run_exited."""
+        before = run.state
+        new = ended(before, TransitionKind.FAIL, "budget_exhausted")
+        self._persist(
+            run,
+            lease,
+            StepWrite(
+                state=new,
+                checkpoint="terminal",
+                events=[
+                    transition_event(before, new),
+                    NewEvent(
+                        type=EventType.BUDGET_EXHAUSTED,
+                        payload={
+                            "dimension": dimension,
+                            "usage": before.usage.model_dump(),
+                            "budget": before.budget.model_dump(),
+                        },
+                    ),
+                ],
+            ),
+        )
+
+    def _end(self, run: _Run, lease: Lease, reason: str, *, message: str) -> None:
+        """A signal source broke (e.g. a provider error): fail the run explicitly, never leave it RUNNING."""
+        before = run.state
+        new = ended(before, TransitionKind.FAIL, reason)
+        self._persist(
+            run,
+            lease,
+            StepWrite(
+                state=new,
+                checkpoint="terminal",
+                events=[transition_event(before, new, message=message), exit_event(new)],
+            ),
+        )
+
+    def _pause(self, run: _Run, lease: Lease) -> None:
+        """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint."""
+        before = run.state
+        events: list[NewEvent] = []
+        state = before
+        if state.status is RunStatus.RUNNING:
+            state = state.model_copy(update={"status": next_status(state.status, TransitionKind.PAUSE)})
+            events.append(transition_event(before, state, reason="pause_requested"))
+        paused = state.model_copy(
+            update={"status": next_status(state.status, TransitionKind.PAUSED), "terminal_reason": "paused"}
+        )
+        events += [transition_event(state, paused, reason="paused"), exit_event(paused)]
+        self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
+
+    def _cancel(self, run: _Run, lease: Lease, *, by: str) -> None:
+        self._persist(run, lease, cancel_write(run.state, by=by, now=self.clock()))
+
+    def _record_illegal(self, run: _Run, lease: Lease, exc: IllegalTransitionError) -> NoReturn:
+        """An illegal move is a bug somewhere: record and count it, then raise it to the caller."""
+        usage = run.state.usage.model_copy(update={"illegal_transitions": run.state.usage.illegal_transitions + 1})
+        self._persist(
+            run,
+            lease,
+            StepWrite(
+                state=run.state.model_copy(update={"usage": usage}),
+                events=[NewEvent(type=EventType.ILLEGAL_TRANSITION, payload=exc.to_dict())],
+            ),
+        )
+        raise exc
+
+    def _observations(self, run_id: str) -> list[Observation]:
+        return [
+            Observation.model_validate(ev.payload["observation"])
+            for ev in self.store.read_events(run_id)
+            if ev.type is EventType.TOOL_ATTEMPTED
+        ]
+
+
+def cancel_write(state: RunState, *, by: str, now: datetime) -> StepWrite:
+    """CANCELLED from any non-terminal status; every open request closes with it."""
+    new = ended(state, TransitionKind.CANCEL, "cancelled").model_copy(update={"pending": None})
+    closed = RequestAnswer(request_id="*", verdict="closed", text="run cancelled", by=by, at=now)
+    return StepWrite(
+        state=new,
+        checkpoint="terminal",
+        clear_control=True,
+        close_all_requests=closed,
+        events=[transition_event(state, new, by=by), exit_event(new)],
+    )
+
+
+def ended(state: RunState, kind: TransitionKind, reason: str) -> RunState:
+    return state.model_copy(update={"status": next_status(state.status, kind), "terminal_reason": reason})
+
+
+def transition_event(before: RunState, after: RunState, **extra: Any) -> NewEvent:
+    return NewEvent(
+        type=EventType.STATE_TRANSITION,
+        payload={
+            "state_before": before.status.value,
+            "state_after": after.status.value,
+            "reason": after.terminal_reason,
+            **extra,
+        },
+    )
+
+
+def exit_event(state: RunState) -> NewEvent:
+    return NewEvent(
+        type=EventType.RUN_EXITED,
+        payload={
+            "status": state.status.value,
+            "terminal_reason": state.terminal_reason,
+        },
+    )

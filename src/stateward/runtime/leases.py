@@ -1,0 +1,74 @@
+"""Lease settings and the heartbeat that keeps a driven run's lease alive.
+
+A run is written only by the holder of its lease. The heartbeat renews it; when a renewal finds the
+lease superseded (a worker paused past its TTL, another one took over), the holder must stop before
+its next write — and even if it does not, the store rejects that write by its fencing token.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from stateward.core.errors import StaleLeaseError, StatewardError, UserError
+from stateward.store.base import Store
+from stateward.store.records import Lease
+
+log = logging.getLogger("stateward.lease")
+
+
+class LeasePolicy(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ttl_s: float = 30.0
+    heartbeat_s: float = 10.0
+
+    @model_validator(mode="after")
+    def _ttl_covers_three_heartbeats(self) -> LeasePolicy:
+        if self.heartbeat_s <= 0 or self.ttl_s < 3 * self.heartbeat_s:
+            raise UserError(
+                f"lease TTL {self.ttl_s}s must be at least 3 x the heartbeat {self.heartbeat_s}s",
+                code="INVALID_LEASE_POLICY",
+            )
+        return self
+
+
+class LeaseKeeper:
+    """Renews ``lease`` every heartbeat on a daemon thread until stopped or superseded."""
+
+    def __init__(self, store: Store, lease: Lease, policy: LeasePolicy):
+        self._store = store
+        self._policy = policy
+        self._lease = lease
+        self._lost: StaleLeaseError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{lease.run_id}", daemon=True)
+        self._thread.start()
+
+    @property
+    def lease(self) -> Lease:
+        return self._lease
+
+    def check(self) -> None:
+        """Raise STALE_LEASE if a heartbeat found the lease superseded."""
+        if self._lost is not None:
+            raise self._lost
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._policy.heartbeat_s):
+            try:
+                self._lease = self._store.renew_lease(self._lease, self._policy.ttl_s)
+            except StaleLeaseError as exc:
+                log.error("lease lost: %s", exc)
+                self._lost = exc
+                return
+            except StatewardError as exc:  # the store was unreachable: try again next beat
+                log.warning("lease renewal failed: %s", exc)
+
+    def stop(self, *, release: bool = True) -> None:
+        self._stop.set()
+        self._thread.join()
+        if release and self._lost is None:
+            self._store.release_lease(self._lease)
