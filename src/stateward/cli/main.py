@@ -353,6 +353,45 @@ def worker(
     )
 
 
+@app.command("chaos")
+def chaos(
+    db: DbOpt = DEFAULT_DB,
+    runs: Annotated[int, typer.Option(min=1, help="Runs to drive through the storm.")] = 20,
+    kills: Annotated[int, typer.Option(min=0, help="Process kills to deliver (SIGKILL).")] = 100,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes kept alive.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of every random choice (reproducible).")] = 1,
+    max_seconds: Annotated[float, typer.Option(min=1, help="Give up after this long.")] = 600.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Kill, pause and restart workers while agents run; print what broke (every count must be 0)."""
+    from stateward.chaos.harness import ChaosConfig, Harness
+
+    with reported_errors(as_json):
+        report = Harness(
+            ChaosConfig(db=db, runs=runs, kills=kills, workers=workers, seed=seed, max_seconds=max_seconds)
+        ).run()
+    if as_json:
+        emit_json(report)
+    else:
+        for key, value in report.items():
+            typer.echo(f"{key:28s} {value}")
+    failures = [
+        k
+        for k in (
+            "lost_runs",
+            "duplicate_side_effects",
+            "double_executions",
+            "stale_writes_accepted",
+            "illegal_transitions",
+            "budget_resets",
+            "mismatched_final_states",
+        )
+        if report[k]
+    ]
+    if failures or report["finished_or_waiting_ratio"] < 0.95:
+        raise typer.Exit(1)
+
+
 @requests_app.command("expire")
 def requests_expire(db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
     """Apply each agent's expiry policy (fail / cancel / escalate) to expired requests."""

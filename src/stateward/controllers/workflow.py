@@ -38,6 +38,7 @@ class ToolNode:
     tool: str
     args: ArgsFn | Mapping[str, Any] = field(default_factory=dict)
     next: str | None = None
+    on_failure: str | None = None  # None: a failed call fails the run
     kind: NodeKind = NodeKind.TOOL
 
 
@@ -50,6 +51,7 @@ class ModelNode:
     instructions: str
     inputs: Callable[[DecisionContext], list[dict[str, Any]]] = lambda ctx: []
     next: str | None = None
+    on_failure: str | None = None  # None: a failed call fails the run
     kind: NodeKind = NodeKind.MODEL
 
 
@@ -97,6 +99,11 @@ class WorkflowController:
         node_id: str | None = ctx.state.memo.get("node", self.start)
         awaiting: str | None = ctx.state.memo.get("awaiting")
         notes: list[NewEvent] = []
+        acted = ctx.state.memo.get("acted")
+        if acted is not None:
+            node_id, failed = self._route_after(ctx, acted)
+            if failed is not None:
+                return self._fail(failed, notes)
         for _ in range(len(self.nodes) + 1):  # rules only route; a cycle of rules is a definition bug
             node = self.nodes.get(node_id) if node_id is not None else None
             if node is None:
@@ -179,8 +186,30 @@ class WorkflowController:
             source=SignalSource.WORKFLOW_NODE,
             visible_actions=frozenset({node.tool}),
             model_usage=usage,
-            memo={"node": node.next},
+            memo={"node": node.id, "acted": {"node": node.id, "step": ctx.state.usage.steps + 1}},
             notes=notes,
+        )
+
+    def _route_after(self, ctx: DecisionContext, acted: dict[str, Any]) -> tuple[str | None, str | None]:
+        """Where to go after a TOOL/MODEL node, from the recorded outcome of its call (a fact, not a claim).
+
+        Returns (next node, failure reason); a failure without an ``on_failure`` route fails the run.
+        """
+        node = self.nodes[acted["node"]]
+        assert isinstance(node, ToolNode | ModelNode)
+        outcome = next((o for o in reversed(ctx.observations) if o.step == acted["step"]), None)
+        if outcome is not None and outcome.status == "SUCCESS":
+            return node.next, None
+        if node.on_failure is not None:
+            return node.on_failure, None
+        code = "no outcome recorded" if outcome is None else (outcome.error_code or outcome.status)
+        return None, f"node {node.id} failed: {code}"
+
+    @staticmethod
+    def _fail(reason: str, notes: list[NewEvent]) -> Proposal:
+        decision = ControlDecision(type=DecisionType.FAIL, reason=reason)
+        return Proposal(
+            signal=decision, source=SignalSource.WORKFLOW_NODE, visible_actions=frozenset(), memo={}, notes=notes
         )
 
     @staticmethod

@@ -15,6 +15,7 @@ from stateward.core.errors import RequestRefusedError, RunError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import Answer, RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
+from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.store.base import Store
 from stateward.store.records import RequestAnswer, StepWrite
 
@@ -48,7 +49,15 @@ def _refuse(code: str, message: str, run_id: str, request_id: str) -> RequestRef
 
 
 def answer_request(
-    store: Store, run_id: str, request_id: str, verdict: str, who: Answerer, *, text: str | None, now: datetime
+    store: Store,
+    run_id: str,
+    request_id: str,
+    verdict: str,
+    who: Answerer,
+    *,
+    text: str | None,
+    now: datetime,
+    faults: FaultInjector = NO_FAULTS,
 ) -> AnswerResult:
     """Record the answer and move WAITING_FOR_USER -> RUNNING, or refuse with a named error."""
     state, seq = store.load_run_at(run_id)
@@ -131,13 +140,15 @@ def answer_request(
         ),
         NewEvent(type=EventType.RUN_RESUMED, payload={"request_id": request_id, "usage": state.usage.model_dump()}),
     ]
+    faults.point("approval_before_commit")
     try:
         store.commit_step(run_id, seq, StepWrite(state=resumed, events=events, close_request=answer))
+        faults.point("approval_after_commit")
     except RunError as exc:
         if exc.code not in {"CONCURRENT_UPDATE", "REQUEST_NOT_OPEN"}:
             raise
         # Someone answered between our read and our write: their answer stands.
-        return answer_request(store, run_id, request_id, verdict, who, text=text, now=now)
+        return answer_request(store, run_id, request_id, verdict, who, text=text, now=now, faults=faults)
     return AnswerResult(state=resumed, already_answered=False, answer=answer)
 
 

@@ -20,6 +20,7 @@ from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import ActionSpec
 from stateward.runtime.agent import Agent
+from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
 from stateward.runtime.tool_step import execute_tool
 from stateward.runtime.transition import Transition, handle
@@ -53,10 +54,11 @@ def action_specs(agent: Agent) -> dict[str, ActionSpec]:
 
 
 class Driver:
-    def __init__(self, store: Store, clock: Clock, policy: LeasePolicy):
+    def __init__(self, store: Store, clock: Clock, policy: LeasePolicy, faults: FaultInjector = NO_FAULTS):
         self.store = store
         self.clock = clock
         self.policy = policy
+        self.faults = faults
 
     def drive(
         self, lease: Lease, agent_for: Callable[[RunState], Agent], stop: threading.Event | None = None
@@ -66,7 +68,7 @@ class Driver:
         ``stop`` (a worker shutting down) ends the loop after the current step, leaving the run
         RUNNING for another worker.
         """
-        keeper = LeaseKeeper(self.store, lease, self.policy)
+        keeper = LeaseKeeper(self.store, lease, self.policy, self.faults)
         try:
             state, seq = self.store.load_run_at(lease.run_id)
             if state.status not in DRIVABLE:
@@ -132,6 +134,7 @@ class Driver:
         decision = transition.decision
         if transition.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL:
             done = execute_tool(run.gateway, run.agent, state, decision, now=self.clock(), fencing_token=lease.version)
+            self.faults.point("after_tool_before_record")
             state = done.state
             events.extend(done.events)
             write.update(artifacts=done.artifacts, attempts=done.attempts, open_request=done.pending)
@@ -142,7 +145,9 @@ class Driver:
         self._persist(run, lease, StepWrite(state=state, events=events, **write))
 
     def _persist(self, run: _Run, lease: Lease | None, write: StepWrite) -> None:
+        self.faults.point("before_commit")
         written = self.store.commit_step(run.state.run_id, run.seq, write, lease)
+        self.faults.point("after_commit")
         run.state = write.state
         run.seq = written[-1].seq if written else run.seq
 

@@ -13,6 +13,7 @@ import threading
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from stateward.core.errors import StaleLeaseError, StatewardError, UserError
+from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.store.base import Store
 from stateward.store.records import Lease
 
@@ -38,8 +39,9 @@ class LeasePolicy(BaseModel):
 class LeaseKeeper:
     """Renews ``lease`` every heartbeat on a daemon thread until stopped or superseded."""
 
-    def __init__(self, store: Store, lease: Lease, policy: LeasePolicy):
+    def __init__(self, store: Store, lease: Lease, policy: LeasePolicy, faults: FaultInjector = NO_FAULTS):
         self._store = store
+        self._faults = faults
         self._policy = policy
         self._lease = lease
         self._lost: StaleLeaseError | None = None
@@ -59,6 +61,7 @@ class LeaseKeeper:
     def _beat(self) -> None:
         while not self._stop.wait(self._policy.heartbeat_s):
             try:
+                self._faults.point("lease_renewal")
                 self._lease = self._store.renew_lease(self._lease, self._policy.ttl_s)
             except StaleLeaseError as exc:
                 log.error("lease lost: %s", exc)

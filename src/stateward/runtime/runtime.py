@@ -24,6 +24,7 @@ from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.runtime.agent import Agent, resolve_agent
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.driver import Driver, action_specs, cancel_write, transition_event
+from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeasePolicy
 from stateward.store.base import Store, open_store
 from stateward.store.records import Lease, StepWrite
@@ -50,13 +51,20 @@ def default_owner() -> str:
 
 class Runtime:
     def __init__(
-        self, store: Store, *, clock: Clock = _utcnow, lease: LeasePolicy | None = None, owner: str | None = None
+        self,
+        store: Store,
+        *,
+        clock: Clock = _utcnow,
+        lease: LeasePolicy | None = None,
+        owner: str | None = None,
+        faults: FaultInjector = NO_FAULTS,
     ):
         self.store = store
         self.clock = clock
         self.owner = owner or default_owner()
         self.lease_policy = lease or LeasePolicy()
-        self.driver = Driver(store, clock, self.lease_policy)
+        self.faults = faults
+        self.driver = Driver(store, clock, self.lease_policy, faults)
         self._agents: dict[str, Agent] = {}
 
     @classmethod
@@ -192,7 +200,9 @@ class Runtime:
         return self._answer(run_id, request_id, "replied", who, text)
 
     def _answer(self, run_id: str, request_id: str, verdict: str, who: Answerer, text: str | None) -> AnswerResult:
-        result = answer_request(self.store, run_id, request_id, verdict, who, text=text, now=self.clock())
+        result = answer_request(
+            self.store, run_id, request_id, verdict, who, text=text, now=self.clock(), faults=self.faults
+        )
         if result.already_answered or not who.drive:
             return result
         return AnswerResult(state=self.drive(run_id), already_answered=False, answer=result.answer)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stateward.core.errors import StaleLeaseError, StatewardError
@@ -31,7 +32,15 @@ class WorkerStats:
 
 
 class Worker:
-    def __init__(self, runtime: Runtime, *, concurrency: int = 1, poll_s: float = 0.2, expire_every_s: float = 5.0):
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        concurrency: int = 1,
+        poll_s: float = 0.2,
+        expire_every_s: float = 5.0,
+        observer: Callable[[str, str], None] | None = None,
+    ):
         if concurrency < 1:
             from stateward.core.errors import UserError
 
@@ -42,6 +51,7 @@ class Worker:
         self.expire_every_s = expire_every_s
         self.stop = threading.Event()
         self.stats = WorkerStats()
+        self._observe = observer or (lambda kind, run_id: None)
 
     def run(self, *, idle_exit_s: float | None = None) -> WorkerStats:
         """Work until ``stop`` is set (e.g. by SIGTERM) or, with ``idle_exit_s``, until idle that long."""
@@ -81,6 +91,7 @@ class Worker:
             except StaleLeaseError as exc:
                 log.error("run %s: %s; this worker stopped driving it", lease.run_id, exc)
                 self.stats.add("stale_leases")
+                self._observe("stale_lease", lease.run_id)
             except StatewardError as exc:
                 log.error("run %s failed to drive: %s", lease.run_id, exc)
                 self.stats.add("errors")

@@ -76,12 +76,19 @@ class Store(GatewayStore, Protocol):
 
 
 def open_store(url: str) -> Store:
-    """A SQLite path (the default, embedded) or a ``postgresql://`` URL."""
+    """A SQLite path (the default, embedded) or a ``postgresql://`` URL.
+
+    psycopg is imported only for a PostgreSQL URL, so the embedded default needs nothing extra.
+    """
     if url.startswith(("postgresql://", "postgres://")):
         from stateward.core.errors import UserError
 
         raise UserError("the PostgreSQL store is not available in this build", code="STORE_UNSUPPORTED")
     from stateward.store.sqlite import SQLiteStore
 
-    path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
-    return SQLiteStore(path)
+    return SQLiteStore(sqlite_path(url))
+
+
+def sqlite_path(url: str) -> str:
+    """A plain path, or the path inside a ``sqlite:///`` URL."""
+    return url.removeprefix("sqlite:///").removeprefix("sqlite://")

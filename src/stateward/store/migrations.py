@@ -64,3 +64,4 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, seq))""",
     ],
 ]
+

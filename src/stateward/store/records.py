@@ -112,5 +112,6 @@ class RunRow(BaseModel):
     status: str
     terminal_reason: str | None
     last_seq: int
+    lease_owner: str | None = None
     created_at: datetime
     updated_at: datetime

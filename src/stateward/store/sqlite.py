@@ -350,9 +350,10 @@ class SQLiteStore:
     def list_runs(self, limit: int = 100) -> list[RunRow]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at"
+                "SELECT run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,"
+                " CASE WHEN lease_expires_at > ? THEN lease_owner END"
                 " FROM runs ORDER BY created_at DESC, run_id LIMIT ?",
-                (limit,),
+                (time.time(), limit),
             ).fetchall()
         return [
             RunRow(
@@ -364,6 +365,7 @@ class SQLiteStore:
                 last_seq=r[5],
                 created_at=datetime.fromisoformat(r[6]),
                 updated_at=datetime.fromisoformat(r[7]),
+                lease_owner=r[8],
             )
             for r in rows
         ]

@@ -1,0 +1,234 @@
+"""``stateward chaos``: run many agents while killing, pausing and restarting their workers.
+
+Worker processes are forked from this one (a kill is a real SIGKILL of a real process; a fork
+restarts in milliseconds, so thousands of kills fit in minutes). They die at random moments and,
+through a fault injector, at every persistence boundary; some are SIGSTOPped past their lease TTL.
+Answers to the agents' approval requests come from forked approver processes that may die too.
+At the end every run is compared with a fault-free run of the same seed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stateward.chaos.agent import build_agent
+from stateward.chaos.faults import RandomKill
+from stateward.chaos.ledger import ledger_for
+from stateward.chaos.verify import Reference, verify
+from stateward.core.status import RunStatus
+from stateward.runtime.leases import LeasePolicy
+from stateward.runtime.runtime import Runtime
+from stateward.store.base import open_store
+
+STOPPED = {RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
+
+
+@dataclass
+class ChaosConfig:
+    db: str
+    runs: int = 20
+    kills: int = 100
+    workers: int = 2
+    seed: int = 1
+    boundary_kill_probability: float = 0.03
+    stop_probability: float = 0.05
+    lease_ttl_s: float = 1.2
+    heartbeat_s: float = 0.3
+    max_seconds: float = 600.0
+
+
+@dataclass
+class _Fleet:
+    workers: dict[int, int] = field(default_factory=dict)  # pid -> slot
+    approver: int | None = None
+    stopped: dict[int, float] = field(default_factory=dict)  # pid -> when to SIGCONT
+    kills: Counter[str] = field(default_factory=Counter)  # "worker" / "approver" processes SIGKILLed
+    sigstops: int = 0
+
+
+def _child(target: Any, *args: Any) -> int:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 0
+        try:
+            target(*args)
+        except BaseException:
+            code = 1
+        os._exit(code)
+    return pid
+
+
+def _worker_main(cfg: ChaosConfig, slot: int, generation: int, kill_log: str) -> None:
+    faults = RandomKill(f"{cfg.seed}:w{slot}:{generation}", cfg.boundary_kill_probability, log_path=kill_log)
+    runtime = Runtime(
+        open_store(cfg.db),
+        lease=LeasePolicy(ttl_s=cfg.lease_ttl_s, heartbeat_s=cfg.heartbeat_s),
+        owner=f"chaos-w{slot}-g{generation}-{os.getpid()}",
+        faults=faults,
+    )
+    from stateward.runtime.worker import Worker
+
+    ledger = ledger_for(cfg.db)
+    worker = Worker(
+        runtime, concurrency=1, poll_s=0.02, expire_every_s=3600, observer=lambda kind, run_id: ledger.log(kind, run_id)
+    )
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+    worker.run()
+
+
+def _approver_main(cfg: ChaosConfig, generation: int, kill_log: str) -> None:
+    faults = RandomKill(f"{cfg.seed}:a:{generation}", cfg.boundary_kill_probability * 3, log_path=kill_log)
+    runtime = Runtime(open_store(cfg.db), owner=f"chaos-approver-{generation}", faults=faults)
+    for record in runtime.store.list_requests(None, open_only=True):
+        try:
+            runtime.approve(record.run_id, record.request.request_id, by="chaos-approver", drive=False)
+        except Exception:  # a refused or raced answer is fine: the next approver looks again
+            continue
+
+
+class Harness:
+    def __init__(self, cfg: ChaosConfig):
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.fleet = _Fleet()
+        self.generation = 0
+        fd, self.kill_log = tempfile.mkstemp(prefix="stateward-chaos-", suffix=".kills")
+        os.close(fd)
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        started = time.monotonic()
+        run_ids = self._submit()
+        reference = Reference.build(cfg, run_ids)
+        deadline = started + cfg.max_seconds
+        next_kill = time.monotonic()
+        for slot in range(cfg.workers):
+            self._spawn_worker(slot)
+        while time.monotonic() < deadline:
+            self._reap()
+            self._wake_stopped()
+            total_kills = sum(self.fleet.kills.values())
+            statuses, busy = self._statuses(run_ids)
+            if total_kills < cfg.kills and time.monotonic() >= next_kill:
+                self._strike(busy)
+                next_kill = time.monotonic() + self.rng.uniform(0.02, 0.25)
+            if self.fleet.approver is None and RunStatus.WAITING_FOR_USER.value in statuses.values():
+                self.generation += 1
+                self.fleet.approver = _child(_approver_main, cfg, self.generation, self.kill_log)
+            if total_kills >= cfg.kills and all(s in STOPPED for s in statuses.values()):
+                break
+            time.sleep(0.02)
+        self._shutdown()
+        report = verify(cfg, run_ids, reference)
+        boundary = Counter(Path(self.kill_log).read_text().split())
+        os.unlink(self.kill_log)
+        report["kills"] = sum(self.fleet.kills.values())
+        report["kills_by_process"] = dict(sorted(self.fleet.kills.items()))
+        report["kills_at_boundaries"] = dict(sorted(boundary.items()))
+        report["sigstops_past_ttl"] = self.fleet.sigstops
+        report["seconds"] = round(time.monotonic() - started, 1)
+        report["workers"] = cfg.workers
+        report["seed"] = cfg.seed
+        return report
+
+    def _submit(self) -> list[str]:
+        ledger = ledger_for(self.cfg.db)
+        ledger.setup(reset=True)
+        ledger.close()
+        runtime = Runtime(open_store(self.cfg.db))
+        ids = []
+        for i in range(self.cfg.runs):
+            run_id = f"chaos-{self.cfg.seed}-{i:04d}-{self.rng.randrange(16**6):06x}"
+            runtime.submit(build_agent(self.cfg.db, self.cfg.seed, i), "post three entries", run_id=run_id)
+            ids.append(run_id)
+        runtime.close()
+        ledger_for(self.cfg.db).close()
+        return ids
+
+    def _spawn_worker(self, slot: int) -> None:
+        self.generation += 1
+        pid = _child(_worker_main, self.cfg, slot, self.generation, self.kill_log)
+        self.fleet.workers[pid] = slot
+
+    def _strike(self, busy: set[int]) -> None:
+        """SIGKILL a worker, preferring one that is driving a run — or SIGSTOP one past its lease TTL."""
+        live = [pid for pid in self.fleet.workers if pid not in self.fleet.stopped]
+        if not live:
+            return
+        driving = [pid for pid in live if pid in busy]
+        pid = self.rng.choice(driving if driving and self.rng.random() < 0.85 else live)
+        if self.rng.random() < self.cfg.stop_probability:
+            os.kill(pid, signal.SIGSTOP)
+            self.fleet.stopped[pid] = time.monotonic() + self.cfg.lease_ttl_s * 1.6
+            self.fleet.sigstops += 1
+            return
+        os.kill(pid, signal.SIGKILL)
+
+    def _wake_stopped(self) -> None:
+        now = time.monotonic()
+        for pid, when in list(self.fleet.stopped.items()):
+            if now >= when:
+                os.kill(pid, signal.SIGCONT)
+                del self.fleet.stopped[pid]
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+            if pid == self.fleet.approver:
+                self.fleet.approver = None
+                if killed:
+                    self.fleet.kills["approver"] += 1
+                continue
+            slot = self.fleet.workers.pop(pid, None)
+            self.fleet.stopped.pop(pid, None)
+            if slot is None:
+                continue
+            if killed:
+                self.fleet.kills["worker"] += 1
+            self._spawn_worker(slot)
+
+    def _statuses(self, run_ids: list[str]) -> tuple[dict[str, str], set[int]]:
+        """Each run's status, and the pids of workers holding a live lease right now."""
+        store = open_store(self.cfg.db)
+        try:
+            rows = store.list_runs(limit=len(run_ids) + 1000)
+        finally:
+            store.close()
+        by_id = {r.run_id: r.status for r in rows}
+        busy = {int(r.lease_owner.split("-")[-1].split("/")[0]) for r in rows if r.lease_owner}
+        return {r: by_id.get(r, "MISSING") for r in run_ids}, busy
+
+    def _shutdown(self) -> None:
+        for pid in list(self.fleet.stopped):
+            os.kill(pid, signal.SIGCONT)
+        for pid in list(self.fleet.workers):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while self.fleet.workers or self.fleet.approver is not None:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                if time.monotonic() > deadline:
+                    for p in [*self.fleet.workers, *([self.fleet.approver] if self.fleet.approver else [])]:
+                        os.kill(p, signal.SIGKILL)
+                time.sleep(0.02)
+                continue
+            self.fleet.workers.pop(pid, None)
+            if pid == self.fleet.approver:
+                self.fleet.approver = None

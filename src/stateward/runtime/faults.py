@@ -1,0 +1,29 @@
+"""Named persistence boundaries where a fault injector may act (the chaos harness kills there).
+
+Production runtimes use ``NO_FAULTS``; the hooks cost one method call per boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+BOUNDARIES = (
+    "before_commit",  # a step is decided and acted on, not yet committed
+    "after_commit",  # the step is durable, the loop has not moved on
+    "after_tool_before_record",  # a tool returned, its result is not recorded yet
+    "approval_before_commit",  # an answer was checked, not yet recorded
+    "approval_after_commit",  # an answer is recorded, the run not driven yet
+    "lease_renewal",  # a heartbeat is about to renew the lease
+)
+
+
+class FaultInjector(Protocol):
+    def point(self, name: str) -> None: ...
+
+
+class _NoFaults:
+    def point(self, name: str) -> None:
+        return None
+
+
+NO_FAULTS: FaultInjector = _NoFaults()
