@@ -28,7 +28,7 @@ class LeasePolicy(BaseModel):
 
     @model_validator(mode="after")
     def _ttl_covers_three_heartbeats(self) -> LeasePolicy:
-        if self.heartbeat_s <= 0 or self.ttl_s < 3 * self.heartbeat_s:
+        if self.heartbeat_s <= 0 or self.ttl_s < 3 * self.heartbeat_s - 1e-9:
             raise UserError(
                 f"lease TTL {self.ttl_s}s must be at least 3 x the heartbeat {self.heartbeat_s}s",
                 code="INVALID_LEASE_POLICY",

@@ -15,7 +15,7 @@ from datetime import datetime
 from stateward.controllers.base import Signal, SignalFailure
 from stateward.core.budget import Usage
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
-from stateward.core.errors import DecisionParseError
+from stateward.core.errors import DecisionParseError, IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState, WaitSnapshot
 from stateward.core.status import RunStatus, TransitionKind, next_status
@@ -71,6 +71,12 @@ def handle(
     now: datetime,
 ) -> Transition:
     """Validate ``signal`` against ``state`` and compute the transition. Raises only IllegalTransitionError."""
+    if state.status is not RunStatus.RUNNING:
+        # Decisions move only running runs; a waiting, paused or ended run is moved from outside.
+        raise IllegalTransitionError(
+            f"a decision cannot move a {state.status.value} run",
+            details={"from": state.status.value, "run_id": state.run_id},
+        )
     received = NewEvent(
         type=EventType.SIGNAL_RECEIVED,
         payload={

@@ -69,6 +69,10 @@ class SQLiteStore:
                 self._db.execute("COMMIT")
 
     def _migrate(self) -> None:
+        # Opening an up-to-date store only reads: in WAL mode that never waits for a writer, so a
+        # stalled writer elsewhere (even a SIGSTOPped one) cannot block a reader from opening.
+        if self._db.execute("PRAGMA user_version").fetchone()[0] == len(SQLITE_MIGRATIONS):
+            return
         with self._tx() as db:
             current = db.execute("PRAGMA user_version").fetchone()[0]
             if current > len(SQLITE_MIGRATIONS):
@@ -163,35 +167,42 @@ class SQLiteStore:
             if db.execute(sql, params).rowcount != 1:
                 raise self._why_not_written(db, run_id, expected_seq, lease)
             version = 0 if lease is None else lease.version
-            written = self._append(db, run_id, expected_seq, write.events, now, version)
-            if write.close_request is not None:
-                self._close_request(db, run_id, write.close_request)
-            if write.close_all_requests is not None:
-                db.execute(
-                    "UPDATE pending_requests SET answer=? WHERE run_id=? AND answer IS NULL",
-                    (write.close_all_requests.model_dump_json(), run_id),
-                )
-            if write.open_request is not None:
-                db.execute(
-                    "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (?,?,?,NULL)",
-                    (run_id, write.open_request.request_id, write.open_request.model_dump_json()),
-                )
-            for art in write.artifacts:
-                db.execute(
-                    "INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)"
-                    " VALUES (?,?,?,?,?,?,?)",
-                    (run_id, art.name, art.version, sha256_hex(art.content), art.media_type, art.content, now),
-                )
-            for attempt in write.attempts:
-                db.execute(
-                    "INSERT OR REPLACE INTO tool_attempts(attempt_id, run_id, step, body) VALUES (?,?,?,?)",
-                    (attempt.attempt_id, run_id, attempt.step, attempt.model_dump_json()),
-                )
-            if write.checkpoint is not None:
-                db.execute(
-                    "INSERT INTO checkpoints(run_id, seq, reason, snapshot, created_at) VALUES (?,?,?,?,?)",
-                    (run_id, new_seq, write.checkpoint, state.model_dump_json(), now),
-                )
+            try:
+                written = self._append(db, run_id, expected_seq, write.events, now, version)
+                if write.close_request is not None:
+                    self._close_request(db, run_id, write.close_request)
+                if write.close_all_requests is not None:
+                    db.execute(
+                        "UPDATE pending_requests SET answer=? WHERE run_id=? AND answer IS NULL",
+                        (write.close_all_requests.model_dump_json(), run_id),
+                    )
+                if write.open_request is not None:
+                    db.execute(
+                        "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (?,?,?,NULL)",
+                        (run_id, write.open_request.request_id, write.open_request.model_dump_json()),
+                    )
+                for art in write.artifacts:
+                    db.execute(
+                        "INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)"
+                        " VALUES (?,?,?,?,?,?,?)",
+                        (run_id, art.name, art.version, sha256_hex(art.content), art.media_type, art.content, now),
+                    )
+                for attempt in write.attempts:
+                    db.execute(
+                        "INSERT OR REPLACE INTO tool_attempts(attempt_id, run_id, step, body) VALUES (?,?,?,?)",
+                        (attempt.attempt_id, run_id, attempt.step, attempt.model_dump_json()),
+                    )
+                if write.checkpoint is not None:
+                    db.execute(
+                        "INSERT INTO checkpoints(run_id, seq, reason, snapshot, created_at) VALUES (?,?,?,?,?)",
+                        (run_id, new_seq, write.checkpoint, state.model_dump_json(), now),
+                    )
+            except sqlite3.IntegrityError as exc:  # e.g. an artifact version written twice
+                raise RunError(
+                    f"step of run {run_id} repeats a record that already exists: {exc}",
+                    code="DUPLICATE_RECORD",
+                    details={"run_id": run_id, "expected_seq": expected_seq},
+                ) from None
         return written
 
     @staticmethod
