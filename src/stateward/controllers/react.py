@@ -34,6 +34,7 @@ class ReActController:
                 visible_actions=ctx.specs(visible),
                 facts=ctx.facts(),
                 instructions=DECIDE_INSTRUCTIONS,
+                correction=ctx.state.correction,
             )
         )
         signal: str | SignalFailure = reply.text

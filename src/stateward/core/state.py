@@ -86,6 +86,7 @@ class RunState(BaseModel):
     wait: WaitSnapshot | None = None
     requests_issued: int = 0
     last_answer: Answer | None = None
+    correction: str | None = None  # the error the next model request must name (correct-once policy)
     approvals: tuple[GuardedAction, ...] = ()
     artifacts: dict[str, int] = Field(default_factory=dict)  # latest version per artifact name
     facts: dict[str, Any] = Field(default_factory=dict)

@@ -55,12 +55,18 @@ class Agent:
     request_ttl: timedelta | None = None
     approver_role: str | None = None
     on_request_expiry: str = "fail"  # "fail" | "cancel" | "escalate"
+    on_rejected_signal: str = "fail"  # "fail" | "correct_once"
     escalation_role: str | None = None
 
     def __post_init__(self) -> None:
         if self.on_request_expiry not in {"fail", "cancel", "escalate"}:
             raise UserError(
                 f"on_request_expiry must be fail, cancel or escalate, not {self.on_request_expiry!r}",
+                code="INVALID_AGENT",
+            )
+        if self.on_rejected_signal not in {"fail", "correct_once"}:
+            raise UserError(
+                f"on_rejected_signal must be fail or correct_once, not {self.on_rejected_signal!r}",
                 code="INVALID_AGENT",
             )
         if self.on_request_expiry == "escalate" and not self.escalation_role:

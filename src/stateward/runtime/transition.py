@@ -88,11 +88,12 @@ def handle(
     )
     decision, rejection = _check(signal, state, agent, visible_actions)
     if rejection is not None:
-        return _reject(state, decision, rejection, received, model_usage)
+        return _reject(state, agent, decision, rejection, received, model_usage)
     assert decision is not None
     kind = _KIND_BY_DECISION[decision.type]
     after = next_status(state.status, kind)
     usage = _with_usage(state, model_usage)
+    state = state.model_copy(update={"correction": None})  # an accepted decision ends any correction
     validated = NewEvent(
         type=EventType.RUNTIME_VALIDATED,
         payload={
@@ -177,29 +178,46 @@ def _check(
 
 def _reject(
     state: RunState,
+    agent: Agent,
     decision: ControlDecision | None,
     rejection: tuple[str, str],
     received: NewEvent,
     model_usage: Sequence[ModelUsage],
 ) -> Transition:
-    """A refused signal is counted and fails the run explicitly; it never leaves the run RUNNING."""
+    """A refused signal is counted and, by default, fails the run explicitly; it never goes unnoticed.
+
+    An agent may instead declare ``on_rejected_signal="correct_once"``: the run stays RUNNING and the
+    next request to the model names the error. A second rejection in a row fails the run.
+    """
     code, message = rejection
-    after = next_status(state.status, TransitionKind.FAIL)
     usage = _with_usage(state, model_usage, rejected_signals=1)
-    new_state = state.model_copy(update={"usage": usage, "status": after, "terminal_reason": "rejected_signal"})
-    events = [
-        received,
-        NewEvent(
-            type=EventType.RUNTIME_VALIDATED,
-            payload={
-                "runtime_decision": "rejected",
-                "code": code,
-                "message": message,
-                "decision_type": None if decision is None else decision.type.value,
-            },
-        ),
-        _transition_event(state.status, after, "rejected_signal"),
-    ]
+    validated = NewEvent(
+        type=EventType.RUNTIME_VALIDATED,
+        payload={
+            "runtime_decision": "rejected",
+            "code": code,
+            "message": message,
+            "decision_type": None if decision is None else decision.type.value,
+        },
+    )
+    if agent.on_rejected_signal == "correct_once" and state.correction is None:
+        correction = f"Your last reply was refused ({code}): {message}. Reply with exactly one valid decision."
+        new_state = state.model_copy(update={"usage": usage, "correction": correction})
+        return Transition(
+            TransitionKind.CONTINUE,
+            state.status,
+            state.status,
+            False,
+            code,
+            decision,
+            new_state,
+            events=[received, validated],
+        )
+    after = next_status(state.status, TransitionKind.FAIL)
+    new_state = state.model_copy(
+        update={"usage": usage, "status": after, "terminal_reason": "rejected_signal", "correction": None}
+    )
+    events = [received, validated, _transition_event(state.status, after, "rejected_signal")]
     return Transition(TransitionKind.FAIL, state.status, after, False, code, decision, new_state, events=events)
 
 

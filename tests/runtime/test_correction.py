@@ -1,0 +1,57 @@
+"""The corrective-message policy: one named correction, then the run fails; default is to fail at once."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from stateward import RunStatus, Runtime
+from stateward.core.events import EventType
+from stateward.demos import blog_fixtures as fx
+from stateward.demos.blog import build_agent
+from stateward.models.base import ModelRequest
+from stateward.models.scripted import ScriptedModel
+
+
+def _sloppy(times: int) -> ScriptedModel:
+    """Wraps its first ``times`` decisions in the json_object envelope, then behaves."""
+    seen = {"n": 0}
+
+    def policy(req: ModelRequest) -> str | dict[str, Any]:
+        seen["n"] += 1
+        decision = fx.react_policy(req)
+        if seen["n"] <= times:
+            return {"type": "json_object", "content": decision}
+        return decision
+
+    return ScriptedModel(policy)
+
+
+def test_default_policy_fails_on_the_first_rejection(runtime: Runtime) -> None:
+    state = runtime.start(build_agent("react", model=_sloppy(1)), fx.GOAL)
+    assert state.status is RunStatus.FAILED and state.terminal_reason == "rejected_signal"
+    assert state.usage.rejected_signals == 1 and state.usage.tool_attempts == 0
+
+
+def test_correct_once_names_the_error_and_continues(runtime: Runtime) -> None:
+    model = _sloppy(1)
+    agent = dataclasses.replace(build_agent("react", model=model), on_rejected_signal="correct_once")
+    state = runtime.start(agent, fx.GOAL)
+    assert state.status is RunStatus.WAITING_FOR_USER
+    assert state.usage.rejected_signals == 1
+    assert model.calls[0].correction is None
+    assert model.calls[1].correction is not None and "WRAPPED_DECISION" in model.calls[1].correction
+    assert all(c.correction is None for c in model.calls[2:])
+    rejected = [
+        e
+        for e in runtime.store.read_events(state.run_id)
+        if e.type is EventType.RUNTIME_VALIDATED and e.payload["runtime_decision"] == "rejected"
+    ]
+    assert len(rejected) == 1
+
+
+def test_correct_once_is_bounded(runtime: Runtime) -> None:
+    agent = dataclasses.replace(build_agent("react", model=_sloppy(2)), on_rejected_signal="correct_once")
+    state = runtime.start(agent, fx.GOAL)
+    assert state.status is RunStatus.FAILED
+    assert state.usage.rejected_signals == 2 and state.usage.tool_attempts == 0
