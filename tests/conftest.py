@@ -8,6 +8,8 @@ import pytest
 from stateward import Runtime
 from stateward.store.sqlite import SQLiteStore
 
+pytest_plugins = ["pg_fixtures"]
+
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:

@@ -26,7 +26,7 @@ from stateward.chaos.verify import Reference, verify
 from stateward.core.status import RunStatus
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import open_store
+from stateward.store.base import Store, open_store
 
 STOPPED = {RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
 
@@ -100,6 +100,7 @@ class Harness:
         self.rng = random.Random(cfg.seed)
         self.fleet = _Fleet()
         self.generation = 0
+        self._poller: Store | None = None
         fd, self.kill_log = tempfile.mkstemp(prefix="stateward-chaos-", suffix=".kills")
         os.close(fd)
 
@@ -203,16 +204,17 @@ class Harness:
 
     def _statuses(self, run_ids: list[str]) -> tuple[dict[str, str], set[int]]:
         """Each run's status, and the pids of workers holding a live lease right now."""
-        store = open_store(self.cfg.db)
-        try:
-            rows = store.list_runs(limit=len(run_ids) + 1000)
-        finally:
-            store.close()
+        if self._poller is None:
+            self._poller = open_store(self.cfg.db)  # read-only use; forked children never touch it
+        rows = self._poller.list_runs(limit=len(run_ids) + 1000)
         by_id = {r.run_id: r.status for r in rows}
         busy = {int(r.lease_owner.split("-")[-1].split("/")[0]) for r in rows if r.lease_owner}
         return {r: by_id.get(r, "MISSING") for r in run_ids}, busy
 
     def _shutdown(self) -> None:
+        if self._poller is not None:
+            self._poller.close()
+            self._poller = None
         for pid in list(self.fleet.stopped):
             os.kill(pid, signal.SIGCONT)
         for pid in list(self.fleet.workers):

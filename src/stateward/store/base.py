@@ -81,9 +81,16 @@ def open_store(url: str) -> Store:
     psycopg is imported only for a PostgreSQL URL, so the embedded default needs nothing extra.
     """
     if url.startswith(("postgresql://", "postgres://")):
-        from stateward.core.errors import UserError
+        try:
+            from stateward.store.postgres import PostgresStore
+        except ImportError as exc:
+            from stateward.core.errors import UserError
 
-        raise UserError("the PostgreSQL store is not available in this build", code="STORE_UNSUPPORTED")
+            raise UserError(
+                f"the PostgreSQL store needs psycopg ({exc}); install it with: pip install 'stateward[postgres]'",
+                code="STORE_UNSUPPORTED",
+            ) from None
+        return PostgresStore(url)
     from stateward.store.sqlite import SQLiteStore
 
     return SQLiteStore(sqlite_path(url))

@@ -65,3 +65,71 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     ],
 ]
 
+# PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
+# in SQLite; JSON is kept as text so every document round-trips byte for byte (cast to jsonb to
+# query it); times are the database's clock; lease expiry is epoch seconds by that clock.
+POSTGRES_MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE runs (
+            run_id TEXT COLLATE "C" PRIMARY KEY,
+            agent TEXT NOT NULL,
+            status TEXT NOT NULL,
+            terminal_reason TEXT,
+            snapshot TEXT NOT NULL,
+            last_seq BIGINT NOT NULL,
+            tenant TEXT NOT NULL DEFAULT 'default',
+            control TEXT,
+            lease_owner TEXT,
+            lease_version BIGINT NOT NULL DEFAULT 0,
+            lease_expires_at DOUBLE PRECISION,
+            created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            updated_at TIMESTAMPTZ NOT NULL DEFAULT now())""",
+        "CREATE INDEX runs_by_status ON runs(status, updated_at, run_id)",
+        "CREATE INDEX runs_by_created ON runs(created_at DESC, run_id)",
+        """CREATE TABLE events (
+            run_id TEXT COLLATE "C" NOT NULL,
+            seq BIGINT NOT NULL,
+            type TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            lease_version BIGINT NOT NULL DEFAULT 0,
+            at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (run_id, seq))""",
+        """CREATE TABLE pending_requests (
+            run_id TEXT COLLATE "C" NOT NULL,
+            request_id TEXT COLLATE "C" NOT NULL,
+            body TEXT NOT NULL,
+            answer TEXT,
+            PRIMARY KEY (run_id, request_id))""",
+        "CREATE INDEX pending_requests_open ON pending_requests(run_id, request_id) WHERE answer IS NULL",
+        """CREATE TABLE artifacts (
+            run_id TEXT COLLATE "C" NOT NULL,
+            name TEXT COLLATE "C" NOT NULL,
+            version BIGINT NOT NULL,
+            sha256 TEXT NOT NULL,
+            media_type TEXT NOT NULL,
+            content TEXT NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (run_id, name, version))""",
+        """CREATE TABLE tool_attempts (
+            attempt_id TEXT COLLATE "C" PRIMARY KEY,
+            run_id TEXT COLLATE "C" NOT NULL,
+            step BIGINT NOT NULL,
+            body TEXT NOT NULL)""",
+        "CREATE INDEX tool_attempts_by_run ON tool_attempts(run_id, step)",
+        """CREATE TABLE side_effects (
+            idempotency_key TEXT COLLATE "C" PRIMARY KEY,
+            run_id TEXT COLLATE "C" NOT NULL,
+            tool TEXT NOT NULL,
+            status TEXT NOT NULL,
+            body TEXT NOT NULL)""",
+        "CREATE INDEX side_effects_by_run ON side_effects(run_id, status)",
+        'CREATE TABLE breakers (tool TEXT COLLATE "C" PRIMARY KEY, body TEXT NOT NULL)',
+        """CREATE TABLE checkpoints (
+            run_id TEXT COLLATE "C" NOT NULL,
+            seq BIGINT NOT NULL,
+            reason TEXT NOT NULL,
+            snapshot TEXT NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (run_id, seq))""",
+    ],
+]

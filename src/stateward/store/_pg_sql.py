@@ -1,0 +1,105 @@
+"""The SQL of the PostgreSQL store, kept apart so ``postgres.py`` reads as the SQLite store does.
+
+Lease times come from the database clock (``DB_EPOCH``), never from a worker's, so workers on
+machines whose clocks disagree still agree on who holds a run.
+"""
+
+from __future__ import annotations
+
+# Seconds since the epoch by the database clock, read when the statement runs (not at transaction start).
+DB_EPOCH = "extract(epoch from clock_timestamp())::float8"
+
+# Held for the migration transaction only; serialises stores opening the same database at once.
+MIGRATION_LOCK_KEY = 0x5354_4154_4557  # "STATEW"
+
+SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS stateward_schema (
+    version INTEGER PRIMARY KEY,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"""
+SCHEMA_TABLE_EXISTS = "SELECT to_regclass('stateward_schema') IS NOT NULL"
+SCHEMA_VERSION = "SELECT coalesce(max(version), 0) FROM stateward_schema"
+SCHEMA_RECORD = "INSERT INTO stateward_schema(version) VALUES (%s)"
+
+# -- runs -------------------------------------------------------------------------------------------
+CREATE_RUN = """INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, last_seq)
+    VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id) DO NOTHING RETURNING created_at"""
+SNAPSHOT = "SELECT snapshot, last_seq FROM runs WHERE run_id=%s"
+LAST_SEQ = "SELECT last_seq FROM runs WHERE run_id=%s"
+GET_CONTROL = "SELECT control FROM runs WHERE run_id=%s"
+SET_CONTROL = "UPDATE runs SET control=%s WHERE run_id=%s"
+RUN_GUARD_ROW = "SELECT last_seq, lease_owner, lease_version FROM runs WHERE run_id=%s"
+LIST_RUNS = """SELECT run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at
+    FROM runs ORDER BY created_at DESC, run_id LIMIT %s"""
+
+
+def step_update(*, leased: bool, clear_control: bool) -> str:
+    """The guarded snapshot update of ``commit_step``; it matches no row unless the write may happen."""
+    guard = (
+        "lease_owner=%(owner)s AND lease_version=%(version)s"
+        if leased
+        else f"(lease_owner IS NULL OR lease_expires_at < {DB_EPOCH})"
+    )
+    return (
+        "UPDATE runs SET status=%(status)s, terminal_reason=%(reason)s, snapshot=%(snapshot)s,"
+        " last_seq=%(new_seq)s, updated_at=now()"
+        + (", control=NULL" if clear_control else "")
+        + f" WHERE run_id=%(run_id)s AND last_seq=%(expected)s AND {guard} RETURNING now()"
+    )
+
+
+# -- step contents ----------------------------------------------------------------------------------
+INSERT_EVENT = "INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (%s,%s,%s,%s,%s,%s)"
+READ_EVENTS = "SELECT seq, type, payload, lease_version, at FROM events WHERE run_id=%s AND seq>%s ORDER BY seq"
+CLOSE_REQUEST = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL"
+CLOSE_ALL_REQUESTS = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND answer IS NULL"
+OPEN_REQUEST = "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (%s,%s,%s,NULL)"
+INSERT_ARTIFACT = """INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)
+    VALUES (%s,%s,%s,%s,%s,%s,%s)"""
+UPSERT_ATTEMPT = """INSERT INTO tool_attempts(attempt_id, run_id, step, body) VALUES (%s,%s,%s,%s)
+    ON CONFLICT (attempt_id) DO UPDATE SET run_id=EXCLUDED.run_id, step=EXCLUDED.step, body=EXCLUDED.body"""
+INSERT_CHECKPOINT = "INSERT INTO checkpoints(run_id, seq, reason, snapshot, created_at) VALUES (%s,%s,%s,%s,%s)"
+LATEST_CHECKPOINT = """SELECT seq, reason, snapshot, created_at FROM checkpoints WHERE run_id=%s
+    ORDER BY seq DESC LIMIT 1"""
+
+# -- leases -----------------------------------------------------------------------------------------
+# One statement each, so the check and the grant see the same row version (a concurrent grant makes
+# PostgreSQL re-check the WHERE clause against the row it committed).
+ACQUIRE_LEASE = f"""UPDATE runs SET lease_owner=%(owner)s, lease_version=lease_version+1,
+        lease_expires_at={DB_EPOCH} + %(ttl)s
+    WHERE run_id=%(run_id)s AND (lease_owner IS NULL OR lease_owner=%(owner)s
+        OR lease_expires_at IS NULL OR lease_expires_at <= {DB_EPOCH})
+    RETURNING lease_version, lease_expires_at"""
+LEASE_ROW = "SELECT lease_owner, lease_version, lease_expires_at FROM runs WHERE run_id=%s"
+CLAIM_NEXT = f"""WITH candidate AS (
+        SELECT run_id FROM runs
+        WHERE status = ANY(%(statuses)s) AND (lease_owner IS NULL OR lease_expires_at < {DB_EPOCH})
+        ORDER BY updated_at, run_id LIMIT 1
+        FOR UPDATE SKIP LOCKED)
+    UPDATE runs SET lease_owner=%(owner)s, lease_version=runs.lease_version+1,
+        lease_expires_at={DB_EPOCH} + %(ttl)s
+    FROM candidate WHERE runs.run_id=candidate.run_id
+    RETURNING runs.run_id, runs.lease_version, runs.lease_expires_at"""
+RENEW_LEASE = f"""UPDATE runs SET lease_expires_at={DB_EPOCH} + %s
+    WHERE run_id=%s AND lease_owner=%s AND lease_version=%s RETURNING lease_expires_at"""
+RELEASE_LEASE = """UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL
+    WHERE run_id=%s AND lease_owner=%s AND lease_version=%s"""
+
+# -- reads ------------------------------------------------------------------------------------------
+GET_REQUEST = "SELECT body, answer FROM pending_requests WHERE run_id=%s AND request_id=%s"
+LIST_REQUESTS = """SELECT run_id, body, answer FROM pending_requests
+    WHERE (%(run_id)s::text IS NULL OR run_id=%(run_id)s) AND (NOT %(open_only)s OR answer IS NULL)
+    ORDER BY run_id, request_id"""
+ARTIFACT_COLUMNS = "name, version, sha256, media_type, content, created_at"
+LIST_ARTIFACTS = f"SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE run_id=%s ORDER BY name, version"
+GET_ARTIFACT = f"""SELECT {ARTIFACT_COLUMNS} FROM artifacts
+    WHERE run_id=%(run_id)s AND name=%(name)s AND (%(version)s::bigint IS NULL OR version=%(version)s)
+    ORDER BY version DESC LIMIT 1"""
+
+# -- gateway state ----------------------------------------------------------------------------------
+GET_BREAKER = "SELECT body FROM breakers WHERE tool=%s"
+PUT_BREAKER = "INSERT INTO breakers(tool, body) VALUES (%s,%s) ON CONFLICT (tool) DO UPDATE SET body=EXCLUDED.body"
+GET_SIDE_EFFECT = "SELECT body FROM side_effects WHERE idempotency_key=%s"
+SIDE_EFFECTS_OF = """SELECT body FROM side_effects WHERE run_id=%s AND status = ANY(%s)
+    ORDER BY idempotency_key"""
+PUT_SIDE_EFFECT = """INSERT INTO side_effects(idempotency_key, run_id, tool, status, body) VALUES (%s,%s,%s,%s,%s)
+    ON CONFLICT (idempotency_key) DO UPDATE
+    SET run_id=EXCLUDED.run_id, tool=EXCLUDED.tool, status=EXCLUDED.status, body=EXCLUDED.body"""

@@ -1,0 +1,456 @@
+"""The shared store: PostgreSQL through a connection pool, one transaction per step.
+
+The semantics are SQLiteStore's, clause for clause (the conformance suite runs on both). What
+differs is what several machines need: runnable runs are claimed with ``FOR UPDATE SKIP LOCKED``,
+lease expiry is judged by the database clock, and migrations run under an advisory lock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from stateward.core.canonical import sha256_hex
+from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
+from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.state import PendingRequest, RunState
+from stateward.store import _pg_sql as q
+from stateward.store.migrations import POSTGRES_MIGRATIONS
+from stateward.store.records import (
+    ArtifactRecord,
+    Checkpoint,
+    Lease,
+    PendingRecord,
+    RequestAnswer,
+    RunRow,
+    StepWrite,
+)
+from stateward.tools.ports import BreakerState, SideEffectRecord
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+_UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, PoolClosed)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split("\n")[0].split())
+    return text or type(exc).__name__
+
+
+def _configure(conn: Conn) -> None:
+    """Every pooled session reports times in UTC, like the SQLite store."""
+    conn.execute("SET TIME ZONE 'UTC'")
+
+
+class PostgresStore:
+    """Thread-safe: each call borrows a pooled connection; every write is one transaction."""
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, connect_timeout: float = 10.0):
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            raise UserError(f"not a PostgreSQL URL: {_first_line(exc)}", code="CONFIGURATION_ERROR") from None
+        params.setdefault("connect_timeout", max(1, round(connect_timeout)))
+        params.setdefault("application_name", "stateward")
+        self._conninfo = make_conninfo("", **params)
+        self.where = self._describe(params)
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                self._migrate(conn)
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(exc) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot migrate {self.where}: {_first_line(exc)}", code="STORE_ERROR") from exc
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            self._conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"autocommit": True},
+            configure=_configure,
+            check=ConnectionPool.check_connection,
+            name=f"stateward {self.where}",
+            timeout=connect_timeout,
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise self._unavailable(exc) from exc
+
+    # -- plumbing -------------------------------------------------------------------------------
+    @staticmethod
+    def _describe(params: dict[str, Any]) -> str:
+        """Where the store is, for messages: never the password."""
+        host = params.get("host") or params.get("hostaddr") or "localhost"
+        port = params.get("port") or "5432"
+        return f"postgresql://{host}:{port}/{params.get('dbname') or ''}"
+
+    def _unavailable(self, exc: BaseException) -> StoreError:
+        return StoreError(
+            f"cannot use the PostgreSQL store at {self.where}: {_first_line(exc)}",
+            code="STORE_UNAVAILABLE",
+            details={"store": self.where},
+        )
+
+    @contextmanager
+    def _conn(self) -> Iterator[Conn]:
+        """A pooled connection in autocommit mode (a read is one statement); driver errors become StoreErrors."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except _UNREACHABLE as exc:
+            raise self._unavailable(exc) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store at {self.where}: {_first_line(exc)}", code="STORE_ERROR") from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[Conn]:
+        """One transaction: committed on exit, rolled back on any error (a refused write leaves nothing)."""
+        with self._conn() as conn, conn.transaction():
+            yield conn
+
+    def _migrate(self, conn: Conn) -> None:
+        """Apply missing migrations in one transaction, serialised across processes by an advisory lock.
+
+        An up-to-date database is only read, so opening never waits behind another process's lock.
+        """
+        up_to_date = (len(POSTGRES_MIGRATIONS),)
+        if conn.execute(q.SCHEMA_TABLE_EXISTS).fetchone() == (True,) and (
+            conn.execute(q.SCHEMA_VERSION).fetchone() == up_to_date
+        ):
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (q.MIGRATION_LOCK_KEY,))
+            conn.execute(q.SCHEMA_TABLE)
+            row = conn.execute(q.SCHEMA_VERSION).fetchone()
+            current = int(row[0]) if row else 0
+            if current > len(POSTGRES_MIGRATIONS):
+                raise StoreError(
+                    f"{self.where} has schema version {current}; this stateward knows {len(POSTGRES_MIGRATIONS)}",
+                    code="SCHEMA_TOO_NEW",
+                )
+            for version, script in enumerate(POSTGRES_MIGRATIONS[current:], start=current + 1):
+                for statement in script:
+                    conn.execute(statement)
+                conn.execute(q.SCHEMA_RECORD, (version,))
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def _one(self, sql: str, run_id: str) -> tuple[Any, ...]:
+        with self._conn() as conn:
+            row = conn.execute(sql, (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+        return row
+
+    # -- runs -----------------------------------------------------------------------------------
+    def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
+        with self._tx() as conn:
+            row = conn.execute(
+                q.CREATE_RUN,
+                (
+                    state.run_id,
+                    state.tenant,
+                    state.agent.factory,
+                    state.status.value,
+                    state.terminal_reason,
+                    state.model_dump_json(),
+                    len(events),
+                ),
+            ).fetchone()
+            if row is None:
+                raise RunError(f"run {state.run_id} already exists", code="RUN_EXISTS")
+            return self._append(conn, state.run_id, 0, events, row[0], 0)
+
+    def load_run(self, run_id: str) -> RunState:
+        return self.load_run_at(run_id)[0]
+
+    def load_run_at(self, run_id: str) -> tuple[RunState, int]:
+        row = self._one(q.SNAPSHOT, run_id)
+        return RunState.model_validate_json(row[0]), int(row[1])
+
+    def last_seq(self, run_id: str) -> int:
+        return int(self._one(q.LAST_SEQ, run_id)[0])
+
+    def get_control(self, run_id: str) -> str | None:
+        value = self._one(q.GET_CONTROL, run_id)[0]
+        return None if value is None else str(value)
+
+    def set_control(self, run_id: str, control: str | None) -> None:
+        with self._conn() as conn:
+            if conn.execute(q.SET_CONTROL, (control, run_id)).rowcount != 1:
+                raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+
+    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> list[Event]:
+        state = write.state
+        new_seq = expected_seq + len(write.events)
+        params: dict[str, Any] = {
+            "status": state.status.value,
+            "reason": state.terminal_reason,
+            "snapshot": state.model_dump_json(),
+            "new_seq": new_seq,
+            "run_id": run_id,
+            "expected": expected_seq,
+        }
+        if lease is not None:
+            params.update(owner=lease.owner, version=lease.version)
+        sql = q.step_update(leased=lease is not None, clear_control=write.clear_control)
+        with self._tx() as conn:
+            row = conn.execute(sql, params).fetchone()
+            if row is None:
+                raise self._why_not_written(conn, run_id, expected_seq, lease)
+            try:
+                return self._write_contents(conn, run_id, expected_seq, write, lease, row[0], params["snapshot"])
+            except pg_errors.UniqueViolation as exc:
+                raise RunError(
+                    f"step of run {run_id} repeats a record that already exists: {_first_line(exc)}",
+                    code="DUPLICATE_RECORD",
+                    details={"run_id": run_id, "expected_seq": expected_seq},
+                ) from None
+
+    def _write_contents(
+        self,
+        conn: Conn,
+        run_id: str,
+        expected_seq: int,
+        write: StepWrite,
+        lease: Lease | None,
+        now: datetime,
+        snapshot: str,
+    ) -> list[Event]:
+        """Everything a step writes besides the snapshot, in the same transaction."""
+        written = self._append(conn, run_id, expected_seq, write.events, now, 0 if lease is None else lease.version)
+        if write.close_request is not None:
+            self._close_request(conn, run_id, write.close_request)
+        if write.close_all_requests is not None:
+            conn.execute(q.CLOSE_ALL_REQUESTS, (write.close_all_requests.model_dump_json(), run_id))
+        if write.open_request is not None:
+            opened = write.open_request
+            conn.execute(q.OPEN_REQUEST, (run_id, opened.request_id, opened.model_dump_json()))
+        with conn.cursor() as cur:
+            if write.artifacts:
+                cur.executemany(
+                    q.INSERT_ARTIFACT,
+                    [
+                        (run_id, a.name, a.version, sha256_hex(a.content), a.media_type, a.content, now)
+                        for a in write.artifacts
+                    ],
+                )
+            if write.attempts:
+                cur.executemany(
+                    q.UPSERT_ATTEMPT, [(a.attempt_id, run_id, a.step, a.model_dump_json()) for a in write.attempts]
+                )
+        if write.checkpoint is not None:
+            new_seq = expected_seq + len(write.events)
+            conn.execute(q.INSERT_CHECKPOINT, (run_id, new_seq, write.checkpoint, snapshot, now))
+        return written
+
+    @staticmethod
+    def _why_not_written(conn: Conn, run_id: str, expected_seq: int, lease: Lease | None) -> RunError:
+        """The same precedence as SQLiteStore: missing run, then superseded lease, then held lease, then a race."""
+        row = conn.execute(q.RUN_GUARD_ROW, (run_id,)).fetchone()
+        if row is None:
+            return RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+        last_seq, owner, version = row
+        details = {"run_id": run_id, "expected_seq": expected_seq, "lease_version": version}
+        if lease is not None and (owner != lease.owner or version != lease.version):
+            return StaleLeaseError(
+                f"lease {lease.version} of {lease.owner} on run {run_id} was superseded (now {version} of {owner})",
+                details=details,
+            )
+        if lease is None and last_seq == expected_seq:
+            return RunError(f"run {run_id} is leased by {owner}", code="LEASE_HELD", details=details)
+        return RunError(
+            f"run {run_id} changed since event {expected_seq}; reload and retry",
+            code="CONCURRENT_UPDATE",
+            details=details,
+        )
+
+    @staticmethod
+    def _close_request(conn: Conn, run_id: str, answer: RequestAnswer) -> None:
+        cur = conn.execute(q.CLOSE_REQUEST, (answer.model_dump_json(), run_id, answer.request_id))
+        if cur.rowcount != 1:
+            raise RunError(
+                f"request {answer.request_id} of run {run_id} is not open",
+                code="REQUEST_NOT_OPEN",
+                details={"run_id": run_id, "request_id": answer.request_id},
+            )
+
+    @staticmethod
+    def _append(
+        conn: Conn, run_id: str, after_seq: int, events: list[NewEvent], at: datetime, lease_version: int
+    ) -> list[Event]:
+        out = [
+            Event(run_id=run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=lease_version, at=at)
+            for seq, ev in enumerate(events, start=after_seq + 1)
+        ]
+        if out:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    q.INSERT_EVENT,
+                    [(run_id, ev.seq, ev.type.value, _dumps(ev.payload), lease_version, at) for ev in out],
+                )
+        return out
+
+    def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]:
+        with self._conn() as conn:
+            rows = conn.execute(q.READ_EVENTS, (run_id, after_seq)).fetchall()
+        return [
+            Event(
+                run_id=run_id,
+                seq=seq,
+                type=EventType(kind),
+                payload=json.loads(payload),
+                lease_version=version,
+                at=at,
+            )
+            for seq, kind, payload, version, at in rows
+        ]
+
+    def list_runs(self, limit: int = 100) -> list[RunRow]:
+        with self._conn() as conn:
+            rows = conn.execute(q.LIST_RUNS, (limit,)).fetchall()
+        return [
+            RunRow(
+                run_id=r[0],
+                tenant=r[1],
+                agent=r[2],
+                status=r[3],
+                terminal_reason=r[4],
+                last_seq=r[5],
+                created_at=r[6],
+                updated_at=r[7],
+            )
+            for r in rows
+        ]
+
+    # -- leases ---------------------------------------------------------------------------------
+    def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> Lease:
+        """Take the run's lease if nobody else holds a live one; every acquisition is a new fencing token."""
+        with self._conn() as conn:
+            row = conn.execute(q.ACQUIRE_LEASE, {"owner": owner, "ttl": ttl_s, "run_id": run_id}).fetchone()
+            if row is not None:
+                return Lease(run_id=run_id, owner=owner, version=row[0], expires_at=row[1])
+            held = conn.execute(q.LEASE_ROW, (run_id,)).fetchone()
+        if held is None:
+            raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+        holder, _, expires = held
+        raise RunError(
+            f"run {run_id} is leased by {holder} until {expires:.3f}",
+            code="LEASE_HELD",
+            details={"run_id": run_id, "holder": holder},
+        )
+
+    def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
+        """The oldest runnable run nobody holds a live lease on; rows other claimers have locked are skipped."""
+        with self._conn() as conn:
+            row = conn.execute(q.CLAIM_NEXT, {"statuses": list(statuses), "owner": owner, "ttl": ttl_s}).fetchone()
+        if row is None:
+            return None
+        return Lease(run_id=row[0], owner=owner, version=row[1], expires_at=row[2])
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
+        with self._conn() as conn:
+            row = conn.execute(q.RENEW_LEASE, (ttl_s, lease.run_id, lease.owner, lease.version)).fetchone()
+        if row is None:
+            raise StaleLeaseError(
+                f"lease {lease.version} of {lease.owner} on run {lease.run_id} was superseded",
+                details={"run_id": lease.run_id, "lease_version": lease.version},
+            )
+        return lease.model_copy(update={"expires_at": row[0]})
+
+    def release_lease(self, lease: Lease) -> None:
+        with self._conn() as conn:
+            conn.execute(q.RELEASE_LEASE, (lease.run_id, lease.owner, lease.version))
+
+    def lease_of(self, run_id: str) -> Lease | None:
+        owner, version, expires = self._one(q.LEASE_ROW, run_id)
+        if owner is None:
+            return None
+        return Lease(run_id=run_id, owner=owner, version=version, expires_at=expires)
+
+    def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        with self._conn() as conn:
+            row = conn.execute(q.LATEST_CHECKPOINT, (run_id,)).fetchone()
+        if row is None:
+            return None
+        return Checkpoint(
+            run_id=run_id, seq=row[0], reason=row[1], state=RunState.model_validate_json(row[2]), created_at=row[3]
+        )
+
+    # -- pending requests -----------------------------------------------------------------------
+    def get_request(self, run_id: str, request_id: str) -> PendingRecord | None:
+        with self._conn() as conn:
+            row = conn.execute(q.GET_REQUEST, (run_id, request_id)).fetchone()
+        return None if row is None else _pending(run_id, row[0], row[1])
+
+    def list_requests(self, run_id: str | None = None, open_only: bool = True) -> list[PendingRecord]:
+        with self._conn() as conn:
+            rows = conn.execute(q.LIST_REQUESTS, {"run_id": run_id, "open_only": open_only}).fetchall()
+        return [_pending(r[0], r[1], r[2]) for r in rows]
+
+    # -- artifacts ------------------------------------------------------------------------------
+    def list_artifacts(self, run_id: str) -> list[ArtifactRecord]:
+        with self._conn() as conn:
+            rows = conn.execute(q.LIST_ARTIFACTS, (run_id,)).fetchall()
+        return [_artifact(run_id, r) for r in rows]
+
+    def get_artifact(self, run_id: str, name: str, version: int | None = None) -> ArtifactRecord | None:
+        with self._conn() as conn:
+            row = conn.execute(q.GET_ARTIFACT, {"run_id": run_id, "name": name, "version": version}).fetchone()
+        return None if row is None else _artifact(run_id, row)
+
+    # -- gateway state (GatewayStore) -----------------------------------------------------------
+    def get_breaker(self, tool: str) -> BreakerState | None:
+        with self._conn() as conn:
+            row = conn.execute(q.GET_BREAKER, (tool,)).fetchone()
+        return None if row is None else BreakerState.model_validate_json(row[0])
+
+    def put_breaker(self, state: BreakerState) -> None:
+        with self._conn() as conn:
+            conn.execute(q.PUT_BREAKER, (state.tool, state.model_dump_json()))
+
+    def get_side_effect(self, idempotency_key: str) -> SideEffectRecord | None:
+        with self._conn() as conn:
+            row = conn.execute(q.GET_SIDE_EFFECT, (idempotency_key,)).fetchone()
+        return None if row is None else SideEffectRecord.model_validate_json(row[0])
+
+    def side_effects_of(self, run_id: str, statuses: tuple[str, ...]) -> list[SideEffectRecord]:
+        with self._conn() as conn:
+            rows = conn.execute(q.SIDE_EFFECTS_OF, (run_id, list(statuses))).fetchall()
+        return [SideEffectRecord.model_validate_json(r[0]) for r in rows]
+
+    def put_side_effect(self, record: SideEffectRecord) -> None:
+        """Its own transaction, committed at once: it must survive a crash of the step."""
+        with self._conn() as conn:
+            conn.execute(
+                q.PUT_SIDE_EFFECT,
+                (record.idempotency_key, record.run_id, record.tool, record.status, record.model_dump_json()),
+            )
+
+
+def _pending(run_id: str, body: str, answer: str | None) -> PendingRecord:
+    return PendingRecord(
+        run_id=run_id,
+        request=PendingRequest.model_validate_json(body),
+        answer=None if answer is None else RequestAnswer.model_validate_json(answer),
+    )
+
+
+def _artifact(run_id: str, r: tuple[Any, ...]) -> ArtifactRecord:
+    return ArtifactRecord(
+        run_id=run_id, name=r[0], version=r[1], sha256=r[2], media_type=r[3], content=r[4], created_at=r[5]
+    )

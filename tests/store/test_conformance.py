@@ -1,0 +1,825 @@
+"""The Store conformance suite: every clause runs on SQLite and on PostgreSQL.
+
+One small test per named clause, grouped by capability (in the manner of LangGraph's checkpointer
+conformance suite), plus the clauses a single-writer checkpointer does not need: fencing of a
+superseded lease owner, racing writers, and claimers on several connections at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from stateward.core.canonical import sha256_hex
+from stateward.core.errors import RunError, StaleLeaseError, StoreError
+from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.state import AgentRef, GuardedAction, PendingRequest, RunState
+from stateward.core.status import RunStatus
+from stateward.store.base import Store
+from stateward.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
+from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
+from stateward.tools.ports import BreakerPosition, BreakerState, SideEffectRecord
+from stateward.tools.types import AttemptRecord
+
+if TYPE_CHECKING:
+    from tests.store.conftest import Backend
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+RUN = "run_a"
+
+
+# -- builders -----------------------------------------------------------------------------------------
+def make_state(run_id: str = RUN, **update: Any) -> RunState:
+    fields: dict[str, Any] = {"goal": "conformance", **update}
+    return RunState(run_id=run_id, agent=AgentRef(factory="tests.store:agent"), **fields)
+
+
+def ev(n: int = 0, kind: EventType = EventType.TOOL_ATTEMPTED, **payload: Any) -> NewEvent:
+    return NewEvent(type=kind, payload={"n": n, **payload})
+
+
+def start(store: Store, run_id: str = RUN, **update: Any) -> RunState:
+    state = make_state(run_id, **update)
+    store.create_run(state, [ev(kind=EventType.RUN_STARTED)])
+    return state
+
+
+def step(store: Store, run_id: str = RUN, *, events: int = 1, lease: Lease | None = None, **write: Any) -> list[Event]:
+    """Commit one step on top of whatever the run holds now."""
+    state, seq = store.load_run_at(run_id)
+    new_state = write.pop("state", state.model_copy(update={"facts": {**state.facts, "steps": seq}}))
+    batch = [ev(seq + i) for i in range(events)]
+    return store.commit_step(run_id, seq, StepWrite(state=new_state, events=batch, **write), lease)
+
+
+def request(request_id: str = "approval_001", **update: Any) -> PendingRequest:
+    return PendingRequest(
+        request_id=request_id, question="ship it?", state_before=RunStatus.RUNNING, created_at=T0, **update
+    )
+
+
+def answer(request_id: str = "approval_001", verdict: str = "approved", by: str = "alice") -> RequestAnswer:
+    return RequestAnswer(request_id=request_id, verdict=verdict, by=by, at=T0)
+
+
+def attempt(attempt_id: str, run_id: str = RUN, step_no: int = 1, outcome: str = "SUCCESS") -> AttemptRecord:
+    return AttemptRecord(
+        attempt_id=attempt_id,
+        run_id=run_id,
+        step=step_no,
+        sequence=1,
+        tool="create_brief",
+        input_hash="h",
+        idempotency_key=None,
+        outcome=outcome,
+    )
+
+
+def side_effect(key: str, run_id: str = RUN, status: str = "STARTED", result: Any = None) -> SideEffectRecord:
+    return SideEffectRecord(
+        idempotency_key=key, run_id=run_id, tool="refund", status=status, result=result, updated_at=T0
+    )
+
+
+def code_of(call: Callable[[], object]) -> str:
+    with pytest.raises((RunError, StoreError)) as err:
+        call()
+    return err.value.code
+
+
+def durable(store: Store, backend: Backend, run_id: str = RUN) -> dict[str, Any]:
+    """Everything durable about a run, to show a refused write changed none of it."""
+    return {
+        "snapshot": store.load_run_at(run_id),
+        "events": store.read_events(run_id),
+        "requests": store.list_requests(run_id, open_only=False),
+        "artifacts": store.list_artifacts(run_id),
+        "attempts": backend.query("SELECT attempt_id, body FROM tool_attempts WHERE run_id=?", run_id),
+        "checkpoint": store.latest_checkpoint(run_id),
+        "control": store.get_control(run_id),
+        "lease": store.lease_of(run_id),
+    }
+
+
+def assert_chain(events: list[Event]) -> None:
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+def race(n: int, work: Callable[[int], object]) -> list[object]:
+    """Run ``work(i)`` on n threads released together; each result or exception is returned."""
+    barrier = threading.Barrier(n)
+    results: list[object] = [None] * n
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = work(i)
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results
+
+
+# == runs and the event log ==============================================================================
+def test_create_run_numbers_its_events_from_one(store: Store) -> None:
+    written = store.create_run(make_state(), [ev(0, EventType.RUN_STARTED), ev(1)])
+    assert [e.seq for e in written] == [1, 2]
+    assert store.last_seq(RUN) == 2
+    assert store.read_events(RUN) == written
+
+
+def test_create_run_refuses_a_taken_id_and_writes_nothing(store: Store) -> None:
+    start(store)
+    before = store.read_events(RUN)
+    assert code_of(lambda: store.create_run(make_state(goal="other"), [ev(9)])) == "RUN_EXISTS"
+    assert store.read_events(RUN) == before
+    assert store.load_run(RUN).goal == "conformance"
+
+
+def test_events_are_contiguous_per_run(store: Store) -> None:
+    start(store)
+    for _ in range(4):
+        step(store, events=3)
+    events = store.read_events(RUN)
+    assert_chain(events)
+    assert len(events) == 13 and store.last_seq(RUN) == 13
+
+
+def test_runs_have_independent_sequences(store: Store) -> None:
+    start(store, "run_a")
+    start(store, "run_b")
+    step(store, "run_a", events=2)
+    assert [e.seq for e in store.read_events("run_b")] == [1]
+    assert [e.seq for e in store.read_events("run_a")] == [1, 2, 3]
+
+
+def test_committed_events_are_read_back_exactly(store: Store) -> None:
+    start(store)
+    payload = {"text": "naïve — ünïcødé ✓", "nested": {"list": [1, 2.5, None, True]}, "big": 2**53, "nul": "a\x00b"}
+    written = store.commit_step(
+        RUN, 1, StepWrite(state=make_state(), events=[NewEvent(type=EventType.PLAN_RECORDED, payload=payload)])
+    )
+    assert store.read_events(RUN)[1:] == written
+    assert written[0].payload == payload and written[0].type is EventType.PLAN_RECORDED
+
+
+def test_read_events_after_seq_returns_the_tail(store: Store) -> None:
+    start(store)
+    step(store, events=4)
+    assert [e.seq for e in store.read_events(RUN, after_seq=3)] == [4, 5]
+    assert store.read_events(RUN, after_seq=5) == []
+
+
+def test_events_carry_the_fencing_token_that_wrote_them(store: Store) -> None:
+    start(store)
+    step(store)
+    lease = store.acquire_lease(RUN, "w1", ttl_s=30)
+    step(store, lease=lease)
+    assert [e.lease_version for e in store.read_events(RUN)] == [0, 0, lease.version]
+
+
+def test_events_of_an_unknown_run_are_empty(store: Store) -> None:
+    assert store.read_events("nope") == []
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda s: s.load_run("nope"), id="load_run"),
+        pytest.param(lambda s: s.load_run_at("nope"), id="load_run_at"),
+        pytest.param(lambda s: s.last_seq("nope"), id="last_seq"),
+        pytest.param(lambda s: s.get_control("nope"), id="get_control"),
+        pytest.param(lambda s: s.set_control("nope", "pause"), id="set_control"),
+        pytest.param(lambda s: s.lease_of("nope"), id="lease_of"),
+        pytest.param(lambda s: s.acquire_lease("nope", "w", 5), id="acquire_lease"),
+        pytest.param(lambda s: s.commit_step("nope", 0, StepWrite(state=make_state("nope"))), id="commit_step"),
+        pytest.param(
+            lambda s: s.commit_step(
+                "nope", 0, StepWrite(state=make_state("nope")), Lease(run_id="nope", owner="w", version=1, expires_at=0)
+            ),
+            id="commit_step_leased",
+        ),
+    ],
+)
+def test_an_unknown_run_is_run_not_found(store: Store, call: Callable[[Store], object]) -> None:
+    assert code_of(lambda: call(store)) == "RUN_NOT_FOUND"
+
+
+def test_list_runs_is_newest_first_and_limited(store: Store) -> None:
+    for run_id in ("run_1", "run_2", "run_3"):
+        start(store, run_id, tenant="acme")
+    rows = store.list_runs()
+    assert [r.run_id for r in rows] == ["run_3", "run_2", "run_1"]
+    assert [r.run_id for r in store.list_runs(limit=2)] == ["run_3", "run_2"]
+    assert rows[0].tenant == "acme" and rows[0].agent == "tests.store:agent" and rows[0].last_seq == 1
+
+
+# == snapshots ===========================================================================================
+def test_snapshot_round_trips_the_run_state(store: Store) -> None:
+    guarded = GuardedAction(tool="publish", args={"slug": "ü"}, plan_version=2, digest="d" * 64)
+    rich = make_state(
+        pending=request(guarded_action=guarded, expires_at=T0 + timedelta(hours=1)),
+        status=RunStatus.WAITING_FOR_USER,
+        approvals=(guarded,),
+        artifacts={"brief": 2},
+        facts={"x": [1, {"y": None}], "f": 0.1},
+        memo={"note": "✓"},
+    )
+    store.create_run(rich, [ev()])
+    assert store.load_run(RUN) == rich
+
+
+def test_load_run_at_pairs_the_snapshot_with_its_last_event(store: Store) -> None:
+    start(store)
+    step(store, events=2)
+    state, seq = store.load_run_at(RUN)
+    assert seq == 3 == store.last_seq(RUN)
+    assert state.facts == {"steps": 1}
+
+
+def test_a_step_without_events_updates_the_snapshot_only(store: Store) -> None:
+    start(store)
+    store.commit_step(RUN, 1, StepWrite(state=make_state(goal="changed")))
+    assert store.load_run_at(RUN) == (make_state(goal="changed"), 1)
+    assert len(store.read_events(RUN)) == 1
+
+
+def test_the_run_row_follows_the_snapshot(store: Store) -> None:
+    start(store)
+    ended = make_state(status=RunStatus.FAILED, terminal_reason="budget_exhausted")
+    store.commit_step(RUN, 1, StepWrite(state=ended, events=[ev()]))
+    (row,) = store.list_runs()
+    assert (row.status, row.terminal_reason, row.last_seq) == ("FAILED", "budget_exhausted", 2)
+    assert row.updated_at >= row.created_at
+
+
+# == pending requests ====================================================================================
+def test_an_opened_request_is_listed_open(store: Store) -> None:
+    start(store)
+    step(store, open_request=request())
+    record = store.get_request(RUN, "approval_001")
+    assert record is not None and record.is_open and record.request == request()
+    assert store.list_requests(RUN) == [record]
+
+
+def test_closing_a_request_records_the_answer(store: Store) -> None:
+    start(store)
+    step(store, open_request=request())
+    step(store, close_request=answer())
+    record = store.get_request(RUN, "approval_001")
+    assert record is not None and record.answer == answer()
+    assert store.list_requests(RUN) == []
+    assert store.list_requests(RUN, open_only=False) == [record]
+
+
+def test_closing_a_closed_request_is_refused_and_writes_nothing(store: Store, backend: Backend) -> None:
+    start(store)
+    step(store, open_request=request())
+    step(store, close_request=answer())
+    before = durable(store, backend)
+    assert code_of(lambda: step(store, close_request=answer(by="mallory"))) == "REQUEST_NOT_OPEN"
+    assert durable(store, backend) == before
+
+
+def test_closing_an_unknown_request_is_refused(store: Store, backend: Backend) -> None:
+    start(store)
+    before = durable(store, backend)
+    assert code_of(lambda: step(store, close_request=answer("approval_404"))) == "REQUEST_NOT_OPEN"
+    assert durable(store, backend) == before
+
+
+def test_close_all_closes_only_the_open_requests(store: Store) -> None:
+    start(store)
+    step(store, open_request=request("approval_001"))
+    step(store, close_request=answer("approval_001"))
+    step(store, open_request=request("approval_002"))
+    closed = RequestAnswer(request_id="*", verdict="closed", text="run cancelled", by="operator", at=T0)
+    step(store, close_all_requests=closed)
+    first, second = store.list_requests(RUN, open_only=False)
+    assert first.answer == answer("approval_001")
+    assert second.answer == closed
+
+
+def test_list_requests_spans_runs_in_byte_order(store: Store) -> None:
+    for run_id in ("run_a", "run_B"):
+        start(store, run_id)
+        step(store, run_id, open_request=request("approval_b"))
+        step(store, run_id, open_request=request("approval_A"))
+    listed = [(r.run_id, r.request.request_id) for r in store.list_requests()]
+    assert listed == [
+        ("run_B", "approval_A"),
+        ("run_B", "approval_b"),
+        ("run_a", "approval_A"),
+        ("run_a", "approval_b"),
+    ]
+
+
+def test_an_unknown_request_is_none(store: Store) -> None:
+    start(store)
+    assert store.get_request(RUN, "approval_404") is None
+    assert store.get_request("nope", "approval_001") is None
+
+
+def test_a_request_id_opens_once_per_run(store: Store, backend: Backend) -> None:
+    start(store)
+    step(store, open_request=request())
+    before = durable(store, backend)
+    assert code_of(lambda: step(store, open_request=request())) == "DUPLICATE_RECORD"
+    assert durable(store, backend) == before
+
+
+# == artifacts ===========================================================================================
+def art(name: str, version: int, content: str = "# text") -> NewArtifact:
+    return NewArtifact(name=name, version=version, content=content)
+
+
+def test_artifacts_are_listed_by_name_then_version(store: Store) -> None:
+    start(store)
+    step(store, artifacts=[art("brief", 1), art("Zeta", 1)])
+    step(store, artifacts=[art("brief", 2), art("alpha", 1)])
+    assert [a.ref for a in store.list_artifacts(RUN)] == ["Zeta:v1", "alpha:v1", "brief:v1", "brief:v2"]
+
+
+def test_get_artifact_returns_the_latest_or_the_asked_version(store: Store) -> None:
+    start(store)
+    step(store, artifacts=[art("brief", 1, "one")])
+    step(store, artifacts=[art("brief", 2, "two")])
+    latest, first = store.get_artifact(RUN, "brief"), store.get_artifact(RUN, "brief", 1)
+    assert latest is not None and (latest.version, latest.content) == (2, "two")
+    assert first is not None and (first.version, first.content) == (1, "one")
+    assert store.get_artifact(RUN, "brief", 3) is None
+    assert store.get_artifact(RUN, "draft") is None
+
+
+def test_an_artifact_keeps_its_content_hash_and_media_type(store: Store) -> None:
+    start(store)
+    content = "# Brief\n\nünïcødé ✓\n"
+    step(store, artifacts=[NewArtifact(name="brief", version=1, content=content, media_type="text/plain")])
+    stored = store.get_artifact(RUN, "brief")
+    assert stored is not None
+    assert (stored.content, stored.sha256, stored.media_type) == (content, sha256_hex(content), "text/plain")
+    assert stored.created_at.tzinfo is not None
+
+
+def test_an_artifact_version_is_written_once(store: Store, backend: Backend) -> None:
+    start(store)
+    step(store, artifacts=[art("brief", 1, "first")])
+    before = durable(store, backend)
+    assert code_of(lambda: step(store, artifacts=[art("brief", 1, "second")])) == "DUPLICATE_RECORD"
+    assert durable(store, backend) == before
+
+
+def test_artifact_names_are_per_run(store: Store) -> None:
+    start(store, "run_a")
+    start(store, "run_b")
+    step(store, "run_a", artifacts=[art("brief", 1, "a")])
+    step(store, "run_b", artifacts=[art("brief", 1, "b")])
+    a, b = store.get_artifact("run_a", "brief"), store.get_artifact("run_b", "brief")
+    assert a is not None and b is not None and (a.content, b.content) == ("a", "b")
+
+
+# == tool attempts =======================================================================================
+def test_attempts_are_written_with_their_step(store: Store, backend: Backend) -> None:
+    start(store)
+    step(store, attempts=[attempt("att_1"), attempt("att_2")])
+    assert backend.count("tool_attempts", RUN) == 2
+
+
+def test_an_attempt_written_again_replaces_the_first(store: Store, backend: Backend) -> None:
+    start(store)
+    step(store, attempts=[attempt("att_1", outcome="PENDING_VERIFICATION")])
+    step(store, attempts=[attempt("att_1", step_no=2, outcome="SUCCESS")])
+    ((body,),) = backend.query("SELECT body FROM tool_attempts WHERE attempt_id=?", "att_1")
+    assert AttemptRecord.model_validate_json(body) == attempt("att_1", step_no=2, outcome="SUCCESS")
+
+
+# == checkpoints and control flags =======================================================================
+def test_a_run_without_checkpoints_has_none(store: Store) -> None:
+    start(store)
+    step(store)
+    assert store.latest_checkpoint(RUN) is None
+
+
+def test_a_checkpoint_keeps_the_snapshot_at_its_seq(store: Store) -> None:
+    start(store)
+    waiting = make_state(status=RunStatus.WAITING_FOR_USER, pending=request())
+    store.commit_step(RUN, 1, StepWrite(state=waiting, events=[ev(), ev()], checkpoint="wait"))
+    checkpoint = store.latest_checkpoint(RUN)
+    assert checkpoint is not None
+    assert (checkpoint.seq, checkpoint.reason, checkpoint.state) == (3, "wait", waiting)
+
+
+def test_the_latest_checkpoint_is_the_newest(store: Store) -> None:
+    start(store)
+    step(store, checkpoint="pause")
+    step(store)
+    step(store, checkpoint="terminal")
+    step(store)
+    checkpoint = store.latest_checkpoint(RUN)
+    assert checkpoint is not None and (checkpoint.seq, checkpoint.reason) == (4, "terminal")
+
+
+def test_a_control_flag_is_set_read_and_cleared(store: Store) -> None:
+    start(store)
+    assert store.get_control(RUN) is None
+    store.set_control(RUN, "pause")
+    assert store.get_control(RUN) == "pause"
+    store.set_control(RUN, None)
+    assert store.get_control(RUN) is None
+
+
+def test_a_step_acknowledges_the_control_flag_only_when_asked(store: Store) -> None:
+    start(store)
+    store.set_control(RUN, "cancel")
+    step(store)
+    assert store.get_control(RUN) == "cancel"
+    step(store, clear_control=True)
+    assert store.get_control(RUN) is None
+
+
+# == leases ==============================================================================================
+def test_each_acquisition_is_a_new_fencing_token(store: Store) -> None:
+    start(store)
+    first = store.acquire_lease(RUN, "w1", ttl_s=30)
+    store.release_lease(first)
+    second = store.acquire_lease(RUN, "w2", ttl_s=30)
+    assert (first.version, second.version) == (1, 2)
+
+
+def test_at_most_one_live_lease(store: Store) -> None:
+    start(store)
+    held = store.acquire_lease(RUN, "w1", ttl_s=30)
+    assert code_of(lambda: store.acquire_lease(RUN, "w2", ttl_s=30)) == "LEASE_HELD"
+    assert store.lease_of(RUN) == held
+
+
+def test_the_holder_reacquiring_gets_a_new_token(store: Store) -> None:
+    start(store)
+    first = store.acquire_lease(RUN, "w1", ttl_s=30)
+    again = store.acquire_lease(RUN, "w1", ttl_s=30)
+    assert again.version == first.version + 1
+    assert code_of(lambda: step(store, lease=first)) == "STALE_LEASE"
+
+
+def test_an_expired_lease_can_be_taken_over(store: Store) -> None:
+    start(store)
+    old = store.acquire_lease(RUN, "w1", ttl_s=0.05)
+    time.sleep(0.15)
+    new = store.acquire_lease(RUN, "w2", ttl_s=30)
+    assert (new.owner, new.version) == ("w2", old.version + 1)
+
+
+def test_lease_expiry_is_epoch_seconds(store: Store) -> None:
+    start(store)
+    lease = store.acquire_lease(RUN, "w1", ttl_s=30)
+    assert abs(lease.expires_at - (time.time() + 30)) < 5
+
+
+def test_renewal_extends_the_lease(store: Store) -> None:
+    start(store)
+    lease = store.acquire_lease(RUN, "w1", ttl_s=0.2)
+    renewed = store.renew_lease(lease, ttl_s=30)
+    assert renewed.version == lease.version and renewed.expires_at > lease.expires_at
+    assert store.lease_of(RUN) == renewed
+    time.sleep(0.3)
+    assert code_of(lambda: store.acquire_lease(RUN, "w2", ttl_s=30)) == "LEASE_HELD"
+
+
+def test_renewing_a_superseded_lease_is_stale(store: Store) -> None:
+    start(store)
+    old = store.acquire_lease(RUN, "w1", ttl_s=0.05)
+    time.sleep(0.15)
+    store.acquire_lease(RUN, "w2", ttl_s=30)
+    with pytest.raises(StaleLeaseError):
+        store.renew_lease(old, ttl_s=30)
+
+
+def test_release_frees_the_run(store: Store) -> None:
+    start(store)
+    lease = store.acquire_lease(RUN, "w1", ttl_s=30)
+    store.release_lease(lease)
+    assert store.lease_of(RUN) is None
+    assert store.acquire_lease(RUN, "w2", ttl_s=30).owner == "w2"
+
+
+def test_releasing_a_superseded_lease_changes_nothing(store: Store) -> None:
+    start(store)
+    old = store.acquire_lease(RUN, "w1", ttl_s=0.05)
+    time.sleep(0.15)
+    new = store.acquire_lease(RUN, "w2", ttl_s=30)
+    store.release_lease(old)
+    assert store.lease_of(RUN) == new
+
+
+def test_an_unleased_write_waits_for_the_lease_to_lapse(store: Store) -> None:
+    start(store)
+    store.acquire_lease(RUN, "w1", ttl_s=0.2)
+    assert code_of(lambda: step(store)) == "LEASE_HELD"
+    time.sleep(0.3)
+    assert [e.lease_version for e in step(store)] == [0]
+
+
+def test_the_current_token_may_write(store: Store) -> None:
+    start(store)
+    lease = store.acquire_lease(RUN, "w1", ttl_s=30)
+    assert [e.seq for e in step(store, lease=lease, events=2)] == [2, 3]
+
+
+def test_claim_next_takes_the_oldest_runnable_run(store: Store) -> None:
+    for run_id in ("run_1", "run_2", "run_3"):
+        start(store, run_id)
+    step(store, "run_1")  # touched last: now the newest
+    claimed = [store.claim_next("w", ttl_s=30) for _ in range(4)]
+    assert [c.run_id if c else None for c in claimed] == ["run_2", "run_3", "run_1", None]
+    assert all(c is None or (c.owner, c.version) == ("w", 1) for c in claimed)
+
+
+def test_claim_next_skips_leased_and_unrunnable_runs(store: Store) -> None:
+    start(store, "run_leased")
+    start(store, "run_waiting", status=RunStatus.WAITING_FOR_USER)
+    start(store, "run_pausing", status=RunStatus.PAUSING)
+    store.acquire_lease("run_leased", "other", ttl_s=30)
+    first = store.claim_next("w", ttl_s=30)
+    assert first is not None and first.run_id == "run_pausing"
+    assert store.claim_next("w", ttl_s=30) is None
+    waiting = store.claim_next("w", ttl_s=30, statuses=("WAITING_FOR_USER",))
+    assert waiting is not None and waiting.run_id == "run_waiting"
+
+
+def test_claim_next_takes_over_an_expired_lease(store: Store) -> None:
+    start(store)
+    old = store.acquire_lease(RUN, "dead", ttl_s=0.05)
+    time.sleep(0.15)
+    claimed = store.claim_next("w", ttl_s=30)
+    assert claimed is not None and claimed.version == old.version + 1
+    assert store.lease_of(RUN) == claimed
+
+
+# == fencing: a superseded owner =========================================================================
+@pytest.fixture
+def superseded(store: Store) -> tuple[Lease, Lease]:
+    """A run whose first lease holder stalled past its TTL; the second holder now owns it."""
+    start(store)
+    step(store, open_request=request())
+    old = store.acquire_lease(RUN, "stalled", ttl_s=0.05)
+    time.sleep(0.15)
+    return old, store.acquire_lease(RUN, "current", ttl_s=30)
+
+
+def test_a_superseded_owners_write_is_stale(store: Store, superseded: tuple[Lease, Lease]) -> None:
+    old, _ = superseded
+    assert code_of(lambda: step(store, lease=old)) == "STALE_LEASE"
+
+
+def test_a_superseded_owner_leaves_nothing_durable(
+    store: Store, backend: Backend, superseded: tuple[Lease, Lease]
+) -> None:
+    old, _ = superseded
+    store.set_control(RUN, "pause")
+    before = durable(store, backend)
+    everything = StepWrite(
+        state=make_state(status=RunStatus.COMPLETED, terminal_reason="zombie"),
+        events=[ev(1), ev(2)],
+        open_request=request("approval_002"),
+        artifacts=[art("draft", 1, "zombie draft")],
+        attempts=[attempt("att_zombie")],
+        checkpoint="terminal",
+        clear_control=True,
+    )
+    with pytest.raises(StaleLeaseError):
+        store.commit_step(RUN, store.last_seq(RUN), everything, old)
+    assert durable(store, backend) == before
+
+
+def test_a_superseded_owner_cannot_fork_the_event_chain(store: Store, superseded: tuple[Lease, Lease]) -> None:
+    old, new = superseded
+    seq = store.last_seq(RUN)
+    ours = StepWrite(state=make_state(), events=[ev(100, who="current")])
+    theirs = StepWrite(state=make_state(goal="zombie"), events=[ev(100, who="stalled")])
+    store.commit_step(RUN, seq, ours, new)
+    assert code_of(lambda: store.commit_step(RUN, seq, theirs, old)) == "STALE_LEASE"
+    assert code_of(lambda: store.commit_step(RUN, seq + 1, theirs, old)) == "STALE_LEASE"
+    events = store.read_events(RUN)
+    assert_chain(events)
+    assert [e.payload.get("who") for e in events if e.seq > seq] == ["current"]
+    assert store.load_run(RUN).goal == "conformance"
+
+
+def test_a_superseded_owner_cannot_answer_a_pending_request(
+    store: Store, backend: Backend, superseded: tuple[Lease, Lease]
+) -> None:
+    old, _ = superseded
+    before = durable(store, backend)
+    assert code_of(lambda: step(store, lease=old, close_request=answer(by="zombie"))) == "STALE_LEASE"
+    assert code_of(lambda: step(store, lease=old, close_all_requests=answer("*", "closed"))) == "STALE_LEASE"
+    record = store.get_request(RUN, "approval_001")
+    assert record is not None and record.is_open
+    assert durable(store, backend) == before
+
+
+def test_a_stale_token_is_reported_before_a_stale_seq(store: Store, superseded: tuple[Lease, Lease]) -> None:
+    old, _ = superseded
+    write = StepWrite(state=make_state(), events=[ev()])
+    assert code_of(lambda: store.commit_step(RUN, 0, write, old)) == "STALE_LEASE"
+
+
+def test_a_stale_seq_under_a_live_lease_is_a_concurrent_update(store: Store) -> None:
+    start(store)
+    lease = store.acquire_lease(RUN, "w1", ttl_s=30)
+    write = StepWrite(state=make_state(), events=[ev()])
+    assert code_of(lambda: store.commit_step(RUN, 0, write, lease)) == "CONCURRENT_UPDATE"
+    assert code_of(lambda: store.commit_step(RUN, 0, write)) == "CONCURRENT_UPDATE"
+
+
+# == restart: idempotent writes ==========================================================================
+def test_everything_committed_survives_a_restart(
+    store: Store, backend: Backend, open_store: Callable[[], Store]
+) -> None:
+    start(store)
+    step(store, open_request=request(), artifacts=[art("brief", 1)], attempts=[attempt("att_1")], checkpoint="wait")
+    store.set_control(RUN, "pause")
+    store.acquire_lease(RUN, "w1", ttl_s=30)
+    store.put_breaker(BreakerState(tool="refund", position=BreakerPosition.OPEN, opened_at=T0))
+    store.put_side_effect(side_effect("k1"))
+    before = durable(store, backend)
+    store.close()
+    reopened = open_store()
+    assert durable(reopened, backend) == before
+    assert reopened.get_breaker("refund") == BreakerState(tool="refund", position=BreakerPosition.OPEN, opened_at=T0)
+    assert reopened.get_side_effect("k1") == side_effect("k1")
+
+
+def test_a_step_recommitted_after_a_restart_is_refused_and_writes_nothing(
+    store: Store, backend: Backend, open_store: Callable[[], Store]
+) -> None:
+    start(store)
+    write = StepWrite(state=make_state(goal="once"), events=[ev(1)], artifacts=[art("brief", 1)])
+    store.commit_step(RUN, 1, write)
+    store.close()
+    reopened = open_store()
+    before = durable(reopened, backend)
+    assert code_of(lambda: reopened.commit_step(RUN, 1, write)) == "CONCURRENT_UPDATE"
+    assert durable(reopened, backend) == before
+
+
+def test_fencing_tokens_keep_rising_across_a_restart(store: Store, open_store: Callable[[], Store]) -> None:
+    start(store)
+    first = store.acquire_lease(RUN, "w1", ttl_s=30)
+    store.close()
+    reopened = open_store()
+    assert code_of(lambda: reopened.acquire_lease(RUN, "w2", ttl_s=30)) == "LEASE_HELD"
+    reopened.release_lease(first)
+    assert reopened.acquire_lease(RUN, "w2", ttl_s=30).version == first.version + 1
+
+
+# == concurrency: several connections at once ============================================================
+WRITERS = 6
+
+
+def test_racing_writers_at_one_seq_exactly_one_wins(store: Store, open_store: Callable[[], Store]) -> None:
+    start(store)
+    stores = [open_store() for _ in range(WRITERS)]
+
+    def write(i: int) -> list[Event]:
+        return stores[i].commit_step(RUN, 1, StepWrite(state=make_state(goal=f"w{i}"), events=[ev(i, who=i)] * 2))
+
+    results = race(WRITERS, write)
+    winners = [r for r in results if isinstance(r, list)]
+    assert len(winners) == 1
+    assert {r.code for r in results if isinstance(r, RunError)} == {"CONCURRENT_UPDATE"}
+    events = store.read_events(RUN)
+    assert_chain(events)
+    assert events[1:] == winners[0]
+    assert store.load_run(RUN).goal == f"w{events[1].payload['who']}"
+
+
+def test_racing_writers_leave_no_gap_and_no_lost_step(store: Store, open_store: Callable[[], Store]) -> None:
+    start(store, facts={"steps": 0})
+    stores = [open_store() for _ in range(WRITERS)]
+    rounds = 4
+
+    def writer(i: int) -> int:
+        done = 0
+        while done < rounds:
+            state, seq = stores[i].load_run_at(RUN)
+            bumped = state.model_copy(update={"facts": {"steps": state.facts["steps"] + 1}})
+            try:
+                stores[i].commit_step(RUN, seq, StepWrite(state=bumped, events=[ev(seq, who=i), ev(seq + 1, who=i)]))
+            except RunError as exc:
+                assert exc.code == "CONCURRENT_UPDATE"
+                continue
+            done += 1
+        return done
+
+    assert race(WRITERS, writer) == [rounds] * WRITERS
+    events = store.read_events(RUN)
+    assert_chain(events)
+    assert len(events) == 1 + 2 * WRITERS * rounds == store.last_seq(RUN)
+    assert store.load_run(RUN).facts["steps"] == WRITERS * rounds
+    pairs = [events[i : i + 2] for i in range(1, len(events), 2)]
+    assert all(a.payload["who"] == b.payload["who"] for a, b in pairs)
+
+
+def test_racing_acquirers_get_one_lease(store: Store, open_store: Callable[[], Store]) -> None:
+    start(store)
+    stores = [open_store() for _ in range(WRITERS)]
+    results = race(WRITERS, lambda i: stores[i].acquire_lease(RUN, f"w{i}", ttl_s=30))
+    leases = [r for r in results if isinstance(r, Lease)]
+    assert len(leases) == 1 and store.lease_of(RUN) == leases[0]
+    assert {r.code for r in results if isinstance(r, RunError)} == {"LEASE_HELD"}
+
+
+def test_claim_next_never_hands_one_run_to_two_claimers(store: Store, open_store: Callable[[], Store]) -> None:
+    runs = [f"run_{i:02d}" for i in range(18)]
+    for run_id in runs:
+        start(store, run_id)
+    stores = [open_store() for _ in range(WRITERS)]
+
+    def claimer(i: int) -> list[Lease]:
+        mine: list[Lease] = []
+        while (lease := stores[i].claim_next(f"w{i}", ttl_s=60)) is not None:
+            mine.append(lease)
+        return mine
+
+    claims = [lease for got in race(WRITERS, claimer) if isinstance(got, list) for lease in got]
+    assert sorted(c.run_id for c in claims) == runs
+    assert all(c.version == 1 for c in claims)
+    assert all(store.lease_of(c.run_id) == c for c in claims)
+
+
+# == gateway store: breakers and the side-effect journal =================================================
+def test_a_breaker_round_trips_and_is_replaced(store: Store) -> None:
+    assert store.get_breaker("refund") is None
+    opened = BreakerState(tool="refund", position=BreakerPosition.OPEN, consecutive_failures=3, opened_at=T0)
+    store.put_breaker(opened)
+    assert store.get_breaker("refund") == opened
+    store.put_breaker(BreakerState(tool="refund"))
+    assert store.get_breaker("refund") == BreakerState(tool="refund")
+
+
+def test_a_side_effect_record_round_trips_and_is_replaced(store: Store) -> None:
+    assert store.get_side_effect("k1") is None
+    store.put_side_effect(side_effect("k1"))
+    assert store.get_side_effect("k1") == side_effect("k1")
+    done = side_effect("k1", status="SUCCEEDED", result={"refund_id": "r_1", "amount": 12.5})
+    store.put_side_effect(done)
+    assert store.get_side_effect("k1") == done
+
+
+def test_side_effects_of_filters_by_run_and_status(store: Store) -> None:
+    store.put_side_effect(side_effect("k3", status="UNKNOWN_OUTCOME"))
+    store.put_side_effect(side_effect("k1", status="STARTED"))
+    store.put_side_effect(side_effect("k2", status="SUCCEEDED"))
+    store.put_side_effect(side_effect("k0", run_id="run_other", status="STARTED"))
+    in_flight = store.side_effects_of(RUN, ("STARTED", "UNKNOWN_OUTCOME"))
+    assert [r.idempotency_key for r in in_flight] == ["k1", "k3"]
+    assert store.side_effects_of(RUN, ()) == []
+
+
+def test_a_side_effect_record_outlives_a_refused_step(store: Store) -> None:
+    start(store)
+    store.put_side_effect(side_effect("k1"))
+    with pytest.raises(RunError):
+        store.commit_step(RUN, 0, StepWrite(state=make_state(), events=[ev()]))
+    assert store.get_side_effect("k1") == side_effect("k1")
+
+
+# == migrations ==========================================================================================
+def migrations_of(backend: Backend) -> list[list[str]]:
+    return SQLITE_MIGRATIONS if backend.kind == "sqlite" else POSTGRES_MIGRATIONS
+
+
+def test_opening_applies_every_migration(store: Store, backend: Backend) -> None:
+    assert backend.schema_version() == len(migrations_of(backend))
+
+
+def test_reopening_applies_nothing_twice(store: Store, backend: Backend, open_store: Callable[[], Store]) -> None:
+    start(store)
+    store.close()
+    reopened = open_store()
+    assert backend.schema_version() == len(migrations_of(backend))
+    assert reopened.last_seq(RUN) == 1
+
+
+def test_a_newer_schema_is_refused(store: Store, backend: Backend, open_store: Callable[[], Store]) -> None:
+    store.close()
+    backend.set_schema_version(len(migrations_of(backend)) + 1)
+    assert code_of(open_store) == "SCHEMA_TOO_NEW"
+
+
+def test_stores_opened_at_once_on_a_new_database_all_work(backend: Backend) -> None:
+    results = race(4, lambda i: backend.open())
+    assert not [r for r in results if isinstance(r, BaseException)]
+    assert backend.schema_version() == len(migrations_of(backend))
+    start(backend.opened[0])
+    assert all(s.last_seq(RUN) == 1 for s in backend.opened)

@@ -1,0 +1,163 @@
+"""What only the PostgreSQL store has to show: the URL route, the database clock, SKIP LOCKED claims,
+clear errors when the server is away, and pooled connections that survive a server-side disconnect."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from stateward.core.errors import RunError, StoreError, UserError
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import AgentRef, RunState
+from stateward.store.base import open_store
+from stateward.store.postgres import PostgresStore
+from stateward.store.records import Lease, StepWrite
+
+
+def _state(run_id: str) -> RunState:
+    return RunState(run_id=run_id, agent=AgentRef(factory="tests.store:agent"), goal="pg")
+
+
+def _start(store: PostgresStore, run_id: str) -> None:
+    store.create_run(_state(run_id), [NewEvent(type=EventType.RUN_STARTED)])
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[PostgresStore]:
+    store = PostgresStore(pg_url)
+    yield store
+    store.close()
+
+
+# -- opening --------------------------------------------------------------------------------------------
+@pytest.mark.postgres
+@pytest.mark.parametrize("scheme", ["postgresql://", "postgres://"])
+def test_open_store_routes_both_url_schemes_to_postgres(pg_url: str, scheme: str) -> None:
+    store = open_store(scheme + pg_url.split("://", 1)[1])
+    try:
+        assert isinstance(store, PostgresStore)
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_the_sqlite_default_never_imports_psycopg(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from stateward.store.base import open_store\n"
+        f"open_store({str(tmp_path / 'x.db')!r}).close()\n"
+        "import stateward.runtime.worker, stateward.cli.main\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('psycopg'))\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_an_unreachable_server_is_store_unavailable_without_the_password() -> None:
+    url = f"postgresql://stateward:s3cret@127.0.0.1:{_closed_port()}/runs"
+    with pytest.raises(StoreError) as err:
+        PostgresStore(url, connect_timeout=2)
+    assert err.value.code == "STORE_UNAVAILABLE"
+    assert "127.0.0.1" in err.value.message and "s3cret" not in str(err.value)
+    assert "\n" not in err.value.message
+
+
+def test_a_malformed_url_is_a_configuration_error() -> None:
+    with pytest.raises(UserError) as err:
+        PostgresStore("postgresql://host/db?no_such_option=1")
+    assert err.value.code == "CONFIGURATION_ERROR"
+
+
+@pytest.mark.slow
+def test_the_cli_reports_an_unreachable_store_in_one_line() -> None:
+    url = f"postgresql://stateward@127.0.0.1:{_closed_port()}/runs?connect_timeout=2"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stateward.cli.main", "runs", "list", "--db", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.startswith("error: STORE_UNAVAILABLE: cannot use the PostgreSQL store at postgresql://127.0.0.1")
+    assert "Traceback" not in proc.stderr and "psycopg" not in proc.stderr
+
+
+# -- the database clock ---------------------------------------------------------------------------------
+@pytest.mark.postgres
+@pytest.mark.parametrize("skew_s", [3600.0, -3600.0])
+def test_leases_follow_the_database_clock_not_the_workers(
+    pg: PostgresStore, monkeypatch: pytest.MonkeyPatch, skew_s: float
+) -> None:
+    """A worker whose clock is an hour off neither steals a live lease nor keeps a dead one."""
+    _start(pg, "run_live")
+    _start(pg, "run_dead")
+    pg.acquire_lease("run_live", "w1", ttl_s=30)
+    dead = pg.acquire_lease("run_dead", "w1", ttl_s=0.05)
+    time.sleep(0.15)
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + skew_s)
+
+    with pytest.raises(RunError) as held:
+        pg.acquire_lease("run_live", "skewed", ttl_s=30)
+    assert held.value.code == "LEASE_HELD"
+    taken = pg.acquire_lease("run_dead", "skewed", ttl_s=30)
+    assert taken.version == dead.version + 1
+    assert pg.claim_next("skewed", ttl_s=30) is None
+    with pytest.raises(RunError) as unleased:
+        pg.commit_step("run_live", 1, StepWrite(state=_state("run_live")))
+    assert unleased.value.code == "LEASE_HELD"
+    assert abs(taken.expires_at - (real_time() + 30)) < 5
+
+
+# -- claims on many machines ----------------------------------------------------------------------------
+@pytest.mark.postgres
+def test_claim_next_skips_a_run_another_claimer_has_locked(pg: PostgresStore, pg_url: str) -> None:
+    """The oldest run is locked by a claimer mid-transaction: the next claim takes the next run at once."""
+    _start(pg, "run_1")
+    _start(pg, "run_2")
+    claimed: list[Lease | None] = []
+    with psycopg.connect(pg_url) as other:
+        other.execute("SELECT run_id FROM runs WHERE run_id='run_1' FOR UPDATE")
+        worker = threading.Thread(target=lambda: claimed.append(pg.claim_next("w", ttl_s=30)), daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        assert not worker.is_alive(), "claim_next waited for a locked row instead of skipping it"
+        other.rollback()
+    assert [c.run_id if c else None for c in claimed] == ["run_2"]
+
+
+# -- connections ----------------------------------------------------------------------------------------
+@pytest.mark.postgres
+def test_the_pool_replaces_connections_the_server_dropped(pg_url: str) -> None:
+    store = PostgresStore(pg_url + "&application_name=sw_dropped", max_size=2)
+    try:
+        _start(store, "run_1")
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name='sw_dropped'")
+        time.sleep(0.1)
+        assert store.last_seq("run_1") == 1
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_json_is_stored_as_text_that_casts_to_jsonb(pg: PostgresStore, pg_url: str) -> None:
+    _start(pg, "run_1")
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT snapshot::jsonb->>'goal', snapshot FROM runs").fetchone()
+    assert row is not None and row[0] == "pg"
+    assert RunState.model_validate_json(row[1]) == _state("run_1")
