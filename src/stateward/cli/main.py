@@ -22,13 +22,20 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(requests_app, name="requests")
 
 
-def _mount_plan() -> None:
-    from stateward.cli.plan_cmd import app as plan_app
+# Sub-command groups whose imports are heavy are mounted only when asked for (or for --help), so
+# `stateward approve` does not pay for the planner or the model SDKs.
+LAZY_GROUPS = {
+    "plan": ("stateward.cli.plan_cmd", "Validate plan documents."),
+}
 
-    app.add_typer(plan_app, name="plan", help="Validate plan documents.")
 
+def _mount(names: set[str]) -> None:
+    import importlib
 
-_mount_plan()
+    for name in sorted(names & set(LAZY_GROUPS)):
+        module, help_text = LAZY_GROUPS[name]
+        app.add_typer(importlib.import_module(module).app, name=name, help=help_text)
+
 
 DEFAULT_DB = "stateward.db"
 DbOpt = Annotated[
@@ -416,6 +423,10 @@ def _print_summary(summary: dict[str, object]) -> None:
 
 
 def main() -> None:
+    import sys
+
+    first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    _mount({first} if first in LAZY_GROUPS else set() if first is not None else set(LAZY_GROUPS))
     app()
 
 

@@ -8,19 +8,9 @@ that exact brief version.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stateward.controllers.base import DecisionContext
-from stateward.controllers.plan_execute import PlanAndExecuteController
-from stateward.controllers.react import ReActController
-from stateward.controllers.workflow import (
-    FinishNode,
-    HumanNode,
-    ModelNode,
-    RuleNode,
-    ToolNode,
-    WorkflowController,
-)
+from stateward.controllers.base import Controller, DecisionContext
 from stateward.core.budget import Budget
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import UserError
@@ -32,6 +22,9 @@ from stateward.runtime.agent import Agent, WaitCheck, guard
 from stateward.tools.errors import ToolInvalidArgument
 from stateward.tools.registry import ToolRegistry
 from stateward.tools.spec import ToolContext, tool
+
+if TYPE_CHECKING:
+    from stateward.controllers.workflow import WorkflowController
 
 MODES = ("react", "plan_and_execute", "workflow")
 FACTORY = "stateward.demos.blog:build_agent"
@@ -96,6 +89,15 @@ def _brief_question(ctx: DecisionContext) -> str:
 
 
 def workflow_nodes(model: Model, inventory: list[str]) -> WorkflowController:
+    from stateward.controllers.workflow import (
+        FinishNode,
+        HumanNode,
+        ModelNode,
+        RuleNode,
+        ToolNode,
+        WorkflowController,
+    )
+
     second = inventory[1] if len(inventory) > 1 else inventory[0]
     return WorkflowController(
         [
@@ -159,10 +161,15 @@ def build_agent(
 
         model = model_from_spec(model_spec)
     signal_model = model or scripted_models()[controller]
-    ctrl: ReActController | PlanAndExecuteController | WorkflowController
+    # Only the chosen controller is imported: a process resuming one run pays for one.
+    ctrl: Controller
     if controller == "react":
+        from stateward.controllers.react import ReActController
+
         ctrl = ReActController(signal_model)
     elif controller == "plan_and_execute":
+        from stateward.controllers.plan_execute import PlanAndExecuteController
+
         ctrl = PlanAndExecuteController(signal_model)
     else:
         ctrl = workflow_nodes(signal_model, inventory)

@@ -25,7 +25,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             type TEXT NOT NULL,
             payload TEXT NOT NULL,
             lease_version INTEGER NOT NULL DEFAULT 0,
-            at TEXT NOT NULL,
+            at INTEGER NOT NULL,
             PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
         """CREATE TABLE pending_requests (
             run_id TEXT NOT NULL,

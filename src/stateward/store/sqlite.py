@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,69 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+
+
+def _micros(at: datetime) -> int:
+    """Event times are stored as integer microseconds since the epoch: a third of an ISO string."""
+    return (at - _EPOCH) // _MICRO
+
+
+def _from_micros(value: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=value)
+
+
+class WalCheckpointer:
+    """Copies the WAL back into the database from its own connection, off the step path.
+
+    SQLite's automatic checkpoint would run inside whichever commit crosses the threshold; here a
+    PASSIVE checkpoint (never blocking writers) runs on a background thread once the WAL passes
+    ``wal_bytes``, which keeps the WAL at a steady size that later commits overwrite in place.
+    """
+
+    def __init__(self, path: str, wal_bytes: int = 4 << 20, interval_s: float = 0.25):
+        self._wal = path + "-wal"
+        self._path = path
+        self._limit = wal_bytes
+        self._interval = interval_s
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def note_commit(self) -> None:
+        if self._thread is None or self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._run, name="stateward-wal-checkpoint", daemon=True)
+            self._thread.start()
+
+    def _wal_size(self) -> int:
+        try:
+            return os.stat(self._wal).st_size
+        except OSError:
+            return 0
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=5)
+        try:
+            while not self._stopped.wait(self._interval):
+                if self._wal_size() >= self._limit:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None and self._pid == os.getpid():
+            self._thread.join(timeout=5)
 
 
 class SQLiteStore:
@@ -52,6 +115,9 @@ class SQLiteStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA busy_timeout=30000")
+        # WAL checkpoints run on a background connection, never inside a step's commit.
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
+        self._checkpointer = WalCheckpointer(self.path)
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
 
@@ -86,6 +152,7 @@ class SQLiteStore:
                 db.execute(f"PRAGMA user_version={version}")
 
     def close(self) -> None:
+        self._checkpointer.stop()
         with self._lock:
             self._db.close()
 
@@ -142,68 +209,114 @@ class SQLiteStore:
     def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> list[Event]:
         state = write.state
         now = _now()
-        with self._tx() as db:
-            new_seq = expected_seq + len(write.events)
-            sql = (
-                "UPDATE runs SET status=?, terminal_reason=?, snapshot=?, last_seq=?, updated_at=?"
-                + (", control=NULL" if write.clear_control else "")
-                + " WHERE run_id=? AND last_seq=?"
-            )
-            params: list[Any] = [
-                state.status.value,
-                state.terminal_reason,
-                state.model_dump_json(),
-                new_seq,
-                now,
-                run_id,
-                expected_seq,
-            ]
-            if lease is None:
-                sql += " AND (lease_owner IS NULL OR lease_expires_at < ?)"
-                params.append(time.time())
-            else:
-                sql += " AND lease_owner=? AND lease_version=?"
-                params += [lease.owner, lease.version]
-            if db.execute(sql, params).rowcount != 1:
-                raise self._why_not_written(db, run_id, expected_seq, lease)
-            version = 0 if lease is None else lease.version
+        snapshot = state.model_dump_json()
+        new_seq = expected_seq + len(write.events)
+        fence = (
+            " AND lease_owner=? AND lease_version=?" if lease else " AND (lease_owner IS NULL OR lease_expires_at<?)"
+        )
+        fence_params: tuple[Any, ...] = (lease.owner, lease.version) if lease else (time.time(),)
+        control = ", control=NULL" if write.clear_control else ""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
             try:
-                written = self._append(db, run_id, expected_seq, write.events, now, version)
-                if write.close_request is not None:
-                    self._close_request(db, run_id, write.close_request)
-                if write.close_all_requests is not None:
-                    db.execute(
-                        "UPDATE pending_requests SET answer=? WHERE run_id=? AND answer IS NULL",
-                        (write.close_all_requests.model_dump_json(), run_id),
+                # Most steps leave the status alone: keep it out of the SET list so its index is not rewritten.
+                cur = db.execute(
+                    f"UPDATE runs SET terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
+                    f" WHERE run_id=? AND last_seq=? AND status=?{fence}",
+                    (
+                        state.terminal_reason,
+                        snapshot,
+                        new_seq,
+                        now,
+                        run_id,
+                        expected_seq,
+                        state.status.value,
+                        *fence_params,
+                    ),
+                )
+                if cur.rowcount != 1:
+                    cur = db.execute(
+                        f"UPDATE runs SET status=?, terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
+                        f" WHERE run_id=? AND last_seq=?{fence}",
+                        (
+                            state.status.value,
+                            state.terminal_reason,
+                            snapshot,
+                            new_seq,
+                            now,
+                            run_id,
+                            expected_seq,
+                            *fence_params,
+                        ),
                     )
-                if write.open_request is not None:
-                    db.execute(
-                        "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (?,?,?,NULL)",
-                        (run_id, write.open_request.request_id, write.open_request.model_dump_json()),
-                    )
-                for art in write.artifacts:
-                    db.execute(
-                        "INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)"
-                        " VALUES (?,?,?,?,?,?,?)",
-                        (run_id, art.name, art.version, sha256_hex(art.content), art.media_type, art.content, now),
-                    )
-                for attempt in write.attempts:
-                    db.execute(
-                        "INSERT OR REPLACE INTO tool_attempts(attempt_id, run_id, step, body) VALUES (?,?,?,?)",
-                        (attempt.attempt_id, run_id, attempt.step, attempt.model_dump_json()),
-                    )
-                if write.checkpoint is not None:
-                    db.execute(
-                        "INSERT INTO checkpoints(run_id, seq, reason, snapshot, created_at) VALUES (?,?,?,?,?)",
-                        (run_id, new_seq, write.checkpoint, state.model_dump_json(), now),
-                    )
-            except sqlite3.IntegrityError as exc:  # e.g. an artifact version written twice
-                raise RunError(
-                    f"step of run {run_id} repeats a record that already exists: {exc}",
-                    code="DUPLICATE_RECORD",
-                    details={"run_id": run_id, "expected_seq": expected_seq},
-                ) from None
+                    if cur.rowcount != 1:
+                        raise self._why_not_written(db, run_id, expected_seq, lease)
+                written = self._append(
+                    db, run_id, expected_seq, write.events, now, 0 if lease is None else lease.version
+                )
+                if (
+                    write.close_request
+                    or write.close_all_requests
+                    or write.open_request
+                    or write.artifacts
+                    or write.attempts
+                    or write.checkpoint
+                ):
+                    self._write_contents(db, run_id, expected_seq, new_seq, write, snapshot, now)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        self._checkpointer.note_commit()
         return written
+
+    def _write_contents(
+        self,
+        db: sqlite3.Connection,
+        run_id: str,
+        expected_seq: int,
+        new_seq: int,
+        write: StepWrite,
+        snapshot: str,
+        now: str,
+    ) -> None:
+        """The rarer parts of a step: requests, artifacts, attempts, a checkpoint."""
+        try:
+            if write.close_request is not None:
+                self._close_request(db, run_id, write.close_request)
+            if write.close_all_requests is not None:
+                db.execute(
+                    "UPDATE pending_requests SET answer=? WHERE run_id=? AND answer IS NULL",
+                    (write.close_all_requests.model_dump_json(), run_id),
+                )
+            if write.open_request is not None:
+                db.execute(
+                    "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (?,?,?,NULL)",
+                    (run_id, write.open_request.request_id, write.open_request.model_dump_json()),
+                )
+            for art in write.artifacts:
+                db.execute(
+                    "INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)"
+                    " VALUES (?,?,?,?,?,?,?)",
+                    (run_id, art.name, art.version, sha256_hex(art.content), art.media_type, art.content, now),
+                )
+            for attempt in write.attempts:
+                db.execute(
+                    "INSERT OR REPLACE INTO tool_attempts(attempt_id, run_id, step, body) VALUES (?,?,?,?)",
+                    (attempt.attempt_id, run_id, attempt.step, attempt.model_dump_json()),
+                )
+            if write.checkpoint is not None:
+                db.execute(
+                    "INSERT INTO checkpoints(run_id, seq, reason, snapshot, created_at) VALUES (?,?,?,?,?)",
+                    (run_id, new_seq, write.checkpoint, snapshot, now),
+                )
+        except sqlite3.IntegrityError as exc:  # e.g. an artifact version written twice
+            raise RunError(
+                f"step of run {run_id} repeats a record that already exists: {exc}",
+                code="DUPLICATE_RECORD",
+                details={"run_id": run_id, "expected_seq": expected_seq},
+            ) from None
 
     @staticmethod
     def _why_not_written(db: sqlite3.Connection, run_id: str, expected_seq: int, lease: Lease | None) -> RunError:
@@ -329,14 +442,18 @@ class SQLiteStore:
     def _append(
         db: sqlite3.Connection, run_id: str, after_seq: int, events: list[NewEvent], now: str, lease_version: int
     ) -> list[Event]:
+        at = datetime.fromisoformat(now)
+        micros = _micros(at)
         rows = [
-            (run_id, after_seq + i, ev.type.value, _dumps(ev.payload), lease_version, now)
+            (run_id, after_seq + i, ev.type.value, _dumps(ev.payload), lease_version, micros)
             for i, ev in enumerate(events, start=1)
         ]
         db.executemany("INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (?,?,?,?,?,?)", rows)
-        at = datetime.fromisoformat(now)
+        # Built from values that were just validated on their way in: no need to validate them again.
         return [
-            Event(run_id=run_id, seq=row[1], type=ev.type, payload=ev.payload, lease_version=lease_version, at=at)
+            Event.model_construct(
+                run_id=run_id, seq=row[1], type=ev.type, payload=ev.payload, lease_version=lease_version, at=at
+            )
             for row, ev in zip(rows, events, strict=True)
         ]
 
@@ -353,7 +470,7 @@ class SQLiteStore:
                 type=EventType(kind),
                 payload=json.loads(payload),
                 lease_version=lease,
-                at=datetime.fromisoformat(at),
+                at=_from_micros(at),
             )
             for seq, kind, payload, lease, at in rows
         ]
