@@ -6,9 +6,7 @@ import stateward
 
 
 def test_all_is_sorted_and_matches_the_lazy_exports() -> None:
-    assert list(stateward.__all__) == sorted(stateward.__all__, key=str.lower) or list(stateward.__all__) == sorted(
-        stateward.__all__
-    )
+    assert list(stateward.__all__) == sorted(stateward.__all__)
     assert set(stateward.__all__) == set(stateward._EXPORTS)
 
 
