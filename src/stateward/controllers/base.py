@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.decision import ControlDecision, SignalSource
 from stateward.core.events import NewEvent
-from stateward.core.state import RunState
+from stateward.core.state import GuardedAction, RunState
 from stateward.models.base import ActionSpec, Usage
 
 
@@ -69,6 +69,24 @@ class DecisionContext:
 
 
 @dataclass(frozen=True)
+class FinishCheck:
+    """The Runtime's verdict on a FINISH: refused, a full completion, or a partial (degraded) one."""
+
+    rejected: str | None = None
+    partial: bool = False
+
+
+@dataclass(frozen=True)
+class WaitSpec:
+    """What a wait proposed by code (never by model text) is about: the exact action an approval
+    admits, or a handoff with the options a person may choose from."""
+
+    guard: GuardedAction | None = None
+    kind: str = "input"
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Proposal:
     """A candidate decision plus what it cost and what the controller wants remembered if accepted."""
 
@@ -78,6 +96,7 @@ class Proposal:
     model_usage: Sequence[Usage] = ()
     memo: dict[str, Any] | None = None
     notes: Sequence[NewEvent] = field(default_factory=tuple)
+    wait: WaitSpec | None = None
 
 
 class Controller(Protocol):

@@ -43,6 +43,7 @@ class PendingRequest(BaseModel):
     question: str
     state_before: RunStatus
     guarded_action: GuardedAction | None = None
+    options: tuple[str, ...] = ()  # for a handoff: the choices an answer must name
     approver_role: str | None = None
     created_at: datetime
     expires_at: datetime | None = None

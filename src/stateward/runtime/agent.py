@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from stateward.controllers.base import Controller
+from stateward.controllers.base import Controller, FinishCheck
 from stateward.core.budget import Budget
 from stateward.core.canonical import action_digest
 from stateward.core.decision import ControlDecision
@@ -27,6 +27,14 @@ class WaitCheck:
 
 
 WaitPolicy = Callable[[ControlDecision, RunState], WaitCheck]
+
+
+FinishPolicy = Callable[[ControlDecision, RunState], FinishCheck]
+
+
+def accept_finish(decision: ControlDecision, state: RunState) -> FinishCheck:
+    """The default: a run may finish whenever its signal source says so."""
+    return FinishCheck()
 
 
 def require_question(decision: ControlDecision, state: RunState) -> WaitCheck:
@@ -49,6 +57,7 @@ class Agent:
     tools: ToolRegistry
     ref: AgentRef
     wait_policy: WaitPolicy = require_question
+    finish_policy: FinishPolicy = accept_finish
     budget: Budget = field(default_factory=Budget)
     permissions: frozenset[str] = frozenset()
     inventory: Sequence[str] = ()

@@ -23,6 +23,7 @@ _VERDICTS_BY_KIND = {
     "approval": {"approved", "rejected"},
     "reconciliation": {"approved", "rejected"},
     "input": {"replied", "approved", "rejected"},
+    "handoff": {"replied"},
 }
 
 
@@ -93,6 +94,10 @@ def answer_request(
             f"a {pending.kind} request takes {sorted(allowed)}, not {verdict!r}",
             run_id,
             request_id,
+        )
+    if pending.options and (text or "").strip().lower() not in {o.lower() for o in pending.options}:
+        raise _refuse(
+            "UNKNOWN_OPTION", f"{request_id} takes one of {list(pending.options)}, not {text!r}", run_id, request_id
         )
     guarded = pending.guarded_action
     if who.digest is not None and (guarded is None or guarded.digest != who.digest):

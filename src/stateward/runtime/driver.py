@@ -120,6 +120,7 @@ class Driver:
                 visible_actions=proposal.visible_actions,
                 model_usage=proposal.model_usage,
                 now=self.clock(),
+                wait=proposal.wait,
             )
         except IllegalTransitionError as exc:
             self._record_illegal(run, lease, exc)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from stateward.controllers.base import Signal, SignalFailure
+from stateward.controllers.base import Signal, SignalFailure, WaitSpec
 from stateward.core.budget import Usage
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, IllegalTransitionError
@@ -31,6 +31,7 @@ _KIND_BY_DECISION = {
 _REASON_BY_KIND = {
     TransitionKind.SUSPEND: "wait_suspended",
     TransitionKind.COMPLETE: "completed",
+    TransitionKind.PARTIAL: "partially_completed",
 }
 
 
@@ -69,6 +70,7 @@ def handle(
     visible_actions: frozenset[str],
     model_usage: Sequence[ModelUsage] = (),
     now: datetime,
+    wait: WaitSpec | None = None,
 ) -> Transition:
     """Validate ``signal`` against ``state`` and compute the transition. Raises only IllegalTransitionError."""
     if state.status is not RunStatus.RUNNING:
@@ -91,6 +93,8 @@ def handle(
         return _reject(state, agent, decision, rejection, received, model_usage)
     assert decision is not None
     kind = _KIND_BY_DECISION[decision.type]
+    if kind is TransitionKind.COMPLETE and agent.finish_policy(decision, state).partial:
+        kind = TransitionKind.PARTIAL
     after = next_status(state.status, kind)
     usage = _with_usage(state, model_usage)
     state = state.model_copy(update={"correction": None})  # an accepted decision ends any correction
@@ -114,12 +118,14 @@ def handle(
         return Transition(kind, state.status, after, True, reason, decision, new_state, events=events)
 
     check = agent.wait_policy(decision, state)
+    guarded = check.guarded_action or (wait.guard if wait is not None else None)
     pending = PendingRequest(
         request_id=f"approval_{state.requests_issued + 1:03d}",
-        kind="approval" if check.guarded_action is not None else check.kind,
+        kind="approval" if guarded is not None else (wait.kind if wait is not None else check.kind),
         question=(decision.question or "").strip(),
         state_before=state.status,
-        guarded_action=check.guarded_action,
+        guarded_action=guarded,
+        options=() if wait is None else wait.options,
         approver_role=agent.approver_role,
         created_at=now,
         expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
@@ -173,6 +179,10 @@ def _check(
         check: WaitCheck = agent.wait_policy(decision, state)
         if check.rejected is not None:
             return decision, (check.rejected, f"wait refused: {check.rejected}")
+    if decision.type is DecisionType.FINISH:
+        finish = agent.finish_policy(decision, state)
+        if finish.rejected is not None:
+            return decision, (finish.rejected, f"finish refused: {finish.rejected}")
     return decision, None
 
 

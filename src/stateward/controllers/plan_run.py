@@ -1,0 +1,710 @@
+"""Goal-driven plan execution: the plan orders the work, a bounded local ReAct explores each work item,
+verification checks what comes out — and none of them can change the goal, reset the budget or skip
+an approval.
+
+Every step still leaves as one ControlDecision for ``Runtime.handle``. What the controller remembers
+(the validated plan, per-item attempts, the budget ledger, the progress tracker) is its memo, committed
+with the step. Work-item states are derived from recorded facts on every decision, never from a model
+saying "done": an item completes when its declared output artifact was written by a successful tool
+call, and a deliverable only counts once its checks pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stateward.controllers.base import (
+    DecisionContext,
+    FinishCheck,
+    Observation,
+    Proposal,
+    SignalFailure,
+    WaitSpec,
+)
+from stateward.core.canonical import action_digest, sha256_hex
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
+from stateward.core.errors import DecisionParseError, RunError
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import GuardedAction, RunState
+from stateward.models.base import Model, ModelRequest, Usage
+from stateward.planning.budget import BudgetAmount, BudgetError, BudgetLedger, BudgetLimits
+from stateward.planning.delivery import (
+    Confidence,
+    DeliveryFacts,
+    FindingRisk,
+    HandoffPackage,
+    PartialDelivery,
+    ResumePoint,
+    choose_rung,
+    standard_options,
+)
+from stateward.planning.goal import GoalContract
+from stateward.planning.patch import AttemptFact, AttemptOutcome, ExecutionFacts, WorkItemState, derive_states
+from stateward.planning.plan import Plan, WorkItem, load_plan
+from stateward.planning.progress import ProgressTracker, StepRecord
+from stateward.planning.termination import (
+    FailureFact,
+    TerminationDecision,
+    TerminationSnapshot,
+)
+from stateward.planning.termination import evaluate as evaluate_termination
+from stateward.planning.validator import Verdict, validate_plan
+from stateward.tools.errors import ToolInvalidArgument
+from stateward.tools.spec import ToolContext, ToolSpec, tool
+from stateward.verify.checks import CheckResult
+from stateward.verify.policy import VerificationOutcome
+from stateward.verify.policy import decide as verification_decision
+
+PLAN_INSTRUCTIONS = "Reply with one JSON plan document: plan_id, version, goal_id, milestones, work_items."
+ITEM_INSTRUCTIONS = (
+    "Work on this one work item only, with its tools. Reply with exactly one JSON decision: "
+    '{"type": "EXECUTE_TOOL", "action": ..., "args": {...}}. The item is done when its output artifact is '
+    "written; saying so does not make it done."
+)
+Verifier = Callable[[str], Sequence[CheckResult]]
+ApprovalAction = Callable[[WorkItem, "PlanRunMemo"], GuardedAction]
+
+
+class ItemRun(BaseModel):
+    """What the controller recorded about one work item."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempts: list[AttemptFact] = Field(default_factory=list)
+    started_step: int | None = None  # observations after this step belong to the running attempt
+    tracker: ProgressTracker | None = None
+    output: str | None = None  # artifact ref of the accepted output
+    correction: str | None = None  # what the last verification asked the worker to fix
+    model_calls: int = 0
+
+
+class PlanRunMemo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    plan: Plan | None = None
+    items: dict[str, ItemRun] = Field(default_factory=dict)
+    current: str | None = None
+    verified: list[str] = Field(default_factory=list)
+    ledger: BudgetLedger = BudgetLedger()
+    failures: list[FailureFact] = Field(default_factory=list)
+    no_progress_streak: int = 0
+    history: list[dict[str, WorkItemState]] = Field(default_factory=list)
+    delivery: str | None = None  # "accepted" | "partial"
+    handoff_request: str | None = None
+    handoff_options: list[str] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PlanRunConfig:
+    goal: GoalContract
+    budget: BudgetLimits = field(default_factory=BudgetLimits)
+    deliverable: str | None = None  # artifact type checked with bounded reflection before it counts
+    verifier: Verifier | None = None
+    default_react_steps: int = 4
+    deliverable_risk: FindingRisk = FindingRisk.LOW
+    deliverable_confidence: Confidence = Confidence.MEDIUM
+    approval_action: ApprovalAction | None = None  # the exact action an approval-gated item's approval admits
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+
+
+def start_item_guard(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
+    """By default an approval admits starting exactly this item of exactly this plan version."""
+    version = memo.plan.version if memo.plan else None
+    args = {"work_item_id": item.work_item_id}
+    return GuardedAction(
+        tool="start_work_item", args=args, plan_version=version, digest=action_digest("start_work_item", args, version)
+    )
+
+
+class PlanRunController:
+    mode = "plan_run"
+
+    def __init__(self, planner: Model, worker: Model, config: PlanRunConfig):
+        self.planner = planner
+        self.worker = worker
+        self.config = config
+
+    # -- the decision ---------------------------------------------------------------------------
+    def decide(self, ctx: DecisionContext) -> Proposal:
+        memo = (
+            PlanRunMemo.model_validate(ctx.state.memo)
+            if ctx.state.memo
+            else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
+        )
+        if memo.plan is None:
+            return self._make_plan(ctx, memo)
+        notes: list[NewEvent] = []
+        if memo.handoff_request is not None:
+            outcome = self._after_handoff(ctx, memo, notes)
+            if outcome is not None:
+                return outcome
+        if memo.current is not None:
+            self._absorb(ctx, memo, notes)
+        states = self._states(ctx, memo)
+        memo.history = [*memo.history[-9:], states]
+        verdict = evaluate_termination(
+            TerminationSnapshot(
+                step=ctx.state.usage.steps,
+                budget=memo.ledger,
+                no_progress_streak=memo.no_progress_streak,
+                failures=tuple(memo.failures[-10:]),
+                state_history=tuple(memo.history),
+                goal=self.config.goal,
+                next_estimate=self._next_estimate(memo, states),
+            )
+        )
+        if verdict.stops and memo.delivery is None:
+            notes.append(NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json")))
+            if verdict.decision is TerminationDecision.FAIL:
+                return self._propose(
+                    ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes
+                )
+            if verdict.decision is TerminationDecision.HANDOFF:
+                return self._handoff(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
+            if verdict.decision is TerminationDecision.DEGRADE:
+                return self._deliver_partial(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
+        if memo.delivery == "partial" or memo.delivery == "accepted":
+            return self._propose(
+                ControlDecision(type=DecisionType.FINISH, reason=f"delivery {memo.delivery}"), memo, notes
+            )
+        if memo.current is not None:
+            return self._item_step(ctx, memo, notes)
+        return self._schedule(ctx, memo, notes, states)
+
+    # -- planning ---------------------------------------------------------------------------------
+    def _make_plan(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
+        reply = self.planner.complete(
+            ModelRequest(
+                purpose="plan",
+                goal=self.config.goal.objective,
+                inventory=list(ctx.inventory),
+                visible_actions=ctx.specs(tuple(ctx.actions)),
+                facts={"goal": self.config.goal.model_dump(mode="json")},
+                instructions=PLAN_INSTRUCTIONS,
+            )
+        )
+        try:
+            plan = load_plan(reply.text)
+        except RunError as exc:
+            return self._refused(exc.code, exc.message, reply.text, reply.usage)
+        remaining = memo.ledger.remaining().to_plan_budget()
+        report = validate_plan(
+            plan, capabilities=self.config.capabilities or set(ctx.actions), budget=remaining, goal=self.config.goal
+        )
+        if report.verdict is not Verdict.ACCEPT:
+            issues = "; ".join(f"{i.code}({i.work_item_id})" for i in report.issues[:5])
+            return self._refused(f"PLAN_{report.verdict.value}", issues, reply.text, reply.usage)
+        memo.plan = plan
+        note = NewEvent(
+            type=EventType.PLAN_RECORDED,
+            payload={
+                "plan_id": plan.plan_id,
+                "plan_version": plan.version,
+                "work_items": len(plan.work_items),
+                "validator": report.verdict.value,
+            },
+        )
+        proposal = self.decide_with(ctx, memo, [note])
+        return Proposal(
+            signal=proposal.signal,
+            source=proposal.source,
+            visible_actions=proposal.visible_actions,
+            model_usage=(reply.usage, *proposal.model_usage),
+            memo=proposal.memo,
+            notes=proposal.notes,
+            wait=proposal.wait,
+        )
+
+    def decide_with(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
+        """Continue deciding in the same step once a plan was recorded."""
+        inner = self.decide(
+            DecisionContext(
+                state=ctx.state.model_copy(update={"memo": memo.model_dump(mode="json")}),
+                observations=ctx.observations,
+                inventory=ctx.inventory,
+                actions=ctx.actions,
+            )
+        )
+        return Proposal(
+            signal=inner.signal,
+            source=inner.source,
+            visible_actions=inner.visible_actions,
+            model_usage=inner.model_usage,
+            memo=inner.memo,
+            notes=[*notes, *inner.notes],
+            wait=inner.wait,
+        )
+
+    # -- facts ------------------------------------------------------------------------------------
+    def _facts(self, ctx: DecisionContext, memo: PlanRunMemo) -> ExecutionFacts:
+        approved = {a.digest for a in ctx.state.approvals}
+        plan = memo.plan
+        assert plan is not None
+        gate = self.config.approval_action or start_item_guard
+        return ExecutionFacts(
+            attempts={wid: tuple(run.attempts) for wid, run in memo.items.items()},
+            verified=tuple(memo.verified),
+            # An approval can only concern an item whose inputs exist: its dependencies are verified.
+            approved=tuple(
+                w.work_item_id
+                for w in plan.work_items
+                if w.approval_required
+                and set(w.dependencies) <= set(memo.verified)
+                and gate(w, memo).digest in approved
+            ),
+            remaining_budget=memo.ledger.remaining().to_plan_budget(),
+        )
+
+    def _next_estimate(self, memo: PlanRunMemo, states: dict[str, WorkItemState]) -> BudgetAmount | None:
+        plan = memo.plan
+        assert plan is not None
+        for item in plan.work_items:
+            if (
+                states.get(item.work_item_id) in (WorkItemState.READY, WorkItemState.BLOCKED)
+                and item.work_item_id not in memo.ledger.reserved
+            ):
+                return BudgetAmount.from_estimate(item.estimated_cost)
+        return None
+
+    # -- scheduling ---------------------------------------------------------------------------------
+    def _schedule(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
+    ) -> Proposal:
+        plan = memo.plan
+        assert plan is not None
+        for item in plan.work_items:  # plan order: the oldest ready item goes first, none starves
+            state = states[item.work_item_id]
+            if state is WorkItemState.WAITING_FOR_APPROVAL:
+                return self._ask_approval(item, memo, notes)
+            if state in (WorkItemState.READY, WorkItemState.RETRY_WAIT):
+                return self._start(ctx, memo, notes, item)
+        if all(s is WorkItemState.SUCCEEDED for s in states.values()):
+            memo.delivery = "accepted"
+            return self._propose(
+                ControlDecision(type=DecisionType.FINISH, reason="every work item verified"), memo, notes
+            )
+        stuck = sorted(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
+        return self._deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {stuck}", states)
+
+    def _ask_approval(self, item: WorkItem, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
+        guard = (self.config.approval_action or start_item_guard)(item, memo)
+        question = (
+            f"Work item {item.work_item_id} ({item.title}, risk {item.risk_level.value}) needs approval "
+            f"before it runs: {guard.tool} {json.dumps(guard.args, sort_keys=True)}."
+        )
+        decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
+        return self._propose(decision, memo, notes, wait=WaitSpec(guard=guard, kind="approval"))
+
+    def _start(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], item: WorkItem) -> Proposal:
+        wid = item.work_item_id
+        try:
+            memo.ledger = memo.ledger.reserve(wid, BudgetAmount.from_estimate(item.estimated_cost))
+        except BudgetError as exc:  # an item estimated above what is left never starts
+            notes.append(
+                NewEvent(
+                    type=EventType.WORK_ITEM_BLOCKED,
+                    payload={"work_item_id": wid, "code": exc.code, "message": exc.message},
+                )
+            )
+            return self._deliver_partial(ctx, memo, notes, "BUDGET_EXHAUSTED", exc.message, self._states(ctx, memo))
+        run = memo.items.setdefault(wid, ItemRun())
+        run.attempts.append(AttemptFact(outcome=AttemptOutcome.RUNNING))
+        run.started_step = ctx.state.usage.steps
+        run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
+        memo.current = wid
+        notes.append(
+            NewEvent(
+                type=EventType.WORK_ITEM_STARTED,
+                payload={
+                    "work_item_id": wid,
+                    "attempt": len(run.attempts),
+                    "reserved": memo.ledger.reserved[wid].model_dump(),
+                },
+            )
+        )
+        return self._item_step(ctx, memo, notes)
+
+    # -- one local ReAct step of the current item ---------------------------------------------------
+    def _item_step(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
+        plan = memo.plan
+        assert plan is not None and memo.current is not None
+        item = next(w for w in plan.work_items if w.work_item_id == memo.current)
+        run = memo.items[item.work_item_id]
+        assert run.tracker is not None
+        before = run.tracker.before_step(remaining=memo.ledger.remaining())
+        if before.should_stop:
+            self._end_attempt(memo, item, AttemptOutcome.FAILED, before.signal.value, notes)
+            return self.decide_with(ctx, memo, notes)
+        visible = (*(c for c in item.required_capabilities if c in ctx.actions), OUTPUT_TOOL)
+        mine = [o for o in ctx.observations if run.started_step is not None and o.step > run.started_step]
+        reply = self.worker.complete(
+            ModelRequest(
+                purpose="decide",
+                goal=f"{item.work_item_id}: {item.title}",
+                inventory=list(ctx.inventory),
+                observations=[o.model_dump(mode="json") for o in mine],
+                visible_actions=ctx.specs(visible),
+                facts={
+                    "work_item": item.model_dump(mode="json"),
+                    "outputs": self._outputs(memo),
+                    "correction": run.correction,
+                    "remaining_steps": run.tracker.remaining_steps(),
+                },
+                instructions=ITEM_INSTRUCTIONS,
+            )
+        )
+        run.model_calls += 1
+        try:
+            decision = parse_decision(reply.text)
+        except DecisionParseError:
+            decision = None  # the Runtime names the parse failure; we never guess
+        if decision is not None and decision.type is not DecisionType.EXECUTE_TOOL:
+            # A worker saying "done" (or asking to stop) ends its attempt; it never completes the item.
+            self._end_attempt(memo, item, AttemptOutcome.FAILED, "MODEL_DECLARED_STOP", notes)
+            return self._with_usage(self.decide_with(ctx, memo, notes), reply.usage)
+        return Proposal(
+            signal=reply.text,
+            source=SignalSource.MODEL,
+            visible_actions=frozenset(visible),
+            model_usage=(reply.usage,),
+            memo=memo.model_dump(mode="json"),
+            notes=notes,
+        )
+
+    def _absorb(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> None:
+        """Fold the running item's newest observation into its tracker; complete or stop it on facts."""
+        plan = memo.plan
+        assert plan is not None and memo.current is not None
+        item = next(w for w in plan.work_items if w.work_item_id == memo.current)
+        run = memo.items[item.work_item_id]
+        assert run.tracker is not None and run.started_step is not None
+        seen = run.tracker.steps_taken
+        mine = [o for o in ctx.observations if o.step > run.started_step]
+        for obs in mine[seen:]:
+            run.tracker, verdict = run.tracker.observe(_step_record(obs), remaining=memo.ledger.remaining())
+            if obs.status != "SUCCESS" and obs.error_code:
+                memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
+            output = _output_ref(obs, item.output_spec.artifact_type)
+            if output is not None:
+                self._complete(ctx, memo, item, output, obs, notes)
+                return
+            if verdict.should_stop:
+                self._end_attempt(
+                    memo,
+                    item,
+                    AttemptOutcome.FAILED,
+                    verdict.signal.value,
+                    notes,
+                    partial=run.tracker.partial_result(verdict).model_dump(mode="json"),
+                )
+                return
+
+    def _complete(
+        self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
+    ) -> None:
+        run = memo.items[item.work_item_id]
+        checked = item.output_spec.artifact_type == self.config.deliverable and self.config.verifier is not None
+        if checked and not self._verify_deliverable(memo, item, ref, obs, notes):
+            return
+        run.output = ref
+        memo.verified.append(item.work_item_id)
+        memo.no_progress_streak = 0
+        self._end_attempt(memo, item, AttemptOutcome.COMPLETED, None, notes)
+
+    def _verify_deliverable(
+        self, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
+    ) -> bool:
+        """Deterministic checks on every version; at most the budgeted repairs; UNKNOWN never passes."""
+        assert self.config.verifier is not None
+        content = _content_of(obs)
+        results = list(self.config.verifier(content))
+        name = item.output_spec.artifact_type
+        used = memo.ledger.reflections.get(name, 0)
+        limit = memo.ledger.limits.max_reflections_per_artifact
+        policy = verification_decision(
+            results,
+            used,
+            1 if limit is None else limit,
+            self.config.deliverable_risk,
+            self.config.deliverable_confidence,
+        )
+        notes.append(
+            NewEvent(
+                type=EventType.VERIFICATION_RECORDED,
+                payload={
+                    "artifact": ref,
+                    "outcome": policy.outcome.value,
+                    "reason_code": policy.reason_code,
+                    "checks": [{"name": r.name, "verdict": r.verdict.value, "detail": r.detail} for r in results],
+                },
+            )
+        )
+        if policy.outcome is VerificationOutcome.ACCEPT:
+            return True
+        run = memo.items[item.work_item_id]
+        if policy.outcome is VerificationOutcome.REPAIR_ONCE:
+            memo.ledger = memo.ledger.record_reflection(name)
+            run.correction = "; ".join(policy.reasons)
+            run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
+            run.started_step = obs.step  # the repair is a fresh local loop that must write a new version
+            return False
+        self._end_attempt(memo, item, AttemptOutcome.FAILED, f"VERIFICATION_{policy.outcome.value}", notes)
+        return False
+
+    def _end_attempt(
+        self,
+        memo: PlanRunMemo,
+        item: WorkItem,
+        outcome: AttemptOutcome,
+        error: str | None,
+        notes: list[NewEvent],
+        partial: dict[str, Any] | None = None,
+    ) -> None:
+        run = memo.items[item.work_item_id]
+        run.attempts[-1] = AttemptFact(outcome=outcome, error_class=error)
+        used_tools = run.tracker.steps_taken if run.tracker else 0
+        memo.ledger = memo.ledger.settle(
+            item.work_item_id, BudgetAmount(tool_calls=used_tools, model_calls=run.model_calls)
+        )
+        run.model_calls = 0
+        if error == "NO_PROGRESS":
+            memo.no_progress_streak += 1
+        memo.current = None
+        notes.append(
+            NewEvent(
+                type=EventType.WORK_ITEM_ENDED,
+                payload={
+                    "work_item_id": item.work_item_id,
+                    "outcome": outcome.value,
+                    "error": error,
+                    "partial": partial,
+                    "output": run.output,
+                },
+            )
+        )
+
+    # -- delivering -------------------------------------------------------------------------------
+    def _deliver_partial(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        code: str,
+        detail: str,
+        states: dict[str, WorkItemState],
+    ) -> Proposal:
+        plan = memo.plan
+        assert plan is not None
+        done = tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED)
+        missing = tuple(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
+        rung = choose_rung(
+            DeliveryFacts(
+                expected_scope=tuple(states),
+                covered_scope=done,
+                completed_artifacts=tuple(self._outputs(memo).values()),
+            )
+        )
+        delivery = PartialDelivery(
+            original_goal=self.config.goal.objective,
+            rung=rung,
+            reason_code=code,
+            reason=detail or code,
+            done_scope=done,
+            missing_scope=missing,
+            needed_to_continue=tuple(f"complete {w}" for w in missing),
+            budget_used=memo.ledger.used,
+            artifact_refs=tuple(self._outputs(memo).values()),
+        )
+        memo.delivery = "partial"
+        if memo.current is not None:
+            current = next(w for w in plan.work_items if w.work_item_id == memo.current)
+            self._end_attempt(memo, current, AttemptOutcome.FAILED, code, notes)
+        decision = ControlDecision(
+            type=DecisionType.EXECUTE_TOOL, action=PARTIAL_TOOL, args={"content": delivery.model_dump_json()}
+        )
+        return self._propose(decision, memo, notes, visible=frozenset({PARTIAL_TOOL}))
+
+    def _handoff(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        code: str,
+        detail: str,
+        states: dict[str, WorkItemState],
+    ) -> Proposal:
+        plan = memo.plan
+        assert plan is not None
+        package = HandoffPackage(
+            reason_code=code,
+            reason=detail or code,
+            goal=self.config.goal.objective,
+            plan_version=plan.version,
+            completed_items=tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED),
+            blocked_items=tuple(w for w, s in states.items() if s in (WorkItemState.BLOCKED, WorkItemState.FAILED)),
+            artifact_refs=tuple(self._outputs(memo).values()),
+            options=standard_options(),
+            resume_point=ResumePoint(
+                checkpoint_seq=None, work_item_id=memo.current, plan_version=plan.version, budget=memo.ledger
+            ),
+        )
+        memo.handoff_request = f"approval_{ctx.state.requests_issued + 1:03d}"
+        memo.handoff_options = list(package.option_ids)
+        notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
+        decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
+        return self._propose(decision, memo, notes, wait=WaitSpec(kind="handoff", options=package.option_ids))
+
+    def _after_handoff(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal | None:
+        """A person chose an option: it is the only way a handed-off run moves on."""
+        answer = ctx.state.last_answer
+        if answer is None or answer.request_id != memo.handoff_request:
+            return None
+        choice = (answer.text or "").strip().lower()
+        memo.handoff_request = None
+        notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload={"option": choice, "by": answer.by}))
+        if choice == "cancel":
+            return self._propose(ControlDecision(type=DecisionType.FAIL, reason="cancelled_at_handoff"), memo, notes)
+        if choice == "accept_partial":
+            return self._deliver_partial(
+                ctx, memo, notes, "ACCEPTED_PARTIAL", "a person accepted the partial scope", self._states(ctx, memo)
+            )
+        memo.failures.clear()
+        memo.no_progress_streak = 0
+        memo.history.clear()
+        return None
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _states(self, ctx: DecisionContext, memo: PlanRunMemo) -> dict[str, WorkItemState]:
+        assert memo.plan is not None
+        return derive_states(memo.plan, self._facts(ctx, memo))
+
+    def _outputs(self, memo: PlanRunMemo) -> dict[str, str]:
+        return {wid: run.output for wid, run in memo.items.items() if run.output}
+
+    def _propose(
+        self,
+        decision: ControlDecision,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        *,
+        wait: WaitSpec | None = None,
+        visible: frozenset[str] = frozenset(),
+    ) -> Proposal:
+        return Proposal(
+            signal=decision,
+            source=SignalSource.PLAN_STEP,
+            visible_actions=visible,
+            memo=memo.model_dump(mode="json"),
+            notes=notes,
+            wait=wait,
+        )
+
+    @staticmethod
+    def _refused(code: str, message: str, raw: str, usage: Usage) -> Proposal:
+        return Proposal(
+            signal=SignalFailure(code=code, message=message, raw=raw[:2000]),
+            source=SignalSource.PLAN_STEP,
+            visible_actions=frozenset(),
+            model_usage=(usage,),
+        )
+
+    @staticmethod
+    def _with_usage(proposal: Proposal, usage: Usage) -> Proposal:
+        return Proposal(
+            signal=proposal.signal,
+            source=proposal.source,
+            visible_actions=proposal.visible_actions,
+            model_usage=(usage, *proposal.model_usage),
+            memo=proposal.memo,
+            notes=proposal.notes,
+            wait=proposal.wait,
+        )
+
+
+OUTPUT_TOOL = "record_output"
+PARTIAL_TOOL = "record_partial_delivery"
+PARTIAL_ARTIFACT = "partial-delivery"
+
+
+def plan_run_tools() -> list[ToolSpec]:
+    """The two tools every plan agent registers: writing an item's output and a partial delivery.
+
+    Both only emit artifacts, which the Runtime commits with the step: nothing outside the store changes.
+    """
+
+    @tool(description="Write this work item's output artifact (JSON text) under its declared artifact type.")
+    def record_output(artifact_type: str, content: str, ctx: ToolContext) -> dict[str, Any]:
+        try:
+            json.loads(content)
+        except ValueError as exc:
+            raise ToolInvalidArgument(f"content must be JSON: {exc}") from None
+        ctx.emit_artifact(artifact_type, content, "application/json")
+        return {"recorded": artifact_type}
+
+    @tool(description="Record the partial delivery of a degraded run.")
+    def record_partial_delivery(content: str, ctx: ToolContext) -> dict[str, Any]:
+        PartialDelivery.model_validate_json(content)
+        ctx.emit_artifact(PARTIAL_ARTIFACT, content, "application/json")
+        return {"recorded": PARTIAL_ARTIFACT}
+
+    return [record_output, record_partial_delivery]
+
+
+def plan_finish_policy(decision: ControlDecision, state: RunState) -> FinishCheck:
+    """A plan run finishes on recorded facts only: a partial delivery, or every item's output written."""
+    if PARTIAL_ARTIFACT in state.artifacts:
+        return FinishCheck(partial=True)
+    plan = state.memo.get("plan")
+    if plan is None:
+        return FinishCheck(rejected="finish_without_plan")
+    missing = sorted({w["output_spec"]["artifact_type"] for w in plan["work_items"]} - set(state.artifacts))
+    if missing:
+        return FinishCheck(rejected="finish_without_outputs")
+    return FinishCheck()
+
+
+def _content_of(obs: Observation) -> str:
+    content = obs.args.get("content")
+    if isinstance(content, str):
+        return content
+    texts = [v for v in obs.args.values() if isinstance(v, str)]
+    return max(texts, key=len) if texts else ""
+
+
+def _step_record(obs: Observation) -> StepRecord:
+    return StepRecord(
+        action=obs.action,
+        args=obs.args,
+        result_hash=sha256_hex(json.dumps(obs.result, sort_keys=True, default=str)),
+        new_evidence_ids=tuple(_evidence_ids(obs.result)),
+        succeeded=obs.status == "SUCCESS",
+        error_code=obs.error_code,
+    )
+
+
+def _evidence_ids(value: Any) -> list[str]:
+    """Evidence ids a tool result names (any ``evidence_id`` / ``evidence_ids`` field, at any depth)."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "evidence_id" and isinstance(inner, str):
+                found.append(inner)
+            elif key == "evidence_ids" and isinstance(inner, list):
+                found.extend(str(v) for v in inner)
+            else:
+                found.extend(_evidence_ids(inner))
+    elif isinstance(value, list):
+        for inner in value:
+            found.extend(_evidence_ids(inner))
+    return found
+
+
+def _output_ref(obs: Observation, artifact_type: str) -> str | None:
+    if obs.status != "SUCCESS":
+        return None
+    return next((ref for ref in obs.artifacts if ref.rsplit(":v", 1)[0] == artifact_type), None)

@@ -1,0 +1,236 @@
+"""Plan runs: a validated DAG, bounded local ReAct per item, verified deliverables, budgets, handoffs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from stateward import Agent, Budget, RequestRefusedError, RunStatus, Runtime, ToolContext, ToolRegistry, tool
+from stateward.controllers.plan_run import PlanRunConfig, PlanRunController, plan_finish_policy, plan_run_tools
+from stateward.core.canonical import action_digest
+from stateward.core.events import EventType
+from stateward.core.state import AgentRef, GuardedAction
+from stateward.models.base import ModelRequest
+from stateward.models.scripted import ScriptedModel
+from stateward.planning.budget import BudgetLimits
+from stateward.planning.goal import GoalContract
+from stateward.verify.checks import CheckResult, CheckVerdict
+
+GOAL = GoalContract(goal_id="g1", objective="Summarise the findings and publish them")
+
+
+def item(wid: str, deps: list[str], caps: list[str], output: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "work_item_id": wid,
+        "milestone_id": "M1",
+        "title": f"item {wid}",
+        "task_type": "TOOL",
+        "dependencies": deps,
+        "required_capabilities": caps,
+        "output_spec": {"artifact_type": output},
+        "completion_criteria": [f"{output} written"],
+        "max_react_steps": 4,
+        "estimated_cost": {"tool_calls": 2, "model_calls": 2, "tokens": 0},
+        **extra,
+    }
+
+
+def plan_doc(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "plan_id": "p1",
+        "version": 1,
+        "goal_id": "g1",
+        "milestones": [{"milestone_id": "M1", "title": "all"}],
+        "work_items": items,
+    }
+
+
+THREE_ITEMS = plan_doc(
+    [
+        item("W1", [], ["search"], "findings"),
+        item("W2", ["W1"], [], "summary"),
+        item("W3", ["W2"], ["publish"], "receipt", task_type="HUMAN", risk_level="high", approval_required=True),
+    ]
+)
+
+
+def _seen(req: ModelRequest, action: str) -> list[dict[str, Any]]:
+    return [o for o in req.observations if o["action"] == action and o["status"] == "SUCCESS"]
+
+
+def worker_policy(req: ModelRequest) -> dict[str, Any]:
+    wid = req.facts["work_item"]["work_item_id"]
+    if wid == "W1":
+        if not _seen(req, "search"):
+            return {"type": "EXECUTE_TOOL", "action": "search", "args": {"query": "retry storms"}}
+        return {
+            "type": "EXECUTE_TOOL",
+            "action": "record_output",
+            "args": {"artifact_type": "findings", "content": json.dumps({"evidence": ["ev:1"]})},
+        }
+    if wid == "W2":
+        sections = ["intro"] if req.facts["correction"] is None else ["intro", "evidence"]
+        return {
+            "type": "EXECUTE_TOOL",
+            "action": "record_output",
+            "args": {"artifact_type": "summary", "content": json.dumps({"sections": sections})},
+        }
+    return {"type": "EXECUTE_TOOL", "action": "publish", "args": {"ref": req.facts["outputs"]["W2"]}}
+
+
+def two_sections(content: str) -> list[CheckResult]:
+    ok = len(json.loads(content).get("sections", [])) >= 2
+    return [
+        CheckResult(
+            name="required_sections",
+            verdict=CheckVerdict.PASS if ok else CheckVerdict.FAIL,
+            detail="" if ok else "needs an evidence section",
+        )
+    ]
+
+
+def publish_guard(work_item: Any, memo: Any) -> GuardedAction:
+    ref = memo.items["W2"].output
+    return GuardedAction(
+        tool="publish", args={"ref": ref}, plan_version=None, digest=action_digest("publish", {"ref": ref}, None)
+    )
+
+
+def make_agent(
+    plan: dict[str, Any], worker: Callable[[ModelRequest], Any] = worker_policy, budget: BudgetLimits | None = None
+) -> Agent:
+    @tool(description="Search the notes.")
+    def search(query: str) -> dict[str, Any]:
+        return {"hits": [{"evidence_id": f"ev:{len(query)}", "text": "retries doubled the load"}]}
+
+    @tool(description="Publish a summary.", requires_approval=True)
+    def publish(ref: str, ctx: ToolContext) -> dict[str, str]:
+        ctx.emit_artifact("receipt", json.dumps({"published": ref}), "application/json")
+        return {"published": ref}
+
+    config = PlanRunConfig(
+        goal=GOAL,
+        budget=budget or BudgetLimits(max_reflections_per_artifact=1),
+        deliverable="summary",
+        verifier=two_sections,
+        approval_action=publish_guard,
+    )
+    controller = PlanRunController(ScriptedModel(lambda req: plan), ScriptedModel(worker), config)
+    return Agent(
+        name="planner",
+        controller=controller,
+        tools=ToolRegistry([search, publish, *plan_run_tools()]),
+        ref=AgentRef(factory="tests:plan"),
+        finish_policy=plan_finish_policy,
+        budget=Budget(max_steps=40),
+    )
+
+
+def events(runtime: Runtime, run_id: str, kind: EventType) -> list[dict[str, Any]]:
+    return [e.payload for e in runtime.store.read_events(run_id) if e.type is kind]
+
+
+def test_plan_runs_to_completion_with_one_repair_and_a_bound_approval(runtime: Runtime) -> None:
+    state = runtime.start(make_agent(THREE_ITEMS), GOAL.objective)
+    assert state.status is RunStatus.WAITING_FOR_USER
+    assert state.pending is not None and state.pending.guarded_action is not None
+    assert state.pending.guarded_action.args == {"ref": "summary:v2"}  # the repaired version, exactly
+    assert state.artifacts == {"findings": 1, "summary": 2}
+    v1 = runtime.store.get_artifact(state.run_id, "summary", 1)
+    assert v1 is not None and json.loads(v1.content)["sections"] == ["intro"]  # v1 kept, never overwritten
+    verdicts = [(v["artifact"], v["outcome"]) for v in events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)]
+    assert verdicts == [("summary:v1", "REPAIR_ONCE"), ("summary:v2", "ACCEPT")]
+    # Items ran strictly after their dependencies.
+    started = [e["work_item_id"] for e in events(runtime, state.run_id, EventType.WORK_ITEM_STARTED)]
+    assert started == ["W1", "W2"]  # W3 waits for its approval; the repair did not need a new attempt
+
+    done = runtime.approve(state.run_id, state.pending.request_id, by="editor")
+    assert done.state.status is RunStatus.COMPLETED
+    assert done.state.artifacts["receipt"] == 1
+    ledger = done.state.memo["ledger"]
+    assert ledger["reflections"] == {"summary": 1} and ledger["reserved"] == {}
+
+
+def test_model_saying_done_never_completes_an_item(runtime: Runtime) -> None:
+    def lazy(req: ModelRequest) -> dict[str, Any]:
+        return {"type": "FINISH", "reason": "all done, trust me"}
+
+    plan = plan_doc([item("W1", [], ["search"], "findings")])
+    state = runtime.start(make_agent(plan, worker=lazy), GOAL.objective)
+    assert state.status is RunStatus.PARTIALLY_COMPLETED
+    assert "findings" not in state.artifacts
+    ended = events(runtime, state.run_id, EventType.WORK_ITEM_ENDED)
+    assert ended and all(e["error"] == "MODEL_DECLARED_STOP" for e in ended[:1])
+    partial = runtime.store.get_artifact(state.run_id, "partial-delivery")
+    assert partial is not None and "W1" in json.loads(partial.content)["missing_scope"]
+
+
+def test_repeating_the_same_search_is_stopped_as_no_progress(runtime: Runtime) -> None:
+    def stuck(req: ModelRequest) -> dict[str, Any]:
+        return {"type": "EXECUTE_TOOL", "action": "search", "args": {"query": "retry storms"}}
+
+    plan = plan_doc([item("W1", [], ["search"], "findings")])
+    state = runtime.start(make_agent(plan, worker=stuck), GOAL.objective)
+    ended = events(runtime, state.run_id, EventType.WORK_ITEM_ENDED)
+    assert ended[0]["error"] == "NO_PROGRESS" and ended[0]["partial"] is not None
+    searches = events(runtime, state.run_id, EventType.TOOL_ATTEMPTED)
+    assert 1 < len(searches) <= 4  # bounded well below the budget
+    assert state.status in (RunStatus.PARTIALLY_COMPLETED, RunStatus.WAITING_FOR_USER)
+
+
+def test_an_item_larger_than_the_remaining_budget_never_starts(runtime: Runtime) -> None:
+    big = item("W1", [], ["search"], "findings", estimated_cost={"tool_calls": 8, "model_calls": 1, "tokens": 0})
+    state = runtime.start(make_agent(plan_doc([big]), budget=BudgetLimits(max_tool_calls=10)), GOAL.objective)
+    assert state.status is RunStatus.COMPLETED
+    tight = runtime.start(make_agent(plan_doc([big]), budget=BudgetLimits(max_tool_calls=2)), GOAL.objective)
+    assert tight.status is RunStatus.FAILED  # the validator refuses a plan the budget cannot carry
+    assert events(runtime, tight.run_id, EventType.RUNTIME_VALIDATED)[-1]["code"] == "PLAN_REVISE"
+    assert events(runtime, tight.run_id, EventType.TOOL_ATTEMPTED) == []
+
+
+def test_invalid_plans_are_refused_before_anything_runs(runtime: Runtime) -> None:
+    cyclic = plan_doc([item("W1", ["W2"], ["search"], "a"), item("W2", ["W1"], ["search"], "b")])
+    state = runtime.start(make_agent(cyclic), GOAL.objective)
+    assert state.status is RunStatus.FAILED and state.usage.tool_attempts == 0
+    assert events(runtime, state.run_id, EventType.RUNTIME_VALIDATED)[-1]["code"] == "PLAN_REJECT"
+    unknown_tool = plan_doc([item("W1", [], ["rm_rf"], "a")])
+    state = runtime.start(make_agent(unknown_tool), GOAL.objective)
+    assert state.status is RunStatus.FAILED and state.usage.tool_attempts == 0
+
+
+def test_repeated_failures_hand_off_and_a_person_chooses(runtime: Runtime) -> None:
+    def failing(req: ModelRequest) -> dict[str, Any]:
+        n = len(req.observations)
+        return {"type": "EXECUTE_TOOL", "action": "search", "args": {"query": "x" * (n + 1) + " nowhere"}}
+
+    @tool(description="Search (down).")
+    def search(query: str) -> dict[str, Any]:
+        from stateward.tools.errors import ServiceUnavailable
+
+        raise ServiceUnavailable("index offline")
+
+    retried = item(
+        "W1",
+        [],
+        ["search"],
+        "findings",
+        max_react_steps=5,
+        retry_policy={"max_attempts": 3, "retryable_errors": ["NO_PROGRESS"]},
+    )
+    agent = make_agent(plan_doc([retried]), worker=failing)
+    agent.tools = ToolRegistry([search, *plan_run_tools()])
+    state = runtime.start(agent, GOAL.objective)
+    assert state.status is RunStatus.WAITING_FOR_USER
+    assert state.pending is not None and state.pending.kind == "handoff"
+    assert set(state.pending.options) == {"continue_authorized", "accept_partial", "cancel"}
+    handoff = events(runtime, state.run_id, EventType.HANDOFF_RECORDED)[0]
+    assert handoff["reason_code"] == "REPEATED_FAILURE" and handoff["options"]
+    with pytest.raises(RequestRefusedError) as err:
+        runtime.reply(state.run_id, state.pending.request_id, by="ops", text="just do it")
+    assert err.value.code == "UNKNOWN_OPTION"
+    result = runtime.reply(state.run_id, state.pending.request_id, by="ops", text="accept_partial")
+    assert result.state.status is RunStatus.PARTIALLY_COMPLETED
+    assert events(runtime, state.run_id, EventType.HANDOFF_ANSWERED)[0]["option"] == "accept_partial"
