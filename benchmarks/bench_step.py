@@ -1,0 +1,255 @@
+"""Cost of one durable decision step (SQLiteStore.commit_step) against one bare SQLite commit of the same size.
+
+Both run in WAL mode with the same ``synchronous`` setting (FULL, then NORMAL), on databases whose WAL has
+already wrapped once (steady state), interleaved in blocks so machine noise hits them alike; the headline
+is the median per commit. A profile of commit_step at NORMAL
+shows where the time goes. Targets: <= 1.3x at FULL, <= 3x at NORMAL.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sqlite3
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchkit import (
+    BareInsert,
+    StepDriver,
+    Target,
+    emit,
+    interleaved,
+    machine,
+    mean_us,
+    median_us,
+    parse_args,
+    run_state,
+    step_events,
+    step_write,
+    table,
+    targets_table,
+    time_calls,
+    wal_bytes,
+    warm_store,
+    write_bytes,
+)
+from stateward.store.records import StepWrite
+
+TARGETS = {"FULL": 1.3, "NORMAL": 3.0}
+# (rounds, commits per round): FULL pays an fsync per commit, NORMAL does not.
+PLAN = {"FULL": (150, 2), "NORMAL": (20, 100)}
+WARMUP = 30
+N_WRITES = 500
+PROFILED_STEPS = 3000
+WAL_PROBE_STEPS = 20
+
+
+def measure_mode(tmp: Path, mode: str, writes: list[StepWrite], size: int) -> dict[str, Any]:
+    """Median/mean µs per commit of commit_step and of the bare insert, and their ratio."""
+    warm = warm_store(tmp / f"store-{mode}.db")
+    store = StepDriver(tmp / f"store-{mode}.db", mode, writes)
+    bare = BareInsert(tmp / f"bare-{mode}.db", mode, size)
+    try:
+        bare.warm()
+        time_calls(store.step, WARMUP)
+        time_calls(bare.step, WARMUP)
+        rounds, per_round = PLAN[mode]
+        samples = interleaved({"commit_step": store.step, "bare": bare.step}, rounds, per_round)
+    finally:
+        for closable in (store, bare, warm):
+            closable.close()
+    step_us, bare_us = median_us(samples["commit_step"]), median_us(samples["bare"])
+    return {
+        "mode": mode,
+        "commits": len(samples["bare"]),
+        "commit_step_median_us": round(step_us, 1),
+        "bare_median_us": round(bare_us, 1),
+        "ratio_median": round(step_us / bare_us, 3),
+        "commit_step_mean_us": round(mean_us(samples["commit_step"]), 1),
+        "bare_mean_us": round(mean_us(samples["bare"]), 1),
+        "ratio_mean": round(mean_us(samples["commit_step"]) / mean_us(samples["bare"]), 3),
+    }
+
+
+def wal_frames_per_commit(tmp: Path, writes: list[StepWrite], size: int) -> dict[str, float]:
+    """Pages each commit appends to the WAL (growth of the -wal file, before any auto-checkpoint)."""
+    store = StepDriver(tmp / "probe-store.db", "NORMAL", writes)
+    bare = BareInsert(tmp / "probe-bare.db", "NORMAL", size)
+    try:
+        frame = _page_size(tmp / "probe-bare.db") + 24
+        probes = (("commit_step", Path(store.store.path), store.step), ("bare", tmp / "probe-bare.db", bare.step))
+        out = {}
+        for name, path, step in probes:
+            step()
+            before = wal_bytes(path)
+            time_calls(step, WAL_PROBE_STEPS)
+            out[name] = (wal_bytes(path) - before) / frame / WAL_PROBE_STEPS
+        return out
+    finally:
+        store.close()
+        bare.close()
+
+
+def _page_size(path: Path) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        db.close()
+
+
+_CATEGORIES: list[tuple[str, Callable[[str, str], bool]]] = [
+    ("sqlite3 C calls (SQL + I/O)", lambda file, fn: file == "~" and "sqlite3." in fn),
+    ("pydantic (validate/serialize)", lambda file, fn: "pydantic" in file or "pydantic" in fn or "Schema" in fn),
+    ("json.dumps", lambda file, fn: "/json/" in file),
+    ("datetime now/isoformat/parse", lambda file, fn: "datetime" in fn),
+    ("stateward Python", lambda file, fn: "stateward" in file),
+]
+
+
+def _category(file: str, fn: str) -> str:
+    return next((name for name, test in _CATEGORIES if test(file, fn)), "other Python (lock, contextlib, enum)")
+
+
+def _is_harness(file: str, fn: str) -> bool:
+    return "benchkit" in file or "bench_step" in file or "perf_counter_ns" in fn or "_lsprof" in fn
+
+
+_Stats = dict[tuple[str, int, str], tuple[int, int, float, float, Any]]  # pstats: (file, line, fn) -> counts
+
+
+def profile_breakdown(tmp: Path, writes: list[StepWrite], median_step_us: float) -> dict[str, Any]:
+    """Where commit_step spends its time at NORMAL: cProfile self time per category, scaled to the median."""
+    warm = warm_store(tmp / "profile.db")
+    store = StepDriver(tmp / "profile.db", "NORMAL", writes)
+    profiler = cProfile.Profile()
+    try:
+        time_calls(store.step, WARMUP)
+        profiler.runcall(time_calls, store.step, PROFILED_STEPS)
+    finally:
+        store.close()
+        warm.close()
+    stats: _Stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    per_cat: dict[str, float] = {}
+    statements = 0
+    for (file, _, fn), (_, ncalls, tottime, _, _) in stats.items():
+        if _is_harness(file, fn):
+            continue
+        cat = _category(file, fn)
+        per_cat[cat] = per_cat.get(cat, 0.0) + tottime
+        if file == "~" and ("'execute' of 'sqlite3" in fn or "'executemany' of 'sqlite3" in fn):
+            statements += ncalls
+    total = sum(per_cat.values())
+    shares = {k: v / total for k, v in sorted(per_cat.items(), key=lambda kv: -kv[1])}
+    return {
+        "sql_calls_per_step": statements / PROFILED_STEPS,
+        "share": {k: round(v, 3) for k, v in shares.items()},
+        "est_us": {k: round(v * median_step_us, 1) for k, v in shares.items()},
+    }
+
+
+def component_costs(writes: list[StepWrite]) -> dict[str, float]:
+    """µs of pieces a step pays in Python, measured alone (median of many calls)."""
+    write = writes[0]
+    return {
+        "RunState.model_dump_json() (snapshot)": median_us(time_calls(write.state.model_dump_json, 3000)),
+        "StepWrite(...) construction (caller side)": median_us(
+            time_calls(lambda: StepWrite(state=write.state, events=write.events), 3000)
+        ),
+        "RunState + 3 NewEvent construction (caller side)": median_us(
+            time_calls(lambda: (run_state(7), step_events(7)), 1000)
+        ),
+    }
+
+
+def no_event_cost(tmp: Path) -> float:
+    """Median µs of commit_step with the same snapshot and no events: what the 3 event rows add."""
+    writes = [StepWrite(state=run_state(i)) for i in range(N_WRITES)]
+    warm = warm_store(tmp / "noevents.db")
+    store = StepDriver(tmp / "noevents.db", "NORMAL", writes)
+    try:
+        time_calls(store.step, WARMUP)
+        return median_us(time_calls(store.step, 1000))
+    finally:
+        store.close()
+        warm.close()
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    writes = [step_write(i) for i in range(1, N_WRITES + 1)]
+    snapshot, payload = write_bytes(writes[0])
+    size = snapshot + payload
+    with tempfile.TemporaryDirectory(prefix="bench_step_") as name:
+        tmp = Path(name)
+        modes = [measure_mode(tmp, mode, writes, size) for mode in ("FULL", "NORMAL")]
+        normal = modes[1]
+        frames = wal_frames_per_commit(tmp, writes, size)
+        profile = profile_breakdown(tmp, writes, normal["commit_step_median_us"])
+        no_events_us = no_event_cost(tmp)
+    components = component_costs(writes)
+    targets = [Target(f"commit_step / bare commit, {m['mode']}", m["ratio_median"], TARGETS[m["mode"]]) for m in modes]
+    result = {
+        "benchmark": "step",
+        "machine": machine(),
+        "bytes": {
+            "snapshot": snapshot,
+            "event_payloads": payload,
+            "events": len(writes[0].events),
+            "bare_insert": size,
+        },
+        "modes": modes,
+        "wal_pages_per_commit": {k: round(v, 2) for k, v in frames.items()},
+        "normal_commit_step_no_events_us": round(no_events_us, 1),
+        "profile_normal": profile,
+        "components_us": {k: round(v, 1) for k, v in components.items()},
+        "targets": [t.as_dict() for t in targets],
+    }
+    emit(args.json, result, _tables(result, targets))
+
+
+def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
+    b = result["bytes"]
+    head = (
+        f"one step = snapshot {b['snapshot']} B + {b['events']} events ({b['event_payloads']} B of payload);"
+        f" bare baseline = one INSERT of {b['bare_insert']} B"
+    )
+    cols = ("mode", "commits", "commit_step µs", "bare µs", "ratio", "mean step µs", "mean bare µs", "mean ratio")
+    keys = (
+        "mode",
+        "commits",
+        "commit_step_median_us",
+        "bare_median_us",
+        "ratio_median",
+        "commit_step_mean_us",
+        "bare_mean_us",
+        "ratio_mean",
+    )
+    rows = [[m[k] for k in keys] for m in result["modes"]]
+    normal = result["modes"][1]
+    detail = [
+        [
+            "WAL pages per commit: commit_step / bare",
+            f"{result['wal_pages_per_commit']['commit_step']} / {result['wal_pages_per_commit']['bare']}",
+        ],
+        ["SQL calls per commit_step (execute + executemany)", f"{result['profile_normal']['sql_calls_per_step']:.1f}"],
+        ["NORMAL commit_step, same snapshot, no events (µs)", f"{result['normal_commit_step_no_events_us']}"],
+        ["NORMAL commit_step, 3 events (µs)", f"{normal['commit_step_median_us']}"],
+        *[[k + " (µs)", v] for k, v in result["components_us"].items()],
+    ]
+    prof = result["profile_normal"]
+    prof_rows = [[k, f"{prof['share'][k] * 100:.0f}%", prof["est_us"][k]] for k in prof["share"]]
+    return [
+        head + "\n",
+        table("median µs per commit (same run, interleaved)", cols, rows),
+        table("where the NORMAL step goes", ("measure", "value"), detail),
+        table("cProfile self time of commit_step at NORMAL, scaled to its median", ("part", "share", "~µs"), prof_rows),
+        targets_table(targets),
+    ]
+
+
+if __name__ == "__main__":
+    main()
