@@ -234,3 +234,56 @@ def test_repeated_failures_hand_off_and_a_person_chooses(runtime: Runtime) -> No
     result = runtime.reply(state.run_id, state.pending.request_id, by="ops", text="accept_partial")
     assert result.state.status is RunStatus.PARTIALLY_COMPLETED
     assert events(runtime, state.run_id, EventType.HANDOFF_ANSWERED)[0]["option"] == "accept_partial"
+
+
+def _researcher(cheat: bool) -> Callable[[ModelRequest], Any]:
+    def policy(req: ModelRequest) -> dict[str, Any]:
+        if "readiness_contract" not in req.facts:
+            return worker_policy(req)
+        searched = _seen(req, "search")
+        if not any(o["action"] == "submit_readiness" for o in req.observations):
+            return {"type": "EXECUTE_TOOL", "action": "submit_readiness", "args": {"evidence": '{"ready": true}'}}
+        if not searched:
+            return {"type": "EXECUTE_TOOL", "action": "search", "args": {"query": "retry storms"}}
+        basis = ["ev:made-up"] if cheat else [searched[0]["result"]["hits"][0]["evidence_id"]]
+        evidence = {"covered": [{"item": "incident", "basis": basis}], "remaining": []}
+        return {"type": "EXECUTE_TOOL", "action": "submit_readiness", "args": {"evidence": json.dumps(evidence)}}
+
+    return policy
+
+
+def _with_readiness(agent: Agent, max_steps: int = 6) -> Agent:
+    from dataclasses import replace
+
+    from stateward.planning.readiness import ReadinessContract
+
+    controller = agent.controller
+    assert isinstance(controller, PlanRunController)
+    controller.config = replace(
+        controller.config,
+        readiness=ReadinessContract(stage="research", required_items=("incident",)),
+        research_tools=("search",),
+        max_research_steps=max_steps,
+    )
+    return agent
+
+
+def test_readiness_is_decided_by_contract_over_recorded_evidence(runtime: Runtime) -> None:
+    plan = plan_doc([item("W1", [], ["search"], "findings")])
+    state = runtime.start(_with_readiness(make_agent(plan, worker=_researcher(cheat=False))), GOAL.objective)
+    assert state.status is RunStatus.COMPLETED
+    submissions = [
+        e["observation"]
+        for e in events(runtime, state.run_id, EventType.TOOL_ATTEMPTED)
+        if e["observation"]["action"] == "submit_readiness"
+    ]
+    assert (submissions[0]["status"], submissions[0]["error_code"]) == ("FAILED", "INVALID_ARGUMENT")
+    assert submissions[-1]["status"] == "SUCCESS"
+    assert events(runtime, state.run_id, EventType.PLAN_RECORDED)  # planning only after the contract held
+
+
+def test_citing_evidence_the_run_never_recorded_keeps_research_open(runtime: Runtime) -> None:
+    plan = plan_doc([item("W1", [], ["search"], "findings")])
+    state = runtime.start(_with_readiness(make_agent(plan, worker=_researcher(cheat=True)), 5), GOAL.objective)
+    assert state.status is RunStatus.FAILED and state.terminal_reason == "readiness_not_reached"
+    assert events(runtime, state.run_id, EventType.PLAN_RECORDED) == []

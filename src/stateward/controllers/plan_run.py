@@ -47,6 +47,7 @@ from stateward.planning.goal import GoalContract
 from stateward.planning.patch import AttemptFact, AttemptOutcome, ExecutionFacts, WorkItemState, derive_states
 from stateward.planning.plan import Plan, WorkItem, load_plan
 from stateward.planning.progress import ProgressTracker, StepRecord
+from stateward.planning.readiness import ReadinessContract, evaluate_readiness, parse_evidence
 from stateward.planning.termination import (
     FailureFact,
     TerminationDecision,
@@ -95,6 +96,7 @@ class PlanRunMemo(BaseModel):
     no_progress_streak: int = 0
     history: list[dict[str, WorkItemState]] = Field(default_factory=list)
     delivery: str | None = None  # "accepted" | "partial"
+    research_steps: int = 0
     handoff_request: str | None = None
     handoff_options: list[str] = Field(default_factory=list)
 
@@ -110,6 +112,9 @@ class PlanRunConfig:
     deliverable_confidence: Confidence = Confidence.MEDIUM
     approval_action: ApprovalAction | None = None  # the exact action an approval-gated item's approval admits
     capabilities: frozenset[str] = field(default_factory=frozenset)
+    readiness: ReadinessContract | None = None  # research must satisfy it before a plan is made
+    research_tools: tuple[str, ...] = ()
+    max_research_steps: int = 8
 
 
 def start_item_guard(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
@@ -137,6 +142,8 @@ class PlanRunController:
             else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
         )
         if memo.plan is None:
+            if self.config.readiness is not None and not self._ready(ctx, memo):
+                return self._research(ctx, memo)
             return self._make_plan(ctx, memo)
         notes: list[NewEvent] = []
         if memo.handoff_request is not None:
@@ -218,6 +225,55 @@ class PlanRunController:
             memo=proposal.memo,
             notes=proposal.notes,
             wait=proposal.wait,
+        )
+
+    # -- research, until the readiness contract holds ---------------------------------------------------
+    def _ready(self, ctx: DecisionContext, memo: PlanRunMemo) -> bool:
+        """Computed over the latest submitted evidence and the evidence the run really recorded."""
+        contract = self.config.readiness
+        assert contract is not None
+        submitted = [o for o in ctx.observations if o.action == READINESS_TOOL and o.status == "SUCCESS"]
+        if not submitted:
+            return False
+        recorded = frozenset(e for o in ctx.observations for e in _evidence_ids(o.result))
+        verdict = evaluate_readiness(contract, parse_evidence(str(submitted[-1].args.get("evidence", ""))), recorded)
+        return verdict.ready
+
+    def _research(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
+        contract = self.config.readiness
+        assert contract is not None
+        if memo.research_steps >= self.config.max_research_steps:
+            decision = ControlDecision(type=DecisionType.FAIL, reason="readiness_not_reached")
+            return self._propose(decision, memo, [])
+        memo.research_steps += 1
+        submitted = [o for o in ctx.observations if o.action == READINESS_TOOL and o.status == "SUCCESS"]
+        gaps = None
+        if submitted:
+            recorded = frozenset(e for o in ctx.observations for e in _evidence_ids(o.result))
+            verdict = evaluate_readiness(
+                contract, parse_evidence(str(submitted[-1].args.get("evidence", ""))), recorded
+            )
+            gaps = verdict.model_dump(mode="json")
+        visible = (*(t for t in self.config.research_tools if t in ctx.actions), READINESS_TOOL)
+        reply = self.worker.complete(
+            ModelRequest(
+                purpose="decide",
+                goal=f"research for {contract.stage}: {self.config.goal.objective}",
+                inventory=list(ctx.inventory),
+                observations=[o.model_dump(mode="json") for o in ctx.observations],
+                visible_actions=ctx.specs(visible),
+                facts={"readiness_contract": contract.model_dump(mode="json"), "readiness_gaps": gaps},
+                instructions=ITEM_INSTRUCTIONS,
+            )
+        )
+        note = NewEvent(type=EventType.READINESS_EVALUATED, payload={"stage": contract.stage, "verdict": gaps})
+        return Proposal(
+            signal=reply.text,
+            source=SignalSource.MODEL,
+            visible_actions=frozenset(visible),
+            model_usage=(reply.usage,),
+            memo=memo.model_dump(mode="json"),
+            notes=[note],
         )
 
     def decide_with(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
@@ -627,6 +683,7 @@ class PlanRunController:
 
 
 OUTPUT_TOOL = "record_output"
+READINESS_TOOL = "submit_readiness"
 PARTIAL_TOOL = "record_partial_delivery"
 PARTIAL_ARTIFACT = "partial-delivery"
 
@@ -652,7 +709,15 @@ def plan_run_tools() -> list[ToolSpec]:
         ctx.emit_artifact(PARTIAL_ARTIFACT, content, "application/json")
         return {"recorded": PARTIAL_ARTIFACT}
 
-    return [record_output, record_partial_delivery]
+    @tool(description="Submit what research covered, on which evidence, and what remains (JSON).")
+    def submit_readiness(evidence: str) -> dict[str, Any]:
+        try:
+            parsed = parse_evidence(evidence)
+        except RunError as exc:
+            raise ToolInvalidArgument(exc.message) from None
+        return {"covered": len(parsed.covered), "remaining": len(parsed.remaining)}
+
+    return [record_output, record_partial_delivery, submit_readiness]
 
 
 def plan_finish_policy(decision: ControlDecision, state: RunState) -> FinishCheck:

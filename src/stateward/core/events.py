@@ -28,6 +28,7 @@ class EventType(StrEnum):
     TERMINATION_RECORDED = "termination_recorded"
     HANDOFF_RECORDED = "handoff_recorded"
     HANDOFF_ANSWERED = "handoff_answered"
+    READINESS_EVALUATED = "readiness_evaluated"
     ARTIFACT_WRITTEN = "artifact_written"
     PENDING_RECORDED = "pending_recorded"
     REQUEST_ANSWERED = "request_answered"
