@@ -98,6 +98,38 @@ def demo_blog(
         typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
 
 
+@demo_app.command("payment-migration")
+def demo_payment_migration(
+    db: DbOpt = DEFAULT_DB,
+    approve: Annotated[
+        bool, typer.Option("--approve", help="Approve the delivery in-process (as demo-reviewer) and finish.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the 18-item payment SDK migration plan; it stops for approval before delivering the report."""
+    from stateward.demos.payment.agent import build_agent, goal, summary
+
+    with reported_errors(as_json):
+        runtime = _runtime(db)
+        state = runtime.start(build_agent(), goal().objective)
+        if approve and state.pending is not None:
+            state = runtime.approve(state.run_id, state.pending.request_id, by="demo-reviewer").state
+        out = summary(runtime.store, state)
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
+    if out["pending_request_id"] is not None:
+        action = out["pending_action"] or {}
+        typer.echo(f"  pending {out['pending_request_id']}: {action.get('tool')} {action.get('args')}")
+        typer.echo(f"  answer with: stateward approve {out['run_id']} {out['pending_request_id']} --db {db}")
+    typer.echo("  artifacts: " + ", ".join(f"{a['name']}:v{a['version']}" for a in out["artifacts"]))
+    typer.echo("  verification: " + " -> ".join(f"{v['artifact']} {v['outcome']}" for v in out["verifications"]))
+    typer.echo("  budget used: " + ", ".join(f"{k}={v}" for k, v in out["budget_used"].items()))
+    if out["delivery_receipt"] is not None:
+        typer.echo(f"  delivery-receipt: {out['delivery_receipt']}")
+
+
 @demo_app.command("refund")
 def demo_refund(as_json: JsonOpt = False) -> None:
     """refund_order through the Tool Gateway: refusals, timeouts and reconciliation."""

@@ -153,7 +153,10 @@ class PlanRunController:
         if memo.current is not None:
             self._absorb(ctx, memo, notes)
         states = self._states(ctx, memo)
-        memo.history = [*memo.history[-9:], states]
+        if memo.current is None:
+            # A running item's own tracker bounds its local loop (NO_PROGRESS / STEP_LIMIT); counting each of
+            # its steps here would read any loop longer than the stall window as a stalled plan.
+            memo.history = [*memo.history[-9:], states]
         verdict = evaluate_termination(
             TerminationSnapshot(
                 step=ctx.state.usage.steps,
@@ -505,6 +508,10 @@ class PlanRunController:
         run = memo.items[item.work_item_id]
         if policy.outcome is VerificationOutcome.REPAIR_ONCE:
             memo.ledger = memo.ledger.record_reflection(name)
+            # The fresh tracker below restarts the step count: charge the drafting loop's tool calls now, or
+            # settling the item would record only the repair's calls and the ledger would under-count.
+            spent = run.tracker.steps_taken if run.tracker else 0
+            memo.ledger = memo.ledger.charge(BudgetAmount(tool_calls=spent))
             run.correction = "; ".join(policy.reasons)
             run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
             run.started_step = obs.step  # the repair is a fresh local loop that must write a new version

@@ -1,0 +1,142 @@
+"""The payment migration agent: the 18-item plan on the real engine, with a scripted planner and worker.
+
+The goal contract and the plan ship inside the package, so any process can rebuild the agent from its
+:class:`AgentRef`. The controller decides everything that matters - which item runs, when an item is
+complete, whether the report passes, whether delivery may happen - and the scripted models only propose.
+Delivery is protected twice: W18 waits for an approval bound to ``deliver_report`` of the exact accepted
+report version, and the gateway's action gate admits the call only with that same digest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from stateward.controllers.plan_run import (
+    PlanRunConfig,
+    PlanRunController,
+    PlanRunMemo,
+    plan_finish_policy,
+    plan_run_tools,
+)
+from stateward.core.budget import Budget
+from stateward.core.canonical import action_digest
+from stateward.core.events import EventType
+from stateward.core.state import AgentRef, GuardedAction, RunState
+from stateward.demos.payment import reports
+from stateward.demos.payment.scripts import GOAL_RESOURCE, PLAN_RESOURCE, planner_policy, resource_text, worker_policy
+from stateward.demos.payment.tools import RECEIPT_ARTIFACT, REPORT_ARTIFACT, make_tools
+from stateward.models.scripted import ScriptedModel
+from stateward.planning.budget import BudgetLimits
+from stateward.planning.goal import GoalContract, load_goal
+from stateward.planning.plan import Plan, WorkItem, load_plan
+from stateward.runtime.agent import Agent
+from stateward.store.base import Store
+from stateward.tools.registry import ToolRegistry
+from stateward.verify import ArtifactVersion, CheckResult, CheckSuite, CheckVerdict, Report
+
+FACTORY: Final = "stateward.demos.payment.agent:build_agent"
+DELIVER_TOOL: Final = "deliver_report"
+REPORT_ITEM: Final = "W16"
+# Tight enough to matter: the plan estimates 90 tool and 27 model calls; the scripted run uses 87 of each.
+BUDGET: Final = BudgetLimits(max_tool_calls=150, max_model_calls=120, max_reflections_per_artifact=1)
+# Items whose plan entry says 0 steps get this bound; W09 (read 10 files after 11 searches) needs 22.
+DEFAULT_REACT_STEPS: Final = 24
+
+
+def goal() -> GoalContract:
+    return load_goal(resource_text(GOAL_RESOURCE))
+
+
+def plan() -> Plan:
+    return load_plan(resource_text(PLAN_RESOURCE))
+
+
+def verify_report(content: str) -> Sequence[CheckResult]:
+    """Every default check on every version; content that is not a report fails the schema check."""
+    try:
+        report = Report.model_validate_json(content)
+    except ValidationError as exc:
+        detail = f"not a report: {exc.error_count()} schema error(s)"
+        return [CheckResult(name="schema_valid", verdict=CheckVerdict.FAIL, detail=detail, blocks_partial=True)]
+    artifact = ArtifactVersion.create(REPORT_ARTIFACT, report)
+    return CheckSuite(context=reports.check_context()).run(artifact)
+
+
+def deliver_guard(report_ref: str) -> GuardedAction:
+    """The one action an approval of W18 admits: deliver_report of exactly this report version.
+
+    The gateway's action gate digests calls with ``CallContext.plan_version`` = None (the Runtime does not
+    bind tool calls to a plan version), so the guard does too; a different digest would never match.
+    """
+    args = {"report_ref": report_ref}
+    return GuardedAction(
+        tool=DELIVER_TOOL, args=args, plan_version=None, digest=action_digest(DELIVER_TOOL, args, None)
+    )
+
+
+def approval_action(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
+    """W18's approval is bound to the report version verification accepted, not to "the latest report"."""
+    run = memo.items.get(REPORT_ITEM)
+    ref = run.output if run is not None and run.output else f"{REPORT_ARTIFACT}:unverified"
+    return deliver_guard(ref)
+
+
+def build_agent(max_steps: int = 200, delivery_log: dict[str, dict[str, str]] | None = None) -> Agent:
+    """The agent for one run. ``max_steps`` is JSON, so another process rebuilds it from the AgentRef.
+
+    ``delivery_log`` (tests only, not part of the ref) replaces the simulated delivery target.
+    """
+    domain = make_tools(delivery_log=delivery_log)
+    tools = ToolRegistry([*domain, *plan_run_tools()])
+    config = PlanRunConfig(
+        goal=goal(),
+        budget=BUDGET,
+        deliverable=REPORT_ARTIFACT,
+        verifier=verify_report,
+        default_react_steps=DEFAULT_REACT_STEPS,
+        approval_action=approval_action,
+        capabilities=frozenset(tools.names()),
+    )
+    controller = PlanRunController(
+        ScriptedModel(planner_policy, name="scripted-planner"),
+        ScriptedModel(worker_policy, name="scripted-worker"),
+        config,
+    )
+    return Agent(
+        name="payment-migration",
+        controller=controller,
+        tools=tools,
+        ref=AgentRef(factory=FACTORY, params={"max_steps": max_steps}),
+        finish_policy=plan_finish_policy,
+        budget=Budget(max_steps=max_steps),
+    )
+
+
+def summary(store: Store, state: RunState) -> dict[str, Any]:
+    """What the demo prints, read back from the store: the record, not what the script meant to do."""
+    pending = state.pending
+    action = pending.guarded_action if pending is not None else None
+    ledger = state.memo.get("ledger", {})
+    receipt = store.get_artifact(state.run_id, RECEIPT_ARTIFACT)
+    return {
+        "run_id": state.run_id,
+        "status": state.status.value,
+        "pending_request_id": None if pending is None else pending.request_id,
+        "pending_action": None if action is None else {"tool": action.tool, "args": action.args},
+        "artifacts": [{"name": a.name, "version": a.version} for a in store.list_artifacts(state.run_id)],
+        "verifications": [
+            {"artifact": e.payload["artifact"], "outcome": e.payload["outcome"]}
+            for e in store.read_events(state.run_id)
+            if e.type is EventType.VERIFICATION_RECORDED
+        ],
+        "budget_used": {
+            **{k: ledger.get("used", {}).get(k, 0) for k in ("tool_calls", "model_calls")},
+            "reflections": ledger.get("reflections", {}),
+            "steps": state.usage.steps,
+        },
+        "delivery_receipt": None if receipt is None else json.loads(receipt.content),
+    }

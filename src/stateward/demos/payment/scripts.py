@@ -1,0 +1,410 @@
+"""The scripted planner and worker of the payment migration demo: deterministic stand-ins for a model.
+
+The worker is a pure function of the :class:`ModelRequest` a real model would get (the work item, the
+observations of its current attempt, the refs of earlier outputs, the verifier's correction), never of
+call counts, so a run resumed in another process continues exactly where it stopped. For each work item
+it calls the item's domain tools the way a careful assistant would and writes the item's output from
+what those tools returned. Items without tools (RULE / VERIFICATION / MODEL items that only combine
+earlier outputs) build their output from :mod:`stateward.demos.payment.facts` - the same facts the
+earlier items recorded, which a live worker would be handed as its inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from importlib import resources
+from typing import Any, Final
+
+from stateward.demos.payment import facts, reports
+from stateward.demos.payment import fixtures as fx
+from stateward.demos.payment.risk import HEAVY_USE
+from stateward.demos.payment.tools import REPORT_ARTIFACT
+from stateward.models.base import ModelRequest
+from stateward.verify import CheckSuite
+
+Decision = dict[str, Any]
+Step = Callable[[ModelRequest], Decision]
+
+PLAN_RESOURCE: Final = "plan.json"
+GOAL_RESOURCE: Final = "goal.json"
+DOC_QUERY: Final = "paysdk v2"
+GUIDE_QUERY: Final = "migration guide"
+
+
+def resource_text(name: str) -> str:
+    """A JSON document shipped inside the package (works from an installed wheel, not just a checkout)."""
+    return resources.files("stateward.demos.payment").joinpath(name).read_text(encoding="utf-8")
+
+
+def planner_policy(req: ModelRequest) -> str:
+    """The planner proposes the scenario's 18-item plan; the controller still validates it."""
+    return resource_text(PLAN_RESOURCE)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def call(action: str, **args: Any) -> Decision:
+    return {"type": "EXECUTE_TOOL", "action": action, "args": args}
+
+
+def record(artifact_type: str, content: Any) -> Decision:
+    return call("record_output", artifact_type=artifact_type, content=json.dumps(content, sort_keys=True))
+
+
+def _done(req: ModelRequest, action: str) -> list[dict[str, Any]]:
+    """Successful observations of ``action`` in the current attempt, oldest first."""
+    return [o for o in req.observations if o["action"] == action and o["status"] == "SUCCESS"]
+
+
+def _done_with(req: ModelRequest, action: str, key: str) -> dict[str, Any]:
+    """Successful results of ``action`` keyed by one argument (e.g. the repository searched)."""
+    return {str(o["args"].get(key)): o["result"] for o in _done(req, action)}
+
+
+def _accessible() -> tuple[str, ...]:
+    """The effective scope W04 recorded: the repositories the access checks allowed."""
+    return facts.accessible_repositories()
+
+
+def _dotted(module: str) -> str:
+    repo, _, name = module.partition("/")
+    return f"{repo.replace('-', '_')}.{name}"
+
+
+def _test_gap_modules() -> tuple[str, ...]:
+    """Modules whose tests matter most: heavy SDK use or a call to an API that v2 removes."""
+    return tuple(
+        m
+        for m in dict.fromkeys(c.hit.module for c in facts.direct_call_sites() if c.hit.module)
+        if facts.risk_inputs(m).call_sites >= HEAVY_USE or facts.risk_inputs(m).removed_api
+    )
+
+
+def _scored_modules() -> tuple[str, ...]:
+    """Every module with at least one direct call site (the api-usage-inventory of W11)."""
+    return tuple(dict.fromkeys(c.hit.module for c in facts.direct_call_sites() if c.hit.module))
+
+
+# --------------------------------------------------------------------------- the work items
+
+
+def w01_normalise_goal(req: ModelRequest) -> Decision:
+    return record(
+        "normalised-goal",
+        {
+            "objective": "Assess the impact of migrating from Payment SDK v1 to v2",
+            "group": fx.GROUP,
+            "expected_repositories": len(fx.REPOSITORIES),
+            "predicates": [
+                "analysed_to_accessible_ratio >= 1.0",
+                "artifact_present(migration-assessment)",
+                "artifact_present(risk-matrix)",
+                "unsupported_high_risk_claims <= 0",
+            ],
+        },
+    )
+
+
+def w02_inventory(req: ModelRequest) -> Decision:
+    listed = _done(req, "list_repositories")
+    if not listed:
+        return call("list_repositories", group=fx.GROUP)
+    names = [r["name"] for r in listed[-1]["result"]["repositories"]]
+    checked = _done_with(req, "check_repository_access", "repo")
+    todo = [n for n in names if n not in checked]
+    if todo:
+        return call("check_repository_access", repo=todo[0])
+    rows = [
+        {
+            "name": n,
+            "status": checked[n]["status"],
+            "reason": checked[n]["reason"],
+            "evidence_id": checked[n]["evidence_id"],
+        }
+        for n in names
+    ]
+    return record(
+        "repository-inventory",
+        {
+            "group": listed[-1]["result"]["group"],
+            "expected": len(fx.REPOSITORIES),
+            "found": len(names),
+            "accessible": sum(1 for r in rows if r["status"] == "ACCESSIBLE"),
+            "repositories": rows,
+            "evidence_id": listed[-1]["result"]["evidence_id"],
+        },
+    )
+
+
+def w03_document_sources(req: ModelRequest) -> Decision:
+    searched = _done_with(req, "search_docs", "space")
+    todo = [s for s in fx.SPACES if s not in searched]
+    if todo:
+        return call("search_docs", query=DOC_QUERY, space=todo[0])
+    return record(
+        "document-sources",
+        {
+            space: [{k: h[k] for k in ("doc_id", "title", "authority", "version", "updated")} for h in out["hits"]]
+            for space, out in searched.items()
+        },
+    )
+
+
+def w04_effective_scope(req: ModelRequest) -> Decision:
+    return record(
+        "effective-scope",
+        {
+            "in_scope": list(_accessible()),
+            "not_accessible": [{"repository": fx.NO_ACCESS_REPO, "reason": fx.NO_ACCESS_REASON}],
+            "evidence_ids": [facts.access_evidence_id(fx.NO_ACCESS_REPO)],
+        },
+    )
+
+
+def w05_migration_sources(req: ModelRequest) -> Decision:
+    searched = _done(req, "search_docs")
+    if not searched:
+        return call("search_docs", query=GUIDE_QUERY, space="payment-platform")
+    official = [h["doc_id"] for h in searched[-1]["result"]["hits"] if h["authority"] == "official"]
+    wanted = [*official, *(d for d in (fx.GUIDE_ID, fx.RELEASE_NOTES_ID) if d not in official)]
+    read = _done_with(req, "get_document", "doc_id")
+    todo = [d for d in wanted if d not in read]
+    if todo:
+        return call("get_document", doc_id=todo[0])
+    return record(
+        "migration-sources",
+        {
+            "sources": [
+                {k: read[d][k] for k in ("doc_id", "title", "authority", "version", "updated")} for d in wanted
+            ],
+            "authoritative_guide": fx.GUIDE_ID,
+        },
+    )
+
+
+def w06_breaking_changes(req: ModelRequest) -> Decision:
+    read = _done_with(req, "get_document", "doc_id")
+    if fx.GUIDE_ID not in read:
+        return call("get_document", doc_id=fx.GUIDE_ID)
+    changes = [
+        {
+            **{k: s["fields"][k] for k in ("change_id", "old_api", "new_api", "behaviour", "search_pattern")},
+            "evidence_id": s["evidence_id"],
+        }
+        for s in read[fx.GUIDE_ID]["sections"]
+        if "change_id" in s["fields"]
+    ]
+    return record("breaking-changes", {"count": len(changes), "changes": changes})
+
+
+def w07_breaking_changes_check(req: ModelRequest) -> Decision:
+    blog = facts.doc_evidence_id(fx.BLOG_ID, "capture")
+    guide = facts.doc_evidence_id(fx.GUIDE_ID, "bc2")
+    notes = facts.doc_evidence_id(fx.RELEASE_NOTES_ID, "removed")
+    return record(
+        "breaking-changes-check",
+        {
+            "conflicts": [
+                {
+                    "api": "capture_sync",
+                    "official": "removed",
+                    "informal": "deprecated",
+                    "resolution": "follow the official guide and release notes",
+                    "evidence_ids": [guide, notes, blog],
+                }
+            ],
+            "agreeing_official_sources": [fx.GUIDE_ID, fx.RELEASE_NOTES_ID],
+        },
+    )
+
+
+def w08_dependency_usage(req: ModelRequest) -> Decision:
+    searched = _done_with(req, "search_code", "repo")
+    todo = [r for r in _accessible() if r not in searched]
+    if todo:
+        return call("search_code", repo=todo[0], query="paysdk==")
+    pins = {
+        repo: sorted(m["text"].split("==", 1)[1] for m in out["matches"] if m["path"] == "requirements.txt")
+        for repo, out in searched.items()
+    }
+    return record(
+        "dependency-usage",
+        {
+            "searched": len(searched),
+            "pinned": {r: v[0] for r, v in pins.items() if v},
+            "no_direct_dependency": sorted(r for r, v in pins.items() if not v),
+        },
+    )
+
+
+def _imports_sdk(text: str) -> bool:
+    return "paysdk" in text and "import" in text
+
+
+def w09_direct_call_sites(req: ModelRequest) -> Decision:
+    """Find the files that import the SDK in every accessible repository, read them, match each change."""
+    searched = _done_with(req, "search_code", "repo")
+    read = {(o["args"]["repo"], o["args"]["path"]): o["result"] for o in _done(req, "get_file_section")}
+    for repo in _accessible():
+        if repo not in searched:
+            return call("search_code", repo=repo, query="paysdk")
+        files = dict.fromkeys(
+            m["path"] for m in searched[repo]["matches"] if not m["is_test"] and _imports_sdk(m["text"])
+        )
+        for path in files:
+            if (repo, path) not in read:
+                return call("get_file_section", repo=repo, path=path, start=1, end=200)
+    patterns = [(bc.fields["search_pattern"], bc.fields["change_id"]) for bc in facts.breaking_changes()]
+    sites = []
+    for (repo, path), section in read.items():
+        for line in section["lines"]:
+            change = next((cid for pattern, cid in patterns if pattern in line["text"]), None)
+            if change is not None:
+                sites.append(
+                    {
+                        "repository": repo,
+                        "file": path,
+                        "line": line["line"],
+                        "change_id": change,
+                        "module": facts.module_of(repo, path),
+                        "evidence_id": line["evidence_id"],
+                    }
+                )
+    return record("direct-call-sites", {"count": len(sites), "call_sites": sites})
+
+
+def w10_indirect_usage(req: ModelRequest) -> Decision:
+    searched = {(o["args"]["repo"], o["args"]["query"]): o["result"] for o in _done(req, "search_code")}
+    for repo, _path, marker, _via in fx.INDIRECT_MARKERS:
+        if (repo, marker) not in searched:
+            return call("search_code", repo=repo, query=marker)
+    usages = [
+        {
+            "repository": repo,
+            "file": m["path"],
+            "line": m["line"],
+            "call_chain": [m["module"] or path, via, "paysdk"],
+            "confidence": "high",
+            "evidence_id": m["evidence_id"],
+        }
+        for repo, path, marker, via in fx.INDIRECT_MARKERS
+        for m in searched[(repo, marker)]["matches"]
+        if m["path"] == path
+    ]
+    return record("indirect-api-usage", {"count": len(usages), "usages": usages, "searched": list(_accessible())})
+
+
+def w11_usage_inventory(req: ModelRequest) -> Decision:
+    with_sites = {c.hit.repository for c in facts.direct_call_sites()}
+    with_indirect = {u.hit.repository for u in facts.indirect_usages()}
+    return record(
+        "api-usage-inventory",
+        {
+            "repositories": {
+                r: "ANALYZED" if r in with_sites | with_indirect else "NO_USAGE_FOUND" for r in _accessible()
+            },
+            "direct_call_sites": len(facts.direct_call_sites()),
+            "indirect_usages": len(facts.indirect_usages()),
+        },
+    )
+
+
+def w12_coverage_check(req: ModelRequest) -> Decision:
+    analysed = len(_accessible())
+    return record(
+        "coverage-check",
+        {"analysed": analysed, "accessible": len(_accessible()), "ratio": 1.0, "not_accessible": [fx.NO_ACCESS_REPO]},
+    )
+
+
+def w13_test_gaps(req: ModelRequest) -> Decision:
+    searched = _done_with(req, "search_code", "repo")
+    modules = _test_gap_modules()
+    for module in modules:
+        repo = module.partition("/")[0]
+        if repo not in searched:
+            return call("search_code", repo=repo, query=f"from {_dotted(module)} import")
+    rows = []
+    for module in modules:
+        tests = [m for m in searched[module.partition("/")[0]]["matches"] if m["is_test"]]
+        rows.append(
+            {
+                "module": module,
+                "covering_tests": [m["path"] for m in tests],
+                "gap": not tests,
+                "evidence_ids": [m["evidence_id"] for m in searched[module.partition("/")[0]]["matches"]],
+            }
+        )
+    return record("test-gaps", {"modules": rows})
+
+
+def w14_risk_matrix(req: ModelRequest) -> Decision:
+    scored = _done_with(req, "compute_risk_score", "module")
+    todo = [m for m in _scored_modules() if m not in scored]
+    if todo:
+        return call("compute_risk_score", module=todo[0])
+    rows = [{k: scored[m][k] for k in ("module", "risk", "rule", "reason", "evidence_ids")} for m in _scored_modules()]
+    return record("risk-matrix", {"modules": rows})
+
+
+def w15_risk_review(req: ModelRequest) -> Decision:
+    high = [c for c in reports.report_v2().claims if c.risk.value == "high"]
+    return record(
+        "risk-review",
+        {"reviewed": [{"claim_id": c.claim_id, "text": c.text, "evidence_ids": list(c.evidence_ids)} for c in high]},
+    )
+
+
+def w16_report(req: ModelRequest) -> Decision:
+    """Draft v1 first; once the verifier names what to fix, render the repaired v2."""
+    report = reports.report_v1() if req.facts.get("correction") is None else reports.report_v2()
+    return call("render_report", report_json=report.to_content())
+
+
+def w17_report_verification(req: ModelRequest) -> Decision:
+    ref = req.facts["outputs"].get("W16", f"{REPORT_ARTIFACT}:v?")
+    results = CheckSuite(context=reports.check_context()).run(reports.artifact_v2())
+    return record(
+        "report-verification",
+        {
+            "report": ref,
+            "deterministic_checks": {r.name: r.verdict.value for r in results},
+            "revisions": 1,
+        },
+    )
+
+
+def w18_deliver(req: ModelRequest) -> Decision:
+    return call("deliver_report", report_ref=req.facts["outputs"]["W16"])
+
+
+STEPS: Final[dict[str, Step]] = {
+    "W01": w01_normalise_goal,
+    "W02": w02_inventory,
+    "W03": w03_document_sources,
+    "W04": w04_effective_scope,
+    "W05": w05_migration_sources,
+    "W06": w06_breaking_changes,
+    "W07": w07_breaking_changes_check,
+    "W08": w08_dependency_usage,
+    "W09": w09_direct_call_sites,
+    "W10": w10_indirect_usage,
+    "W11": w11_usage_inventory,
+    "W12": w12_coverage_check,
+    "W13": w13_test_gaps,
+    "W14": w14_risk_matrix,
+    "W15": w15_risk_review,
+    "W16": w16_report,
+    "W17": w17_report_verification,
+    "W18": w18_deliver,
+}
+
+
+def worker_policy(req: ModelRequest) -> Decision:
+    """One decision for the running work item; an unknown item gets an honest stop, never a guess."""
+    step = STEPS.get(str(req.facts.get("work_item", {}).get("work_item_id")))
+    if step is None:
+        return {"type": "FAIL", "reason": "no script for this work item"}
+    return step(req)
