@@ -1,5 +1,10 @@
 """Cost of one durable decision step (SQLiteStore.commit_step) against one bare SQLite commit of the same size.
 
+Two step shapes are measured. The targets apply to the step as the issue defines it: one ~200-byte
+event appended and the run row updated, in one transaction. A real tool step of the Runtime appends
+three events (signal_received, runtime_validated, tool_attempted) sharing those ~200 bytes; its
+ratios are printed next to them, not hidden.
+
 Both run in WAL mode with the same ``synchronous`` setting (FULL, then NORMAL), on databases whose WAL has
 already wrapped once (steady state), interleaved in blocks so machine noise hits them alike; the headline
 is the median per commit. A profile of commit_step at NORMAL
@@ -25,6 +30,7 @@ from benchkit import (
     machine,
     mean_us,
     median_us,
+    observation_event,
     parse_args,
     run_state,
     step_events,
@@ -187,11 +193,20 @@ def main() -> None:
         tmp = Path(name)
         modes = [measure_mode(tmp, mode, writes, size) for mode in ("FULL", "NORMAL")]
         normal = modes[1]
+        single = [step_write(i, observation_event) for i in range(1, N_WRITES + 1)]
+        single_size = sum(write_bytes(single[0]))
+        one_event = [
+            measure_mode(tmp / "one", mode, single, single_size)
+            for mode in ("FULL", "NORMAL")
+            if (tmp / "one").mkdir(exist_ok=True) is None
+        ]
         frames = wal_frames_per_commit(tmp, writes, size)
         profile = profile_breakdown(tmp, writes, normal["commit_step_median_us"])
         no_events_us = no_event_cost(tmp)
     components = component_costs(writes)
-    targets = [Target(f"commit_step / bare commit, {m['mode']}", m["ratio_median"], TARGETS[m["mode"]]) for m in modes]
+    targets = [
+        Target(f"1-event step / bare commit, {m['mode']}", m["ratio_median"], TARGETS[m["mode"]]) for m in one_event
+    ] + [Target(f"3-event tool step / bare commit, {m['mode']}", m["ratio_median"], TARGETS[m["mode"]]) for m in modes]
     result = {
         "benchmark": "step",
         "machine": machine(),
@@ -202,6 +217,7 @@ def main() -> None:
             "bare_insert": size,
         },
         "modes": modes,
+        "one_event_modes": one_event,
         "wal_pages_per_commit": {k: round(v, 2) for k, v in frames.items()},
         "normal_commit_step_no_events_us": round(no_events_us, 1),
         "profile_normal": profile,
@@ -229,6 +245,7 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
         "ratio_mean",
     )
     rows = [[m[k] for k in keys] for m in result["modes"]]
+    one_rows = [[m[k] for k in keys] for m in result["one_event_modes"]]
     normal = result["modes"][1]
     detail = [
         [
@@ -244,7 +261,8 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
     prof_rows = [[k, f"{prof['share'][k] * 100:.0f}%", prof["est_us"][k]] for k in prof["share"]]
     return [
         head + "\n",
-        table("median µs per commit (same run, interleaved)", cols, rows),
+        table("one event per step (the issue's definition): median µs per commit", cols, one_rows),
+        table("three events per step (a real tool step): median µs per commit", cols, rows),
         table("where the NORMAL step goes", ("measure", "value"), detail),
         table("cProfile self time of commit_step at NORMAL, scaled to its median", ("part", "share", "~µs"), prof_rows),
         targets_table(targets),
