@@ -26,6 +26,7 @@ app.add_typer(requests_app, name="requests")
 # `stateward approve` does not pay for the planner or the model SDKs.
 LAZY_GROUPS = {
     "plan": ("stateward.cli.plan_cmd", "Validate plan documents."),
+    "eval": ("stateward.cli.eval_cmd", "Evaluate real models against the runtime, honestly reported."),
 }
 
 

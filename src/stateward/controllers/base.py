@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stateward.core.decision import ControlDecision, SignalSource
 from stateward.core.events import NewEvent
 from stateward.core.state import GuardedAction, RunState
-from stateward.models.base import ActionSpec, Usage
+from stateward.models.base import ActionSpec, ModelReply, Usage
 
 
 class Observation(BaseModel):
@@ -39,6 +39,13 @@ class SignalFailure(BaseModel):
 
 
 Signal = str | ControlDecision | SignalFailure
+
+
+def provider_rejection(reply: ModelReply) -> SignalFailure | None:
+    """A reply the provider already knows is not one decision (two tool calls, cut off, thinking only)."""
+    if reply.rejection_code is None:
+        return None
+    return SignalFailure(code=reply.rejection_code, message=reply.rejection_message or "", raw=reply.text[:2000])
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from stateward.controllers.base import DecisionContext, Proposal, SignalFailure
+from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, provider_rejection
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.events import EventType, NewEvent
 from stateward.models.base import Model, ModelRequest, Usage
@@ -102,7 +102,7 @@ class PlanAndExecuteController:
                 )
             )
             usage = (reply.usage,)
-            parsed = parse_step_plan(reply.text, set(ctx.actions))
+            parsed = provider_rejection(reply) or parse_step_plan(reply.text, set(ctx.actions))
             if isinstance(parsed, SignalFailure):
                 return Proposal(
                     signal=parsed, source=SignalSource.PLAN_STEP, visible_actions=frozenset(), model_usage=usage

@@ -25,6 +25,7 @@ from stateward.controllers.base import (
     Proposal,
     SignalFailure,
     WaitSpec,
+    provider_rejection,
 )
 from stateward.core.canonical import action_digest, sha256_hex
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
@@ -198,6 +199,9 @@ class PlanRunController:
                 instructions=PLAN_INSTRUCTIONS,
             )
         )
+        rejected = provider_rejection(reply)
+        if rejected is not None:
+            return self._refused(rejected.code, rejected.message, reply.text, reply.usage)
         try:
             plan = load_plan(reply.text)
         except RunError as exc:
@@ -418,6 +422,16 @@ class PlanRunController:
             )
         )
         run.model_calls += 1
+        rejected = provider_rejection(reply)
+        if rejected is not None:
+            return Proposal(
+                signal=rejected,
+                source=SignalSource.MODEL,
+                visible_actions=frozenset(visible),
+                model_usage=(reply.usage,),
+                memo=memo.model_dump(mode="json"),
+                notes=notes,
+            )
         try:
             decision = parse_decision(reply.text)
         except DecisionParseError:

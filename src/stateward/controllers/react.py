@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stateward.controllers.base import DecisionContext, Proposal, SignalFailure
+from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, provider_rejection
 from stateward.core.decision import SignalSource
 from stateward.models.base import Model, ModelRequest
 
@@ -37,9 +37,7 @@ class ReActController:
                 correction=ctx.state.correction,
             )
         )
-        signal: str | SignalFailure = reply.text
-        if reply.rejection_code is not None:
-            signal = SignalFailure(code=reply.rejection_code, message=reply.rejection_message or "", raw=reply.text)
+        signal: str | SignalFailure = provider_rejection(reply) or reply.text
         return Proposal(
             signal=signal, source=SignalSource.MODEL, visible_actions=frozenset(visible), model_usage=(reply.usage,)
         )

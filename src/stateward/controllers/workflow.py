@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stateward.controllers.base import DecisionContext, Proposal, SignalFailure
+from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, provider_rejection
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import UserError
 from stateward.core.events import EventType, NewEvent
@@ -162,6 +162,15 @@ class WorkflowController:
                 )
             )
             usage = (reply.usage,)
+            rejected = provider_rejection(reply)
+            if rejected is not None:
+                return Proposal(
+                    signal=rejected,
+                    source=SignalSource.WORKFLOW_NODE,
+                    visible_actions=frozenset(),
+                    model_usage=usage,
+                    notes=notes,
+                )
             try:
                 parsed = json.loads(reply.text)
             except ValueError:

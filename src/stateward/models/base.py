@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,6 +65,13 @@ class ModelReply(BaseModel):
     # model wrote beside its single native tool call.
     stop_reason: str | None = None
     commentary: str | None = None
+
+
+AttemptSink = Callable[[dict[str, Any]], None]
+
+# Set by the Runtime around a decision: a failed model attempt that may have reached the provider is
+# handed here (and made durable) before any retry, so a resume never silently repeats it.
+model_attempt_sink: ContextVar[AttemptSink | None] = ContextVar("stateward_model_attempt_sink", default=None)
 
 
 class Model(Protocol):

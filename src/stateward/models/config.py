@@ -1,15 +1,152 @@
-"""Building a Model from a ``provider:name`` spec, as the CLI's ``--model`` and agent params carry it."""
+"""Building a Model from a ``provider[+mode]:name`` spec, as the CLI's ``--model`` and agent params carry it.
+
+Specs::
+
+    openai:<model>              OpenAI-compatible server, native tool calls
+    openai+json:<model>         ... JSON-schema constrained replies (servers without tool calling)
+    anthropic:<model>           Anthropic Messages API, native tool use
+    anthropic+json:<model>      ... plain JSON text replies
+    anthropic+json_schema:<model>  ... JSON text constrained by output_config.format
+    replay:<path.jsonl>         a recording played back offline (see recording.py)
+
+Only the spec travels with a run (agents are rebuilt from JSON params in any process), so everything
+else comes from keyword arguments or the environment. Keys are read from the environment only:
+
+    STATEWARD_OPENAI_BASE_URL, else OPENAI_BASE_URL          base URL (e.g. http://127.0.0.1:8080/v1)
+    STATEWARD_OPENAI_API_KEY_ENV                              name of the key variable (default OPENAI_API_KEY)
+    STATEWARD_OPENAI_MODE                                     tools | json_schema (a +mode in the spec wins)
+    STATEWARD_ANTHROPIC_BASE_URL, else ANTHROPIC_BASE_URL
+    STATEWARD_ANTHROPIC_API_KEY_ENV                           default ANTHROPIC_API_KEY
+    STATEWARD_ANTHROPIC_MODE                                  tools | json | json_schema
+    STATEWARD_MODEL_MAX_TOKENS (1024)  STATEWARD_MODEL_TIMEOUT_S (60)  STATEWARD_MODEL_MAX_ATTEMPTS (3)
+    STATEWARD_MODEL_TEMPERATURE (unset; OpenAI-compatible only)
+    STATEWARD_MODEL_MAX_STRING (400)  maxLength of every string in JSON-schema constrained replies
+    STATEWARD_MODEL_PRICES   JSON {"<model>": [usd_per_mtok_in, usd_per_mtok_out]} -> Usage.cost_usd
+    STATEWARD_MODEL_RECORD   append every exchange to this JSONL file (replay it with replay:<path>)
+
+With a base URL set and no key in the environment (a local llama.cpp / vLLM / Ollama server), a
+placeholder key is sent; without a base URL a missing key is a MISSING_API_KEY error naming the variable.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
 from stateward.core.errors import UserError
 from stateward.models.base import Model
+from stateward.models.mapping import MAX_STRING
+from stateward.models.provider import Prices
 
-PROVIDERS = ("openai", "anthropic")
+PROVIDERS = ("openai", "anthropic", "replay")
+MODES: dict[str, tuple[str, ...]] = {
+    "openai": ("tools", "json_schema"),
+    "anthropic": ("tools", "json", "json_schema"),
+}
+_ALIASES = {"openai": {"json": "json_schema"}, "anthropic": {}}
+LOCAL_PLACEHOLDER_KEY = "stateward-local-no-key"
 
 
-def model_from_spec(spec: str) -> Model:
-    provider, sep, name = spec.partition(":")
+def _spec_error(spec: str, why: str) -> UserError:
+    return UserError(
+        f"model spec {spec!r}: {why}; use openai[+json]:<name>, anthropic[+json|+json_schema]:<name> or replay:<path>",
+        code="INVALID_MODEL_SPEC",
+    )
+
+
+def parse_spec(spec: str) -> tuple[str, str | None, str]:
+    """(provider, mode or None, model name)."""
+    head, sep, name = spec.partition(":")
+    provider, _, mode = head.partition("+")
     if not sep or not name or provider not in PROVIDERS:
-        raise UserError(f"model spec {spec!r} is not 'openai:<name>' or 'anthropic:<name>'", code="INVALID_MODEL_SPEC")
-    raise UserError(f"the {provider} provider is not available in this build", code="MODEL_PROVIDER_UNAVAILABLE")
+        raise _spec_error(spec, "unknown form")
+    if provider == "replay":
+        if mode:
+            raise _spec_error(spec, "replay takes no mode")
+        return provider, None, name
+    if mode:
+        mode = _ALIASES[provider].get(mode, mode)
+        if mode not in MODES[provider]:
+            raise _spec_error(spec, f"mode {mode!r} is not one of {', '.join(MODES[provider])}")
+    return provider, mode or None, name
+
+
+def _number(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise UserError(f"{name} must be a number", code="INVALID_MODEL_CONFIG") from None
+
+
+def _prices(env: Mapping[str, str]) -> Prices | None:
+    raw = env.get("STATEWARD_MODEL_PRICES")
+    if not raw:
+        return None
+    try:
+        table = json.loads(raw)
+        return {str(k): (float(v[0]), float(v[1])) for k, v in table.items()}
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise UserError("STATEWARD_MODEL_PRICES must be JSON {model: [in, out]}", code="INVALID_MODEL_CONFIG") from None
+
+
+def model_from_spec(
+    spec: str,
+    *,
+    base_url: str | None = None,
+    api_key_env: str | None = None,
+    mode: str | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    timeout_s: float | None = None,
+    max_attempts: int | None = None,
+    prices: Prices | None = None,
+    record: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Model:
+    """A ready Model for ``spec``: provider, wrapped in RetryingModel, and in RecordingModel if asked."""
+    from stateward.models.recording import RecordingModel, ReplayModel
+    from stateward.models.retrying import RetryingModel
+
+    env = os.environ if env is None else env
+    provider, spec_mode, name = parse_spec(spec)
+    if provider == "replay":
+        return ReplayModel(name)
+    upper = provider.upper()
+    chosen_mode = spec_mode or mode or env.get(f"STATEWARD_{upper}_MODE") or "tools"
+    chosen_mode = _ALIASES[provider].get(chosen_mode, chosen_mode)
+    if chosen_mode not in MODES[provider]:
+        raise UserError(f"{provider} mode {chosen_mode!r} is not one of {MODES[provider]}", code="INVALID_MODEL_CONFIG")
+    url = base_url or env.get(f"STATEWARD_{upper}_BASE_URL") or env.get(f"{upper}_BASE_URL") or None
+    key_var = api_key_env or env.get(f"STATEWARD_{upper}_API_KEY_ENV") or f"{upper}_API_KEY"
+    key = env.get(key_var) or None
+    if key is None:
+        if url is None:
+            raise UserError(f"{key_var} is not set (needed by the {provider} provider)", code="MISSING_API_KEY")
+        key = LOCAL_PLACEHOLDER_KEY
+    common: dict[str, Any] = {
+        "api_key": key,
+        "base_url": url,
+        "max_tokens": int(max_tokens or _number(env, "STATEWARD_MODEL_MAX_TOKENS", 1024) or 1024),
+        "timeout_s": timeout_s or _number(env, "STATEWARD_MODEL_TIMEOUT_S", 60.0) or 60.0,
+        "prices": prices if prices is not None else _prices(env),
+        "max_string": int(_number(env, "STATEWARD_MODEL_MAX_STRING", MAX_STRING) or MAX_STRING),
+    }
+    model: Model
+    if provider == "openai":
+        from stateward.models.openai_compat import OpenAICompatibleModel
+
+        temp = temperature if temperature is not None else _number(env, "STATEWARD_MODEL_TEMPERATURE", None)
+        model = OpenAICompatibleModel(name, mode=chosen_mode, temperature=temp, **common)  # type: ignore[arg-type]
+    else:
+        from stateward.models.anthropic import AnthropicModel
+
+        model = AnthropicModel(name, mode=chosen_mode, **common)  # type: ignore[arg-type]
+    attempts = max_attempts or int(_number(env, "STATEWARD_MODEL_MAX_ATTEMPTS", 3) or 3)
+    model = RetryingModel(model, attempts)
+    record_path = record or env.get("STATEWARD_MODEL_RECORD")
+    return RecordingModel(model, record_path) if record_path else model

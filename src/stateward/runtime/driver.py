@@ -18,7 +18,7 @@ from stateward.core.errors import IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
-from stateward.models.base import ActionSpec
+from stateward.models.base import ActionSpec, model_attempt_sink
 from stateward.runtime.agent import Agent
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
@@ -106,11 +106,15 @@ class Driver:
         ctx = DecisionContext(
             state=state, observations=run.observations, inventory=run.agent.inventory, actions=run.actions
         )
+        token = model_attempt_sink.set(self._attempt_recorder(run, lease))
         try:
             proposal = run.agent.controller.decide(ctx)
         except StatewardError as exc:
             self._end(run, lease, exc.code.lower(), message=exc.message)
             return
+        finally:
+            model_attempt_sink.reset(token)
+        state = run.state  # failed model attempts recorded meanwhile have advanced it
         try:
             transition = handle(
                 proposal.signal,
@@ -125,6 +129,22 @@ class Driver:
         except IllegalTransitionError as exc:
             self._record_illegal(run, lease, exc)
         self._apply(run, lease, proposal, transition)
+
+    def _attempt_recorder(self, run: _Run, lease: Lease) -> Callable[[dict[str, Any]], None]:
+        """Make a failed model attempt durable (and counted against the budget) before any retry."""
+
+        def record(attempt: dict[str, Any]) -> None:
+            usage = run.state.usage
+            counted = run.state.model_copy(
+                update={"usage": usage.model_copy(update={"model_calls": usage.model_calls + 1})}
+            )
+            self._persist(
+                run,
+                lease,
+                StepWrite(state=counted, events=[NewEvent(type=EventType.MODEL_CALL_FAILED, payload=attempt)]),
+            )
+
+        return record
 
     def _apply(self, run: _Run, lease: Lease, proposal: Proposal, transition: Transition) -> None:
         state = transition.state

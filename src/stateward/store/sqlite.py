@@ -112,7 +112,7 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {self.path}: {exc}", code="STORE_UNAVAILABLE") from exc
         self._lock = threading.RLock()
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._enable_wal()
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA busy_timeout=30000")
         # WAL checkpoints run on a background connection, never inside a step's commit.
@@ -133,6 +133,18 @@ class SQLiteStore:
                 raise
             else:
                 self._db.execute("COMMIT")
+
+    def _enable_wal(self) -> None:
+        """Switching a new file to WAL needs a moment of exclusive access, for which SQLite does not
+        always wait: several processes opening one new database at once retry briefly instead."""
+        for attempt in range(50):
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 49:
+                    raise StoreError(f"cannot open {self.path}: {exc}", code="STORE_UNAVAILABLE") from exc
+                time.sleep(0.02 * (attempt + 1))
 
     def _migrate(self) -> None:
         # Opening an up-to-date store only reads: in WAL mode that never waits for a writer, so a

@@ -1,0 +1,126 @@
+"""A Model on the official ``anthropic`` SDK (Messages API), with the same mapping as the OpenAI provider.
+
+Modes: ``tools`` (visible actions plus ``request_user_input`` and ``finish`` as tools; one ``tool_use``
+block becomes one decision), ``json`` (no tools; the reply text is parsed by the Runtime) and
+``json_schema`` (``json`` plus ``output_config.format``, where the server supports structured output).
+Plan and content requests never use tools. The SDK's own retries are off: ``RetryingModel`` retries.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Literal
+
+import anthropic
+from anthropic.types import Message, MessageParam
+
+from stateward.models import mapping, prompt
+from stateward.models.base import ModelReply, ModelRequest
+from stateward.models.errors import RejectionCode
+from stateward.models.provider import Prices, classify_sdk_error, make_usage
+
+AnthropicMode = Literal["tools", "json", "json_schema"]
+
+
+class AnthropicModel:
+    """``complete`` returns raw decision text or a named rejection; provider failures raise ModelCallError."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        mode: AnthropicMode = "tools",
+        max_tokens: int = 1024,
+        timeout_s: float = 60.0,
+        prices: Prices | None = None,
+        max_string: int = mapping.MAX_STRING,
+        provider: str = "anthropic",
+    ):
+        self.name = f"{provider}:{model}"
+        self.model = model
+        self.mode: AnthropicMode = mode
+        self.max_tokens = max_tokens
+        self.prices = prices
+        self.max_string = max_string
+        self.provider = provider
+        self._secret = api_key
+        self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
+        # Close the connection pool when this model goes away, even inside a reference cycle: left to the
+        # garbage collector, a pooled socket can be finalized before its pool and leak.
+        self._closer = weakref.finalize(self, self._client.close)
+
+    def close(self) -> None:
+        self._closer()
+
+    def __repr__(self) -> str:  # never show the key
+        return f"AnthropicModel({self.name!r}, mode={self.mode!r})"
+
+    def _messages(self, request: ModelRequest, native: bool) -> list[MessageParam]:
+        blocks: list[Any] = [{"type": "text", "text": prompt.user_text(request, native_tools=native)}]
+        correction = prompt.correction_text(request)
+        if correction is not None:
+            blocks.append({"type": "text", "text": correction})
+        return [{"role": "user", "content": blocks}]
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        native = self.mode == "tools" and request.purpose == "decide"
+        extra: dict[str, Any] = {}
+        if native:
+            extra["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in mapping.tool_definitions(request)
+            ]
+            extra["tool_choice"] = {"type": "any", "disable_parallel_tool_use": True}
+        elif self.mode == "json_schema":
+            extra["output_config"] = {
+                "format": {"type": "json_schema", "schema": mapping.response_schema(request, self.max_string)[1]}
+            }
+        started = time.monotonic()
+        try:
+            response = self._client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=prompt.system_text(request, native_tools=native),
+                messages=self._messages(request, native),
+                **extra,
+            )
+        except anthropic.AnthropicError as exc:
+            raise classify_sdk_error(exc, anthropic, provider=self.provider, secrets=[self._secret]) from None
+        return self._reply(response, request, (time.monotonic() - started) * 1000)
+
+    def _reply(self, response: Message, request: ModelRequest, latency_ms: float) -> ModelReply:
+        u = response.usage
+        usage = make_usage(
+            model=self.model,
+            input_tokens=u.input_tokens + (u.cache_creation_input_tokens or 0) + (u.cache_read_input_tokens or 0),
+            output_tokens=u.output_tokens,
+            latency_ms=latency_ms,
+            request_id=response._request_id or response.id or None,
+            prices=self.prices,
+        )
+        texts = [b.text for b in response.content if b.type == "text"]
+        calls = [mapping.ToolCall(b.name, b.input) for b in response.content if b.type == "tool_use"]
+        thinking = any(b.type in ("thinking", "redacted_thinking") for b in response.content)
+        text = "".join(texts)
+        commentary = None
+        if response.stop_reason == "refusal":
+            result = mapping.reject(RejectionCode.MODEL_REFUSED, "the model refused to answer", text)
+        elif response.stop_reason == "max_tokens":
+            result = mapping.reject(RejectionCode.MAX_TOKENS_REACHED, f"cut off at max_tokens={self.max_tokens}", text)
+        elif calls:
+            result = mapping.decision_from_tool_calls(calls, request)
+            commentary = text or None
+        else:
+            result = mapping.text_reply(text, had_thinking=thinking)
+        return ModelReply(
+            text=result.text,
+            usage=usage,
+            model=self.name,
+            rejection_code=None if result.rejection_code is None else result.rejection_code.value,
+            rejection_message=result.rejection_message,
+            stop_reason=response.stop_reason,
+            commentary=commentary,
+        )

@@ -1,0 +1,146 @@
+"""A Model on the official ``openai`` SDK, for any OpenAI-compatible server (OpenAI, DeepSeek, vLLM,
+llama.cpp, Ollama) selected by ``base_url``.
+
+Two modes. ``tools``: visible actions (plus ``request_user_input`` and ``finish``) are native tools and
+one tool call becomes one decision. ``json_schema``: for servers that cannot call tools, the reply is
+constrained by ``response_format: json_schema`` and its text goes to the Runtime's strict parser.
+Plan and content requests always use the JSON-schema mode. The SDK's own retries are off:
+``RetryingModel`` retries, so that every attempt can be recorded.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Literal
+
+import openai
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+
+from stateward.models import mapping, prompt
+from stateward.models.base import ModelReply, ModelRequest
+from stateward.models.errors import RejectionCode
+from stateward.models.provider import Prices, classify_sdk_error, make_usage
+
+OpenAIMode = Literal["tools", "json_schema"]
+
+
+class OpenAICompatibleModel:
+    """``complete`` returns raw decision text or a named rejection; provider failures raise ModelCallError."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        mode: OpenAIMode = "tools",
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+        timeout_s: float = 60.0,
+        strict_schema: bool = False,
+        max_string: int = mapping.MAX_STRING,
+        prices: Prices | None = None,
+        provider: str = "openai",
+    ):
+        self.name = f"{provider}:{model}"
+        self.model = model
+        self.mode: OpenAIMode = mode
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.strict_schema = strict_schema
+        self.max_string = max_string
+        self.prices = prices
+        self.provider = provider
+        self._secret = api_key
+        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
+        # Close the connection pool when this model goes away, even inside a reference cycle: left to the
+        # garbage collector, a pooled socket can be finalized before its pool and leak.
+        self._closer = weakref.finalize(self, self._client.close)
+
+    def close(self) -> None:
+        self._closer()
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAICompatibleModel({self.name!r}, mode={self.mode!r})"
+
+    def _messages(self, request: ModelRequest, native: bool) -> list[ChatCompletionMessageParam]:
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": prompt.system_text(request, native_tools=native)},
+            {"role": "user", "content": prompt.user_text(request, native_tools=native)},
+        ]
+        correction = prompt.correction_text(request)
+        if correction is not None:
+            messages.append({"role": "user", "content": correction})
+        return messages
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        native = self.mode == "tools" and request.purpose == "decide"
+        extra: dict[str, Any] = {}
+        if native:
+            extra["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in mapping.tool_definitions(request)
+            ]
+            extra["tool_choice"] = "required"
+            extra["parallel_tool_calls"] = False
+        else:
+            name, schema = mapping.response_schema(request, self.max_string)
+            extra["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": self.strict_schema},
+            }
+        if self.temperature is not None:
+            extra["temperature"] = self.temperature
+        started = time.monotonic()
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model, messages=self._messages(request, native), max_tokens=self.max_tokens, **extra
+            )
+        except openai.OpenAIError as exc:
+            raise classify_sdk_error(exc, openai, provider=self.provider, secrets=[self._secret]) from None
+        latency_ms = (time.monotonic() - started) * 1000
+        return self._reply(response, request, native, latency_ms)
+
+    def _reply(self, response: ChatCompletion, request: ModelRequest, native: bool, latency_ms: float) -> ModelReply:
+        usage = make_usage(
+            model=self.model,
+            input_tokens=response.usage.prompt_tokens if response.usage else 0,
+            output_tokens=response.usage.completion_tokens if response.usage else 0,
+            latency_ms=latency_ms,
+            request_id=response._request_id or response.id or None,
+            prices=self.prices,
+        )
+        meta: dict[str, Any] = {"usage": usage, "model": self.name}
+        if not response.choices:
+            return ModelReply(text="", rejection_code=RejectionCode.EMPTY_REPLY, rejection_message="no choices", **meta)
+        choice = response.choices[0]
+        message = choice.message
+        text = message.content or ""
+        meta["stop_reason"] = choice.finish_reason
+        calls = [
+            mapping.ToolCall(c.function.name, c.function.arguments)
+            for c in message.tool_calls or []
+            if c.type == "function"
+        ]
+        if message.refusal:
+            result = mapping.reject(RejectionCode.MODEL_REFUSED, message.refusal[:500], text)
+        elif choice.finish_reason == "length":
+            result = mapping.reject(RejectionCode.MAX_TOKENS_REACHED, f"cut off at max_tokens={self.max_tokens}", text)
+        elif len(message.tool_calls or []) > len(calls):
+            result = mapping.reject(RejectionCode.UNKNOWN_TOOL, "a non-function tool call", text)
+        elif calls:
+            result = mapping.decision_from_tool_calls(calls, request)
+            meta["commentary"] = text or None
+        else:
+            reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+            result = mapping.text_reply(text, had_thinking=bool(reasoning))
+        return ModelReply(
+            text=result.text,
+            rejection_code=None if result.rejection_code is None else result.rejection_code.value,
+            rejection_message=result.rejection_message,
+            **meta,
+        )

@@ -1,0 +1,129 @@
+"""Recording real model exchanges and replaying them offline, deterministically.
+
+A recording is JSONL, one exchange per line: the request's canonical hash, the request, and either the
+reply or the named error. Replay looks replies up by that hash, so it depends on what was asked, not
+on call order; a request the recording does not contain is a REPLAY_MISS, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from stateward.core.canonical import canonical_json, sha256_hex
+from stateward.core.errors import UserError
+from stateward.models.base import Model, ModelReply, ModelRequest
+from stateward.models.errors import (
+    AuthFailedError,
+    ContextLengthExceededError,
+    ModelCallError,
+    ModelTimeoutError,
+    ProviderError,
+    RateLimitedError,
+    ReplayMissError,
+    ServiceUnavailableError,
+)
+
+_ERRORS: dict[str, type[ModelCallError]] = {
+    cls.default_code: cls
+    for cls in (
+        RateLimitedError,
+        ServiceUnavailableError,
+        ModelTimeoutError,
+        AuthFailedError,
+        ContextLengthExceededError,
+        ProviderError,
+        ReplayMissError,
+    )
+}
+
+
+def request_key(request: ModelRequest) -> str:
+    """Canonical hash of everything the model was shown."""
+    return sha256_hex(canonical_json(request.model_dump(mode="json")))
+
+
+class RecordingModel:
+    """Passes calls through to ``inner`` and appends each exchange (errors included) to ``path``."""
+
+    def __init__(self, inner: Model, path: str | Path):
+        self.inner = inner
+        self.name = inner.name
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry, ensure_ascii=False, sort_keys=True)
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        entry: dict[str, Any] = {
+            "key": request_key(request),
+            "model": self.name,
+            "request": request.model_dump(mode="json"),
+        }
+        try:
+            reply = self.inner.complete(request)
+        except ModelCallError as exc:
+            self._append({**entry, "error": {"code": exc.code, "message": exc.message, "details": exc.details}})
+            raise
+        self._append({**entry, "reply": reply.model_dump(mode="json")})
+        return reply
+
+
+class ReplayModel:
+    """Plays a recording back. The n-th identical request gets the n-th recorded answer to it (the last
+    one once they run out, so a recording of one run can be replayed many times)."""
+
+    def __init__(self, path: str | Path, *, name: str | None = None):
+        self.path = Path(path)
+        self._answers: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        recorded_name = None
+        if not self.path.is_file():
+            raise UserError(f"no recording at {self.path}", code="RECORDING_NOT_FOUND")
+        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                self._answers[entry["key"]].append(entry)
+            except (ValueError, KeyError, TypeError):
+                raise UserError(
+                    f"{self.path.name} line {number} is not a recorded exchange", code="INVALID_RECORDING"
+                ) from None
+            recorded_name = recorded_name or entry.get("model")
+        self.name = name or f"replay:{recorded_name or self.path.name}"
+        self._served: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        key = request_key(request)
+        answers = self._answers.get(key)
+        if not answers:
+            raise ReplayMissError(
+                f"the recording {self.path.name} has no answer to this {request.purpose!r} request",
+                provider="replay",
+                details={"request_key": key},
+            )
+        with self._lock:
+            entry = answers[min(self._served[key], len(answers) - 1)]
+            self._served[key] += 1
+        if "error" in entry:
+            err = entry["error"]
+            cls = _ERRORS.get(err.get("code", ""), ProviderError)
+            details = dict(err.get("details") or {})
+            raise cls(
+                err.get("message", ""),
+                code=err.get("code"),
+                provider=str(details.pop("provider", "replay")),
+                status_code=details.pop("status_code", None),
+                retry_after_s=details.pop("retry_after_s", None),
+                details=details,
+            )
+        return ModelReply.model_validate(entry["reply"])

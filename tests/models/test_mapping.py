@@ -1,0 +1,135 @@
+"""The shared tool/decision mapping: one valid tool call is one decision, everything else is named."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from stateward.core.decision import DecisionType, parse_decision
+from stateward.core.errors import UserError
+from stateward.models import mapping
+from stateward.models.base import ActionSpec, ModelRequest
+from stateward.models.errors import RejectionCode
+from stateward.models.mapping import ToolCall
+
+
+def test_tools_are_the_visible_actions_plus_the_two_control_tools(decide_request: ModelRequest) -> None:
+    names = [t.name for t in mapping.tool_definitions(decide_request)]
+    assert names == ["read_material", "list_materials", "request_user_input", "finish"]
+
+
+def test_an_action_named_like_a_control_tool_is_a_definition_error(decide_request: ModelRequest) -> None:
+    clash = decide_request.model_copy(update={"visible_actions": [ActionSpec(name="finish")]})
+    with pytest.raises(UserError) as err:
+        mapping.tool_definitions(clash)
+    assert err.value.code == "RESERVED_TOOL_NAME"
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (ToolCall("read_material", '{"material_id": "m1"}'), {"type": "EXECUTE_TOOL", "action": "read_material"}),
+        (ToolCall("list_materials", ""), {"type": "EXECUTE_TOOL", "action": "list_materials"}),
+        (ToolCall("request_user_input", {"question": "Write it?"}), {"type": "REQUEST_USER_INPUT"}),
+        (ToolCall("finish", '{"reason": "done"}'), {"type": "FINISH"}),
+    ],
+)
+def test_one_valid_call_becomes_one_decision(
+    decide_request: ModelRequest, call: ToolCall, expected: dict[str, Any]
+) -> None:
+    out = mapping.decision_from_tool_calls([call], decide_request)
+    assert out.rejection_code is None
+    decision = parse_decision(out.text)  # the Runtime's strict parser accepts it as is
+    assert decision.type is DecisionType(expected["type"])
+    assert decision.action == expected.get("action")
+
+
+@pytest.mark.parametrize(
+    ("calls", "code"),
+    [
+        ([ToolCall("read_material", '{"material_id": "m1"}'), ToolCall("finish", '{"reason": "x"}')], "MULTIPLE"),
+        ([ToolCall("delete_everything", "{}")], "UNKNOWN_TOOL"),
+        ([ToolCall("read_material", '{"material_id": 3}')], "INVALID_TOOL_ARGUMENTS"),
+        ([ToolCall("read_material", "{}")], "INVALID_TOOL_ARGUMENTS"),
+        ([ToolCall("read_material", '{"material_id": "m1", "extra": 1}')], "INVALID_TOOL_ARGUMENTS"),
+        ([ToolCall("read_material", '{"material_id": "m1"')], "INVALID_TOOL_ARGUMENTS"),
+        ([ToolCall("read_material", '["m1"]')], "INVALID_TOOL_ARGUMENTS"),
+        ([ToolCall("request_user_input", "{}")], "INVALID_TOOL_ARGUMENTS"),
+    ],
+)
+def test_anything_else_is_a_named_rejection(decide_request: ModelRequest, calls: list[ToolCall], code: str) -> None:
+    out = mapping.decision_from_tool_calls(calls, decide_request)
+    assert out.rejection_code is not None and out.rejection_code.value.startswith(code)
+    assert json.loads(out.text)[0]["name"] == calls[0].name  # what the model sent is kept for the record
+
+
+def test_empty_and_thinking_only_text_are_named() -> None:
+    assert mapping.text_reply("  ", had_thinking=False).rejection_code is RejectionCode.EMPTY_REPLY
+    assert mapping.text_reply("", had_thinking=True).rejection_code is RejectionCode.THINKING_ONLY
+    assert mapping.text_reply("<think>hmm</think>\n", had_thinking=False).rejection_code is RejectionCode.THINKING_ONLY
+    # Text is never repaired: prose around JSON goes to the strict parser unchanged.
+    prose = 'Sure! {"type": "FINISH"}'
+    assert mapping.text_reply(prose, had_thinking=False).text == prose
+
+
+def _strings_and_arrays(node: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        if node.get("type") in ("string", "array") and "const" not in node:
+            found.append(node)
+        for value in node.values():
+            found.extend(_strings_and_arrays(value))
+    elif isinstance(node, list):
+        for value in node:
+            found.extend(_strings_and_arrays(value))
+    return found
+
+
+def test_response_schemas_bound_every_string_and_array(decide_request: ModelRequest) -> None:
+    brief = ActionSpec(
+        name="create_brief",
+        input_schema={
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "outline": {"type": "array", "items": {"type": "string"}}},
+            "required": ["title", "outline"],
+        },
+    )
+    req = decide_request.model_copy(update={"visible_actions": [*decide_request.visible_actions, brief]})
+    for purpose in ("decide", "plan", "content"):
+        _, schema = mapping.response_schema(req.model_copy(update={"purpose": purpose}))
+        Draft202012Validator.check_schema(schema)
+        for node in _strings_and_arrays(schema):
+            assert ("maxLength" if node["type"] == "string" else "maxItems") in node, node
+
+
+def test_decision_schema_admits_exactly_the_decisions_the_parser_accepts(decide_request: ModelRequest) -> None:
+    validator = Draft202012Validator(mapping.decision_schema(decide_request))
+    good = [
+        {"type": "EXECUTE_TOOL", "action": "read_material", "args": {"material_id": "m1"}},
+        {"type": "REQUEST_USER_INPUT", "question": "Write the draft?"},
+        {"type": "FINISH", "reason": "done"},
+    ]
+    bad = [
+        {"type": "EXECUTE_TOOL", "action": "write_draft", "args": {}},
+        {"type": "json_object", "content": {"type": "FINISH", "reason": "done"}},
+        {"type": "FINISH", "reason": "done", "extra": 1},
+    ]
+    for value in good:
+        assert validator.is_valid(value)
+        parse_decision(json.dumps(value))
+    for value in bad:
+        assert not validator.is_valid(value)
+
+
+def test_refs_are_inlined_so_schemas_embed() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"item": {"$ref": "#/$defs/Item"}},
+        "$defs": {"Item": {"type": "object", "properties": {"name": {"type": "string"}}}},
+    }
+    out = mapping.bounded(schema)
+    assert "$defs" not in json.dumps(out)
+    assert out["properties"]["item"]["properties"]["name"]["maxLength"] == mapping.MAX_STRING
