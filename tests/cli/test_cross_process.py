@@ -43,6 +43,9 @@ def test_suspend_then_approve_in_another_process(tmp_path: Path) -> None:
 
     _, approved = sw("approve", run_id, "approval_001", "--by", "alice", db=db)
     assert approved["status"] == "COMPLETED" and approved["already_answered"] is False
+    # Usage carries on across processes: never reset by the resume.
+    for counter in ("model_calls", "input_tokens", "output_tokens", "tool_attempts"):
+        assert approved["counters"][counter] > shown["counters"][counter], counter
     assert sorted((a["name"], a["version"]) for a in approved["artifacts"]) == [("brief", 1), ("draft", 1)]
 
     _, again = sw("approve", run_id, "approval_001", "--by", "mallory", db=db)
