@@ -91,6 +91,7 @@ class WaitSpec:
     guard: GuardedAction | None = None
     kind: str = "input"
     options: tuple[str, ...] = ()
+    expires_in_s: float | None = None  # a timer: the wait ends by itself at this deadline
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, provider_rejection
+from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, WaitSpec, provider_rejection
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import UserError
 from stateward.core.events import EventType, NewEvent
@@ -76,13 +76,34 @@ class HumanNode:
 
 
 @dataclass(frozen=True)
+class ValidationNode:
+    """Code checks what earlier nodes produced; the outcome routes the workflow and is recorded."""
+
+    id: str
+    check: Callable[[DecisionContext], str | None]  # None: passed; otherwise why it failed
+    on_pass: str | None = None
+    on_fail: str | None = None  # None: a failed validation fails the run
+    kind: NodeKind = NodeKind.VALIDATION
+
+
+@dataclass(frozen=True)
+class TimerNode:
+    """Wait a fixed time. The run really suspends (no worker holds it); the expiry sweep resumes it."""
+
+    id: str
+    seconds: float
+    next: str | None = None
+    kind: NodeKind = NodeKind.WAIT
+
+
+@dataclass(frozen=True)
 class FinishNode:
     id: str
     reason: str = "workflow complete"
     kind: NodeKind = NodeKind.FINISH
 
 
-Node = ToolNode | ModelNode | RuleNode | HumanNode | FinishNode
+Node = ToolNode | ModelNode | RuleNode | HumanNode | ValidationNode | TimerNode | FinishNode
 
 
 class WorkflowController:
@@ -118,6 +139,35 @@ class WorkflowController:
                 )
                 node_id = node.if_true if taken else node.if_false
                 continue
+            if isinstance(node, ValidationNode):
+                problem = node.check(ctx)
+                notes.append(
+                    NewEvent(
+                        type=EventType.VERIFICATION_RECORDED,
+                        payload={"node": node.id, "outcome": "PASS" if problem is None else "FAIL", "detail": problem},
+                    )
+                )
+                if problem is not None and node.on_fail is None:
+                    return self._fail(f"validation {node.id} failed: {problem}", notes)
+                node_id = node.on_pass if problem is None else node.on_fail
+                continue
+            if isinstance(node, TimerNode):
+                answer = ctx.state.last_answer
+                if answer is not None and awaiting == node.id and answer.verdict == "timer_fired":
+                    awaiting = None
+                    node_id = node.next
+                    continue
+                decision = ControlDecision(
+                    type=DecisionType.REQUEST_USER_INPUT, question=f"waiting {node.seconds:g} s ({node.id})"
+                )
+                return Proposal(
+                    signal=decision,
+                    source=SignalSource.WORKFLOW_NODE,
+                    visible_actions=frozenset(),
+                    memo={"node": node.id, "awaiting": node.id},
+                    notes=notes,
+                    wait=WaitSpec(kind="timer", expires_in_s=node.seconds),
+                )
             if isinstance(node, HumanNode):
                 answer = ctx.state.last_answer
                 if answer is not None and awaiting == node.id:

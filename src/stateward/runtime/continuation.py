@@ -24,6 +24,7 @@ _VERDICTS_BY_KIND = {
     "reconciliation": {"approved", "rejected"},
     "input": {"replied", "approved", "rejected"},
     "handoff": {"replied"},
+    "timer": set(),  # nobody answers a timer; the expiry sweep fires it
 }
 
 
@@ -122,7 +123,7 @@ def answer_request(
         raise _refuse("ANSWERER_REQUIRED", "an answer must say who gave it", run_id, request_id)
 
     answer = RequestAnswer(request_id=request_id, verdict=verdict, text=text, by=who.by, at=now)
-    resumed = _resumed(state, answer)
+    resumed = resumed_state(state, answer)
     events = [
         NewEvent(
             type=EventType.REQUEST_ANSWERED,
@@ -157,7 +158,7 @@ def answer_request(
     return AnswerResult(state=resumed, already_answered=False, answer=answer)
 
 
-def _resumed(state: RunState, answer: RequestAnswer) -> RunState:
+def resumed_state(state: RunState, answer: RequestAnswer) -> RunState:
     """The run after an accepted answer; an approval admits exactly the action it was asked for."""
     pending = state.pending
     assert pending is not None

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from stateward.core.errors import RunError
 from stateward.core.events import EventType, NewEvent
+from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind
+from stateward.runtime.continuation import resumed_state
 from stateward.runtime.driver import cancel_write, ended, exit_event, transition_event
 from stateward.store.records import RequestAnswer, StepWrite
 
@@ -14,16 +17,26 @@ if TYPE_CHECKING:
     from stateward.runtime.runtime import Runtime
 
 
-def expire_due(runtime: Runtime) -> list[str]:
-    """Apply each expired request's policy; returns the ids of the requests that expired."""
+def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
+    """Apply each expired request's policy; returns (run id, request id, what happened) for each."""
     store, now = runtime.store, runtime.clock()
-    expired: list[str] = []
+    expired: list[tuple[str, str, str]] = []
     for record in store.list_requests(None, open_only=True):
         request = record.request
         if request.expires_at is None or now < request.expires_at:
             continue
         state, seq = store.load_run_at(record.run_id)
         if state.status is not RunStatus.WAITING_FOR_USER or state.pending != request:
+            continue
+        if request.kind == "timer":
+            write = _fire_timer(state, request.request_id, now)
+            try:
+                store.commit_step(record.run_id, seq, write)
+            except RunError as exc:
+                if exc.code in {"CONCURRENT_UPDATE", "LEASE_HELD"}:
+                    continue
+                raise
+            expired.append((record.run_id, request.request_id, "timer_fired"))
             continue
         agent = runtime.agent_for(state)
         closed = RequestAnswer(request_id=request.request_id, verdict="closed", text="expired", by="stateward", at=now)
@@ -74,5 +87,23 @@ def expire_due(runtime: Runtime) -> list[str]:
             if exc.code in {"CONCURRENT_UPDATE", "LEASE_HELD"}:
                 continue  # answered or moved on meanwhile: the next sweep looks again
             raise
-        expired.append(request.request_id)
+        expired.append((record.run_id, request.request_id, agent.on_request_expiry))
     return expired
+
+
+def _fire_timer(state: RunState, request_id: str, now: datetime) -> StepWrite:
+    """A timer's deadline passed: the run resumes exactly as if a person had answered."""
+    fired = RequestAnswer(request_id=request_id, verdict="timer_fired", by="stateward:timer", at=now)
+    resumed = resumed_state(state, fired)
+    return StepWrite(
+        state=resumed,
+        close_request=fired,
+        events=[
+            NewEvent(
+                type=EventType.REQUEST_ANSWERED,
+                payload={"request_id": request_id, "verdict": "timer_fired", "by": fired.by, "at": now.isoformat()},
+            ),
+            transition_event(state, resumed, reason="timer_fired"),
+            NewEvent(type=EventType.RUN_RESUMED, payload={"request_id": request_id, "usage": state.usage.model_dump()}),
+        ],
+    )

@@ -317,8 +317,14 @@ class Runtime:
             for rec in self.store.side_effects_of(state.run_id, IN_FLIGHT)
         ]
 
-    def expire_requests(self) -> list[str]:
-        """Apply each agent's expiry policy to WAITING runs whose request has expired."""
+    def expire_requests(self, *, drive: bool = True) -> list[str]:
+        """Apply each agent's expiry policy to WAITING runs whose request has expired, and fire due
+        timers; with ``drive``, runs a timer resumed are driven on here (workers leave that to a claim)."""
         from stateward.runtime.expiry import expire_due
 
-        return expire_due(self)
+        expired = expire_due(self)
+        if drive:
+            for run_id, _, outcome in expired:
+                if outcome == "timer_fired":
+                    self.drive(run_id)
+        return [request_id for _, request_id, _ in expired]

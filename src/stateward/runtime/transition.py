@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from stateward.controllers.base import Signal, SignalFailure, WaitSpec
 from stateward.core.budget import Usage
@@ -128,7 +128,7 @@ def handle(
         options=() if wait is None else wait.options,
         approver_role=agent.approver_role,
         created_at=now,
-        expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
+        expires_at=_expiry(agent, wait, now),
     )
     new_state = state.model_copy(
         update={
@@ -155,6 +155,12 @@ def handle(
         )
     )
     return Transition(kind, state.status, after, True, reason, decision, new_state, pending, events)
+
+
+def _expiry(agent: Agent, wait: WaitSpec | None, now: datetime) -> datetime | None:
+    if wait is not None and wait.expires_in_s is not None:
+        return now + timedelta(seconds=wait.expires_in_s)
+    return None if agent.request_ttl is None else now + agent.request_ttl
 
 
 def _check(

@@ -99,6 +99,6 @@ class Worker:
 
     def _sweep(self) -> None:
         try:
-            self.runtime.expire_requests()
+            self.runtime.expire_requests(drive=False)
         except StatewardError as exc:
             log.warning("expiry sweep failed: %s", exc)
