@@ -63,7 +63,7 @@ class WalCheckpointer:
     ``wal_bytes``, which keeps the WAL at a steady size that later commits overwrite in place.
     """
 
-    def __init__(self, path: str, wal_bytes: int = 4 << 20, interval_s: float = 0.25):
+    def __init__(self, path: str, wal_bytes: int = 1 << 20, interval_s: float = 0.05):
         self._wal = path + "-wal"
         self._path = path
         self._limit = wal_bytes
