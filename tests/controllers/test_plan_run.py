@@ -287,3 +287,72 @@ def test_citing_evidence_the_run_never_recorded_keeps_research_open(runtime: Run
     state = runtime.start(_with_readiness(make_agent(plan, worker=_researcher(cheat=True)), 5), GOAL.objective)
     assert state.status is RunStatus.FAILED and state.terminal_reason == "readiness_not_reached"
     assert events(runtime, state.run_id, EventType.PLAN_RECORDED) == []
+
+
+def _replanning_agent(patch: dict[str, Any], max_replans: int = 1) -> Agent:
+    """W1 needs the retired index; the only way on is a patch that moves it to the archive."""
+
+    @tool(description="Search the old index (retired).")
+    def search(query: str) -> dict[str, Any]:
+        from stateward.tools.errors import ToolInvalidArgument
+
+        raise ToolInvalidArgument("index retired; see ev:notice")
+
+    @tool(description="Search the archive.")
+    def search_archive(query: str) -> dict[str, Any]:
+        return {"hits": [{"evidence_id": "ev:archive:1"}]}
+
+    def planner(req: ModelRequest) -> Any:
+        return patch if req.purpose == "replan" else plan_doc([item("W1", [], ["search"], "findings")])
+
+    def worker(req: ModelRequest) -> dict[str, Any]:
+        tool_name = req.facts["work_item"]["required_capabilities"][0]
+        if not _seen(req, tool_name):
+            return {"type": "EXECUTE_TOOL", "action": tool_name, "args": {"query": "notes"}}
+        return {
+            "type": "EXECUTE_TOOL",
+            "action": "record_output",
+            "args": {"artifact_type": "findings", "content": "{}"},
+        }
+
+    config = PlanRunConfig(goal=GOAL, budget=BudgetLimits(max_replans=max_replans))
+    controller = PlanRunController(ScriptedModel(planner), ScriptedModel(worker), config)
+    return Agent(
+        name="replanner",
+        controller=controller,
+        tools=ToolRegistry([search, search_archive, *plan_run_tools()]),
+        ref=AgentRef(factory="tests:plan"),
+        finish_policy=plan_finish_policy,
+        budget=Budget(max_steps=40),
+    )
+
+
+MOVE_TO_ARCHIVE = {
+    "base_version": 1,
+    "reason": "CAPABILITY_CHANGED",
+    "evidence_ids": ["ev:notice"],
+    "changed_items": [item("W1", [], ["search_archive"], "findings")],
+    "kept_completed": [],
+}
+
+
+def test_a_changed_capability_replans_once_and_the_run_completes(runtime: Runtime) -> None:
+    state = runtime.start(_replanning_agent(MOVE_TO_ARCHIVE), GOAL.objective)
+    assert state.status is RunStatus.COMPLETED
+    plans = events(runtime, state.run_id, EventType.PLAN_RECORDED)
+    assert [(p["plan_version"], p.get("reason")) for p in plans] == [(1, None), (2, "CAPABILITY_CHANGED")]
+    assert state.memo["ledger"]["used"]["replans"] == 1
+
+
+def test_a_transient_failure_is_no_reason_to_replan(runtime: Runtime) -> None:
+    timeout_patch = {**MOVE_TO_ARCHIVE, "reason": "TIMEOUT"}
+    state = runtime.start(_replanning_agent(timeout_patch), GOAL.objective)
+    assert state.status is RunStatus.PARTIALLY_COMPLETED
+    refused = [p for p in events(runtime, state.run_id, EventType.PLAN_RECORDED) if "refused_patch" in p]
+    assert refused and refused[0]["refused_patch"] == "INVALID_PLAN_PATCH"
+
+
+def test_replans_are_bounded(runtime: Runtime) -> None:
+    state = runtime.start(_replanning_agent(MOVE_TO_ARCHIVE, max_replans=0), GOAL.objective)
+    assert state.status is RunStatus.PARTIALLY_COMPLETED
+    assert [p["plan_version"] for p in events(runtime, state.run_id, EventType.PLAN_RECORDED)] == [1]

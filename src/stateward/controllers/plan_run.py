@@ -45,7 +45,16 @@ from stateward.planning.delivery import (
     standard_options,
 )
 from stateward.planning.goal import GoalContract
-from stateward.planning.patch import AttemptFact, AttemptOutcome, ExecutionFacts, WorkItemState, derive_states
+from stateward.planning.patch import (
+    AttemptFact,
+    AttemptOutcome,
+    ExecutionFacts,
+    PlanPatchError,
+    WorkItemState,
+    apply_patch,
+    derive_states,
+    load_patch,
+)
 from stateward.planning.plan import Plan, WorkItem, load_plan
 from stateward.planning.progress import ProgressTracker, StepRecord
 from stateward.planning.readiness import ReadinessContract, evaluate_readiness, parse_evidence
@@ -352,7 +361,90 @@ class PlanRunController:
                 ControlDecision(type=DecisionType.FINISH, reason="every work item verified"), memo, notes
             )
         stuck = sorted(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
+        replanned = self._replan(ctx, memo, notes, states)
+        if replanned is not None:
+            return replanned
         return self._deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {stuck}", states)
+
+    def _replan(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
+    ) -> Proposal | None:
+        """Ask the planner for a patch when the plan cannot go on; None when it may not or did not help.
+
+        A patch must name a reason other than a transient failure, cite evidence, keep every succeeded
+        item, pass the validator and fit ``max_replans``; approvals bound to the old version do not carry
+        over to a changed item, because its guard names the plan version.
+        """
+        plan = memo.plan
+        assert plan is not None
+        limit = memo.ledger.limits.max_replans
+        if not limit or memo.ledger.used.replans >= limit:
+            return None
+        failed = {
+            w: [a.error_class for a in memo.items[w].attempts]
+            for w, s in states.items()
+            if s in (WorkItemState.FAILED, WorkItemState.BLOCKED) and w in memo.items
+        }
+        reply = self.planner.complete(
+            ModelRequest(
+                purpose="replan",
+                goal=self.config.goal.objective,
+                inventory=list(ctx.inventory),
+                observations=[o.model_dump(mode="json") for o in ctx.observations[-20:]],
+                visible_actions=ctx.specs(tuple(ctx.actions)),
+                facts={"plan": plan.model_dump(mode="json"), "failed": failed, "verified": list(memo.verified)},
+                instructions="Reply with one JSON plan patch: base_version, reason, evidence_ids, changed/added/"
+                "removed items and kept_completed.",
+            )
+        )
+        memo.ledger = memo.ledger.charge(BudgetAmount(replans=1, model_calls=1))
+        try:
+            if reply.rejection_code is not None:
+                raise PlanPatchError(reply.rejection_message or reply.rejection_code, code=reply.rejection_code)
+            patch = load_patch(reply.text)
+            new_plan = apply_patch(plan, patch, set(memo.verified), memo.ledger.used.replans - 1, limit)
+            report = validate_plan(
+                new_plan,
+                capabilities=self.config.capabilities or set(ctx.actions),
+                goal=self.config.goal,
+                completed=memo.verified,
+                budget=memo.ledger.remaining().to_plan_budget(),
+            )
+            if report.verdict is not Verdict.ACCEPT:
+                raise PlanPatchError(
+                    f"patched plan is {report.verdict.value}: "
+                    + "; ".join(f"{i.code}({i.work_item_id})" for i in report.issues[:5])
+                )
+        except RunError as exc:
+            notes.append(
+                NewEvent(
+                    type=EventType.PLAN_RECORDED,
+                    payload={"refused_patch": exc.code, "message": exc.message, "plan_version": plan.version},
+                )
+            )
+            return self._with_usage(
+                self._deliver_partial(ctx, memo, notes, "REPLAN_REFUSED", exc.message, states), reply.usage
+            )
+        redefined = {w.work_item_id for w in (*patch.changed_items, *patch.added_items)} | set(patch.removed_items)
+        memo.items = {w: run for w, run in memo.items.items() if w not in redefined}
+        memo.plan = new_plan
+        memo.history.clear()
+        memo.failures.clear()
+        notes.append(
+            NewEvent(
+                type=EventType.PLAN_RECORDED,
+                payload={
+                    "plan_id": new_plan.plan_id,
+                    "plan_version": new_plan.version,
+                    "base_version": patch.base_version,
+                    "reason": patch.reason.value,
+                    "evidence_ids": list(patch.evidence_ids),
+                    "work_items": len(new_plan.work_items),
+                    "validator": "ACCEPT",
+                },
+            )
+        )
+        return self._with_usage(self.decide_with(ctx, memo, notes), reply.usage)
 
     def _ask_approval(self, item: WorkItem, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
         guard = (self.config.approval_action or start_item_guard)(item, memo)

@@ -143,7 +143,8 @@ def evaluate(snapshot: TerminationSnapshot, policy: TerminationPolicy | None = N
             return record(TerminationDecision.HANDOFF, TerminationReason.REPEATED_FAILURE, detail)
 
     if s.budget is not None:
-        exhausted = s.budget.exhausted()
+        # Using up replans only forbids another replan; the plan in hand may still run to the end.
+        exhausted = [d for d in s.budget.exhausted() if d != "replans"]
         if not exhausted and s.next_estimate is not None:
             exhausted = [str(x["dimension"]) for x in s.budget.remaining().shortfalls(s.next_estimate)]
         if exhausted:
