@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from stateward import Agent, Budget, RequestRefusedError, RunStatus, Runtime, ToolContext, ToolRegistry, tool
-from stateward.controllers.plan_run import PlanRunConfig, PlanRunController, plan_finish_policy, plan_run_tools
+from stateward.controllers.plan_run import PlanRunConfig, PlanRunController
+from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
 from stateward.core.canonical import action_digest
 from stateward.core.events import EventType
 from stateward.core.state import AgentRef, GuardedAction

@@ -20,18 +20,26 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.controllers.base import (
     DecisionContext,
-    FinishCheck,
     Observation,
     Proposal,
     SignalFailure,
     WaitSpec,
     provider_rejection,
 )
-from stateward.core.canonical import action_digest, sha256_hex
+from stateward.controllers.plan_support import (
+    OUTPUT_TOOL,
+    PARTIAL_TOOL,
+    READINESS_TOOL,
+    content_of,
+    evidence_ids,
+    output_ref,
+    step_record,
+)
+from stateward.core.canonical import action_digest
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, RunError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import GuardedAction, RunState
+from stateward.core.state import GuardedAction
 from stateward.models.base import Model, ModelRequest, Usage
 from stateward.planning.budget import BudgetAmount, BudgetError, BudgetLedger, BudgetLimits
 from stateward.planning.delivery import (
@@ -56,7 +64,7 @@ from stateward.planning.patch import (
     load_patch,
 )
 from stateward.planning.plan import Plan, WorkItem, load_plan
-from stateward.planning.progress import ProgressTracker, StepRecord
+from stateward.planning.progress import ProgressTracker
 from stateward.planning.readiness import ReadinessContract, evaluate_readiness, parse_evidence
 from stateward.planning.termination import (
     FailureFact,
@@ -65,8 +73,6 @@ from stateward.planning.termination import (
 )
 from stateward.planning.termination import evaluate as evaluate_termination
 from stateward.planning.validator import Verdict, validate_plan
-from stateward.tools.errors import ToolInvalidArgument
-from stateward.tools.spec import ToolContext, ToolSpec, tool
 from stateward.verify.checks import CheckResult
 from stateward.verify.policy import VerificationOutcome
 from stateward.verify.policy import decide as verification_decision
@@ -251,7 +257,7 @@ class PlanRunController:
         submitted = [o for o in ctx.observations if o.action == READINESS_TOOL and o.status == "SUCCESS"]
         if not submitted:
             return False
-        recorded = frozenset(e for o in ctx.observations for e in _evidence_ids(o.result))
+        recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
         verdict = evaluate_readiness(contract, parse_evidence(str(submitted[-1].args.get("evidence", ""))), recorded)
         return verdict.ready
 
@@ -265,7 +271,7 @@ class PlanRunController:
         submitted = [o for o in ctx.observations if o.action == READINESS_TOOL and o.status == "SUCCESS"]
         gaps = None
         if submitted:
-            recorded = frozenset(e for o in ctx.observations for e in _evidence_ids(o.result))
+            recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
             verdict = evaluate_readiness(
                 contract, parse_evidence(str(submitted[-1].args.get("evidence", ""))), recorded
             )
@@ -551,10 +557,10 @@ class PlanRunController:
         seen = run.tracker.steps_taken
         mine = [o for o in ctx.observations if o.step > run.started_step]
         for obs in mine[seen:]:
-            run.tracker, verdict = run.tracker.observe(_step_record(obs), remaining=memo.ledger.remaining())
+            run.tracker, verdict = run.tracker.observe(step_record(obs), remaining=memo.ledger.remaining())
             if obs.status != "SUCCESS" and obs.error_code:
                 memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
-            output = _output_ref(obs, item.output_spec.artifact_type)
+            output = output_ref(obs, item.output_spec.artifact_type)
             if output is not None:
                 self._complete(ctx, memo, item, output, obs, notes)
                 return
@@ -586,7 +592,7 @@ class PlanRunController:
     ) -> bool:
         """Deterministic checks on every version; at most the budgeted repairs; UNKNOWN never passes."""
         assert self.config.verifier is not None
-        content = _content_of(obs)
+        content = content_of(obs)
         results = list(self.config.verifier(content))
         name = item.output_spec.artifact_type
         used = memo.ledger.reflections.get(name, 0)
@@ -793,96 +799,3 @@ class PlanRunController:
             notes=proposal.notes,
             wait=proposal.wait,
         )
-
-
-OUTPUT_TOOL = "record_output"
-READINESS_TOOL = "submit_readiness"
-PARTIAL_TOOL = "record_partial_delivery"
-PARTIAL_ARTIFACT = "partial-delivery"
-
-
-def plan_run_tools() -> list[ToolSpec]:
-    """The two tools every plan agent registers: writing an item's output and a partial delivery.
-
-    Both only emit artifacts, which the Runtime commits with the step: nothing outside the store changes.
-    """
-
-    @tool(description="Write this work item's output artifact (JSON text) under its declared artifact type.")
-    def record_output(artifact_type: str, content: str, ctx: ToolContext) -> dict[str, Any]:
-        try:
-            json.loads(content)
-        except ValueError as exc:
-            raise ToolInvalidArgument(f"content must be JSON: {exc}") from None
-        ctx.emit_artifact(artifact_type, content, "application/json")
-        return {"recorded": artifact_type}
-
-    @tool(description="Record the partial delivery of a degraded run.")
-    def record_partial_delivery(content: str, ctx: ToolContext) -> dict[str, Any]:
-        PartialDelivery.model_validate_json(content)
-        ctx.emit_artifact(PARTIAL_ARTIFACT, content, "application/json")
-        return {"recorded": PARTIAL_ARTIFACT}
-
-    @tool(description="Submit what research covered, on which evidence, and what remains (JSON).")
-    def submit_readiness(evidence: str) -> dict[str, Any]:
-        try:
-            parsed = parse_evidence(evidence)
-        except RunError as exc:
-            raise ToolInvalidArgument(exc.message) from None
-        return {"covered": len(parsed.covered), "remaining": len(parsed.remaining)}
-
-    return [record_output, record_partial_delivery, submit_readiness]
-
-
-def plan_finish_policy(decision: ControlDecision, state: RunState) -> FinishCheck:
-    """A plan run finishes on recorded facts only: a partial delivery, or every item's output written."""
-    if PARTIAL_ARTIFACT in state.artifacts:
-        return FinishCheck(partial=True)
-    plan = state.memo.get("plan")
-    if plan is None:
-        return FinishCheck(rejected="finish_without_plan")
-    missing = sorted({w["output_spec"]["artifact_type"] for w in plan["work_items"]} - set(state.artifacts))
-    if missing:
-        return FinishCheck(rejected="finish_without_outputs")
-    return FinishCheck()
-
-
-def _content_of(obs: Observation) -> str:
-    content = obs.args.get("content")
-    if isinstance(content, str):
-        return content
-    texts = [v for v in obs.args.values() if isinstance(v, str)]
-    return max(texts, key=len) if texts else ""
-
-
-def _step_record(obs: Observation) -> StepRecord:
-    return StepRecord(
-        action=obs.action,
-        args=obs.args,
-        result_hash=sha256_hex(json.dumps(obs.result, sort_keys=True, default=str)),
-        new_evidence_ids=tuple(_evidence_ids(obs.result)),
-        succeeded=obs.status == "SUCCESS",
-        error_code=obs.error_code,
-    )
-
-
-def _evidence_ids(value: Any) -> list[str]:
-    """Evidence ids a tool result names (any ``evidence_id`` / ``evidence_ids`` field, at any depth)."""
-    found: list[str] = []
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            if key == "evidence_id" and isinstance(inner, str):
-                found.append(inner)
-            elif key == "evidence_ids" and isinstance(inner, list):
-                found.extend(str(v) for v in inner)
-            else:
-                found.extend(_evidence_ids(inner))
-    elif isinstance(value, list):
-        for inner in value:
-            found.extend(_evidence_ids(inner))
-    return found
-
-
-def _output_ref(obs: Observation, artifact_type: str) -> str | None:
-    if obs.status != "SUCCESS":
-        return None
-    return next((ref for ref in obs.artifacts if ref.rsplit(":v", 1)[0] == artifact_type), None)

@@ -15,13 +15,8 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from stateward.controllers.plan_run import (
-    PlanRunConfig,
-    PlanRunController,
-    PlanRunMemo,
-    plan_finish_policy,
-    plan_run_tools,
-)
+from stateward.controllers.plan_run import PlanRunConfig, PlanRunController, PlanRunMemo
+from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
 from stateward.core.budget import Budget
 from stateward.core.canonical import action_digest
 from stateward.core.events import EventType

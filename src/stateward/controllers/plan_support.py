@@ -1,0 +1,110 @@
+"""What plan runs share with the Runtime and the tool registry: the tools every plan agent registers,
+the finish policy over recorded facts, and how observations are read as progress and outputs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stateward.controllers.base import FinishCheck, Observation
+from stateward.core.canonical import sha256_hex
+from stateward.core.decision import ControlDecision
+from stateward.core.errors import RunError
+from stateward.core.state import RunState
+from stateward.planning.delivery import PartialDelivery
+from stateward.planning.progress import StepRecord
+from stateward.planning.readiness import parse_evidence
+from stateward.tools.errors import ToolInvalidArgument
+from stateward.tools.spec import ToolContext, ToolSpec, tool
+
+OUTPUT_TOOL = "record_output"
+READINESS_TOOL = "submit_readiness"
+PARTIAL_TOOL = "record_partial_delivery"
+PARTIAL_ARTIFACT = "partial-delivery"
+
+
+def plan_run_tools() -> list[ToolSpec]:
+    """The two tools every plan agent registers: writing an item's output and a partial delivery.
+
+    Both only emit artifacts, which the Runtime commits with the step: nothing outside the store changes.
+    """
+
+    @tool(description="Write this work item's output artifact (JSON text) under its declared artifact type.")
+    def record_output(artifact_type: str, content: str, ctx: ToolContext) -> dict[str, Any]:
+        try:
+            json.loads(content)
+        except ValueError as exc:
+            raise ToolInvalidArgument(f"content must be JSON: {exc}") from None
+        ctx.emit_artifact(artifact_type, content, "application/json")
+        return {"recorded": artifact_type}
+
+    @tool(description="Record the partial delivery of a degraded run.")
+    def record_partial_delivery(content: str, ctx: ToolContext) -> dict[str, Any]:
+        PartialDelivery.model_validate_json(content)
+        ctx.emit_artifact(PARTIAL_ARTIFACT, content, "application/json")
+        return {"recorded": PARTIAL_ARTIFACT}
+
+    @tool(description="Submit what research covered, on which evidence, and what remains (JSON).")
+    def submit_readiness(evidence: str) -> dict[str, Any]:
+        try:
+            parsed = parse_evidence(evidence)
+        except RunError as exc:
+            raise ToolInvalidArgument(exc.message) from None
+        return {"covered": len(parsed.covered), "remaining": len(parsed.remaining)}
+
+    return [record_output, record_partial_delivery, submit_readiness]
+
+
+def plan_finish_policy(decision: ControlDecision, state: RunState) -> FinishCheck:
+    """A plan run finishes on recorded facts only: a partial delivery, or every item's output written."""
+    if PARTIAL_ARTIFACT in state.artifacts:
+        return FinishCheck(partial=True)
+    plan = state.memo.get("plan")
+    if plan is None:
+        return FinishCheck(rejected="finish_without_plan")
+    missing = sorted({w["output_spec"]["artifact_type"] for w in plan["work_items"]} - set(state.artifacts))
+    if missing:
+        return FinishCheck(rejected="finish_without_outputs")
+    return FinishCheck()
+
+
+def content_of(obs: Observation) -> str:
+    content = obs.args.get("content")
+    if isinstance(content, str):
+        return content
+    texts = [v for v in obs.args.values() if isinstance(v, str)]
+    return max(texts, key=len) if texts else ""
+
+
+def step_record(obs: Observation) -> StepRecord:
+    return StepRecord(
+        action=obs.action,
+        args=obs.args,
+        result_hash=sha256_hex(json.dumps(obs.result, sort_keys=True, default=str)),
+        new_evidence_ids=tuple(evidence_ids(obs.result)),
+        succeeded=obs.status == "SUCCESS",
+        error_code=obs.error_code,
+    )
+
+
+def evidence_ids(value: Any) -> list[str]:
+    """Evidence ids a tool result names (any ``evidence_id`` / ``evidence_ids`` field, at any depth)."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "evidence_id" and isinstance(inner, str):
+                found.append(inner)
+            elif key == "evidence_ids" and isinstance(inner, list):
+                found.extend(str(v) for v in inner)
+            else:
+                found.extend(evidence_ids(inner))
+    elif isinstance(value, list):
+        for inner in value:
+            found.extend(evidence_ids(inner))
+    return found
+
+
+def output_ref(obs: Observation, artifact_type: str) -> str | None:
+    if obs.status != "SUCCESS":
+        return None
+    return next((ref for ref in obs.artifacts if ref.rsplit(":v", 1)[0] == artifact_type), None)
