@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -53,7 +53,7 @@ class DecisionContext:
     state: RunState
     observations: Sequence[Observation]
     inventory: Sequence[str]
-    actions: dict[str, ActionSpec]
+    actions: Mapping[str, ActionSpec]
 
     def facts(self) -> dict[str, Any]:
         """What the run has established so far, in the form a model request carries it."""

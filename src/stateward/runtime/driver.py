@@ -7,7 +7,7 @@ request; nothing else changes its course, and it exits on any status but RUNNING
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
@@ -40,17 +40,45 @@ class _Run:
     seq: int
     agent: Agent
     gateway: ToolGateway
-    actions: dict[str, ActionSpec]
+    actions: Mapping[str, ActionSpec]
     observations: list[Observation] = field(default_factory=list)
 
 
-def action_specs(agent: Agent) -> dict[str, ActionSpec]:
-    specs: dict[str, ActionSpec] = {}
-    for name in agent.tools.names():
-        spec = agent.tools.get(name)
-        if spec is not None:
-            specs[name] = ActionSpec(name=name, description=spec.description, input_schema=spec.input_schema())
-    return specs
+class ActionSpecs(Mapping[str, ActionSpec]):
+    """The agent's actions, each described (JSON schema and all) only when a model is shown it.
+
+    Generating a schema costs milliseconds; a workflow or plan step that shows no model any action
+    should not pay for every tool on every resume.
+    """
+
+    def __init__(self, agent: Agent):
+        self._tools = agent.tools
+        self._names = tuple(agent.tools.names())
+        self._built: dict[str, ActionSpec] = {}
+
+    def __getitem__(self, name: str) -> ActionSpec:
+        spec = self._built.get(name)
+        if spec is None:
+            tool = self._tools.get(name) if name in self._names else None
+            if tool is None:
+                raise KeyError(name)
+            spec = self._built[name] = ActionSpec(
+                name=name, description=tool.description, input_schema=tool.input_schema()
+            )
+        return spec
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+
+def action_specs(agent: Agent) -> ActionSpecs:
+    return ActionSpecs(agent)
 
 
 class Driver:
