@@ -224,6 +224,16 @@ def test_list_runs_is_newest_first_and_limited(store: Store) -> None:
     assert rows[0].tenant == "acme" and rows[0].agent == "tests.store:agent" and rows[0].last_seq == 1
 
 
+def test_list_runs_names_only_live_lease_owners(store: Store) -> None:
+    start(store, "run_live")
+    start(store, "run_gone")
+    store.acquire_lease("run_live", "worker-a", ttl_s=30)
+    store.acquire_lease("run_gone", "worker-b", ttl_s=0.01)
+    time.sleep(0.05)
+    owners = {r.run_id: r.lease_owner for r in store.list_runs()}
+    assert owners == {"run_live": "worker-a", "run_gone": None}
+
+
 # == snapshots ===========================================================================================
 def test_snapshot_round_trips_the_run_state(store: Store) -> None:
     guarded = GuardedAction(tool="publish", args={"slug": "ü"}, plan_version=2, digest="d" * 64)

@@ -27,7 +27,8 @@ LAST_SEQ = "SELECT last_seq FROM runs WHERE run_id=%s"
 GET_CONTROL = "SELECT control FROM runs WHERE run_id=%s"
 SET_CONTROL = "UPDATE runs SET control=%s WHERE run_id=%s"
 RUN_GUARD_ROW = "SELECT last_seq, lease_owner, lease_version FROM runs WHERE run_id=%s"
-LIST_RUNS = """SELECT run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at
+LIST_RUNS = """SELECT run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,
+    CASE WHEN lease_expires_at > extract(epoch from clock_timestamp()) THEN lease_owner END
     FROM runs ORDER BY created_at DESC, run_id LIMIT %s"""
 
 

@@ -333,6 +333,7 @@ class PostgresStore:
                 last_seq=r[5],
                 created_at=r[6],
                 updated_at=r[7],
+                lease_owner=r[8],
             )
             for r in rows
         ]
