@@ -147,6 +147,9 @@ def test_plan_runs_to_completion_with_one_repair_and_a_bound_approval(runtime: R
     # Items ran strictly after their dependencies.
     started = [e["work_item_id"] for e in events(runtime, state.run_id, EventType.WORK_ITEM_STARTED)]
     assert started == ["W1", "W2"]  # W3 waits for its approval; the repair did not need a new attempt
+    decisions = events(runtime, state.run_id, EventType.REACT_DECISION)
+    assert [d["selected_action"]["tool"] for d in decisions][:2] == ["search", "record_output"]
+    assert all(d["reason_summary"] and d["remaining_steps"] >= 0 for d in decisions)
 
     done = runtime.approve(state.run_id, state.pending.request_id, by="editor")
     assert done.state.status is RunStatus.COMPLETED

@@ -64,7 +64,7 @@ from stateward.planning.patch import (
     load_patch,
 )
 from stateward.planning.plan import Plan, WorkItem, load_plan
-from stateward.planning.progress import ProgressTracker
+from stateward.planning.progress import ProgressTracker, ReactDecisionSummary, SelectedAction
 from stateward.planning.readiness import ReadinessContract, evaluate_readiness, parse_evidence
 from stateward.planning.termination import (
     FailureFact,
@@ -538,6 +538,18 @@ class PlanRunController:
             # A worker saying "done" (or asking to stop) ends its attempt; it never completes the item.
             self._end_attempt(memo, item, AttemptOutcome.FAILED, "MODEL_DECLARED_STOP", notes)
             return self._with_usage(self.decide_with(ctx, memo, notes), reply.usage)
+        if decision is not None and decision.action:
+            # What is kept of the decision: facts and a short stated reason, never hidden reasoning.
+            summary = ReactDecisionSummary(
+                decision_id=f"{item.work_item_id}:{ctx.state.usage.steps + 1}",
+                work_item_id=item.work_item_id,
+                objective=item.title,
+                observation_refs=tuple(f"step:{o.step}" for o in mine[-5:]),
+                selected_action=SelectedAction(tool=decision.action, arguments=decision.args or {}),
+                reason_summary=(decision.reason or "no reason given")[:280],
+                remaining_steps=run.tracker.remaining_steps(),
+            )
+            notes.append(NewEvent(type=EventType.REACT_DECISION, payload=summary.model_dump(mode="json")))
         return Proposal(
             signal=reply.text,
             source=SignalSource.MODEL,

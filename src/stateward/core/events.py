@@ -30,6 +30,7 @@ class EventType(StrEnum):
     HANDOFF_RECORDED = "handoff_recorded"
     HANDOFF_ANSWERED = "handoff_answered"
     READINESS_EVALUATED = "readiness_evaluated"
+    REACT_DECISION = "react_decision"
     ARTIFACT_WRITTEN = "artifact_written"
     PENDING_RECORDED = "pending_recorded"
     REQUEST_ANSWERED = "request_answered"
