@@ -49,7 +49,8 @@ def print_table(
 
     table = Table(title=title)
     for col in columns:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(*(fmt(row.get(c)) for c in columns))
-    Console().print(table)
+    # Piped output has no terminal width to fit: print the table whole rather than cut every cell.
+    Console(width=None if sys.stdout.isatty() else 300).print(table)
