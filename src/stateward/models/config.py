@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from stateward.core.errors import UserError
 from stateward.models.base import Model
@@ -138,14 +138,14 @@ def model_from_spec(
     }
     model: Model
     if provider == "openai":
-        from stateward.models.openai_compat import OpenAICompatibleModel
+        from stateward.models.openai_compat import OpenAICompatibleModel, OpenAIMode
 
         temp = temperature if temperature is not None else _number(env, "STATEWARD_MODEL_TEMPERATURE", None)
-        model = OpenAICompatibleModel(name, mode=chosen_mode, temperature=temp, **common)  # type: ignore[arg-type]
+        model = OpenAICompatibleModel(name, mode=cast(OpenAIMode, chosen_mode), temperature=temp, **common)
     else:
-        from stateward.models.anthropic import AnthropicModel
+        from stateward.models.anthropic import AnthropicMode, AnthropicModel
 
-        model = AnthropicModel(name, mode=chosen_mode, **common)  # type: ignore[arg-type]
+        model = AnthropicModel(name, mode=cast(AnthropicMode, chosen_mode), **common)
     attempts = max_attempts or int(_number(env, "STATEWARD_MODEL_MAX_ATTEMPTS", 3) or 3)
     model = RetryingModel(model, attempts)
     record_path = record or env.get("STATEWARD_MODEL_RECORD")
