@@ -360,3 +360,20 @@ def test_replans_are_bounded(runtime: Runtime) -> None:
     state = runtime.start(_replanning_agent(MOVE_TO_ARCHIVE, max_replans=0), GOAL.objective)
     assert state.status is RunStatus.PARTIALLY_COMPLETED
     assert [p["plan_version"] for p in events(runtime, state.run_id, EventType.PLAN_RECORDED)] == [1]
+
+
+def test_checkpoints_are_kept_at_plan_changes_and_work_item_boundaries(db_path: Any) -> None:
+    import sqlite3
+
+    from stateward.store.sqlite import SQLiteStore
+
+    runtime = Runtime(SQLiteStore(db_path))
+    state = runtime.start(make_agent(THREE_ITEMS), GOAL.objective)
+    runtime.close()
+    with sqlite3.connect(db_path) as db:
+        reasons = [
+            r[0] for r in db.execute("SELECT reason FROM checkpoints WHERE run_id=? ORDER BY seq", (state.run_id,))
+        ]
+    assert reasons[0] == "plan_change"
+    assert "work_item_end" in reasons and "artifact" in reasons
+    assert reasons[-1] == "wait"

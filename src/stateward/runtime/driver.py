@@ -191,6 +191,8 @@ class Driver:
         if state.status is not RunStatus.RUNNING:
             events.append(exit_event(state))
             write["checkpoint"] = "wait" if state.status is RunStatus.WAITING_FOR_USER else "terminal"
+        else:
+            write["checkpoint"] = checkpoint_reason(events)
         self._persist(run, lease, StepWrite(state=state, events=events, **write))
 
     def _persist(self, run: _Run, lease: Lease | None, write: StepWrite) -> None:
@@ -288,6 +290,20 @@ def cancel_write(state: RunState, *, by: str, now: datetime) -> StepWrite:
         close_all_requests=closed,
         events=[transition_event(state, new, by=by), exit_event(new)],
     )
+
+
+# The moments the design keeps a checkpoint besides waits, pauses and endings, first match wins.
+_CHECKPOINT_EVENTS = (
+    (EventType.PLAN_RECORDED, "plan_change"),
+    (EventType.WORK_ITEM_ENDED, "work_item_end"),
+    (EventType.WORK_ITEM_STARTED, "work_item_start"),
+    (EventType.ARTIFACT_WRITTEN, "artifact"),
+)
+
+
+def checkpoint_reason(events: list[NewEvent]) -> str | None:
+    kinds = {e.type for e in events}
+    return next((reason for kind, reason in _CHECKPOINT_EVENTS if kind in kinds), None)
 
 
 def ended(state: RunState, kind: TransitionKind, reason: str) -> RunState:
