@@ -127,3 +127,56 @@ def test_timer_node_really_suspends_and_the_sweep_resumes_it(db_path: Any) -> No
     done = runtime.get(state.run_id)
     assert done.status is RunStatus.COMPLETED and done.usage.tool_attempts == 1
     runtime.close()
+
+
+def test_node_contracts_check_output_shape_and_call_budget(runtime: Runtime) -> None:
+    from pydantic import BaseModel
+
+    from stateward.controllers.workflow import compensation
+
+    class Quote(BaseModel):
+        price: int
+
+    booked: list[str] = []
+
+    @tool(description="Quote a price (returns the wrong shape).")
+    def quote() -> dict[str, str]:
+        return {"cost": "cheap"}
+
+    @tool(description="Book.")
+    def book() -> dict[str, str]:
+        booked.append("x")
+        return {"booked": "yes"}
+
+    @tool(description="Cancel a booking.")
+    def unbook() -> dict[str, str]:
+        booked.pop()
+        return {"cancelled": "yes"}
+
+    nodes = [
+        ToolNode("book", "book", next="quote"),
+        ToolNode("quote", "quote", next="done", output_schema=Quote, on_failure="undo"),
+        compensation("undo", "unbook", {}, next="done"),
+        FinishNode("done"),
+    ]
+    agent = Agent(
+        name="saga",
+        controller=WorkflowController(nodes),
+        tools=ToolRegistry([quote, book, unbook]),
+        ref=AgentRef(factory="tests:none"),
+    )
+    state = runtime.start(agent, "g")
+    assert state.status is RunStatus.COMPLETED and booked == []  # the bad quote routed to the compensation
+    events = runtime.store.read_events(state.run_id)
+    assert [e.payload["branch"] for e in events if e.type is EventType.BRANCH_TAKEN] == ["compensation"]
+
+    looping = [ToolNode("again", "book", next="again", max_calls=2)]
+    loop = Agent(
+        name="loop",
+        controller=WorkflowController(looping),
+        tools=ToolRegistry([book]),
+        ref=AgentRef(factory="tests:none"),
+    )
+    stopped = runtime.start(loop, "g")
+    assert stopped.status is RunStatus.FAILED and "call budget exhausted" in (stopped.terminal_reason or "")
+    assert stopped.usage.tool_attempts == 2

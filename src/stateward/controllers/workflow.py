@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, WaitSpec, provider_rejection
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import UserError
@@ -34,12 +36,25 @@ class NodeKind(StrEnum):
 
 @dataclass(frozen=True)
 class ToolNode:
+    """Code names the tool and its arguments; the node's contract says what its result must look like
+    (``output_schema``) and how often it may run (``max_calls``, for workflows whose routes loop)."""
+
     id: str
     tool: str
     args: ArgsFn | Mapping[str, Any] = field(default_factory=dict)
     next: str | None = None
     on_failure: str | None = None  # None: a failed call fails the run
+    output_schema: type[BaseModel] | None = None
+    max_calls: int | None = None
     kind: NodeKind = NodeKind.TOOL
+
+
+def compensation(id: str, tool: str, args: ArgsFn | Mapping[str, Any], next: str | None = None) -> ToolNode:
+    """A saga's undo step: runs a compensating tool, usually reached through an ``on_failure`` route.
+
+    It is a tool node like any other, through the gateway, recorded with kind COMPENSATION.
+    """
+    return ToolNode(id, tool, args, next=next, kind=NodeKind.COMPENSATION)
 
 
 @dataclass(frozen=True)
@@ -164,7 +179,7 @@ class WorkflowController:
                     signal=decision,
                     source=SignalSource.WORKFLOW_NODE,
                     visible_actions=frozenset(),
-                    memo={"node": node.id, "awaiting": node.id},
+                    memo={"node": node.id, "awaiting": node.id, "calls": ctx.state.memo.get("calls", {})},
                     notes=notes,
                     wait=WaitSpec(kind="timer", expires_in_s=node.seconds),
                 )
@@ -180,7 +195,7 @@ class WorkflowController:
                     continue
                 question = node.question(ctx) if callable(node.question) else node.question
                 decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
-                memo = {"node": node.id, "awaiting": node.id}
+                memo = {"node": node.id, "awaiting": node.id, "calls": ctx.state.memo.get("calls", {})}
                 return Proposal(
                     signal=decision,
                     source=SignalSource.WORKFLOW_NODE,
@@ -195,6 +210,17 @@ class WorkflowController:
 
     def _act(self, ctx: DecisionContext, node: ToolNode | ModelNode, notes: list[NewEvent]) -> Proposal:
         usage: tuple[Usage, ...] = ()
+        calls = dict(ctx.state.memo.get("calls", {}))
+        if isinstance(node, ToolNode) and node.max_calls is not None and calls.get(node.id, 0) >= node.max_calls:
+            return self._fail(f"node {node.id} call budget exhausted ({node.max_calls})", notes)
+        calls[node.id] = calls.get(node.id, 0) + 1
+        if node.kind is NodeKind.COMPENSATION:
+            notes.append(
+                NewEvent(
+                    type=EventType.BRANCH_TAKEN,
+                    payload={"node": node.id, "branch": "compensation", "branch_taken": True},
+                )
+            )
         if isinstance(node, ToolNode):
             args = dict(node.args(ctx) if callable(node.args) else node.args)
         else:
@@ -245,7 +271,7 @@ class WorkflowController:
             source=SignalSource.WORKFLOW_NODE,
             visible_actions=frozenset({node.tool}),
             model_usage=usage,
-            memo={"node": node.id, "acted": {"node": node.id, "step": ctx.state.usage.steps + 1}},
+            memo={"node": node.id, "acted": {"node": node.id, "step": ctx.state.usage.steps + 1}, "calls": calls},
             notes=notes,
         )
 
@@ -257,11 +283,18 @@ class WorkflowController:
         node = self.nodes[acted["node"]]
         assert isinstance(node, ToolNode | ModelNode)
         outcome = next((o for o in reversed(ctx.observations) if o.step == acted["step"]), None)
+        code = "no outcome recorded" if outcome is None else (outcome.error_code or outcome.status)
         if outcome is not None and outcome.status == "SUCCESS":
-            return node.next, None
+            schema = node.output_schema if isinstance(node, ToolNode) else None
+            if schema is None:
+                return node.next, None
+            try:
+                schema.model_validate(outcome.result)
+                return node.next, None
+            except ValidationError as exc:
+                code = f"OUTPUT_SCHEMA_MISMATCH ({exc.error_count()} errors)"
         if node.on_failure is not None:
             return node.on_failure, None
-        code = "no outcome recorded" if outcome is None else (outcome.error_code or outcome.status)
         return None, f"node {node.id} failed: {code}"
 
     @staticmethod
