@@ -377,3 +377,55 @@ def test_checkpoints_are_kept_at_plan_changes_and_work_item_boundaries(db_path: 
     assert reasons[0] == "plan_change"
     assert "work_item_end" in reasons and "artifact" in reasons
     assert reasons[-1] == "wait"
+
+
+def _parallel_agent(max_parallel: int) -> Agent:
+    def worker(req: ModelRequest) -> dict[str, Any]:
+        wid = req.facts["work_item"]["work_item_id"]
+        output = req.facts["work_item"]["output_spec"]["artifact_type"]
+        if len(_seen(req, "search")) < 2:
+            return {
+                "type": "EXECUTE_TOOL",
+                "action": "search",
+                "args": {"query": f"{wid} " + "x" * (len(req.observations) + 1)},  # new hit, new evidence
+            }
+        return {"type": "EXECUTE_TOOL", "action": "record_output", "args": {"artifact_type": output, "content": "{}"}}
+
+    plan = plan_doc(
+        [
+            item("W1", [], ["search"], "a"),
+            item("W2", [], ["search"], "b"),
+            item("W3", ["W1", "W2"], ["search"], "c"),
+        ]
+    )
+    agent = make_agent(plan, worker=worker)
+    controller = agent.controller
+    assert isinstance(controller, PlanRunController)
+    from dataclasses import replace
+
+    controller.config = replace(controller.config, max_parallel=max_parallel, deliverable=None)
+    return agent
+
+
+def _item_of_each_step(runtime: Runtime, run_id: str) -> list[str]:
+    return [e.payload["work_item_id"] for e in runtime.store.read_events(run_id) if e.type is EventType.REACT_DECISION]
+
+
+def test_independent_items_run_in_parallel_up_to_the_limit(runtime: Runtime) -> None:
+    state = runtime.start(_parallel_agent(2), GOAL.objective)
+    assert state.status is RunStatus.COMPLETED
+    order = _item_of_each_step(runtime, state.run_id)
+    assert order[:6] == ["W1", "W2", "W1", "W2", "W1", "W2"]  # interleaved, round robin: neither starves
+    assert set(order[6:]) == {"W3"}  # the dependent item only after both were verified
+    started = [
+        e.payload["work_item_id"]
+        for e in runtime.store.read_events(state.run_id)
+        if e.type is EventType.WORK_ITEM_STARTED
+    ]
+    assert started == ["W1", "W2", "W3"]
+
+
+def test_one_at_a_time_when_parallelism_is_one(runtime: Runtime) -> None:
+    state = runtime.start(_parallel_agent(1), GOAL.objective)
+    assert state.status is RunStatus.COMPLETED
+    assert _item_of_each_step(runtime, state.run_id) == ["W1"] * 3 + ["W2"] * 3 + ["W3"] * 3

@@ -93,7 +93,8 @@ class ItemRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     attempts: list[AttemptFact] = Field(default_factory=list)
-    started_step: int | None = None  # observations after this step belong to the running attempt
+    steps: list[int] = Field(default_factory=list)  # the steps whose observations belong to this attempt
+    absorbed: int = 0  # how many of those observations the tracker has seen
     tracker: ProgressTracker | None = None
     output: str | None = None  # artifact ref of the accepted output
     correction: str | None = None  # what the last verification asked the worker to fix
@@ -105,7 +106,8 @@ class PlanRunMemo(BaseModel):
 
     plan: Plan | None = None
     items: dict[str, ItemRun] = Field(default_factory=dict)
-    current: str | None = None
+    running: list[str] = Field(default_factory=list)  # items in flight, at most max_parallel
+    turn: int = 0  # round robin over running items, so none starves
     verified: list[str] = Field(default_factory=list)
     ledger: BudgetLedger = BudgetLedger()
     failures: list[FailureFact] = Field(default_factory=list)
@@ -131,6 +133,7 @@ class PlanRunConfig:
     readiness: ReadinessContract | None = None  # research must satisfy it before a plan is made
     research_tools: tuple[str, ...] = ()
     max_research_steps: int = 8
+    max_parallel: int = 1  # work items in flight at once; their steps interleave, each one transaction
 
 
 def start_item_guard(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
@@ -166,10 +169,10 @@ class PlanRunController:
             outcome = self._after_handoff(ctx, memo, notes)
             if outcome is not None:
                 return outcome
-        if memo.current is not None:
-            self._absorb(ctx, memo, notes)
+        for wid in list(memo.running):
+            self._absorb(ctx, memo, wid, notes)
         states = self._states(ctx, memo)
-        if memo.current is None:
+        if not memo.running:
             # A running item's own tracker bounds its local loop (NO_PROGRESS / STEP_LIMIT); counting each of
             # its steps here would read any loop longer than the stall window as a stalled plan.
             memo.history = [*memo.history[-9:], states]
@@ -198,8 +201,6 @@ class PlanRunController:
             return self._propose(
                 ControlDecision(type=DecisionType.FINISH, reason=f"delivery {memo.delivery}"), memo, notes
             )
-        if memo.current is not None:
-            return self._item_step(ctx, memo, notes)
         return self._schedule(ctx, memo, notes, states)
 
     # -- planning ---------------------------------------------------------------------------------
@@ -355,12 +356,23 @@ class PlanRunController:
     ) -> Proposal:
         plan = memo.plan
         assert plan is not None
+        waiting: WorkItem | None = None
         for item in plan.work_items:  # plan order: the oldest ready item goes first, none starves
+            if len(memo.running) >= max(1, self.config.max_parallel):
+                break
             state = states[item.work_item_id]
-            if state is WorkItemState.WAITING_FOR_APPROVAL:
-                return self._ask_approval(item, memo, notes)
-            if state in (WorkItemState.READY, WorkItemState.RETRY_WAIT):
-                return self._start(ctx, memo, notes, item)
+            if state is WorkItemState.WAITING_FOR_APPROVAL and waiting is None:
+                waiting = item
+            elif state in (WorkItemState.READY, WorkItemState.RETRY_WAIT) and item.work_item_id not in memo.running:
+                refused = self._start(ctx, memo, notes, item)
+                if refused is not None:
+                    return refused
+        if memo.running:
+            wid = memo.running[memo.turn % len(memo.running)]
+            memo.turn += 1
+            return self._item_step(ctx, memo, wid, notes)
+        if waiting is not None:  # nothing else can move: now the run really waits for the person
+            return self._ask_approval(waiting, memo, notes)
         if all(s is WorkItemState.SUCCEEDED for s in states.values()):
             memo.delivery = "accepted"
             return self._propose(
@@ -461,7 +473,8 @@ class PlanRunController:
         decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
         return self._propose(decision, memo, notes, wait=WaitSpec(guard=guard, kind="approval"))
 
-    def _start(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], item: WorkItem) -> Proposal:
+    def _start(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], item: WorkItem) -> Proposal | None:
+        """Reserve the item's budget and put it in flight; a partial delivery if the budget cannot carry it."""
         wid = item.work_item_id
         try:
             memo.ledger = memo.ledger.reserve(wid, BudgetAmount.from_estimate(item.estimated_cost))
@@ -475,9 +488,9 @@ class PlanRunController:
             return self._deliver_partial(ctx, memo, notes, "BUDGET_EXHAUSTED", exc.message, self._states(ctx, memo))
         run = memo.items.setdefault(wid, ItemRun())
         run.attempts.append(AttemptFact(outcome=AttemptOutcome.RUNNING))
-        run.started_step = ctx.state.usage.steps
+        run.steps = []
         run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
-        memo.current = wid
+        memo.running.append(wid)
         notes.append(
             NewEvent(
                 type=EventType.WORK_ITEM_STARTED,
@@ -488,21 +501,19 @@ class PlanRunController:
                 },
             )
         )
-        return self._item_step(ctx, memo, notes)
+        return None
 
     # -- one local ReAct step of the current item ---------------------------------------------------
-    def _item_step(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
-        plan = memo.plan
-        assert plan is not None and memo.current is not None
-        item = next(w for w in plan.work_items if w.work_item_id == memo.current)
-        run = memo.items[item.work_item_id]
+    def _item_step(self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent]) -> Proposal:
+        item = self._item(memo, wid)
+        run = memo.items[wid]
         assert run.tracker is not None
         before = run.tracker.before_step(remaining=memo.ledger.remaining())
         if before.should_stop:
             self._end_attempt(memo, item, AttemptOutcome.FAILED, before.signal.value, notes)
             return self.decide_with(ctx, memo, notes)
         visible = (*(c for c in item.required_capabilities if c in ctx.actions), OUTPUT_TOOL)
-        mine = [o for o in ctx.observations if run.started_step is not None and o.step > run.started_step]
+        mine = [o for o in ctx.observations if o.step in run.steps]
         reply = self.worker.complete(
             ModelRequest(
                 purpose="decide",
@@ -538,6 +549,7 @@ class PlanRunController:
             # A worker saying "done" (or asking to stop) ends its attempt; it never completes the item.
             self._end_attempt(memo, item, AttemptOutcome.FAILED, "MODEL_DECLARED_STOP", notes)
             return self._with_usage(self.decide_with(ctx, memo, notes), reply.usage)
+        run.steps.append(ctx.state.usage.steps + 1)  # the observation of this step belongs to this item
         if decision is not None and decision.action:
             # What is kept of the decision: facts and a short stated reason, never hidden reasoning.
             summary = ReactDecisionSummary(
@@ -559,16 +571,14 @@ class PlanRunController:
             notes=notes,
         )
 
-    def _absorb(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> None:
-        """Fold the running item's newest observation into its tracker; complete or stop it on facts."""
-        plan = memo.plan
-        assert plan is not None and memo.current is not None
-        item = next(w for w in plan.work_items if w.work_item_id == memo.current)
-        run = memo.items[item.work_item_id]
-        assert run.tracker is not None and run.started_step is not None
-        seen = run.tracker.steps_taken
-        mine = [o for o in ctx.observations if o.step > run.started_step]
-        for obs in mine[seen:]:
+    def _absorb(self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent]) -> None:
+        """Fold a running item's new observations into its tracker; complete or stop it on facts."""
+        item = self._item(memo, wid)
+        run = memo.items[wid]
+        assert run.tracker is not None
+        mine = [o for o in ctx.observations if o.step in run.steps]
+        for obs in mine[run.absorbed :]:
+            run.absorbed += 1
             run.tracker, verdict = run.tracker.observe(step_record(obs), remaining=memo.ledger.remaining())
             if obs.status != "SUCCESS" and obs.error_code:
                 memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
@@ -638,7 +648,7 @@ class PlanRunController:
             memo.ledger = memo.ledger.charge(BudgetAmount(tool_calls=spent))
             run.correction = "; ".join(policy.reasons)
             run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
-            run.started_step = obs.step  # the repair is a fresh local loop that must write a new version
+            run.steps, run.absorbed = [], 0  # the repair is a fresh local loop that must write a new version
             return False
         self._end_attempt(memo, item, AttemptOutcome.FAILED, f"VERIFICATION_{policy.outcome.value}", notes)
         return False
@@ -661,7 +671,7 @@ class PlanRunController:
         run.model_calls = 0
         if error == "NO_PROGRESS":
             memo.no_progress_streak += 1
-        memo.current = None
+        memo.running = [w for w in memo.running if w != item.work_item_id]
         notes.append(
             NewEvent(
                 type=EventType.WORK_ITEM_ENDED,
@@ -708,9 +718,8 @@ class PlanRunController:
             artifact_refs=tuple(self._outputs(memo).values()),
         )
         memo.delivery = "partial"
-        if memo.current is not None:
-            current = next(w for w in plan.work_items if w.work_item_id == memo.current)
-            self._end_attempt(memo, current, AttemptOutcome.FAILED, code, notes)
+        for wid in list(memo.running):
+            self._end_attempt(memo, self._item(memo, wid), AttemptOutcome.FAILED, code, notes)
         decision = ControlDecision(
             type=DecisionType.EXECUTE_TOOL, action=PARTIAL_TOOL, args={"content": delivery.model_dump_json()}
         )
@@ -737,7 +746,10 @@ class PlanRunController:
             artifact_refs=tuple(self._outputs(memo).values()),
             options=standard_options(),
             resume_point=ResumePoint(
-                checkpoint_seq=None, work_item_id=memo.current, plan_version=plan.version, budget=memo.ledger
+                checkpoint_seq=None,
+                work_item_id=memo.running[0] if memo.running else None,
+                plan_version=plan.version,
+                budget=memo.ledger,
             ),
         )
         memo.handoff_request = f"approval_{ctx.state.requests_issued + 1:03d}"
@@ -766,6 +778,11 @@ class PlanRunController:
         return None
 
     # -- helpers ------------------------------------------------------------------------------------
+    @staticmethod
+    def _item(memo: PlanRunMemo, wid: str) -> WorkItem:
+        assert memo.plan is not None
+        return next(w for w in memo.plan.work_items if w.work_item_id == wid)
+
     def _states(self, ctx: DecisionContext, memo: PlanRunMemo) -> dict[str, WorkItemState]:
         assert memo.plan is not None
         return derive_states(memo.plan, self._facts(ctx, memo))
