@@ -111,23 +111,26 @@ class Harness:
         reference = Reference.build(cfg, run_ids)
         deadline = started + cfg.max_seconds
         next_kill = time.monotonic()
-        for slot in range(cfg.workers):
-            self._spawn_worker(slot)
-        while time.monotonic() < deadline:
-            self._reap()
-            self._wake_stopped()
-            total_kills = sum(self.fleet.kills.values())
-            statuses, busy = self._statuses(run_ids)
-            if total_kills < cfg.kills and time.monotonic() >= next_kill:
-                self._strike(busy)
-                next_kill = time.monotonic() + self.rng.uniform(0.02, 0.25)
-            if self.fleet.approver is None and RunStatus.WAITING_FOR_USER.value in statuses.values():
-                self.generation += 1
-                self.fleet.approver = _child(_approver_main, cfg, self.generation, self.kill_log)
-            if total_kills >= cfg.kills and all(s in STOPPED for s in statuses.values()):
-                break
-            time.sleep(0.02)
-        self._shutdown()
+        try:
+            for slot in range(cfg.workers):
+                self._spawn_worker(slot)
+            while time.monotonic() < deadline:
+                self._reap()
+                self._wake_stopped()
+                total_kills = sum(self.fleet.kills.values())
+                statuses, busy = self._statuses(run_ids)
+                if total_kills < cfg.kills and time.monotonic() >= next_kill:
+                    self._strike(busy)
+                    next_kill = time.monotonic() + self.rng.uniform(0.02, 0.25)
+                if self.fleet.approver is None and RunStatus.WAITING_FOR_USER.value in statuses.values():
+                    self.generation += 1
+                    self.fleet.approver = _child(_approver_main, cfg, self.generation, self.kill_log)
+                if total_kills >= cfg.kills and all(s in STOPPED for s in statuses.values()):
+                    break
+                time.sleep(0.02)
+        finally:
+            # Whatever happens here, no worker is left running, or stopped, behind us.
+            self._shutdown()
         report = verify(cfg, run_ids, reference)
         boundary = Counter(Path(self.kill_log).read_text().split())
         os.unlink(self.kill_log)
