@@ -232,6 +232,8 @@ def test_repeated_failures_hand_off_and_a_person_chooses(runtime: Runtime) -> No
     assert set(state.pending.options) == {"continue_authorized", "accept_partial", "cancel"}
     handoff = events(runtime, state.run_id, EventType.HANDOFF_RECORDED)[0]
     assert handoff["reason_code"] == "REPEATED_FAILURE" and handoff["options"]
+    assert handoff["attempt_history"][0]["work_item_id"] == "W1" and handoff["attempt_history"][0]["attempts"] >= 2
+    assert handoff["resume_point"]["plan_version"] == 1 and "budget" in handoff["resume_point"]
     with pytest.raises(RequestRefusedError) as err:
         runtime.reply(state.run_id, state.pending.request_id, by="ops", text="just do it")
     assert err.value.code == "UNKNOWN_OPTION"
@@ -429,3 +431,12 @@ def test_one_at_a_time_when_parallelism_is_one(runtime: Runtime) -> None:
     state = runtime.start(_parallel_agent(1), GOAL.objective)
     assert state.status is RunStatus.COMPLETED
     assert _item_of_each_step(runtime, state.run_id) == ["W1"] * 3 + ["W2"] * 3 + ["W3"] * 3
+
+
+def test_a_worker_may_only_use_its_items_tools(runtime: Runtime) -> None:
+    def wanders(req: ModelRequest) -> dict[str, Any]:
+        return {"type": "EXECUTE_TOOL", "action": "publish", "args": {"ref": "anything"}}
+
+    state = runtime.start(make_agent(plan_doc([item("W1", [], ["search"], "findings")]), worker=wanders), "g")
+    assert state.status is RunStatus.FAILED and state.usage.tool_attempts == 0
+    assert events(runtime, state.run_id, EventType.RUNTIME_VALIDATED)[-1]["code"] == "action_not_visible"

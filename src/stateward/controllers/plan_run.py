@@ -43,6 +43,7 @@ from stateward.core.state import GuardedAction
 from stateward.models.base import Model, ModelRequest, Usage
 from stateward.planning.budget import BudgetAmount, BudgetError, BudgetLedger, BudgetLimits
 from stateward.planning.delivery import (
+    AttemptSummary,
     Confidence,
     DeliveryFacts,
     FindingRisk,
@@ -744,9 +745,18 @@ class PlanRunController:
             completed_items=tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED),
             blocked_items=tuple(w for w, s in states.items() if s in (WorkItemState.BLOCKED, WorkItemState.FAILED)),
             artifact_refs=tuple(self._outputs(memo).values()),
+            attempt_history=tuple(
+                AttemptSummary(
+                    work_item_id=wid,
+                    attempts=len(run.attempts),
+                    last_error_code=run.attempts[-1].error_class if run.attempts else None,
+                )
+                for wid, run in memo.items.items()
+            ),
+            evidence_refs=tuple(dict.fromkeys(e for o in ctx.observations for e in evidence_ids(o.result))),
             options=standard_options(),
             resume_point=ResumePoint(
-                checkpoint_seq=None,
+                checkpoint_seq=ctx.state.usage.steps,
                 work_item_id=memo.running[0] if memo.running else None,
                 plan_version=plan.version,
                 budget=memo.ledger,
