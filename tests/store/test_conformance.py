@@ -49,8 +49,8 @@ def start(store: Store, run_id: str = RUN, **update: Any) -> RunState:
     return state
 
 
-def step(store: Store, run_id: str = RUN, *, events: int = 1, lease: Lease | None = None, **write: Any) -> list[Event]:
-    """Commit one step on top of whatever the run holds now."""
+def step(store: Store, run_id: str = RUN, *, events: int = 1, lease: Lease | None = None, **write: Any) -> int:
+    """Commit one step on top of whatever the run holds now; the run's new last event number."""
     state, seq = store.load_run_at(run_id)
     new_state = write.pop("state", state.model_copy(update={"facts": {**state.facts, "steps": seq}}))
     batch = [ev(seq + i) for i in range(events)]
@@ -166,10 +166,12 @@ def test_runs_have_independent_sequences(store: Store) -> None:
 def test_committed_events_are_read_back_exactly(store: Store) -> None:
     start(store)
     payload = {"text": "naïve — ünïcødé ✓", "nested": {"list": [1, 2.5, None, True]}, "big": 2**53, "nul": "a\x00b"}
-    written = store.commit_step(
+    new_seq = store.commit_step(
         RUN, 1, StepWrite(state=make_state(), events=[NewEvent(type=EventType.PLAN_RECORDED, payload=payload)])
     )
-    assert store.read_events(RUN)[1:] == written
+    assert new_seq == 2 == store.last_seq(RUN)
+    written = store.read_events(RUN)[1:]
+    assert len(written) == 1 and written[0].seq == 2
     assert written[0].payload == payload and written[0].type is EventType.PLAN_RECORDED
 
 
@@ -536,13 +538,18 @@ def test_an_unleased_write_waits_for_the_lease_to_lapse(store: Store) -> None:
     store.acquire_lease(RUN, "w1", ttl_s=0.2)
     assert code_of(lambda: step(store)) == "LEASE_HELD"
     time.sleep(0.3)
-    assert [e.lease_version for e in step(store)] == [0]
+    seq = step(store)
+    assert [e.lease_version for e in store.read_events(RUN, after_seq=seq - 1)] == [0]
 
 
 def test_the_current_token_may_write(store: Store) -> None:
     start(store)
     lease = store.acquire_lease(RUN, "w1", ttl_s=30)
-    assert [e.seq for e in step(store, lease=lease, events=2)] == [2, 3]
+    assert step(store, lease=lease, events=2) == 3
+    assert [(e.seq, e.lease_version) for e in store.read_events(RUN, after_seq=1)] == [
+        (2, lease.version),
+        (3, lease.version),
+    ]
 
 
 def test_claim_next_takes_the_oldest_runnable_run(store: Store) -> None:
@@ -700,16 +707,16 @@ def test_racing_writers_at_one_seq_exactly_one_wins(store: Store, open_store: Ca
     start(store)
     stores = [open_store() for _ in range(WRITERS)]
 
-    def write(i: int) -> list[Event]:
-        return stores[i].commit_step(RUN, 1, StepWrite(state=make_state(goal=f"w{i}"), events=[ev(i, who=i)] * 2))
+    def write(i: int) -> tuple[int, int]:
+        return i, stores[i].commit_step(RUN, 1, StepWrite(state=make_state(goal=f"w{i}"), events=[ev(i, who=i)] * 2))
 
     results = race(WRITERS, write)
-    winners = [r for r in results if isinstance(r, list)]
-    assert len(winners) == 1
+    winners = [r for r in results if isinstance(r, tuple)]
+    assert len(winners) == 1 and winners[0][1] == 3
     assert {r.code for r in results if isinstance(r, RunError)} == {"CONCURRENT_UPDATE"}
     events = store.read_events(RUN)
     assert_chain(events)
-    assert events[1:] == winners[0]
+    assert [e.payload["who"] for e in events[1:]] == [winners[0][0]] * 2
     assert store.load_run(RUN).goal == f"w{events[1].payload['who']}"
 
 

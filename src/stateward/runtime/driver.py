@@ -197,10 +197,9 @@ class Driver:
 
     def _persist(self, run: _Run, lease: Lease | None, write: StepWrite) -> None:
         self.faults.point("before_commit")
-        written = self.store.commit_step(run.state.run_id, run.seq, write, lease)
+        run.seq = self.store.commit_step(run.state.run_id, run.seq, write, lease)
         self.faults.point("after_commit")
         run.state = write.state
-        run.seq = written[-1].seq if written else run.seq
 
     # -- endings and control --------------------------------------------------------------------
     def _exhaust(self, run: _Run, lease: Lease, dimension: str) -> None:

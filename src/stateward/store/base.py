@@ -19,8 +19,8 @@ class Store(GatewayStore, Protocol):
         """The latest committed snapshot; RunNotFoundError if there is none."""
         ...
 
-    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> list[Event]:
-        """Apply one step atomically if the run's last event is still ``expected_seq``.
+    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
+        """Apply one step atomically if the run's last event is still ``expected_seq``; return the new last seq.
 
         With a lease, the write also requires that lease to be current (else STALE_LEASE); without
         one, it requires that nobody holds a live lease (else LEASE_HELD). A concurrent writer that

@@ -194,7 +194,7 @@ class PostgresStore:
             if conn.execute(q.SET_CONTROL, (control, run_id)).rowcount != 1:
                 raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
 
-    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> list[Event]:
+    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
         state = write.state
         new_seq = expected_seq + len(write.events)
         params: dict[str, Any] = {
@@ -213,7 +213,8 @@ class PostgresStore:
             if row is None:
                 raise self._why_not_written(conn, run_id, expected_seq, lease)
             try:
-                return self._write_contents(conn, run_id, expected_seq, write, lease, row[0], params["snapshot"])
+                self._write_contents(conn, run_id, expected_seq, write, lease, row[0], params["snapshot"])
+                return new_seq
             except pg_errors.UniqueViolation as exc:
                 raise RunError(
                     f"step of run {run_id} repeats a record that already exists: {_first_line(exc)}",
@@ -230,9 +231,9 @@ class PostgresStore:
         lease: Lease | None,
         now: datetime,
         snapshot: str,
-    ) -> list[Event]:
+    ) -> None:
         """Everything a step writes besides the snapshot, in the same transaction."""
-        written = self._append(conn, run_id, expected_seq, write.events, now, 0 if lease is None else lease.version)
+        self._append(conn, run_id, expected_seq, write.events, now, 0 if lease is None else lease.version)
         if write.close_request is not None:
             self._close_request(conn, run_id, write.close_request)
         if write.close_all_requests is not None:
@@ -256,7 +257,6 @@ class PostgresStore:
         if write.checkpoint is not None:
             new_seq = expected_seq + len(write.events)
             conn.execute(q.INSERT_CHECKPOINT, (run_id, new_seq, write.checkpoint, snapshot, now))
-        return written
 
     @staticmethod
     def _why_not_written(conn: Conn, run_id: str, expected_seq: int, lease: Lease | None) -> RunError:

@@ -218,7 +218,7 @@ class SQLiteStore:
             raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
         return tuple(row)
 
-    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> list[Event]:
+    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
         state = write.state
         now = _now()
         snapshot = state.model_dump_json()
@@ -264,9 +264,8 @@ class SQLiteStore:
                     )
                     if cur.rowcount != 1:
                         raise self._why_not_written(db, run_id, expected_seq, lease)
-                written = self._append(
-                    db, run_id, expected_seq, write.events, now, 0 if lease is None else lease.version
-                )
+                if write.events:
+                    self._insert_events(db, run_id, expected_seq, write.events, 0 if lease is None else lease.version)
                 if (
                     write.close_request
                     or write.close_all_requests
@@ -281,7 +280,7 @@ class SQLiteStore:
                 db.execute("ROLLBACK")
                 raise
         self._checkpointer.note_commit()
-        return written
+        return new_seq
 
     def _write_contents(
         self,
@@ -468,6 +467,27 @@ class SQLiteStore:
             )
             for row, ev in zip(rows, events, strict=True)
         ]
+
+    @staticmethod
+    def _insert_events(
+        db: sqlite3.Connection, run_id: str, after_seq: int, events: list[NewEvent], lease_version: int
+    ) -> None:
+        """The hot path of a step: one row per event, time in integer microseconds, nothing rebuilt."""
+        at = time.time_ns() // 1000
+        if len(events) == 1:
+            ev = events[0]
+            db.execute(
+                "INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (?,?,?,?,?,?)",
+                (run_id, after_seq + 1, ev.type.value, _dumps(ev.payload), lease_version, at),
+            )
+            return
+        db.executemany(
+            "INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (?,?,?,?,?,?)",
+            [
+                (run_id, after_seq + i, ev.type.value, _dumps(ev.payload), lease_version, at)
+                for i, ev in enumerate(events, start=1)
+            ],
+        )
 
     def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]:
         with self._lock:
