@@ -17,7 +17,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             lease_version INTEGER NOT NULL DEFAULT 0,
             lease_expires_at REAL,
             created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL)""",
+            updated_at REAL NOT NULL)""",
         "CREATE INDEX runs_by_status ON runs(status)",
         """CREATE TABLE events (
             run_id TEXT NOT NULL,

@@ -185,7 +185,7 @@ class SQLiteStore:
                         state.model_dump_json(),
                         len(events),
                         now,
-                        now,
+                        time.time(),
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -220,7 +220,7 @@ class SQLiteStore:
 
     def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
         state = write.state
-        now = _now()
+        now = time.time()  # updated_at: epoch seconds, cheap on every step
         snapshot = state.model_dump_json()
         new_seq = expected_seq + len(write.events)
         fence = (
@@ -274,7 +274,7 @@ class SQLiteStore:
                     or write.attempts
                     or write.checkpoint
                 ):
-                    self._write_contents(db, run_id, expected_seq, new_seq, write, snapshot, now)
+                    self._write_contents(db, run_id, expected_seq, new_seq, write, snapshot, _now())
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -524,7 +524,7 @@ class SQLiteStore:
                 terminal_reason=r[4],
                 last_seq=r[5],
                 created_at=datetime.fromisoformat(r[6]),
-                updated_at=datetime.fromisoformat(r[7]),
+                updated_at=datetime.fromtimestamp(r[7], UTC),
                 lease_owner=r[8],
             )
             for r in rows
