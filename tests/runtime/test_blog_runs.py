@@ -125,8 +125,11 @@ def test_approval_is_bound_to_the_brief_version_it_was_asked_for(runtime: Runtim
     assert "draft" not in result.state.artifacts
     assert runtime.store.get_artifact(state.run_id, "draft") is None
     assert EventType.ACTION_BLOCKED in [e.type for e in runtime.store.read_events(state.run_id)]
-    # A blocked action does not stop the run; the model went on to finish.
-    assert result.state.status is RunStatus.COMPLETED
+    # A blocked action does not stop the run: the model decided again (and its FINISH without a draft was
+    # refused in turn).
+    types = [e.type for e in runtime.store.read_events(state.run_id)]
+    assert EventType.SIGNAL_RECEIVED in types[types.index(EventType.ACTION_BLOCKED) :]
+    assert result.state.status is RunStatus.FAILED and result.state.terminal_reason == "rejected_signal"
 
 
 def test_budget_exhaustion_is_a_real_terminal_state(runtime: Runtime) -> None:
@@ -175,3 +178,15 @@ def test_run_survives_its_runtime(db_path: Any) -> None:
     result = second.approve(state.run_id, "approval_001", by="carol")
     assert result.state.status is RunStatus.COMPLETED
     second.close()
+
+
+def test_a_run_may_not_call_itself_done_without_the_draft(runtime: Runtime) -> None:
+    def hasty(req: ModelRequest) -> dict[str, Any]:
+        if not req.observations:
+            return {"type": "EXECUTE_TOOL", "action": "list_materials", "args": {}}
+        return {"type": "FINISH", "reason": "looks done to me"}
+
+    state = runtime.start(build_agent("react", model=ScriptedModel(hasty)), fx.GOAL)
+    assert state.status is RunStatus.FAILED and state.terminal_reason == "rejected_signal"
+    validated = [e.payload for e in runtime.store.read_events(state.run_id) if e.type is EventType.RUNTIME_VALIDATED]
+    assert validated[-1]["code"] == "finish_without_draft"

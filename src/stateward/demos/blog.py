@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from stateward.controllers.base import Controller, DecisionContext
+from stateward.controllers.base import Controller, DecisionContext, FinishCheck
 from stateward.core.budget import Budget
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import UserError
@@ -70,6 +70,13 @@ def blog_wait_policy(decision: ControlDecision, state: RunState) -> WaitCheck:
     if not (decision.question or "").strip():
         return WaitCheck(rejected="wait_signal_without_question")
     return WaitCheck(guarded_action=guard("write_draft", {"brief": f"brief:v{version}"}), kind="approval")
+
+
+def blog_finish_policy(decision: ControlDecision, state: RunState) -> FinishCheck:
+    """The goal is a draft written from an approved brief: a run without one may not call itself done."""
+    if "draft" not in state.artifacts:
+        return FinishCheck(rejected="finish_without_draft")
+    return FinishCheck()
 
 
 def _materials_read(ctx: DecisionContext) -> list[dict[str, Any]]:
@@ -182,6 +189,7 @@ def build_agent(
             params={"controller": controller, "max_steps": max_steps, "materials": materials, "model_spec": model_spec},
         ),
         wait_policy=blog_wait_policy,
+        finish_policy=blog_finish_policy,
         budget=Budget(max_steps=max_steps),
         inventory=inventory,
     )
