@@ -7,11 +7,12 @@ from datetime import UTC, datetime
 import pytest
 
 from stateward import ControlDecision, DecisionType, IllegalTransitionError, RunStatus, SignalSource
+from stateward.controllers.base import Signal
 from stateward.core.budget import Usage
 from stateward.core.events import EventType
 from stateward.core.state import AgentRef, RunState
 from stateward.demos.blog import build_agent
-from stateward.runtime.transition import handle
+from stateward.runtime.transition import Transition, handle
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 AGENT = build_agent("react")
@@ -25,8 +26,8 @@ def _state(**changes: object) -> RunState:
     return base.model_copy(update=changes)
 
 
-def _handle(signal: object, state: RunState, visible: frozenset[str] = VISIBLE):  # type: ignore[no-untyped-def]
-    return handle(signal, state, AGENT, source=SignalSource.MODEL, visible_actions=visible, now=NOW)  # type: ignore[arg-type]
+def _handle(signal: Signal, state: RunState, visible: frozenset[str] = VISIBLE) -> Transition:
+    return handle(signal, state, AGENT, source=SignalSource.MODEL, visible_actions=visible, now=NOW)
 
 
 def test_wait_before_any_brief_is_rejected_and_fails_the_run() -> None:

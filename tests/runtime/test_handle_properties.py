@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stateward import ControlDecision, DecisionType, IllegalTransitionError, RunStatus, SignalSource
+from stateward.controllers.base import Signal
 from stateward.core.state import AgentRef, RunState
 from stateward.core.status import TRANSITIONS
 from stateward.demos.blog import build_agent
@@ -31,7 +32,7 @@ signals = decisions | st.text(max_size=60) | st.sampled_from(['{"type":"json_obj
 @settings(max_examples=300)
 @given(st.lists(signals, min_size=1, max_size=12), st.booleans(), st.frozensets(st.sampled_from(["read_material"])))
 def test_random_signal_sequences_only_make_legal_moves(
-    seq: list[object], has_brief: bool, visible: frozenset[str]
+    seq: list[Signal], has_brief: bool, visible: frozenset[str]
 ) -> None:
     state = RunState(
         run_id="run_p", agent=AgentRef(factory="x:y"), goal="g", artifacts={"brief": 1} if has_brief else {}
@@ -39,11 +40,11 @@ def test_random_signal_sequences_only_make_legal_moves(
     for signal in seq:
         if state.status is not RunStatus.RUNNING:
             try:
-                handle(signal, state, AGENT, source=SignalSource.MODEL, visible_actions=visible, now=NOW)  # type: ignore[arg-type]
+                handle(signal, state, AGENT, source=SignalSource.MODEL, visible_actions=visible, now=NOW)
             except IllegalTransitionError:
                 continue
             raise AssertionError(f"a {state.status} run accepted a decision")
-        t = handle(signal, state, AGENT, source=SignalSource.MODEL, visible_actions=visible, now=NOW)  # type: ignore[arg-type]
+        t = handle(signal, state, AGENT, source=SignalSource.MODEL, visible_actions=visible, now=NOW)
         if t.state.status is not state.status:
             assert (state.status, t.state.status) in LEGAL
         if t.state.status is RunStatus.WAITING_FOR_USER:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from stateward.runtime.runtime import Runtime
 
 from stateward.cli.output import emit_json, print_table, reported_errors
 
@@ -45,7 +48,7 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def _runtime(db: str):  # type: ignore[no-untyped-def]
+def _runtime(db: str) -> Runtime:
     from stateward.runtime.runtime import Runtime
 
     return Runtime.open(db)

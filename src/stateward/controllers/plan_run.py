@@ -117,7 +117,6 @@ class PlanRunMemo(BaseModel):
     delivery: str | None = None  # "accepted" | "partial"
     research_steps: int = 0
     handoff_request: str | None = None
-    handoff_options: list[str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -763,7 +762,6 @@ class PlanRunController:
             ),
         )
         memo.handoff_request = f"approval_{ctx.state.requests_issued + 1:03d}"
-        memo.handoff_options = list(package.option_ids)
         notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
         decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
         return self._propose(decision, memo, notes, wait=WaitSpec(kind="handoff", options=package.option_ids))

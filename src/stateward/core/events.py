@@ -11,10 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class EventType(StrEnum):
     RUN_STARTED = "run_started"
-    MODEL_CALLED = "model_called"
     MODEL_CALL_FAILED = "model_call_failed"
     SIGNAL_RECEIVED = "signal_received"
-    SIGNAL_REJECTED = "signal_rejected"
     RUNTIME_VALIDATED = "runtime_validated"
     STATE_TRANSITION = "state_transition"
     ILLEGAL_TRANSITION = "illegal_transition"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stateward.core.errors import StaleLeaseError, StatewardError
+from stateward.core.errors import StaleLeaseError, StatewardError, UserError
 from stateward.runtime.runtime import Runtime
 
 log = logging.getLogger("stateward.worker")
@@ -42,8 +42,6 @@ class Worker:
         observer: Callable[[str, str], None] | None = None,
     ):
         if concurrency < 1:
-            from stateward.core.errors import UserError
-
             raise UserError("concurrency must be at least 1", code="INVALID_WORKER_CONFIG")
         self.runtime = runtime
         self.concurrency = concurrency
