@@ -5,7 +5,8 @@ from __future__ import annotations
 SQLITE_MIGRATIONS: list[list[str]] = [
     [
         """CREATE TABLE runs (
-            run_id TEXT PRIMARY KEY,
+            run_key INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL UNIQUE,
             agent TEXT NOT NULL,
             status TEXT NOT NULL,
             terminal_reason TEXT,
@@ -19,14 +20,16 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             created_at TEXT NOT NULL,
             updated_at REAL NOT NULL)""",
         "CREATE INDEX runs_by_status ON runs(status)",
+        # Events are clustered by (run_key, seq): run_key grows with creation, so the runs being driven
+        # (the newest) append at the right edge of the B-tree, and an integer key keeps every row small.
         """CREATE TABLE events (
-            run_id TEXT NOT NULL,
+            run_key INTEGER NOT NULL,
             seq INTEGER NOT NULL,
             type TEXT NOT NULL,
             payload TEXT NOT NULL,
             lease_version INTEGER NOT NULL DEFAULT 0,
             at INTEGER NOT NULL,
-            PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
+            PRIMARY KEY (run_key, seq)) WITHOUT ROWID""",
         """CREATE TABLE pending_requests (
             run_id TEXT NOT NULL,
             request_id TEXT NOT NULL,

@@ -92,6 +92,18 @@ class StepWrite(BaseModel):
     checkpoint: str | None = None
     clear_control: bool = False
 
+    @property
+    def has_contents(self) -> bool:
+        """Whether the step writes more than its events and the run row (most steps do not)."""
+        return bool(
+            self.open_request
+            or self.close_request
+            or self.close_all_requests
+            or self.artifacts
+            or self.attempts
+            or self.checkpoint
+        )
+
 
 class Checkpoint(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

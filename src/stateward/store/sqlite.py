@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stateward.core.canonical import sha256_hex
+from stateward.core.canonical import compact_json, sha256_hex
 from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
@@ -35,11 +35,35 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+def _step_updates(fenced: bool, clear_control: bool) -> tuple[str, str]:
+    """The two UPDATEs of a step: status unchanged (the common case), then any status."""
+    fence = " AND lease_owner=? AND lease_version=?" if fenced else " AND (lease_owner IS NULL OR lease_expires_at<?)"
+    control = ", control=NULL" if clear_control else ""
+    return (
+        f"UPDATE runs SET terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
+        f" WHERE run_id=? AND last_seq=? AND status=?{fence}",
+        f"UPDATE runs SET status=?, terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
+        f" WHERE run_id=? AND last_seq=?{fence}",
+    )
 
 
-def _dumps(value: Any) -> str:
-    return _ENCODER.encode(value)
+_STEP_UPDATES = {(fenced, clear): _step_updates(fenced, clear) for fenced in (False, True) for clear in (False, True)}
+_EVENT_COLUMNS = "INSERT INTO events(run_key, seq, type, payload, lease_version, at) VALUES "
+_EVENT_INSERTS = {n: _EVENT_COLUMNS + ",".join(["(?,?,?,?,?,?)"] * n) for n in range(1, 9)}
+
+
+def _insert_events(
+    db: sqlite3.Cursor, run_key: int, after_seq: int, events: list[NewEvent], lease_version: int, at: int
+) -> None:
+    """One statement for a step's events (a step appends one to three), one row per event."""
+    params: list[Any] = []
+    for seq, ev in enumerate(events, start=after_seq + 1):
+        params += (run_key, seq, ev.type.value, compact_json(ev.payload), lease_version, at)
+    sql = _EVENT_INSERTS.get(len(events))
+    if sql is None:
+        db.executemany(_EVENT_COLUMNS + "(?,?,?,?,?,?)", [params[i : i + 6] for i in range(0, len(params), 6)])
+    else:
+        db.execute(sql, params)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -58,9 +82,10 @@ def _from_micros(value: int) -> datetime:
 class WalCheckpointer:
     """Copies the WAL back into the database from its own connection, off the step path.
 
-    SQLite's automatic checkpoint would run inside whichever commit crosses the threshold; here a
-    PASSIVE checkpoint (never blocking writers) runs on a background thread once the WAL passes
-    ``wal_bytes``, which keeps the WAL at a steady size that later commits overwrite in place.
+    A PASSIVE checkpoint (never blocking writers) runs on a background thread once the WAL passes
+    ``wal_bytes``, so the commit that crosses SQLite's own threshold (1,000 pages) finds little left
+    to copy. That inline checkpoint is still needed: under continuous writes a background checkpoint
+    never catches up with the last frame, the WAL never restarts, and it grows without bound.
     """
 
     def __init__(self, path: str, wal_bytes: int = 1 << 20, interval_s: float = 0.05):
@@ -115,9 +140,11 @@ class SQLiteStore:
         self._enable_wal()
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA busy_timeout=30000")
-        # WAL checkpoints run on a background connection, never inside a step's commit.
-        self._db.execute("PRAGMA wal_autocheckpoint=0")
+        # Most WAL checkpoints run on a background connection, off the step path; SQLite's own
+        # autocheckpoint stays as the backstop that lets the WAL restart under continuous writes.
         self._checkpointer = WalCheckpointer(self.path)
+        self._step_cursor = self._db.cursor()
+        self._run_keys: dict[str, int] = {}
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
 
@@ -192,6 +219,16 @@ class SQLiteStore:
                 raise RunError(f"run {state.run_id} already exists", code="RUN_EXISTS") from None
             return self._append(db, state.run_id, 0, events, now, 0)
 
+    def _run_key(self, db: sqlite3.Connection | sqlite3.Cursor, run_id: str) -> int:
+        """The run's integer key; it never changes, so each process looks it up once."""
+        key = self._run_keys.get(run_id)
+        if key is None:
+            row = db.execute("SELECT run_key FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+            key = self._run_keys[run_id] = int(row[0])
+        return key
+
     def load_run(self, run_id: str) -> RunState:
         return self.load_run_at(run_id)[0]
 
@@ -219,65 +256,39 @@ class SQLiteStore:
         return tuple(row)
 
     def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
+        # The hot path of every run: prepared SQL text, one clock read, one serializer call per document.
         state = write.state
-        now = time.time()  # updated_at: epoch seconds, cheap on every step
-        snapshot = state.model_dump_json()
-        new_seq = expected_seq + len(write.events)
-        fence = (
-            " AND lease_owner=? AND lease_version=?" if lease else " AND (lease_owner IS NULL OR lease_expires_at<?)"
-        )
-        fence_params: tuple[Any, ...] = (lease.owner, lease.version) if lease else (time.time(),)
-        control = ", control=NULL" if write.clear_control else ""
+        snapshot = state.__pydantic_serializer__.to_json(state).decode()
+        events = write.events
+        new_seq = expected_seq + len(events)
+        now = time.time()
+        if lease is None:
+            same_status, any_status = _STEP_UPDATES[False, write.clear_control]
+            fence: tuple[Any, ...] = (now,)
+            lease_version = 0
+        else:
+            same_status, any_status = _STEP_UPDATES[True, write.clear_control]
+            fence = (lease.owner, lease.version)
+            lease_version = lease.version
+        status, reason = state.status.value, state.terminal_reason
         with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
+            cur = self._step_cursor  # reused: a new cursor per statement costs more than the statement
+            cur.execute("BEGIN IMMEDIATE")
             try:
                 # Most steps leave the status alone: keep it out of the SET list so its index is not rewritten.
-                cur = db.execute(
-                    f"UPDATE runs SET terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
-                    f" WHERE run_id=? AND last_seq=? AND status=?{fence}",
-                    (
-                        state.terminal_reason,
-                        snapshot,
-                        new_seq,
-                        now,
-                        run_id,
-                        expected_seq,
-                        state.status.value,
-                        *fence_params,
-                    ),
-                )
+                cur.execute(same_status, (reason, snapshot, new_seq, now, run_id, expected_seq, status, *fence))
                 if cur.rowcount != 1:
-                    cur = db.execute(
-                        f"UPDATE runs SET status=?, terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
-                        f" WHERE run_id=? AND last_seq=?{fence}",
-                        (
-                            state.status.value,
-                            state.terminal_reason,
-                            snapshot,
-                            new_seq,
-                            now,
-                            run_id,
-                            expected_seq,
-                            *fence_params,
-                        ),
-                    )
+                    cur.execute(any_status, (status, reason, snapshot, new_seq, now, run_id, expected_seq, *fence))
                     if cur.rowcount != 1:
-                        raise self._why_not_written(db, run_id, expected_seq, lease)
-                if write.events:
-                    self._insert_events(db, run_id, expected_seq, write.events, 0 if lease is None else lease.version)
-                if (
-                    write.close_request
-                    or write.close_all_requests
-                    or write.open_request
-                    or write.artifacts
-                    or write.attempts
-                    or write.checkpoint
-                ):
-                    self._write_contents(db, run_id, expected_seq, new_seq, write, snapshot, _now())
-                db.execute("COMMIT")
+                        raise self._why_not_written(self._db, run_id, expected_seq, lease)
+                if events:
+                    key = self._run_key(cur, run_id)
+                    _insert_events(cur, key, expected_seq, events, lease_version, int(now * 1_000_000))
+                if write.has_contents:
+                    self._write_contents(self._db, run_id, expected_seq, new_seq, write, snapshot, _now())
+                cur.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                cur.execute("ROLLBACK")
                 raise
         self._checkpointer.note_commit()
         return new_seq
@@ -449,17 +460,17 @@ class SQLiteStore:
                 details={"run_id": run_id, "request_id": answer.request_id},
             )
 
-    @staticmethod
     def _append(
-        db: sqlite3.Connection, run_id: str, after_seq: int, events: list[NewEvent], now: str, lease_version: int
+        self, db: sqlite3.Connection, run_id: str, after_seq: int, events: list[NewEvent], now: str, lease_version: int
     ) -> list[Event]:
         at = datetime.fromisoformat(now)
         micros = _micros(at)
+        key = self._run_key(db, run_id)
         rows = [
-            (run_id, after_seq + i, ev.type.value, _dumps(ev.payload), lease_version, micros)
+            (key, after_seq + i, ev.type.value, compact_json(ev.payload), lease_version, micros)
             for i, ev in enumerate(events, start=1)
         ]
-        db.executemany("INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (?,?,?,?,?,?)", rows)
+        db.executemany(_EVENT_COLUMNS + "(?,?,?,?,?,?)", rows)
         # Built from values that were just validated on their way in: no need to validate them again.
         return [
             Event.model_construct(
@@ -468,31 +479,11 @@ class SQLiteStore:
             for row, ev in zip(rows, events, strict=True)
         ]
 
-    @staticmethod
-    def _insert_events(
-        db: sqlite3.Connection, run_id: str, after_seq: int, events: list[NewEvent], lease_version: int
-    ) -> None:
-        """The hot path of a step: one row per event, time in integer microseconds, nothing rebuilt."""
-        at = time.time_ns() // 1000
-        if len(events) == 1:
-            ev = events[0]
-            db.execute(
-                "INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (?,?,?,?,?,?)",
-                (run_id, after_seq + 1, ev.type.value, _dumps(ev.payload), lease_version, at),
-            )
-            return
-        db.executemany(
-            "INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (?,?,?,?,?,?)",
-            [
-                (run_id, after_seq + i, ev.type.value, _dumps(ev.payload), lease_version, at)
-                for i, ev in enumerate(events, start=1)
-            ],
-        )
-
     def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, type, payload, lease_version, at FROM events WHERE run_id=? AND seq>? ORDER BY seq",
+                "SELECT seq, type, payload, lease_version, at FROM events"
+                " WHERE run_key=(SELECT run_key FROM runs WHERE run_id=?) AND seq>? ORDER BY seq",
                 (run_id, after_seq),
             ).fetchall()
         return [
