@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stateward import RunStatus, Runtime
-from stateward.cli.main import app
+from stateward.cli.app import app
 from stateward.core.canonical import action_digest
 from stateward.core.events import EventType
 from stateward.core.state import RunState

@@ -8,8 +8,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import typer
-
 from stateward.core.errors import StatewardError
 
 # Exit codes: 0 success; 1 a request was refused or a run/request was not found (named error code);
@@ -35,7 +33,7 @@ def reported_errors(as_json: bool) -> Iterator[None]:
             emit_json({"error": exc.to_dict()})
         else:
             sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
-        raise typer.Exit(code) from None
+        raise SystemExit(code) from None
 
 
 def print_table(
@@ -54,3 +52,16 @@ def print_table(
         table.add_row(*(fmt(row.get(c)) for c in columns))
     # Piped output has no terminal width to fit: print the table whole rather than cut every cell.
     Console(width=None if sys.stdout.isatty() else 300).print(table)
+
+
+def print_summary(summary: dict[str, object]) -> None:
+    """The few lines a person reads after a command moved or inspected a run."""
+    print(
+        f"run {summary['run_id']}: {summary['status']} ({summary['terminal_reason']})"
+        f"  suspended={str(summary['suspended']).lower()}"
+    )
+    pending = summary.get("pending")
+    if isinstance(pending, dict):
+        print(f"  waiting on {pending['request_id']}: {pending['question']}")
+    print(f"  counters: {summary['counters']}")
+    print(f"  artifacts: {summary['artifacts']}")

@@ -1,0 +1,410 @@
+"""The ``stateward`` command line as one Typer app (answers also have a Typer-free path: cli/answers.py)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from stateward.runtime.runtime import Runtime
+
+from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="stateward: the model proposes, the runtime decides."
+)
+demo_app = typer.Typer(no_args_is_help=True, help="Runnable demonstrations on offline fixtures.")
+runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
+requests_app = typer.Typer(no_args_is_help=True, help="Pending requests waiting for a person.")
+app.add_typer(demo_app, name="demo")
+app.add_typer(runs_app, name="runs")
+app.add_typer(requests_app, name="requests")
+
+
+# Sub-command groups whose imports are heavy are mounted only when asked for (or for --help), so
+# `stateward approve` does not pay for the planner or the model SDKs.
+LAZY_GROUPS = {
+    "plan": ("stateward.cli.plan_cmd", "Validate plan documents."),
+    "eval": ("stateward.cli.eval_cmd", "Evaluate real models against the runtime, honestly reported."),
+}
+
+
+def _mount(names: set[str]) -> None:
+    import importlib
+
+    for name in sorted(names & set(LAZY_GROUPS)):
+        module, help_text = LAZY_GROUPS[name]
+        app.add_typer(importlib.import_module(module).app, name=name, help=help_text)
+
+
+DEFAULT_DB = "stateward.db"
+DbOpt = Annotated[
+    str, typer.Option("--db", envvar="STATEWARD_DB", help="SQLite path or postgresql:// URL (default ./stateward.db).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _runtime(db: str) -> Runtime:
+    from stateward.runtime.runtime import Runtime
+
+    return Runtime.open(db)
+
+
+# -- demos ----------------------------------------------------------------------------------------
+@demo_app.command("stop-signal")
+def demo_stop_signal(
+    as_json: JsonOpt = False,
+    materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
+) -> None:
+    """Naive loops vs the Runtime, for ReAct, plan-and-execute and workflow."""
+    from stateward.demos.stop_signal import COLUMNS, compare
+
+    with reported_errors(as_json), tempfile.TemporaryDirectory() as tmp:
+        rows = compare(Path(tmp), materials)
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("Who stops the run? (naive rows are counter-examples)", COLUMNS, rows)
+
+
+@demo_app.command("blog")
+def demo_blog(
+    controller: Annotated[str, typer.Option(help="react | plan_and_execute | workflow")] = "react",
+    db: DbOpt = DEFAULT_DB,
+    max_steps: Annotated[int, typer.Option(min=1, help="Step budget of the run.")] = 12,
+    materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
+    no_drive: Annotated[bool, typer.Option("--no-drive", help="Only submit the run; a worker drives it.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start the blog-brief agent; returns when the run stops (normally waiting for approval)."""
+    from stateward.demos.blog import build_agent
+    from stateward.demos.blog_fixtures import GOAL
+
+    with reported_errors(as_json):
+        agent = build_agent(controller, max_steps=max_steps, materials=materials)
+        runtime = _runtime(db)
+        state = runtime.submit(agent, GOAL) if no_drive else runtime.start(agent, GOAL)
+    out = {
+        "run_id": state.run_id,
+        "status": state.status.value,
+        "pending_request_id": None if state.pending is None else state.pending.request_id,
+    }
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
+    if state.pending is not None:
+        typer.echo(f"  {state.pending.request_id}: {state.pending.question}")
+        typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
+
+
+@demo_app.command("payment-migration")
+def demo_payment_migration(
+    db: DbOpt = DEFAULT_DB,
+    approve: Annotated[
+        bool, typer.Option("--approve", help="Approve the delivery in-process (as demo-reviewer) and finish.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the 18-item payment SDK migration plan; it stops for approval before delivering the report."""
+    from stateward.demos.payment.agent import build_agent, goal, summary
+
+    with reported_errors(as_json):
+        runtime = _runtime(db)
+        state = runtime.start(build_agent(), goal().objective)
+        if approve and state.pending is not None:
+            state = runtime.approve(state.run_id, state.pending.request_id, by="demo-reviewer").state
+        out = summary(runtime.store, state)
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
+    if out["pending_request_id"] is not None:
+        action = out["pending_action"] or {}
+        typer.echo(f"  pending {out['pending_request_id']}: {action.get('tool')} {action.get('args')}")
+        typer.echo(f"  answer with: stateward approve {out['run_id']} {out['pending_request_id']} --db {db}")
+    typer.echo("  artifacts: " + ", ".join(f"{a['name']}:v{a['version']}" for a in out["artifacts"]))
+    typer.echo("  verification: " + " -> ".join(f"{v['artifact']} {v['outcome']}" for v in out["verifications"]))
+    typer.echo("  budget used: " + ", ".join(f"{k}={v}" for k, v in out["budget_used"].items()))
+    if out["delivery_receipt"] is not None:
+        typer.echo(f"  delivery-receipt: {out['delivery_receipt']}")
+
+
+@demo_app.command("refund")
+def demo_refund(as_json: JsonOpt = False) -> None:
+    """refund_order through the Tool Gateway: refusals, timeouts and reconciliation."""
+    from stateward.demos.refund import render_table, run_refund_scenarios
+
+    rows = run_refund_scenarios()
+    if as_json:
+        emit_json(rows)
+    else:
+        render_table(rows)
+
+
+# -- runs -----------------------------------------------------------------------------------------
+@runs_app.command("show")
+def runs_show(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
+    """One run: status, the computed suspension criterion, pending request, counters, artifacts."""
+    from stateward.runtime.summary import run_summary
+
+    with reported_errors(as_json):
+        runtime = _runtime(db)
+        summary = run_summary(runtime.store, runtime.get(run_id))
+    if as_json:
+        emit_json(summary)
+        return
+    print_summary(summary)
+
+
+@runs_app.command("list")
+def runs_list(
+    db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False, limit: Annotated[int, typer.Option(min=1)] = 100
+) -> None:
+    """Runs in the store, newest first."""
+    with reported_errors(as_json):
+        rows = [r.model_dump(mode="json") for r in _runtime(db).store.list_runs(limit)]
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("runs", ("run_id", "agent", "status", "terminal_reason", "updated_at"), rows)
+
+
+@requests_app.command("list")
+def requests_list(
+    db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False, run_id: Annotated[str | None, typer.Option("--run")] = None
+) -> None:
+    """Open pending requests (the approval inbox)."""
+    with reported_errors(as_json):
+        records = _runtime(db).store.list_requests(run_id, open_only=True)
+    rows = [
+        {
+            "run_id": r.run_id,
+            "request_id": r.request.request_id,
+            "kind": r.request.kind,
+            "question": r.request.question,
+            "created_at": r.request.created_at.isoformat(),
+        }
+        for r in records
+    ]
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("open requests", ("run_id", "request_id", "kind", "question", "created_at"), rows)
+
+
+@app.command("trace")
+def trace(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
+    """A run's events in order."""
+    with reported_errors(as_json):
+        runtime = _runtime(db)
+        runtime.get(run_id)
+        events = runtime.store.read_events(run_id)
+    rows = [{"seq": e.seq, "type": e.type.value, "at": e.at.isoformat(), "payload": e.payload} for e in events]
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table(
+            f"trace of {run_id}", ("seq", "type", "payload"), [{**r, "payload": str(r["payload"])[:120]} for r in rows]
+        )
+
+
+# -- answers --------------------------------------------------------------------------------------
+ByOpt = Annotated[str, typer.Option("--by", help="Who answers (recorded).")]
+RoleOpt = Annotated[list[str] | None, typer.Option("--role", help="A role the answerer holds (repeatable).")]
+TenantOpt = Annotated[str | None, typer.Option("--tenant", help="The answerer's tenant; must match the run's.")]
+DigestOpt = Annotated[
+    str | None, typer.Option("--digest", help="Digest of the guarded action you reviewed; must match the request's.")
+]
+NoDriveOpt = Annotated[bool, typer.Option("--no-drive", help="Record the answer only; a worker continues the run.")]
+
+
+@app.command("approve")
+def approve(
+    run_id: str,
+    request_id: str,
+    db: DbOpt = DEFAULT_DB,
+    by: ByOpt = os.environ.get("USER", "operator"),
+    comment: Annotated[str | None, typer.Option()] = None,
+    role: RoleOpt = None,
+    tenant: TenantOpt = None,
+    digest: DigestOpt = None,
+    no_drive: NoDriveOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve a pending request and resume the run to its next stop."""
+    from stateward.cli.answers import AnswerChecks, answer
+
+    checks = AnswerChecks(role or [], tenant, digest, not no_drive)
+    answer("approved", run_id, request_id, db, by, comment, as_json, checks)
+
+
+@app.command("reject")
+def reject(
+    run_id: str,
+    request_id: str,
+    db: DbOpt = DEFAULT_DB,
+    by: ByOpt = os.environ.get("USER", "operator"),
+    comment: Annotated[str | None, typer.Option()] = None,
+    role: RoleOpt = None,
+    tenant: TenantOpt = None,
+    digest: DigestOpt = None,
+    no_drive: NoDriveOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reject a pending request (with a comment) and resume the run to its next stop."""
+    from stateward.cli.answers import AnswerChecks, answer
+
+    checks = AnswerChecks(role or [], tenant, digest, not no_drive)
+    answer("rejected", run_id, request_id, db, by, comment, as_json, checks)
+
+
+@app.command("reply")
+def reply(
+    run_id: str,
+    request_id: str,
+    text: Annotated[str, typer.Option("--text")],
+    db: DbOpt = DEFAULT_DB,
+    by: ByOpt = os.environ.get("USER", "operator"),
+    role: RoleOpt = None,
+    tenant: TenantOpt = None,
+    no_drive: NoDriveOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a question with text and resume the run to its next stop."""
+    from stateward.cli.answers import AnswerChecks, answer
+
+    answer("replied", run_id, request_id, db, by, text, as_json, AnswerChecks(role or [], tenant, None, not no_drive))
+
+
+# -- lifecycle ------------------------------------------------------------------------------------
+def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> None:
+    from stateward.runtime.summary import run_summary
+
+    with reported_errors(as_json):
+        runtime = _runtime(db)
+        if action == "pause":
+            state = runtime.pause(run_id)
+        elif action == "resume":
+            state = runtime.resume(run_id, by=by)
+        else:
+            state = runtime.cancel(run_id, by=by)
+        summary = run_summary(runtime.store, state)
+        summary["control"] = runtime.store.get_control(run_id)
+    if as_json:
+        emit_json(summary)
+    else:
+        print_summary(summary)
+
+
+@app.command("pause")
+def pause(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
+    """RUNNING -> PAUSING -> PAUSED with a checkpoint (at the driving worker's next step)."""
+    _lifecycle("pause", run_id, db, as_json, "operator")
+
+
+@app.command("resume")
+def resume(
+    run_id: str, db: DbOpt = DEFAULT_DB, by: ByOpt = os.environ.get("USER", "operator"), as_json: JsonOpt = False
+) -> None:
+    """Resume a PAUSED run from its checkpoint, reconciling side effects left in flight."""
+    _lifecycle("resume", run_id, db, as_json, by)
+
+
+@app.command("cancel")
+def cancel(
+    run_id: str, db: DbOpt = DEFAULT_DB, by: ByOpt = os.environ.get("USER", "operator"), as_json: JsonOpt = False
+) -> None:
+    """Cancel any non-terminal run; its open requests close and later answers are refused."""
+    _lifecycle("cancel", run_id, db, as_json, by)
+
+
+@app.command("worker")
+def worker(
+    db: DbOpt = DEFAULT_DB,
+    concurrency: Annotated[int, typer.Option(min=1, help="Runs driven at once by this process.")] = 1,
+    lease_ttl: Annotated[float, typer.Option(help="Lease TTL in seconds (>= 3 x heartbeat).")] = 30.0,
+    heartbeat: Annotated[float, typer.Option(help="Lease renewal interval in seconds.")] = 10.0,
+    idle_exit: Annotated[float | None, typer.Option(help="Exit after this many idle seconds.")] = None,
+) -> None:
+    """Claim runnable runs and drive them; SIGTERM finishes the current step and releases leases."""
+    import signal
+
+    from stateward.runtime.leases import LeasePolicy
+    from stateward.runtime.runtime import Runtime
+    from stateward.runtime.worker import Worker
+
+    with reported_errors(False):
+        runtime = Runtime.open(db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat))
+        w = Worker(runtime, concurrency=concurrency)
+    signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: w.stop.set())
+    typer.echo(f"worker {runtime.owner}: {concurrency} slot(s) on {db}", err=True)
+    stats = w.run(idle_exit_s=idle_exit)
+    runtime.close()
+    typer.echo(
+        f"worker stopped: claimed={stats.claimed} stale_leases={stats.stale_leases} errors={stats.errors}", err=True
+    )
+
+
+@app.command("chaos")
+def chaos(
+    db: DbOpt = DEFAULT_DB,
+    runs: Annotated[int, typer.Option(min=1, help="Runs to drive through the storm.")] = 20,
+    kills: Annotated[int, typer.Option(min=0, help="Process kills to deliver (SIGKILL).")] = 100,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes kept alive.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of every random choice (reproducible).")] = 1,
+    max_seconds: Annotated[float, typer.Option(min=1, help="Give up after this long.")] = 600.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Kill, pause and restart workers while agents run; print what broke (every count must be 0)."""
+    from stateward.chaos.harness import ChaosConfig, Harness
+
+    with reported_errors(as_json):
+        report = Harness(
+            ChaosConfig(db=db, runs=runs, kills=kills, workers=workers, seed=seed, max_seconds=max_seconds)
+        ).run()
+    if as_json:
+        emit_json(report)
+    else:
+        for key, value in report.items():
+            typer.echo(f"{key:28s} {value}")
+    failures = [
+        k
+        for k in (
+            "lost_runs",
+            "duplicate_side_effects",
+            "double_executions",
+            "stale_writes_accepted",
+            "illegal_transitions",
+            "budget_resets",
+            "mismatched_final_states",
+        )
+        if report[k]
+    ]
+    if failures or report["finished_or_waiting_ratio"] < 0.95:
+        raise typer.Exit(1)
+
+
+@requests_app.command("expire")
+def requests_expire(db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
+    """Apply each agent's expiry policy (fail / cancel / escalate) to expired requests."""
+    with reported_errors(as_json):
+        expired = _runtime(db).expire_requests()
+    if as_json:
+        emit_json({"expired": expired})
+    else:
+        typer.echo(f"expired: {', '.join(expired) or 'none'}")
+
+
+def run() -> None:
+    """Run the Typer app on ``sys.argv``, mounting only the lazy group the command line names."""
+    import sys
+
+    first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    _mount({first} if first in LAZY_GROUPS else set() if first is not None else set(LAZY_GROUPS))
+    app()
