@@ -7,6 +7,7 @@ superseded lease owner, racing writers, and claimers on several connections at o
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -188,6 +189,19 @@ def test_events_carry_the_fencing_token_that_wrote_them(store: Store) -> None:
     lease = store.acquire_lease(RUN, "w1", ttl_s=30)
     step(store, lease=lease)
     assert [e.lease_version for e in store.read_events(RUN)] == [0, 0, lease.version]
+
+
+def test_the_events_relation_shows_one_row_per_event(store: Store, backend: Backend) -> None:
+    """What a person sees with the database's own shell: one row per event, in order, as read_events."""
+    start(store)
+    start(store, "run_other")
+    step(store, events=3)
+    step(store, "run_other", events=2)
+    step(store, events=1)
+    rows = backend.query("SELECT seq, type, payload FROM events WHERE run_id=? ORDER BY seq", RUN)
+    expected = [(e.seq, e.type.value, e.payload) for e in store.read_events(RUN)]
+    assert [(seq, kind, json.loads(payload)) for seq, kind, payload in rows] == expected
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 5]
 
 
 def test_events_of_an_unknown_run_are_empty(store: Store) -> None:

@@ -20,16 +20,24 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             created_at TEXT NOT NULL,
             updated_at REAL NOT NULL)""",
         "CREATE INDEX runs_by_status ON runs(status)",
-        # Events are clustered by (run_key, seq): run_key grows with creation, so the runs being driven
-        # (the newest) append at the right edge of the B-tree, and an integer key keeps every row small.
-        """CREATE TABLE events (
+        # The events one transaction appends are one row: seq is the batch's last event, the batch holds
+        # events seq - count + 1 .. seq as a JSON array of [type, payload] (Temporal keeps its history
+        # the same way, a batch per task). Rows are clustered by (run_key, seq): run_key grows with
+        # creation, so the runs being driven (the newest) append at the right edge of the B-tree.
+        """CREATE TABLE event_batches (
             run_key INTEGER NOT NULL,
             seq INTEGER NOT NULL,
-            type TEXT NOT NULL,
-            payload TEXT NOT NULL,
+            count INTEGER NOT NULL CHECK (count > 0),
+            events TEXT NOT NULL,
             lease_version INTEGER NOT NULL DEFAULT 0,
             at INTEGER NOT NULL,
             PRIMARY KEY (run_key, seq)) WITHOUT ROWID""",
+        # One row per event, for people reading the file with the sqlite3 shell.
+        """CREATE VIEW events AS
+            SELECT r.run_id AS run_id, b.seq - b.count + 1 + e.key AS seq,
+                   json_extract(e.value, '$[0]') AS type, json_extract(e.value, '$[1]') AS payload,
+                   b.lease_version AS lease_version, b.at AS at
+            FROM event_batches AS b JOIN runs AS r USING (run_key), json_each(b.events) AS e""",
         """CREATE TABLE pending_requests (
             run_id TEXT NOT NULL,
             request_id TEXT NOT NULL,

@@ -8,6 +8,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -41,29 +42,27 @@ def _step_updates(fenced: bool, clear_control: bool) -> tuple[str, str]:
     control = ", control=NULL" if clear_control else ""
     return (
         f"UPDATE runs SET terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
-        f" WHERE run_id=? AND last_seq=? AND status=?{fence}",
+        f" WHERE run_key=? AND last_seq=? AND status=?{fence}",
         f"UPDATE runs SET status=?, terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
-        f" WHERE run_id=? AND last_seq=?{fence}",
+        f" WHERE run_key=? AND last_seq=?{fence}",
     )
 
 
 _STEP_UPDATES = {(fenced, clear): _step_updates(fenced, clear) for fenced in (False, True) for clear in (False, True)}
-_EVENT_COLUMNS = "INSERT INTO events(run_key, seq, type, payload, lease_version, at) VALUES "
-_EVENT_INSERTS = {n: _EVENT_COLUMNS + ",".join(["(?,?,?,?,?,?)"] * n) for n in range(1, 9)}
+_INSERT_BATCH = "INSERT INTO event_batches(run_key, seq, count, events, lease_version, at) VALUES (?,?,?,?,?,?)"
 
 
 def _insert_events(
-    db: sqlite3.Cursor, run_key: int, after_seq: int, events: list[NewEvent], lease_version: int, at: int
+    db: sqlite3.Connection | sqlite3.Cursor,
+    run_key: int,
+    after_seq: int,
+    events: list[NewEvent],
+    lease_version: int,
+    at: int,
 ) -> None:
-    """One statement for a step's events (a step appends one to three), one row per event."""
-    params: list[Any] = []
-    for seq, ev in enumerate(events, start=after_seq + 1):
-        params += (run_key, seq, ev.type.value, compact_json(ev.payload), lease_version, at)
-    sql = _EVENT_INSERTS.get(len(events))
-    if sql is None:
-        db.executemany(_EVENT_COLUMNS + "(?,?,?,?,?,?)", [params[i : i + 6] for i in range(0, len(params), 6)])
-    else:
-        db.execute(sql, params)
+    """A step's events (one to three, usually) as one row: one cell, one serializer call."""
+    batch = compact_json([(ev.type.value, ev.payload) for ev in events])
+    db.execute(_INSERT_BATCH, (run_key, after_seq + len(events), len(events), batch, lease_version, at))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -95,13 +94,16 @@ class WalCheckpointer:
         self._interval = interval_s
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
+        _CHECKPOINTERS.add(self)
 
     def note_commit(self) -> None:
-        if self._thread is None or self._pid != os.getpid():
-            self._pid = os.getpid()
+        if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="stateward-wal-checkpoint", daemon=True)
             self._thread.start()
+
+    def forget_thread(self) -> None:
+        """In a forked child the thread does not exist: the next commit starts the child's own."""
+        self._thread = None
 
     def _wal_size(self) -> int:
         try:
@@ -121,8 +123,19 @@ class WalCheckpointer:
 
     def stop(self) -> None:
         self._stopped.set()
-        if self._thread is not None and self._pid == os.getpid():
+        if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+_CHECKPOINTERS: weakref.WeakSet[WalCheckpointer] = weakref.WeakSet()
+
+
+def _forget_threads_after_fork() -> None:
+    for checkpointer in list(_CHECKPOINTERS):
+        checkpointer.forget_thread()
+
+
+os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
 class SQLiteStore:
@@ -160,6 +173,7 @@ class SQLiteStore:
                 raise
             else:
                 self._db.execute("COMMIT")
+                self._checkpointer.note_commit()
 
     def _enable_wal(self) -> None:
         """Switching a new file to WAL needs a moment of exclusive access, for which SQLite does not
@@ -275,14 +289,14 @@ class SQLiteStore:
             cur = self._step_cursor  # reused: a new cursor per statement costs more than the statement
             cur.execute("BEGIN IMMEDIATE")
             try:
+                key = self._run_key(cur, run_id)
                 # Most steps leave the status alone: keep it out of the SET list so its index is not rewritten.
-                cur.execute(same_status, (reason, snapshot, new_seq, now, run_id, expected_seq, status, *fence))
+                cur.execute(same_status, (reason, snapshot, new_seq, now, key, expected_seq, status, *fence))
                 if cur.rowcount != 1:
-                    cur.execute(any_status, (status, reason, snapshot, new_seq, now, run_id, expected_seq, *fence))
+                    cur.execute(any_status, (status, reason, snapshot, new_seq, now, key, expected_seq, *fence))
                     if cur.rowcount != 1:
                         raise self._why_not_written(self._db, run_id, expected_seq, lease)
                 if events:
-                    key = self._run_key(cur, run_id)
                     _insert_events(cur, key, expected_seq, events, lease_version, int(now * 1_000_000))
                 if write.has_contents:
                     self._write_contents(self._db, run_id, expected_seq, new_seq, write, snapshot, _now())
@@ -464,39 +478,32 @@ class SQLiteStore:
         self, db: sqlite3.Connection, run_id: str, after_seq: int, events: list[NewEvent], now: str, lease_version: int
     ) -> list[Event]:
         at = datetime.fromisoformat(now)
-        micros = _micros(at)
-        key = self._run_key(db, run_id)
-        rows = [
-            (key, after_seq + i, ev.type.value, compact_json(ev.payload), lease_version, micros)
-            for i, ev in enumerate(events, start=1)
-        ]
-        db.executemany(_EVENT_COLUMNS + "(?,?,?,?,?,?)", rows)
+        if events:
+            _insert_events(db, self._run_key(db, run_id), after_seq, events, lease_version, _micros(at))
         # Built from values that were just validated on their way in: no need to validate them again.
         return [
             Event.model_construct(
-                run_id=run_id, seq=row[1], type=ev.type, payload=ev.payload, lease_version=lease_version, at=at
+                run_id=run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=lease_version, at=at
             )
-            for row, ev in zip(rows, events, strict=True)
+            for seq, ev in enumerate(events, start=after_seq + 1)
         ]
 
     def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, type, payload, lease_version, at FROM events"
+                "SELECT seq, count, events, lease_version, at FROM event_batches"
                 " WHERE run_key=(SELECT run_key FROM runs WHERE run_id=?) AND seq>? ORDER BY seq",
                 (run_id, after_seq),
             ).fetchall()
-        return [
-            Event(
-                run_id=run_id,
-                seq=seq,
-                type=EventType(kind),
-                payload=json.loads(payload),
-                lease_version=lease,
-                at=_from_micros(at),
-            )
-            for seq, kind, payload, lease, at in rows
-        ]
+        out = []
+        for last, count, batch, lease, micros in rows:
+            at = _from_micros(micros)
+            for seq, (kind, payload) in enumerate(json.loads(batch), start=last - count + 1):
+                if seq > after_seq:  # the first batch may begin before the events asked for
+                    out.append(
+                        Event(run_id=run_id, seq=seq, type=EventType(kind), payload=payload, lease_version=lease, at=at)
+                    )
+        return out
 
     def list_runs(self, limit: int = 100) -> list[RunRow]:
         with self._lock:
