@@ -17,6 +17,7 @@ import cProfile
 import pstats
 import sqlite3
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,8 @@ PLAN = {"FULL": (150, 2), "NORMAL": (20, 100)}
 WARMUP = 30
 N_WRITES = 500
 PROFILED_STEPS = 3000
+IDLE_S = 150e-6  # about one fsync on the machines measured here
+IDLE_COMMITS = 1000
 WAL_PROBE_STEPS = 20
 
 
@@ -171,6 +174,30 @@ def component_costs(writes: list[StepWrite]) -> dict[str, float]:
     }
 
 
+def after_idle(tmp: Path, writes: list[StepWrite], size: int) -> dict[str, float]:
+    """NORMAL commits that each follow an idle gap as long as a FULL commit's fsync (median µs).
+
+    At FULL the step's commit costs what the bare commit costs; what it adds is CPU work before the
+    commit, and a CPU that has just waited on an fsync runs that work slower than a busy one. Idling
+    the same time at NORMAL, with no fsync at all, shows how much of the FULL overhead that is.
+    """
+    warm = warm_store(tmp / "idle-store.db")
+    store = StepDriver(tmp / "idle-store.db", "NORMAL", writes)
+    bare = BareInsert(tmp / "idle-bare.db", "NORMAL", size)
+    samples: dict[str, list[int]] = {"commit_step": [], "bare": []}
+    try:
+        bare.warm()
+        for _ in range(IDLE_COMMITS):
+            for name, step in (("commit_step", store.step), ("bare", bare.step)):
+                time.sleep(IDLE_S)
+                samples[name] += time_calls(step, 1)
+    finally:
+        for closable in (store, bare, warm):
+            closable.close()
+    step_us, bare_us = median_us(samples["commit_step"]), median_us(samples["bare"])
+    return {"commit_step_us": step_us, "bare_us": bare_us, "overhead_us": round(step_us - bare_us, 1)}
+
+
 def no_event_cost(tmp: Path) -> float:
     """Median µs of commit_step with the same snapshot and no events: what the 3 event rows add."""
     writes = [StepWrite(state=run_state(i)) for i in range(N_WRITES)]
@@ -203,6 +230,7 @@ def main() -> None:
         frames = wal_frames_per_commit(tmp, writes, size)
         profile = profile_breakdown(tmp, writes, normal["commit_step_median_us"])
         no_events_us = no_event_cost(tmp)
+        idle = after_idle(tmp, single, single_size)
     components = component_costs(writes)
     targets = [
         Target(f"1-event step / bare commit, {m['mode']}", m["ratio_median"], TARGETS[m["mode"]]) for m in one_event
@@ -220,6 +248,11 @@ def main() -> None:
         "one_event_modes": one_event,
         "wal_pages_per_commit": {k: round(v, 2) for k, v in frames.items()},
         "normal_commit_step_no_events_us": round(no_events_us, 1),
+        "overhead_us": {
+            "FULL": round(one_event[0]["commit_step_median_us"] - one_event[0]["bare_median_us"], 1),
+            "NORMAL": round(one_event[1]["commit_step_median_us"] - one_event[1]["bare_median_us"], 1),
+            "NORMAL after an idle gap": idle["overhead_us"],
+        },
         "profile_normal": profile,
         "components_us": {k: round(v, 1) for k, v in components.items()},
         "targets": [t.as_dict() for t in targets],
@@ -257,6 +290,8 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
         ["NORMAL commit_step, 3 events (µs)", f"{normal['commit_step_median_us']}"],
         *[[k + " (µs)", v] for k, v in result["components_us"].items()],
     ]
+    over = result["overhead_us"]
+    idle_rows = [[f"1-event step - bare commit, {k} (µs)", v] for k, v in over.items()]
     prof = result["profile_normal"]
     prof_rows = [[k, f"{prof['share'][k] * 100:.0f}%", prof["est_us"][k]] for k in prof["share"]]
     return [
@@ -264,6 +299,11 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
         table("one event per step (the issue's definition): median µs per commit", cols, one_rows),
         table("three events per step (a real tool step): median µs per commit", cols, rows),
         table("where the NORMAL step goes", ("measure", "value"), detail),
+        table(
+            f"what FULL adds: the same CPU work runs slower after a {IDLE_S * 1e6:.0f} µs wait (fsync or sleep)",
+            ("measure", "value"),
+            idle_rows,
+        ),
         table("cProfile self time of commit_step at NORMAL, scaled to its median", ("part", "share", "~µs"), prof_rows),
         targets_table(targets),
     ]
