@@ -43,6 +43,7 @@ from benchkit import (
     warm_store,
     write_bytes,
 )
+from stateward.core.canonical import compact_json
 from stateward.store.records import StepWrite
 
 TARGETS = {"FULL": 1.3, "NORMAL": 3.0}
@@ -53,6 +54,7 @@ N_WRITES = 500
 PROFILED_STEPS = 3000
 IDLE_S = 150e-6  # about one fsync on the machines measured here
 IDLE_COMMITS = 1000
+RAW_RUN_ID = "run_raw_floor00000"
 WAL_PROBE_STEPS = 20
 
 
@@ -174,6 +176,65 @@ def component_costs(writes: list[StepWrite]) -> dict[str, float]:
     }
 
 
+class RawStep:
+    """The step's two writes issued directly, values serialized beforehand: the floor under commit_step.
+
+    Same file layout (a store creates it), same statements and parameters as the store's common step,
+    without the store: no serialization, no Python around the SQL. What commit_step costs above this
+    is its own work; what this costs above the bare commit is SQLite's (two rows, two pages).
+    """
+
+    def __init__(self, path: Path, synchronous: str, writes: list[StepWrite]):
+        driver = StepDriver(path, "NORMAL", writes, RAW_RUN_ID)
+        self.seq = driver.seq
+        driver.close()
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute(f"PRAGMA synchronous={synchronous}")
+        self.cur = self.db.cursor()
+        self.key = self.db.execute("SELECT run_key FROM runs WHERE run_id=?", (RAW_RUN_ID,)).fetchone()[0]
+        self.snapshots = [w.state.model_dump_json() for w in writes]
+        self.batches = [compact_json([(e.type.value, e.payload) for e in w.events]) for w in writes]
+        self.counts = [len(w.events) for w in writes]
+        self.index = 0
+
+    def step(self) -> None:
+        i, cur = self.index % len(self.snapshots), self.cur
+        now, seq, new_seq = time.time(), self.seq, self.seq + self.counts[i]
+        cur.execute("BEGIN IMMEDIATE")
+        cur.execute(
+            "UPDATE runs SET terminal_reason=?, snapshot=?, last_seq=?, updated_at=?"
+            " WHERE run_key=? AND last_seq=? AND status=? AND (lease_owner IS NULL OR lease_expires_at<?)",
+            (None, self.snapshots[i], new_seq, now, self.key, seq, "RUNNING", now),
+        )
+        cur.execute(
+            "INSERT INTO event_batches(run_key, seq, count, events, lease_version, at) VALUES (?,?,?,?,?,?)",
+            (self.key, new_seq, self.counts[i], self.batches[i], 0, int(now * 1e6)),
+        )
+        cur.execute("COMMIT")
+        self.seq, self.index = new_seq, self.index + 1
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def raw_floor(tmp: Path, mode: str, writes: list[StepWrite], size: int) -> dict[str, float]:
+    """Median µs of commit_step, of the same writes in raw SQL, and of the bare commit (interleaved)."""
+    warm = warm_store(tmp / f"floor-{mode}.db")
+    store = StepDriver(tmp / f"floor-{mode}.db", mode, writes)
+    raw = RawStep(tmp / f"floor-{mode}.db", mode, writes)
+    bare = BareInsert(tmp / f"floor-bare-{mode}.db", mode, size)
+    try:
+        bare.warm()
+        for step in (store.step, raw.step, bare.step):
+            time_calls(step, WARMUP)
+        rounds, per_round = PLAN[mode]
+        samples = interleaved({"commit_step": store.step, "raw": raw.step, "bare": bare.step}, rounds, per_round)
+    finally:
+        for closable in (store, raw, bare, warm):
+            closable.close()
+    return {name: round(median_us(values), 1) for name, values in samples.items()}
+
+
 def after_idle(tmp: Path, writes: list[StepWrite], size: int) -> dict[str, float]:
     """NORMAL commits that each follow an idle gap as long as a FULL commit's fsync (median µs).
 
@@ -231,6 +292,7 @@ def main() -> None:
         profile = profile_breakdown(tmp, writes, normal["commit_step_median_us"])
         no_events_us = no_event_cost(tmp)
         idle = after_idle(tmp, single, single_size)
+        floors = {mode: raw_floor(tmp, mode, single, single_size) for mode in ("FULL", "NORMAL")}
     components = component_costs(writes)
     targets = [
         Target(f"1-event step / bare commit, {m['mode']}", m["ratio_median"], TARGETS[m["mode"]]) for m in one_event
@@ -248,6 +310,7 @@ def main() -> None:
         "one_event_modes": one_event,
         "wal_pages_per_commit": {k: round(v, 2) for k, v in frames.items()},
         "normal_commit_step_no_events_us": round(no_events_us, 1),
+        "raw_sql_floor_us": floors,
         "overhead_us": {
             "FULL": round(one_event[0]["commit_step_median_us"] - one_event[0]["bare_median_us"], 1),
             "NORMAL": round(one_event[1]["commit_step_median_us"] - one_event[1]["bare_median_us"], 1),
@@ -258,6 +321,10 @@ def main() -> None:
         "targets": [t.as_dict() for t in targets],
     }
     emit(args.json, result, _tables(result, targets))
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.2f}x"
 
 
 def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
@@ -290,6 +357,10 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
         ["NORMAL commit_step, 3 events (µs)", f"{normal['commit_step_median_us']}"],
         *[[k + " (µs)", v] for k, v in result["components_us"].items()],
     ]
+    floor_rows = [
+        [mode, f["commit_step"], f["raw"], f["bare"], _x(f["raw"] / f["bare"]), _x(f["commit_step"] / f["bare"])]
+        for mode, f in result["raw_sql_floor_us"].items()
+    ]
     over = result["overhead_us"]
     idle_rows = [[f"1-event step - bare commit, {k} (µs)", v] for k, v in over.items()]
     prof = result["profile_normal"]
@@ -299,6 +370,11 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
         table("one event per step (the issue's definition): median µs per commit", cols, one_rows),
         table("three events per step (a real tool step): median µs per commit", cols, rows),
         table("where the NORMAL step goes", ("measure", "value"), detail),
+        table(
+            "the floor: the same two writes in raw SQL, values serialized beforehand (1-event step, median µs)",
+            ("mode", "commit_step", "raw SQL", "bare", "raw / bare", "commit_step / bare"),
+            floor_rows,
+        ),
         table(
             f"what FULL adds: the same CPU work runs slower after a {IDLE_S * 1e6:.0f} µs wait (fsync or sleep)",
             ("measure", "value"),
