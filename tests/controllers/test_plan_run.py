@@ -101,7 +101,10 @@ def publish_guard(work_item: Any, memo: Any) -> GuardedAction:
 
 
 def make_agent(
-    plan: dict[str, Any], worker: Callable[[ModelRequest], Any] = worker_policy, budget: BudgetLimits | None = None
+    plan: dict[str, Any],
+    worker: Callable[[ModelRequest], Any] = worker_policy,
+    budget: BudgetLimits | None = None,
+    goal: GoalContract = GOAL,
 ) -> Agent:
     @tool(description="Search the notes.")
     def search(query: str) -> dict[str, Any]:
@@ -113,7 +116,7 @@ def make_agent(
         return {"published": ref}
 
     config = PlanRunConfig(
-        goal=GOAL,
+        goal=goal,
         budget=budget or BudgetLimits(max_reflections_per_artifact=1),
         deliverable="summary",
         verifier=two_sections,
@@ -156,6 +159,65 @@ def test_plan_runs_to_completion_with_one_repair_and_a_bound_approval(runtime: R
     assert done.state.artifacts["receipt"] == 1
     ledger = done.state.memo["ledger"]
     assert ledger["reflections"] == {"summary": 1} and ledger["reserved"] == {}
+
+
+def _goal_with(constraint: dict[str, Any], soft: bool = False) -> GoalContract:
+    return GoalContract.model_validate(
+        {**GOAL.model_dump(), ("soft_constraints" if soft else "hard_constraints"): [constraint]}
+    )
+
+
+def test_a_hard_constraint_stops_the_run_at_the_first_decision_it_no_longer_holds(runtime: Runtime) -> None:
+    limit = {"constraint_id": "two-calls", "description": "at most 2 tool calls"}
+    goal = _goal_with({**limit, "predicate": {"kind": "max_tool_calls", "value": 2}})
+    state = runtime.start(make_agent(THREE_ITEMS, goal=goal), GOAL.objective)
+    assert state.status is RunStatus.FAILED and state.terminal_reason == "hard_constraint_violated"
+    assert state.usage.tool_attempts == 3  # judged on the record, before the next decision: nothing ran after it
+    (verdict,) = events(runtime, state.run_id, EventType.TERMINATION_RECORDED)
+    assert verdict["constraint_ids"] == ["two-calls"] and verdict["decision"] == "FAIL"
+
+
+def test_a_hard_constraint_can_hand_the_run_to_a_person_instead(runtime: Runtime) -> None:
+    goal = _goal_with(
+        {
+            "constraint_id": "two-calls",
+            "description": "at most 2 tool calls",
+            "predicate": {"kind": "max_tool_calls", "value": 2},
+            "on_violation": "HANDOFF",
+        }
+    )
+    state = runtime.start(make_agent(THREE_ITEMS, goal=goal), GOAL.objective)
+    assert state.status is RunStatus.WAITING_FOR_USER and state.pending is not None
+    (handoff,) = events(runtime, state.run_id, EventType.HANDOFF_RECORDED)
+    assert handoff["reason_code"] == "HARD_CONSTRAINT_VIOLATED" and "two-calls" in handoff["reason"]
+    assert state.usage.tool_attempts == 3
+    # Continuing is not offered: nobody at a handoff can authorise past a hard constraint of the goal.
+    assert set(state.pending.options) == {"accept_partial", "cancel"}
+    with pytest.raises(RequestRefusedError):
+        runtime.reply(state.run_id, state.pending.request_id, by="ops", text="continue_authorized")
+    ended = runtime.reply(state.run_id, state.pending.request_id, by="ops", text="accept_partial")
+    assert ended.state.status is RunStatus.PARTIALLY_COMPLETED
+    trace = runtime.store.read_events(state.run_id)
+    answered = next(e.seq for e in trace if e.type is EventType.HANDOFF_ANSWERED)
+    attempts = [e for e in trace if e.type is EventType.TOOL_ATTEMPTED and e.seq > answered]
+    after = [e.payload["observation"]["action"] for e in attempts]
+    assert after == ["record_partial_delivery"]  # only the delivery record itself: no more work
+
+
+def test_a_soft_constraint_deviation_is_recorded_once_and_the_run_goes_on(runtime: Runtime) -> None:
+    goal = _goal_with(
+        {
+            "constraint_id": "frugal",
+            "description": "prefer at most 1 model call",
+            "predicate": {"kind": "max_model_calls", "value": 1},
+        },
+        soft=True,
+    )
+    state = runtime.start(make_agent(THREE_ITEMS, goal=goal), GOAL.objective)
+    assert state.status is RunStatus.WAITING_FOR_USER  # the same stop as without the constraint
+    (deviation,) = events(runtime, state.run_id, EventType.CONSTRAINT_DEVIATION_RECORDED)
+    assert deviation["constraint_id"] == "frugal" and deviation["hard"] is False
+    assert deviation["effect"] == "RECORD" and deviation["facts"]["model_calls"] == 2
 
 
 def test_model_saying_done_never_completes_an_item(runtime: Runtime) -> None:

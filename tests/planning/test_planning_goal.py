@@ -17,6 +17,7 @@ from stateward.planning import (
     load_goal,
     read_goal_file,
 )
+from stateward.planning.goal import evaluate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plans"
 
@@ -62,6 +63,15 @@ GOAL = load_goal(
 
 def test_no_violations_within_limits() -> None:
     assert check_constraints(GOAL, RunFacts(tool_calls=40, model_calls=10)) == []
+
+
+def test_a_deadline_no_clock_measured_is_neither_kept_nor_missed() -> None:
+    goal = load_goal({**GOAL.model_dump(mode="json"), "hard_constraints": [constraint("t", "max_elapsed_seconds", 60)]})
+    deadline = goal.hard_constraints[0].predicate
+    assert evaluate(deadline, RunFacts()) is None  # unmeasured, not "kept"
+    assert check_constraints(goal, RunFacts()) == []
+    assert evaluate(deadline, RunFacts(elapsed_seconds=60)) is True
+    assert [v.constraint_id for v in check_constraints(goal, RunFacts(elapsed_seconds=61))] == ["t"]
 
 
 def test_hard_violation_blocks_or_hands_off_soft_is_recorded() -> None:

@@ -45,6 +45,7 @@ from stateward.planning.budget import BudgetAmount, BudgetError, BudgetLedger, B
 from stateward.planning.delivery import (
     AttemptSummary,
     Confidence,
+    DecisionOption,
     DeliveryFacts,
     FindingRisk,
     HandoffPackage,
@@ -53,7 +54,7 @@ from stateward.planning.delivery import (
     choose_rung,
     standard_options,
 )
-from stateward.planning.goal import GoalContract
+from stateward.planning.goal import GoalContract, RunFacts, check_constraints
 from stateward.planning.patch import (
     AttemptFact,
     AttemptOutcome,
@@ -70,6 +71,7 @@ from stateward.planning.readiness import ReadinessContract, evaluate_readiness, 
 from stateward.planning.termination import (
     FailureFact,
     TerminationDecision,
+    TerminationReason,
     TerminationSnapshot,
 )
 from stateward.planning.termination import evaluate as evaluate_termination
@@ -117,6 +119,7 @@ class PlanRunMemo(BaseModel):
     delivery: str | None = None  # "accepted" | "partial"
     research_steps: int = 0
     handoff_request: str | None = None
+    deviations: list[str] = Field(default_factory=list)  # soft constraints already recorded as not holding
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,8 @@ class PlanRunController:
             # A running item's own tracker bounds its local loop (NO_PROGRESS / STEP_LIMIT); counting each of
             # its steps here would read any loop longer than the stall window as a stalled plan.
             memo.history = [*memo.history[-9:], states]
+        facts = self._goal_facts(ctx, memo)
+        self._record_deviations(facts, memo, notes)
         verdict = evaluate_termination(
             TerminationSnapshot(
                 step=ctx.state.usage.steps,
@@ -184,6 +189,7 @@ class PlanRunController:
                 failures=tuple(memo.failures[-10:]),
                 state_history=tuple(memo.history),
                 goal=self.config.goal,
+                facts=facts,
                 next_estimate=self._next_estimate(memo, states),
             )
         )
@@ -338,6 +344,31 @@ class PlanRunController:
             ),
             remaining_budget=memo.ledger.remaining().to_plan_budget(),
         )
+
+    def _goal_facts(self, ctx: DecisionContext, memo: PlanRunMemo) -> RunFacts:
+        """What the goal contract is checked against: the runtime's own counters and records.
+
+        Metrics and elapsed time are left unmeasured (None): a predicate on them is neither met nor
+        violated, rather than judged on a number nobody measured.
+        """
+        usage = ctx.state.usage
+        outputs = self._outputs(memo)
+        return RunFacts(
+            tool_calls=usage.tool_attempts,
+            model_calls=usage.model_calls,
+            tokens=usage.input_tokens + usage.output_tokens,
+            capabilities_used=tuple(sorted({o.action for o in ctx.observations})),
+            artifacts=tuple(sorted({outputs[w].split(":v")[0] for w in memo.verified if w in outputs})),
+        )
+
+    def _record_deviations(self, facts: RunFacts, memo: PlanRunMemo, notes: list[NewEvent]) -> None:
+        """A soft constraint that stops holding is recorded once, with the facts it was judged on."""
+        for violation in check_constraints(self.config.goal, facts):
+            if violation.hard or violation.constraint_id in memo.deviations:
+                continue
+            memo.deviations.append(violation.constraint_id)
+            payload = {**violation.model_dump(mode="json"), "facts": facts.model_dump(mode="json")}
+            notes.append(NewEvent(type=EventType.CONSTRAINT_DEVIATION_RECORDED, payload=payload))
 
     def _next_estimate(self, memo: PlanRunMemo, states: dict[str, WorkItemState]) -> BudgetAmount | None:
         plan = memo.plan
@@ -753,7 +784,7 @@ class PlanRunController:
                 for wid, run in memo.items.items()
             ),
             evidence_refs=tuple(dict.fromkeys(e for o in ctx.observations for e in evidence_ids(o.result))),
-            options=standard_options(),
+            options=self._handoff_options(code),
             resume_point=ResumePoint(
                 checkpoint_seq=ctx.state.usage.steps,
                 work_item_id=memo.running[0] if memo.running else None,
@@ -765,6 +796,14 @@ class PlanRunController:
         notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
         decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
         return self._propose(decision, memo, notes, wait=WaitSpec(kind="handoff", options=package.option_ids))
+
+    @staticmethod
+    def _handoff_options(code: str) -> tuple[DecisionOption, ...]:
+        """No one at a handoff can authorise past a hard constraint of the goal: only ending is offered."""
+        options = standard_options()
+        if code == TerminationReason.HARD_CONSTRAINT_VIOLATED.value:
+            return tuple(o for o in options if o.option_id != "continue_authorized")
+        return options
 
     def _after_handoff(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal | None:
         """A person chose an option: it is the only way a handed-off run moves on."""

@@ -25,6 +25,7 @@ class EventType(StrEnum):
     WORK_ITEM_BLOCKED = "work_item_blocked"
     VERIFICATION_RECORDED = "verification_recorded"
     TERMINATION_RECORDED = "termination_recorded"
+    CONSTRAINT_DEVIATION_RECORDED = "constraint_deviation_recorded"
     HANDOFF_RECORDED = "handoff_recorded"
     HANDOFF_ANSWERED = "handoff_answered"
     READINESS_EVALUATED = "readiness_evaluated"

@@ -69,7 +69,7 @@ class RunFacts(_Frozen):
     tool_calls: NonNegativeInt = 0
     model_calls: NonNegativeInt = 0
     tokens: NonNegativeInt = 0
-    elapsed_seconds: NonNegativeInt = 0
+    elapsed_seconds: NonNegativeInt | None = None  # None: no clock was read, so a deadline cannot be shown
     capabilities_used: tuple[str, ...] = ()
     artifacts: tuple[str, ...] = ()
     metrics: dict[str, float] = Field(default_factory=dict)
@@ -84,7 +84,7 @@ def evaluate(predicate: Predicate, facts: RunFacts) -> bool | None:
             "max_tokens": facts.tokens,
             "max_elapsed_seconds": facts.elapsed_seconds,
         }[predicate.kind]
-        return used <= predicate.value
+        return None if used is None else used <= predicate.value
     if isinstance(predicate, CapabilityPredicate):
         return predicate.value not in facts.capabilities_used
     if isinstance(predicate, ArtifactPredicate):

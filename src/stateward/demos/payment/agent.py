@@ -133,5 +133,10 @@ def summary(store: Store, state: RunState) -> dict[str, Any]:
             "reflections": ledger.get("reflections", {}),
             "steps": state.usage.steps,
         },
+        "constraint_deviations": [
+            {"constraint_id": e.payload["constraint_id"], "message": e.payload["message"]}
+            for e in store.read_events(state.run_id)
+            if e.type is EventType.CONSTRAINT_DEVIATION_RECORDED
+        ],
         "delivery_receipt": None if receipt is None else json.loads(receipt.content),
     }
