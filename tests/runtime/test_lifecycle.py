@@ -37,6 +37,13 @@ def test_lease_ttl_must_cover_three_heartbeats() -> None:
     assert err.value.code == "INVALID_LEASE_POLICY"
 
 
+@pytest.mark.parametrize("config", [{"concurrency": 0}, {"poll_s": 0}, {"expire_every_s": -1}])
+def test_a_worker_refuses_a_configuration_it_cannot_run(runtime: Runtime, config: dict[str, Any]) -> None:
+    with pytest.raises(UserError) as err:
+        Worker(runtime, **config)
+    assert err.value.code == "INVALID_WORKER_CONFIG"
+
+
 def test_superseded_lease_holder_is_fenced(runtime: Runtime) -> None:
     state = runtime.submit(build_agent("react"), fx.GOAL)
     store = runtime.store

@@ -330,6 +330,10 @@ def worker(
     lease_ttl: Annotated[float, typer.Option(help="Lease TTL in seconds (>= 3 x heartbeat).")] = 30.0,
     heartbeat: Annotated[float, typer.Option(help="Lease renewal interval in seconds.")] = 10.0,
     idle_exit: Annotated[float | None, typer.Option(help="Exit after this many idle seconds.")] = None,
+    poll: Annotated[float, typer.Option(min=0.01, help="Seconds between looks for runnable runs when idle.")] = 0.2,
+    expire_every: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between sweeps for expired requests and due timers.")
+    ] = 5.0,
 ) -> None:
     """Claim runnable runs and drive them; SIGTERM finishes the current step and releases leases."""
     import signal
@@ -340,7 +344,7 @@ def worker(
 
     with reported_errors(False):
         runtime = Runtime.open(db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat))
-        w = Worker(runtime, concurrency=concurrency)
+        w = Worker(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every)
     signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
     signal.signal(signal.SIGINT, lambda *_: w.stop.set())
     typer.echo(f"worker {runtime.owner}: {concurrency} slot(s) on {db}", err=True)

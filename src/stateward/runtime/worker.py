@@ -43,6 +43,8 @@ class Worker:
     ):
         if concurrency < 1:
             raise UserError("concurrency must be at least 1", code="INVALID_WORKER_CONFIG")
+        if poll_s <= 0 or expire_every_s <= 0:
+            raise UserError("poll and expiry intervals must be positive", code="INVALID_WORKER_CONFIG")
         self.runtime = runtime
         self.concurrency = concurrency
         self.poll_s = poll_s
