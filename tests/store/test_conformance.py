@@ -139,6 +139,19 @@ def test_create_run_numbers_its_events_from_one(store: Store) -> None:
     assert store.read_events(RUN) == written
 
 
+def test_a_create_run_that_fails_midway_leaves_nothing_and_can_be_retried(store: Store) -> None:
+    unwritable = NewEvent(type=EventType.RUN_STARTED, payload={"not json": object()})
+    with pytest.raises(Exception):  # noqa: B017 - which exception depends on the store's JSON encoder
+        store.create_run(make_state(), [unwritable])
+    assert store.read_events(RUN) == []
+    assert code_of(lambda: store.load_run(RUN)) == "RUN_NOT_FOUND"
+    start(store, "run_other")  # another run may take the key the failed one would have had
+    start(store)
+    step(store, events=2)
+    assert [e.seq for e in store.read_events(RUN)] == [1, 2, 3]
+    assert [e.seq for e in store.read_events("run_other")] == [1]
+
+
 def test_create_run_refuses_a_taken_id_and_writes_nothing(store: Store) -> None:
     start(store)
     before = store.read_events(RUN)

@@ -214,7 +214,7 @@ class SQLiteStore:
         now = _now()
         with self._tx() as db:
             try:
-                db.execute(
+                cur = db.execute(
                     "INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, last_seq,"
                     " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
                     (
@@ -231,10 +231,13 @@ class SQLiteStore:
                 )
             except sqlite3.IntegrityError:
                 raise RunError(f"run {state.run_id} already exists", code="RUN_EXISTS") from None
-            return self._append(db, state.run_id, 0, events, now, 0)
+            # The new key is not cached: this transaction may still roll back and the key go to another run.
+            key = cur.lastrowid
+            assert key is not None
+            return self._append(db, key, state.run_id, events, now)
 
     def _run_key(self, db: sqlite3.Connection | sqlite3.Cursor, run_id: str) -> int:
-        """The run's integer key; it never changes, so each process looks it up once."""
+        """The key of a committed run never changes (runs are never deleted), so each process reads it once."""
         key = self._run_keys.get(run_id)
         if key is None:
             row = db.execute("SELECT run_key FROM runs WHERE run_id=?", (run_id,)).fetchone()
@@ -474,18 +477,16 @@ class SQLiteStore:
                 details={"run_id": run_id, "request_id": answer.request_id},
             )
 
-    def _append(
-        self, db: sqlite3.Connection, run_id: str, after_seq: int, events: list[NewEvent], now: str, lease_version: int
-    ) -> list[Event]:
+    @staticmethod
+    def _append(db: sqlite3.Connection, key: int, run_id: str, events: list[NewEvent], now: str) -> list[Event]:
+        """A new run's first events (its first batch)."""
         at = datetime.fromisoformat(now)
         if events:
-            _insert_events(db, self._run_key(db, run_id), after_seq, events, lease_version, _micros(at))
+            _insert_events(db, key, 0, events, 0, _micros(at))
         # Built from values that were just validated on their way in: no need to validate them again.
         return [
-            Event.model_construct(
-                run_id=run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=lease_version, at=at
-            )
-            for seq, ev in enumerate(events, start=after_seq + 1)
+            Event.model_construct(run_id=run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=0, at=at)
+            for seq, ev in enumerate(events, start=1)
         ]
 
     def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]:
