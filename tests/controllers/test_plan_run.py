@@ -267,6 +267,30 @@ def test_invalid_plans_are_refused_before_anything_runs(runtime: Runtime) -> Non
     assert state.status is RunStatus.FAILED and state.usage.tool_attempts == 0
 
 
+def test_a_retried_item_sees_every_observation_of_its_new_attempt(runtime: Runtime) -> None:
+    calls: list[str] = []
+
+    def stuck_then_done(req: ModelRequest) -> dict[str, Any]:
+        calls.append("call")
+        if len(calls) <= 3:  # the first attempt repeats itself until the tracker stops it (NO_PROGRESS)
+            return {"type": "EXECUTE_TOOL", "action": "search", "args": {"query": "retry storms"}}
+        content = json.dumps({"evidence": ["ev:12"]})
+        return {
+            "type": "EXECUTE_TOOL",
+            "action": "record_output",
+            "args": {"artifact_type": "findings", "content": content},
+        }
+
+    retried = item(
+        "W1", [], ["search"], "findings", retry_policy={"max_attempts": 2, "retryable_errors": ["NO_PROGRESS"]}
+    )
+    state = runtime.start(make_agent(plan_doc([retried]), worker=stuck_then_done), GOAL.objective)
+    ended = [(e["outcome"], e["error"]) for e in events(runtime, state.run_id, EventType.WORK_ITEM_ENDED)]
+    assert ended == [("FAILED", "NO_PROGRESS"), ("COMPLETED", None)]
+    assert state.status is RunStatus.COMPLETED and state.artifacts == {"findings": 1}
+    assert len(calls) == 4  # the second attempt's first observation completed it
+
+
 def test_repeated_failures_hand_off_and_a_person_chooses(runtime: Runtime) -> None:
     def failing(req: ModelRequest) -> dict[str, Any]:
         n = len(req.observations)

@@ -519,7 +519,7 @@ class PlanRunController:
             return self._deliver_partial(ctx, memo, notes, "BUDGET_EXHAUSTED", exc.message, self._states(ctx, memo))
         run = memo.items.setdefault(wid, ItemRun())
         run.attempts.append(AttemptFact(outcome=AttemptOutcome.RUNNING))
-        run.steps = []
+        run.steps, run.absorbed = [], 0  # a new attempt: none of its observations has been seen yet
         run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
         memo.running.append(wid)
         notes.append(
@@ -700,6 +700,8 @@ class PlanRunController:
             item.work_item_id, BudgetAmount(tool_calls=used_tools, model_calls=run.model_calls)
         )
         run.model_calls = 0
+        # The attempt's loop state is spent: keeping it would make every later step rewrite it.
+        run.tracker, run.steps, run.absorbed = None, [], 0
         if error == "NO_PROGRESS":
             memo.no_progress_streak += 1
         memo.running = [w for w in memo.running if w != item.work_item_id]
