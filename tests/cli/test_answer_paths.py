@@ -141,3 +141,44 @@ def test_short_path_reads_the_db_from_the_environment_and_never_imports_typer(tm
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "COMPLETED"
     assert proc.stderr.strip().endswith("LOADED=")
+
+
+def test_an_empty_db_variable_means_the_default_database_on_both_paths(tmp_path: Path) -> None:
+    run_id = _suspended_run(tmp_path / "stateward.db")  # the default name, in the working directory
+    env = {**os.environ, "STATEWARD_DB": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "stateward.cli.main", "approve", run_id, "approval_001", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["status"] == "COMPLETED"
+
+
+def test_a_reader_that_went_away_ends_the_short_path_quietly(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    run_id = _suspended_run(db)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read what the command prints
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "stateward.cli.main", "approve", run_id, "approval_001", "--db", str(db), "--json"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    # The answer was recorded and the run resumed before the output was lost.
+    again = subprocess.run(
+        [sys.executable, "-m", "stateward.cli.main", "runs", "show", run_id, "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert json.loads(again.stdout)["status"] == "COMPLETED"

@@ -374,6 +374,16 @@ def test_readiness_is_decided_by_contract_over_recorded_evidence(runtime: Runtim
     assert events(runtime, state.run_id, EventType.PLAN_RECORDED)  # planning only after the contract held
 
 
+def test_research_is_held_to_the_goals_hard_constraints_too(runtime: Runtime) -> None:
+    limit = {"constraint_id": "one-call", "description": "at most 1 tool call"}
+    goal = _goal_with({**limit, "predicate": {"kind": "max_tool_calls", "value": 1}})
+    plan = plan_doc([item("W1", [], ["search"], "findings")])
+    agent = _with_readiness(make_agent(plan, worker=_researcher(cheat=False), goal=goal))
+    state = runtime.start(agent, GOAL.objective)
+    assert state.status is RunStatus.FAILED and state.terminal_reason == "hard_constraint_violated"
+    assert state.usage.tool_attempts == 2 and events(runtime, state.run_id, EventType.PLAN_RECORDED) == []
+
+
 def test_citing_evidence_the_run_never_recorded_keeps_research_open(runtime: Runtime) -> None:
     plan = plan_doc([item("W1", [], ["search"], "findings")])
     state = runtime.start(_with_readiness(make_agent(plan, worker=_researcher(cheat=True)), 5), GOAL.objective)

@@ -65,6 +65,30 @@ def test_no_violations_within_limits() -> None:
     assert check_constraints(GOAL, RunFacts(tool_calls=40, model_calls=10)) == []
 
 
+@pytest.mark.parametrize(
+    ("slot", "entry", "named"),
+    [
+        ("hard_constraints", constraint("has-matrix", "artifact_present", "risk-matrix"), "constraint has-matrix"),
+        ("soft_constraints", constraint("has-matrix", "artifact_present", "risk-matrix"), "constraint has-matrix"),
+        (
+            "failure_criteria",
+            {"criterion_id": "slow", "description": "d", "predicate": {"kind": "max_tool_calls", "value": 9}},
+            "failure criterion slow",
+        ),
+        (
+            "failure_criteria",
+            {"criterion_id": "x", "description": "d", "predicate": {"kind": "forbidden_capability", "value": "w"}},
+            "failure criterion x",
+        ),
+    ],
+)
+def test_rules_that_cannot_be_checked_mid_run_are_refused_by_name(slot: str, entry: Any, named: str) -> None:
+    """Constraints and failure criteria are checked before every decision; these would fire at step one."""
+    with pytest.raises(InvalidGoalDocumentError) as err:
+        load_goal({**GOAL.model_dump(mode="json"), slot: [entry]})
+    assert err.value.code == "INVALID_GOAL_DOCUMENT" and named in err.value.message
+
+
 def test_a_deadline_no_clock_measured_is_neither_kept_nor_missed() -> None:
     goal = load_goal({**GOAL.model_dump(mode="json"), "hard_constraints": [constraint("t", "max_elapsed_seconds", 60)]})
     deadline = goal.hard_constraints[0].predicate

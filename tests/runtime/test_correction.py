@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stateward import RunStatus, Runtime
-from stateward.core.events import EventType
+from stateward import Agent, ControlDecision, DecisionType, RunStatus, Runtime, SignalSource, ToolRegistry
+from stateward.controllers.base import DecisionContext, Proposal
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import AgentRef
 from stateward.demos import blog_fixtures as fx
 from stateward.demos.blog import build_agent
 from stateward.models.base import ModelRequest
@@ -55,3 +57,39 @@ def test_correct_once_is_bounded(runtime: Runtime) -> None:
     state = runtime.start(agent, fx.GOAL)
     assert state.status is RunStatus.FAILED
     assert state.usage.rejected_signals == 2 and state.usage.tool_attempts == 0
+
+
+class _NotingController:
+    """First proposes an action the step does not show (refused), then finishes; every proposal
+    carries a note and a memo counter, as a controller recording its own bookkeeping does."""
+
+    mode = "test"
+
+    def decide(self, ctx: DecisionContext) -> Proposal:
+        proposal_no = ctx.state.memo.get("proposals", 0) + 1
+        if ctx.state.usage.rejected_signals == 0:
+            signal = ControlDecision(type=DecisionType.EXECUTE_TOOL, action="hidden", args={})
+        else:
+            signal = ControlDecision(type=DecisionType.FINISH, reason="done")
+        return Proposal(
+            signal=signal,
+            source=SignalSource.PLAN_STEP,
+            visible_actions=frozenset(),
+            memo={"proposals": proposal_no},
+            notes=[NewEvent(type=EventType.BRANCH_TAKEN, payload={"proposal": proposal_no})],
+        )
+
+
+def test_a_refused_proposal_keeps_neither_its_notes_nor_its_memo(runtime: Runtime) -> None:
+    agent = Agent(
+        name="noting",
+        controller=_NotingController(),
+        tools=ToolRegistry([]),
+        ref=AgentRef(factory="tests:noting"),
+        on_rejected_signal="correct_once",
+    )
+    state = runtime.start(agent, "finish after one refusal")
+    assert state.status is RunStatus.COMPLETED and state.usage.rejected_signals == 1
+    notes = [e.payload for e in runtime.store.read_events(state.run_id) if e.type is EventType.BRANCH_TAKEN]
+    # The refused proposal's note went with its memo: the accepted one is the first the run kept.
+    assert notes == [{"proposal": 1}] and state.memo == {"proposals": 1}

@@ -189,6 +189,20 @@ def test_committed_events_are_read_back_exactly(store: Store) -> None:
     assert written[0].payload == payload and written[0].type is EventType.PLAN_RECORDED
 
 
+def test_payloads_are_stored_as_json_alike_on_every_store(store: Store, backend: Backend) -> None:
+    """JSON has no NaN: non-finite floats come back as null; a date comes back as its ISO string."""
+    start(store)
+    odd = {"ratio": float("nan"), "big": float("inf"), "when": datetime(2026, 11, 30, 12, 0, tzinfo=UTC), "n": 1.5}
+    store.commit_step(
+        RUN, 1, StepWrite(state=make_state(), events=[NewEvent(type=EventType.TOOL_ATTEMPTED, payload=odd)])
+    )
+    payload = store.read_events(RUN)[-1].payload
+    assert payload["ratio"] is None and payload["big"] is None and payload["n"] == 1.5
+    assert isinstance(payload["when"], str) and payload["when"].startswith("2026-11-30T12:00:00")
+    ((raw,),) = backend.query("SELECT payload FROM events WHERE run_id=? AND seq=2", RUN)
+    assert json.loads(raw) == payload  # what the database's own tools see is the same valid JSON
+
+
 def test_read_events_after_seq_returns_the_tail(store: Store) -> None:
     start(store)
     step(store, events=4)

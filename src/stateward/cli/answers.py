@@ -79,7 +79,7 @@ def _parser(command: str) -> _StrictParser:
     parser = _StrictParser(prog=f"stateward {command}", add_help=False, allow_abbrev=False)
     parser.add_argument("run_id")
     parser.add_argument("request_id")
-    parser.add_argument("--db", default=os.environ.get("STATEWARD_DB", DEFAULT_DB))
+    parser.add_argument("--db", default=os.environ.get("STATEWARD_DB") or DEFAULT_DB)  # empty means unset, as in Typer
     parser.add_argument("--by", default=os.environ.get("USER", "operator"))
     if command == "reply":
         parser.add_argument("--text", required=True)

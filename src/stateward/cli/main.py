@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,14 +27,29 @@ def _long_lived_imports() -> Iterator[None]:
         gc.enable()
 
 
+@contextmanager
+def _ended_as_typer_ends() -> Iterator[None]:
+    """Ctrl-C and a closed pipe end the short path the way they end a Typer command: exit 1, no traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.stderr.write("Aborted!\n")
+        raise SystemExit(1) from None
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): send what is still buffered nowhere, as Python's docs advise.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
+
+
 def main() -> None:
     """Answers to pending requests take the short path; every other command goes through Typer."""
     argv = sys.argv[1:]
     if argv and argv[0] in ANSWER_COMMANDS:
         with _long_lived_imports():
             from stateward.cli.answers import run_fast
-        if run_fast(argv):
-            return
+        with _ended_as_typer_ends():
+            if run_fast(argv):
+                return
     with _long_lived_imports():
         from stateward.cli.app import run
     run()

@@ -164,6 +164,9 @@ class PlanRunController:
             else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
         )
         if memo.plan is None:
+            stopped = self._stopped_before_planning(ctx, memo)
+            if stopped is not None:
+                return stopped
             if self.config.readiness is not None and not self._ready(ctx, memo):
                 return self._research(ctx, memo)
             return self._make_plan(ctx, memo)
@@ -208,6 +211,17 @@ class PlanRunController:
                 ControlDecision(type=DecisionType.FINISH, reason=f"delivery {memo.delivery}"), memo, notes
             )
         return self._schedule(ctx, memo, notes, states)
+
+    def _stopped_before_planning(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal | None:
+        """Research spends budget too: the goal's constraints hold there as well. With no plan yet there
+        is nothing to hand over, so a broken hard constraint fails the run."""
+        verdict = evaluate_termination(
+            TerminationSnapshot(step=ctx.state.usage.steps, goal=self.config.goal, facts=self._goal_facts(ctx, memo))
+        )
+        if not verdict.stops:
+            return None
+        notes = [NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json"))]
+        return self._propose(ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes)
 
     # -- planning ---------------------------------------------------------------------------------
     def _make_plan(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:

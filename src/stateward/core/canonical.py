@@ -19,8 +19,13 @@ def canonical_json(value: Any) -> str:
 
 
 def compact_json(value: Any) -> str:
-    """How documents are stored: no whitespace, key order kept, UTF-8 kept as is (four times json.dumps' speed)."""
-    return pydantic_core.to_json(value).decode()
+    """How documents are stored: no whitespace, key order kept, UTF-8 kept as is (four times json.dumps' speed).
+
+    JSON has no NaN or infinity: they are stored as null, so every stored document stays valid JSON
+    for the database's own JSON functions. Dates, decimals, sets and bytes are written as pydantic
+    writes them in JSON mode (strings and lists).
+    """
+    return pydantic_core.to_json(value, inf_nan_mode="null").decode()
 
 
 def sha256_hex(data: str | bytes) -> str:

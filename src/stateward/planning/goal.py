@@ -168,6 +168,26 @@ class GoalContract(_Frozen):
             raise ValueError(f"duplicate constraint/criterion ids: {', '.join(dupes)}")
         return self
 
+    @model_validator(mode="after")
+    def _checkable_while_running(self) -> GoalContract:
+        """Constraints and failure criteria are checked before every decision, so each must mean
+        something at any moment: a constraint cannot ask for an artifact (nothing exists yet at the
+        start; that is a success criterion), and a failure criterion cannot be a limit or a forbidden
+        capability (those hold at the start; they are constraints)."""
+        wrong = [
+            f"constraint {c.constraint_id} asks for an artifact (a success criterion)"
+            for c in (*self.hard_constraints, *self.soft_constraints)
+            if isinstance(c.predicate, ArtifactPredicate)
+        ]
+        wrong += [
+            f"failure criterion {c.criterion_id} is a {c.predicate.kind} predicate (a constraint)"
+            for c in self.failure_criteria
+            if isinstance(c.predicate, LimitPredicate | CapabilityPredicate)
+        ]
+        if wrong:
+            raise ValueError("; ".join(wrong))
+        return self
+
     def forbidden_capabilities(self) -> frozenset[str]:
         """Capabilities a hard constraint forbids; the plan validator treats them as out of scope."""
         return frozenset(

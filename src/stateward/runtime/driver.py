@@ -176,9 +176,12 @@ class Driver:
 
     def _apply(self, run: _Run, lease: Lease, proposal: Proposal, transition: Transition) -> None:
         state = transition.state
+        # A refused proposal leaves no trace of the controller's own: its notes describe the memo it
+        # would have kept, and both go (the next decision proposes again and records them then).
+        notes = proposal.notes if transition.accepted else []
         if transition.accepted and proposal.memo is not None:
             state = state.model_copy(update={"memo": proposal.memo})
-        events = [*proposal.notes, *transition.events]
+        events = [*notes, *transition.events]
         write: dict[str, Any] = {"open_request": transition.pending}
         decision = transition.decision
         if transition.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL:

@@ -5,7 +5,7 @@ from __future__ import annotations
 SQLITE_MIGRATIONS: list[list[str]] = [
     [
         """CREATE TABLE runs (
-            run_key INTEGER PRIMARY KEY,
+            run_key INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, even after a run is deleted by hand
             run_id TEXT NOT NULL UNIQUE,
             agent TEXT NOT NULL,
             status TEXT NOT NULL,

@@ -18,7 +18,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from stateward.core.canonical import sha256_hex
+from stateward.core.canonical import compact_json, sha256_hex
 from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
@@ -37,10 +37,6 @@ from stateward.tools.ports import BreakerState, SideEffectRecord
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, PoolClosed)
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -301,7 +297,7 @@ class PostgresStore:
             with conn.cursor() as cur:
                 cur.executemany(
                     q.INSERT_EVENT,
-                    [(run_id, ev.seq, ev.type.value, _dumps(ev.payload), lease_version, at) for ev in out],
+                    [(run_id, ev.seq, ev.type.value, compact_json(ev.payload), lease_version, at) for ev in out],
                 )
         return out
 

@@ -49,6 +49,7 @@ def _step_updates(fenced: bool, clear_control: bool) -> tuple[str, str]:
 
 
 _STEP_UPDATES = {(fenced, clear): _step_updates(fenced, clear) for fenced in (False, True) for clear in (False, True)}
+_RUN_KEY_CACHE = 10_000
 _INSERT_BATCH = "INSERT INTO event_batches(run_key, seq, count, events, lease_version, at) VALUES (?,?,?,?,?,?)"
 
 
@@ -191,6 +192,7 @@ class SQLiteStore:
         # Opening an up-to-date store only reads: in WAL mode that never waits for a writer, so a
         # stalled writer elsewhere (even a SIGSTOPped one) cannot block a reader from opening.
         if self._db.execute("PRAGMA user_version").fetchone()[0] == len(SQLITE_MIGRATIONS):
+            self._check_layout()
             return
         with self._tx() as db:
             current = db.execute("PRAGMA user_version").fetchone()[0]
@@ -203,6 +205,16 @@ class SQLiteStore:
                 for statement in script:
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version={version}")
+
+    def _check_layout(self) -> None:
+        """A file written by a development build before schema 1 settled has the version but not the layout."""
+        found = self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='event_batches'").fetchone()
+        if found is None:
+            raise StoreError(
+                f"{self.path} was written by an earlier development build of stateward (no event_batches table);"
+                " open it with that build, or start a new database file",
+                code="SCHEMA_MISMATCH",
+            )
 
     def close(self) -> None:
         self._checkpointer.stop()
@@ -243,6 +255,8 @@ class SQLiteStore:
             row = db.execute("SELECT run_key FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if row is None:
                 raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+            if len(self._run_keys) >= _RUN_KEY_CACHE:  # a long-lived worker sees unboundedly many runs
+                self._run_keys.clear()
             key = self._run_keys[run_id] = int(row[0])
         return key
 
@@ -298,6 +312,7 @@ class SQLiteStore:
                 if cur.rowcount != 1:
                     cur.execute(any_status, (status, reason, snapshot, new_seq, now, key, expected_seq, *fence))
                     if cur.rowcount != 1:
+                        self._run_keys.pop(run_id, None)  # in case the run is gone: look it up afresh next time
                         raise self._why_not_written(self._db, run_id, expected_seq, lease)
                 if events:
                     _insert_events(cur, key, expected_seq, events, lease_version, int(now * 1_000_000))

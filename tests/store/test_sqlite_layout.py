@@ -1,0 +1,54 @@
+"""SQLite-only behaviour: what a file written by another build of the schema gets, and key reuse."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from stateward.core.errors import RunNotFoundError, StoreError
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import AgentRef, RunState
+from stateward.store.migrations import SQLITE_MIGRATIONS
+from stateward.store.records import StepWrite
+from stateward.store.sqlite import SQLiteStore
+
+
+def _state(run_id: str) -> RunState:
+    return RunState(run_id=run_id, agent=AgentRef(factory="tests:layout"), goal="layout")
+
+
+def test_a_file_with_the_version_but_an_older_layout_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, snapshot TEXT NOT NULL)")
+    db.execute("CREATE TABLE events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, payload TEXT NOT NULL)")
+    db.execute("INSERT INTO runs VALUES ('run_old', '{}')")
+    db.execute(f"PRAGMA user_version={len(SQLITE_MIGRATIONS)}")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError) as err:
+        SQLiteStore(path)
+    assert err.value.code == "SCHEMA_MISMATCH"
+    db = sqlite3.connect(path)  # and nothing in the file was touched
+    assert db.execute("SELECT run_id FROM runs").fetchall() == [("run_old",)]
+    db.close()
+
+
+def test_a_run_deleted_by_hand_does_not_hand_its_key_to_the_next_run(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        store.create_run(_state("run_gone"), [NewEvent(type=EventType.RUN_STARTED)])
+        store.commit_step("run_gone", 1, StepWrite(state=_state("run_gone")))  # the key is cached now
+        with sqlite3.connect(tmp_path / "runs.db") as db:  # someone cleans up with the sqlite3 shell
+            db.execute("DELETE FROM event_batches")
+            db.execute("DELETE FROM runs")
+        store.create_run(_state("run_new"), [NewEvent(type=EventType.RUN_STARTED)])
+        late = StepWrite(state=_state("run_gone"), events=[NewEvent(type=EventType.TOOL_ATTEMPTED)])
+        with pytest.raises(RunNotFoundError):  # the stale key finds no run; it never writes run_new's row
+            store.commit_step("run_gone", 1, late)
+        assert store.last_seq("run_new") == 1 and [e.seq for e in store.read_events("run_new")] == [1]
+        assert store.load_run("run_new").run_id == "run_new"
+    finally:
+        store.close()
