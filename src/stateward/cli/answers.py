@@ -14,12 +14,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import NoReturn
 
+from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_summary, reported_errors
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 
 VERDICTS = {"approve": "approved", "reject": "rejected", "reply": "replied"}
-DEFAULT_DB = "stateward.db"
 
 
 @dataclass(frozen=True)

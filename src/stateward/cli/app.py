@@ -12,6 +12,7 @@ import typer
 if TYPE_CHECKING:
     from stateward.runtime.runtime import Runtime
 
+from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
 
 app = typer.Typer(
@@ -41,7 +42,6 @@ def _mount(names: set[str]) -> None:
         app.add_typer(importlib.import_module(module).app, name=name, help=help_text)
 
 
-DEFAULT_DB = "stateward.db"
 DbOpt = Annotated[
     str, typer.Option("--db", envvar="STATEWARD_DB", help="SQLite path or postgresql:// URL (default ./stateward.db).")
 ]
