@@ -204,6 +204,19 @@ def test_a_hard_constraint_can_hand_the_run_to_a_person_instead(runtime: Runtime
     assert after == ["record_partial_delivery"]  # only the delivery record itself: no more work
 
 
+def test_a_failure_criterion_on_a_verified_artifact_fails_the_run_once_it_exists(runtime: Runtime) -> None:
+    criterion = {
+        "criterion_id": "leaked-findings",
+        "description": "the raw findings must never be produced",
+        "predicate": {"kind": "artifact_present", "value": "findings"},
+    }
+    goal = GoalContract.model_validate({**GOAL.model_dump(), "failure_criteria": [criterion]})
+    state = runtime.start(make_agent(THREE_ITEMS, goal=goal), GOAL.objective)
+    assert state.status is RunStatus.FAILED and state.terminal_reason == "goal_failure_criterion"
+    started = [e["work_item_id"] for e in events(runtime, state.run_id, EventType.WORK_ITEM_STARTED)]
+    assert started == ["W1"]  # judged as soon as W1's output was verified, before W2 began
+
+
 def test_a_soft_constraint_deviation_is_recorded_once_and_the_run_goes_on(runtime: Runtime) -> None:
     goal = _goal_with(
         {

@@ -372,7 +372,7 @@ class PlanRunController:
             model_calls=usage.model_calls,
             tokens=usage.input_tokens + usage.output_tokens,
             capabilities_used=tuple(sorted({o.action for o in ctx.observations})),
-            artifacts=tuple(sorted({outputs[w].split(":v")[0] for w in memo.verified if w in outputs})),
+            artifacts=tuple(sorted({outputs[w].rpartition(":v")[0] for w in memo.verified if w in outputs})),
         )
 
     def _record_deviations(self, facts: RunFacts, memo: PlanRunMemo, notes: list[NewEvent]) -> None:
