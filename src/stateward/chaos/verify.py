@@ -18,6 +18,27 @@ from stateward.store.base import open_store
 if TYPE_CHECKING:
     from stateward.chaos.harness import ChaosConfig
 
+# What the storm must leave at zero, and the share of runs that must end finished or waiting.
+MUST_BE_ZERO = (
+    "lost_runs",
+    "duplicate_side_effects",
+    "double_executions",
+    "stale_writes_accepted",
+    "illegal_transitions",
+    "budget_resets",
+    "mismatched_final_states",
+)
+MIN_FINISHED_OR_WAITING = 0.95
+
+
+def broken(report: dict[str, Any]) -> list[str]:
+    """The invariants a harness report breaks (empty when the storm broke nothing)."""
+    out = [k for k in MUST_BE_ZERO if report[k]]
+    if report["finished_or_waiting_ratio"] < MIN_FINISHED_OR_WAITING:
+        out.append("finished_or_waiting_ratio")
+    return out
+
+
 LEGAL_MOVES = {(before.value, after.value) for (before, _), after in TRANSITIONS.items()}
 FinalState = tuple[str, tuple[tuple[int, int], ...]]
 

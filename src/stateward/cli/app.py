@@ -367,6 +367,7 @@ def chaos(
 ) -> None:
     """Kill, pause and restart workers while agents run; print what broke (every count must be 0)."""
     from stateward.chaos.harness import ChaosConfig, Harness
+    from stateward.chaos.verify import broken
 
     with reported_errors(as_json):
         report = Harness(
@@ -377,20 +378,7 @@ def chaos(
     else:
         for key, value in report.items():
             typer.echo(f"{key:28s} {value}")
-    failures = [
-        k
-        for k in (
-            "lost_runs",
-            "duplicate_side_effects",
-            "double_executions",
-            "stale_writes_accepted",
-            "illegal_transitions",
-            "budget_resets",
-            "mismatched_final_states",
-        )
-        if report[k]
-    ]
-    if failures or report["finished_or_waiting_ratio"] < 0.95:
+    if broken(report):
         raise typer.Exit(1)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError
 from stateward.core.events import Event, NewEvent
 from stateward.core.state import RunState
 from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
@@ -99,3 +100,27 @@ def open_store(url: str) -> Store:
 def sqlite_path(url: str) -> str:
     """A plain path, or the path inside a ``sqlite:///`` URL."""
     return url.removeprefix("sqlite:///").removeprefix("sqlite://")
+
+
+GuardRow = tuple[int, str | None, int]  # the run's last_seq, lease_owner, lease_version
+
+
+def refused_write(run_id: str, expected_seq: int, lease: Lease | None, row: GuardRow | None) -> RunError:
+    """Why commit_step wrote nothing, in the precedence both stores share: a missing run, then a
+    superseded lease, then a lease someone else holds, then a writer that got there first."""
+    if row is None:
+        return RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+    last_seq, owner, version = row
+    details = {"run_id": run_id, "expected_seq": expected_seq, "lease_version": version}
+    if lease is not None and (owner != lease.owner or version != lease.version):
+        return StaleLeaseError(
+            f"lease {lease.version} of {lease.owner} on run {run_id} was superseded (now {version} of {owner})",
+            details=details,
+        )
+    if lease is None and last_seq == expected_seq:
+        return RunError(f"run {run_id} is leased by {owner}", code="LEASE_HELD", details=details)
+    return RunError(
+        f"run {run_id} changed since event {expected_seq}; reload and retry",
+        code="CONCURRENT_UPDATE",
+        details=details,
+    )

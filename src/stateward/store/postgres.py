@@ -23,6 +23,7 @@ from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, S
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
 from stateward.store import _pg_sql as q
+from stateward.store.base import refused_write
 from stateward.store.migrations import POSTGRES_MIGRATIONS
 from stateward.store.records import (
     ArtifactRecord,
@@ -256,24 +257,8 @@ class PostgresStore:
 
     @staticmethod
     def _why_not_written(conn: Conn, run_id: str, expected_seq: int, lease: Lease | None) -> RunError:
-        """The same precedence as SQLiteStore: missing run, then superseded lease, then held lease, then a race."""
         row = conn.execute(q.RUN_GUARD_ROW, (run_id,)).fetchone()
-        if row is None:
-            return RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
-        last_seq, owner, version = row
-        details = {"run_id": run_id, "expected_seq": expected_seq, "lease_version": version}
-        if lease is not None and (owner != lease.owner or version != lease.version):
-            return StaleLeaseError(
-                f"lease {lease.version} of {lease.owner} on run {run_id} was superseded (now {version} of {owner})",
-                details=details,
-            )
-        if lease is None and last_seq == expected_seq:
-            return RunError(f"run {run_id} is leased by {owner}", code="LEASE_HELD", details=details)
-        return RunError(
-            f"run {run_id} changed since event {expected_seq}; reload and retry",
-            code="CONCURRENT_UPDATE",
-            details=details,
-        )
+        return refused_write(run_id, expected_seq, lease, None if row is None else tuple(row))
 
     @staticmethod
     def _close_request(conn: Conn, run_id: str, answer: RequestAnswer) -> None:

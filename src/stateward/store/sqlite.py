@@ -19,6 +19,7 @@ from stateward.core.canonical import compact_json, sha256_hex
 from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
+from stateward.store.base import refused_write
 from stateward.store.migrations import SQLITE_MIGRATIONS
 from stateward.store.records import (
     ArtifactRecord,
@@ -374,25 +375,8 @@ class SQLiteStore:
 
     @staticmethod
     def _why_not_written(db: sqlite3.Connection, run_id: str, expected_seq: int, lease: Lease | None) -> RunError:
-        row = db.execute(
-            "SELECT last_seq, lease_owner, lease_version, lease_expires_at FROM runs WHERE run_id=?", (run_id,)
-        ).fetchone()
-        if row is None:
-            return RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
-        last_seq, owner, version, _ = row
-        details = {"run_id": run_id, "expected_seq": expected_seq, "lease_version": version}
-        if lease is not None and (owner != lease.owner or version != lease.version):
-            return StaleLeaseError(
-                f"lease {lease.version} of {lease.owner} on run {run_id} was superseded (now {version} of {owner})",
-                details=details,
-            )
-        if lease is None and last_seq == expected_seq:
-            return RunError(f"run {run_id} is leased by {owner}", code="LEASE_HELD", details=details)
-        return RunError(
-            f"run {run_id} changed since event {expected_seq}; reload and retry",
-            code="CONCURRENT_UPDATE",
-            details=details,
-        )
+        row = db.execute("SELECT last_seq, lease_owner, lease_version FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        return refused_write(run_id, expected_seq, lease, None if row is None else tuple(row))
 
     # -- leases ---------------------------------------------------------------------------------
     def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> Lease:
