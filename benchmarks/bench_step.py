@@ -54,7 +54,6 @@ N_WRITES = 500
 PROFILED_STEPS = 3000
 IDLE_S = 150e-6  # about one fsync on the machines measured here
 IDLE_COMMITS = 1000
-RAW_RUN_ID = "run_raw_floor00000"
 WAL_PROBE_STEPS = 20
 
 
@@ -176,62 +175,110 @@ def component_costs(writes: list[StepWrite]) -> dict[str, float]:
     }
 
 
-class RawStep:
-    """The step's two writes issued directly, values serialized beforehand: the floor under commit_step.
+# The raw-SQL variants: what a step costs under other state models, on the same file layout.
+RAW_VARIANTS = {
+    "raw": "the step's two writes, values serialized beforehand (the floor under commit_step)",
+    "raw+serialize": "the same, serializing the snapshot and the events inside the step",
+    "counters only": "events + a ~150 B counters document instead of the snapshot (snapshot rewritten rarely)",
+    "events only": "one row appended, no run row update (an event-sourced state, snapshots every N steps)",
+}
 
-    Same file layout (a store creates it), same statements and parameters as the store's common step,
-    without the store: no serialization, no Python around the SQL. What commit_step costs above this
-    is its own work; what this costs above the bare commit is SQLite's (two rows, two pages).
+
+class RawStep:
+    """A step's writes issued directly, without the store: the floor under commit_step, and the floors of
+    state models this store does not use (``RAW_VARIANTS``), so the cost of a design choice is measured.
+
+    Same file layout (a store creates it), same statements and parameters as the store's common step.
+    What commit_step costs above "raw" is its own work; what "raw" costs above the bare commit is
+    SQLite's (two rows, two pages). "counters only" writes its usage document where the snapshot goes:
+    same row, same bytes as a counters column would take.
     """
 
-    def __init__(self, path: Path, synchronous: str, writes: list[StepWrite]):
-        driver = StepDriver(path, "NORMAL", writes, RAW_RUN_ID)
+    def __init__(self, path: Path, synchronous: str, writes: list[StepWrite], variant: str = "raw"):
+        run_id = f"run_raw_{variant.replace(' ', '_').replace('+', '_')}"
+        driver = StepDriver(path, "NORMAL", writes, run_id)
         self.seq = driver.seq
         driver.close()
         self.db = sqlite3.connect(path, isolation_level=None)
         self.db.execute(f"PRAGMA synchronous={synchronous}")
         self.cur = self.db.cursor()
-        self.key = self.db.execute("SELECT run_key FROM runs WHERE run_id=?", (RAW_RUN_ID,)).fetchone()[0]
+        self.key = self.db.execute("SELECT run_key FROM runs WHERE run_id=?", (run_id,)).fetchone()[0]
+        self.writes = writes
         self.snapshots = [w.state.model_dump_json() for w in writes]
         self.batches = [compact_json([(e.type.value, e.payload) for e in w.events]) for w in writes]
-        self.counts = [len(w.events) for w in writes]
+        self.step = {
+            "raw": self._raw,
+            "raw+serialize": self._serializing,
+            "counters only": self._counters,
+            "events only": self._events_only,
+        }[variant]
         self.index = 0
 
-    def step(self) -> None:
-        i, cur = self.index % len(self.snapshots), self.cur
-        now, seq, new_seq = time.time(), self.seq, self.seq + self.counts[i]
+    def _raw(self) -> None:
+        i = self.index % len(self.writes)
+        self._two_writes(self.snapshots[i], self.batches[i], len(self.writes[i].events))
+
+    def _serializing(self) -> None:
+        write = self.writes[self.index % len(self.writes)]
+        snapshot = write.state.__pydantic_serializer__.to_json(write.state).decode()
+        self._two_writes(snapshot, compact_json([(e.type.value, e.payload) for e in write.events]), len(write.events))
+
+    def _counters(self) -> None:
+        write = self.writes[self.index % len(self.writes)]
+        usage = write.state.usage
+        counters = usage.__pydantic_serializer__.to_json(usage).decode()
+        self._two_writes(counters, compact_json([(e.type.value, e.payload) for e in write.events]), len(write.events))
+
+    def _two_writes(self, snapshot: str, batch: str, count: int) -> None:
+        cur, now, seq = self.cur, time.time(), self.seq
         cur.execute("BEGIN IMMEDIATE")
         cur.execute(
             "UPDATE runs SET terminal_reason=?, snapshot=?, last_seq=?, updated_at=?"
             " WHERE run_key=? AND last_seq=? AND status=? AND (lease_owner IS NULL OR lease_expires_at<?)",
-            (None, self.snapshots[i], new_seq, now, self.key, seq, "RUNNING", now),
+            (None, snapshot, seq + count, now, self.key, seq, "RUNNING", now),
         )
         cur.execute(
             "INSERT INTO event_batches(run_key, seq, count, events, lease_version, at) VALUES (?,?,?,?,?,?)",
-            (self.key, new_seq, self.counts[i], self.batches[i], 0, int(now * 1e6)),
+            (self.key, seq + count, count, batch, 0, int(now * 1e6)),
         )
         cur.execute("COMMIT")
-        self.seq, self.index = new_seq, self.index + 1
+        self.seq, self.index = seq + count, self.index + 1
+
+    def _events_only(self) -> None:
+        write = self.writes[self.index % len(self.writes)]
+        cur, now, count = self.cur, time.time(), len(write.events)
+        batch = compact_json([(e.type.value, e.payload) for e in write.events])
+        cur.execute("BEGIN IMMEDIATE")
+        cur.execute(
+            "INSERT INTO event_batches(run_key, seq, count, events, lease_version, at) VALUES (?,?,?,?,?,?)",
+            (self.key, self.seq + count, count, batch, 0, int(now * 1e6)),
+        )
+        cur.execute("COMMIT")
+        self.seq, self.index = self.seq + count, self.index + 1
 
     def close(self) -> None:
         self.db.close()
 
 
 def raw_floor(tmp: Path, mode: str, writes: list[StepWrite], size: int) -> dict[str, float]:
-    """Median µs of commit_step, of the same writes in raw SQL, and of the bare commit (interleaved)."""
+    """Median µs of commit_step, of each raw variant and of the bare commit (interleaved)."""
     warm = warm_store(tmp / f"floor-{mode}.db")
     store = StepDriver(tmp / f"floor-{mode}.db", mode, writes)
-    raw = RawStep(tmp / f"floor-{mode}.db", mode, writes)
+    raws = {name: RawStep(tmp / f"floor-{mode}.db", mode, writes, name) for name in RAW_VARIANTS}
     bare = BareInsert(tmp / f"floor-bare-{mode}.db", mode, size)
+    steps: dict[str, Callable[[], object]] = {"commit_step": store.step}
+    steps |= {name: raw.step for name, raw in raws.items()}
+    steps["bare"] = bare.step
     try:
         bare.warm()
-        for step in (store.step, raw.step, bare.step):
+        for step in steps.values():
             time_calls(step, WARMUP)
         rounds, per_round = PLAN[mode]
-        samples = interleaved({"commit_step": store.step, "raw": raw.step, "bare": bare.step}, rounds, per_round)
+        samples = interleaved(steps, rounds, per_round)
     finally:
-        for closable in (store, raw, bare, warm):
-            closable.close()
+        closers = [store.close, *(raw.close for raw in raws.values()), bare.close, warm.close]
+        for close in closers:
+            close()
     return {name: round(median_us(values), 1) for name, values in samples.items()}
 
 
@@ -283,11 +330,8 @@ def main() -> None:
         normal = modes[1]
         single = [step_write(i, observation_event) for i in range(1, N_WRITES + 1)]
         single_size = sum(write_bytes(single[0]))
-        one_event = [
-            measure_mode(tmp / "one", mode, single, single_size)
-            for mode in ("FULL", "NORMAL")
-            if (tmp / "one").mkdir(exist_ok=True) is None
-        ]
+        (tmp / "one").mkdir()
+        one_event = [measure_mode(tmp / "one", mode, single, single_size) for mode in ("FULL", "NORMAL")]
         frames = wal_frames_per_commit(tmp, writes, size)
         profile = profile_breakdown(tmp, writes, normal["commit_step_median_us"])
         no_events_us = no_event_cost(tmp)
@@ -358,9 +402,10 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
         *[[k + " (µs)", v] for k, v in result["components_us"].items()],
     ]
     floor_rows = [
-        [mode, f["commit_step"], f["raw"], f["bare"], _x(f["raw"] / f["bare"]), _x(f["commit_step"] / f["bare"])]
-        for mode, f in result["raw_sql_floor_us"].items()
+        [name, *(f"{f[name]} / {_x(f[name] / f['bare'])}" for f in result["raw_sql_floor_us"].values())]
+        for name in ("commit_step", *RAW_VARIANTS, "bare")
     ]
+    variant_notes = [[name, what] for name, what in RAW_VARIANTS.items()]
     over = result["overhead_us"]
     idle_rows = [[f"1-event step - bare commit, {k} (µs)", v] for k, v in over.items()]
     prof = result["profile_normal"]
@@ -371,10 +416,11 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
         table("three events per step (a real tool step): median µs per commit", cols, rows),
         table("where the NORMAL step goes", ("measure", "value"), detail),
         table(
-            "the floor: the same two writes in raw SQL, values serialized beforehand (1-event step, median µs)",
-            ("mode", "commit_step", "raw SQL", "bare", "raw / bare", "commit_step / bare"),
+            "the floor, and other state models: raw SQL on the same file (1-event step, median µs / vs bare)",
+            ("step", *result["raw_sql_floor_us"]),
             floor_rows,
         ),
+        table("the raw variants", ("variant", "what it writes"), variant_notes),
         table(
             f"what FULL adds: the same CPU work runs slower after a {IDLE_S * 1e6:.0f} µs wait (fsync or sleep)",
             ("measure", "value"),
