@@ -1,10 +1,22 @@
-"""What counts as broken in a harness report (the `stateward chaos` exit code follows it)."""
+"""What counts as broken in a harness report (the `stateward chaos` exit code follows it), and which
+stores the harness refuses to touch."""
 
 from __future__ import annotations
 
+import sqlite3
+import tempfile
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from stateward.chaos.harness import ChaosConfig, Harness
 from stateward.chaos.verify import MUST_BE_ZERO, broken
+from stateward.core.errors import UserError
+from stateward.core.status import RunStatus
+from stateward.demos.blog import build_agent
+from stateward.demos.blog_fixtures import GOAL
+from stateward.runtime.runtime import Runtime
 
 
 def _report(**changes: Any) -> dict[str, Any]:
@@ -19,3 +31,21 @@ def test_every_nonzero_invariant_and_a_low_finish_ratio_are_named() -> None:
     assert broken(_report(duplicate_side_effects=1, lost_runs=2)) == ["lost_runs", "duplicate_side_effects"]
     assert broken(_report(finished_or_waiting_ratio=0.94)) == ["finished_or_waiting_ratio"]
     assert broken(_report(finished_or_waiting_ratio=0.95)) == []
+
+
+def test_the_storm_refuses_a_store_that_holds_runs_and_touches_nothing(tmp_path: Path) -> None:
+    # It approves every open request and drives every runnable run in its store: a user's runs included.
+    db = str(tmp_path / "mine.db")
+    runtime = Runtime.open(db)
+    waiting = runtime.start(build_agent("react"), GOAL)
+    runtime.close()
+    kill_logs = set(Path(tempfile.gettempdir()).glob("stateward-chaos-*.kills"))
+    with pytest.raises(UserError) as err:
+        Harness(ChaosConfig(db=db, runs=1, kills=0, workers=1)).run()
+    assert err.value.code == "CHAOS_STORE_IN_USE"
+    runtime = Runtime.open(db)
+    assert runtime.get(waiting.run_id).status is RunStatus.WAITING_FOR_USER
+    runtime.close()
+    tables = sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE name LIKE 'chaos%'").fetchall()
+    assert tables == []  # its ledger was neither created nor reset
+    assert set(Path(tempfile.gettempdir()).glob("stateward-chaos-*.kills")) == kill_logs

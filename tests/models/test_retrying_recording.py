@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from stateward.core.errors import UserError
 from stateward.models.base import ModelReply, ModelRequest, Usage
 from stateward.models.errors import (
     AuthFailedError,
@@ -109,6 +110,15 @@ def test_an_unrecorded_request_is_a_replay_miss(tmp_path: Path, decide_request: 
     with pytest.raises(ModelCallError) as err:
         ReplayModel(path).complete(changed)
     assert err.value.code == "REPLAY_MISS" and not err.value.retryable
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe not utf-8\n", ("[" * 100_000).encode()])
+def test_a_recording_that_cannot_be_read_is_named(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(UserError) as err:
+        ReplayModel(path)
+    assert err.value.code == "INVALID_RECORDING"
 
 
 def test_request_key_ignores_key_order_but_not_content(decide_request: ModelRequest) -> None:

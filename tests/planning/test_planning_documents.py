@@ -103,6 +103,14 @@ def test_bad_json_text_is_named() -> None:
     assert info.value.code == "NOT_JSON"
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"plan_id": ' + "9" * 5000 + "}"])
+def test_json_the_parser_cannot_hold_is_named_too(text: str) -> None:
+    # Nesting past the interpreter's recursion limit, an integer past its 4,300-digit conversion limit.
+    with pytest.raises(InvalidPlanDocumentError) as info:
+        load_plan(text)
+    assert info.value.code == "NOT_JSON"
+
+
 def test_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(InvalidPlanDocumentError) as info:
         read_plan_file(tmp_path / "nope.json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -31,16 +32,32 @@ class FakeClock:
         return self.now
 
 
-def test_lease_ttl_must_cover_three_heartbeats() -> None:
+@pytest.mark.parametrize(
+    ("ttl_s", "heartbeat_s"), [(20, 10), (math.nan, 1), (30, math.nan), (math.inf, 1), (30, 0), (30, -1)]
+)
+def test_a_lease_policy_needs_finite_positive_seconds_and_a_ttl_of_three_heartbeats(
+    ttl_s: float, heartbeat_s: float
+) -> None:
+    # A NaN TTL would be stored as no expiry: a lease that no worker could ever take over.
     with pytest.raises(UserError) as err:
-        LeasePolicy(ttl_s=20, heartbeat_s=10)
+        LeasePolicy(ttl_s=ttl_s, heartbeat_s=heartbeat_s)
     assert err.value.code == "INVALID_LEASE_POLICY"
 
 
-@pytest.mark.parametrize("config", [{"concurrency": 0}, {"poll_s": 0}, {"expire_every_s": -1}])
+@pytest.mark.parametrize(
+    "config",
+    [{"concurrency": 0}, {"poll_s": 0}, {"expire_every_s": -1}, {"poll_s": math.nan}, {"expire_every_s": math.inf}],
+)
 def test_a_worker_refuses_a_configuration_it_cannot_run(runtime: Runtime, config: dict[str, Any]) -> None:
     with pytest.raises(UserError) as err:
         Worker(runtime, **config)
+    assert err.value.code == "INVALID_WORKER_CONFIG"
+
+
+@pytest.mark.parametrize("idle_exit_s", [math.nan, -1.0, 0.0])
+def test_a_worker_refuses_an_idle_exit_it_could_never_reach(runtime: Runtime, idle_exit_s: float) -> None:
+    with pytest.raises(UserError) as err:
+        Worker(runtime).run(idle_exit_s=idle_exit_s)
     assert err.value.code == "INVALID_WORKER_CONFIG"
 
 

@@ -54,6 +54,17 @@ def test_open_store_routes_both_url_schemes_to_postgres(pg_url: str, scheme: str
         store.close()
 
 
+@pytest.mark.postgres
+def test_create_false_refuses_a_schema_without_stateward_tables(pg_url: str) -> None:
+    with pytest.raises(StoreError) as err:
+        PostgresStore(pg_url, create=False)
+    assert err.value.code == "STORE_NOT_FOUND"
+    PostgresStore(pg_url).close()  # creates the schema
+    store = PostgresStore(pg_url, create=False)
+    assert store.list_runs() == []
+    store.close()
+
+
 @pytest.mark.slow
 def test_the_sqlite_default_never_imports_psycopg(tmp_path: Path) -> None:
     code = (

@@ -52,3 +52,40 @@ def test_a_run_deleted_by_hand_does_not_hand_its_key_to_the_next_run(tmp_path: P
         assert store.load_run("run_new").run_id == "run_new"
     finally:
         store.close()
+
+
+def test_create_false_refuses_a_missing_file_without_creating_it(tmp_path: Path) -> None:
+    with pytest.raises(StoreError) as err:
+        SQLiteStore(tmp_path / "typo.db", create=False)
+    assert err.value.code == "STORE_NOT_FOUND"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_create_false_opens_an_existing_store(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "s.db").close()
+    store = SQLiteStore(tmp_path / "s.db", create=False)
+    assert store.list_runs() == []
+    store.close()
+
+
+def test_another_applications_database_is_refused_and_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, note TEXT)")  # even a table called runs
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError) as err:
+        SQLiteStore(path)
+    assert err.value.code == "NOT_A_STATEWARD_STORE"
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+def test_a_file_that_is_not_sqlite_is_store_corrupt_and_the_connection_is_closed(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"plain text, not a database " * 200)
+    with pytest.raises(StoreError) as err:
+        SQLiteStore(path)
+    assert err.value.code == "STORE_CORRUPT"
+    assert path.read_bytes() == b"plain text, not a database " * 200

@@ -23,6 +23,7 @@ from stateward.chaos.agent import build_agent
 from stateward.chaos.faults import RandomKill
 from stateward.chaos.ledger import ledger_for
 from stateward.chaos.verify import Reference, verify
+from stateward.core.errors import UserError
 from stateward.core.status import RunStatus
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
@@ -94,6 +95,26 @@ def _approver_main(cfg: ChaosConfig, generation: int, kill_log: str) -> None:
             continue
 
 
+def _refuse_used_store(db: str) -> None:
+    """The storm approves every open request and drives every runnable run in its store, and resets its
+    ledger: pointed at a store that holds anything, it would act on runs that are not its own."""
+    store = open_store(db)
+    try:
+        if store.list_runs(limit=1):
+            raise UserError(
+                f"{db} already holds runs; stateward chaos approves and drives every run in its store,"
+                " so it needs a new database (pass --db with a path that does not exist yet)",
+                code="CHAOS_STORE_IN_USE",
+            )
+    finally:
+        store.close()
+
+
+def _pid_of(owner: str) -> int:
+    """A chaos worker's lease owner is ``chaos-w<slot>-g<generation>-<pid>`` (a heartbeat may add ``/...``)."""
+    return int(owner.split("-")[-1].split("/")[0])
+
+
 class Harness:
     def __init__(self, cfg: ChaosConfig):
         self.cfg = cfg
@@ -101,10 +122,18 @@ class Harness:
         self.fleet = _Fleet()
         self.generation = 0
         self._poller: Store | None = None
-        fd, self.kill_log = tempfile.mkstemp(prefix="stateward-chaos-", suffix=".kills")
-        os.close(fd)
+        self.kill_log = ""
 
     def run(self) -> dict[str, Any]:
+        _refuse_used_store(self.cfg.db)
+        fd, self.kill_log = tempfile.mkstemp(prefix="stateward-chaos-", suffix=".kills")
+        os.close(fd)
+        try:
+            return self._storm()
+        finally:
+            os.unlink(self.kill_log)
+
+    def _storm(self) -> dict[str, Any]:
         cfg = self.cfg
         started = time.monotonic()
         run_ids = self._submit()
@@ -133,7 +162,6 @@ class Harness:
             self._shutdown()
         report = verify(cfg, run_ids, reference)
         boundary = Counter(Path(self.kill_log).read_text().split())
-        os.unlink(self.kill_log)
         report["kills"] = sum(self.fleet.kills.values())
         report["kills_by_process"] = dict(sorted(self.fleet.kills.items()))
         report["kills_at_boundaries"] = dict(sorted(boundary.items()))
@@ -211,7 +239,7 @@ class Harness:
             self._poller = open_store(self.cfg.db)  # read-only use; forked children never touch it
         rows = self._poller.list_runs(limit=len(run_ids) + 1000)
         by_id = {r.run_id: r.status for r in rows}
-        busy = {int(r.lease_owner.split("-")[-1].split("/")[0]) for r in rows if r.lease_owner}
+        busy = {_pid_of(r.lease_owner) for r in rows if r.lease_owner and r.lease_owner.startswith("chaos-w")}
         return {r: by_id.get(r, "MISSING") for r in run_ids}, busy
 
     def _shutdown(self) -> None:

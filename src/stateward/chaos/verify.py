@@ -53,9 +53,9 @@ class Reference:
     def build(cls, cfg: ChaosConfig, run_ids: list[str]) -> Reference:
         with tempfile.TemporaryDirectory(prefix="stateward-chaos-ref-") as tmp:
             db = str(Path(tmp) / "reference.db")
+            runtime = Runtime(open_store(db))  # first: the store refuses a file that already has other tables
             ledger = ledger_for(db)
             ledger.setup()
-            runtime = Runtime(open_store(db))
             for i, run_id in enumerate(run_ids):
                 state = runtime.start(build_agent(db, cfg.seed, i), "post three entries", run_id=run_id)
                 while state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:

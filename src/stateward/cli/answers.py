@@ -37,7 +37,7 @@ def answer(
 ) -> None:
     """Record the answer, resume the run to its next stop (unless told not to) and print its summary."""
     with reported_errors(as_json):
-        runtime = Runtime.open(db)
+        runtime = Runtime.open(db, create=False)
         roles = frozenset(check.roles)
         if verdict == "replied":
             result = runtime.reply(

@@ -48,10 +48,11 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def _runtime(db: str) -> Runtime:
+def _runtime(db: str, *, create: bool = False) -> Runtime:
+    """Only commands that start runs create a database; the rest refuse a path that holds none."""
     from stateward.runtime.runtime import Runtime
 
-    return Runtime.open(db)
+    return Runtime.open(db, create=create)
 
 
 # -- demos ----------------------------------------------------------------------------------------
@@ -86,7 +87,7 @@ def demo_blog(
 
     with reported_errors(as_json):
         agent = build_agent(controller, max_steps=max_steps, materials=materials)
-        runtime = _runtime(db)
+        runtime = _runtime(db, create=True)
         state = runtime.submit(agent, GOAL) if no_drive else runtime.start(agent, GOAL)
     out = {
         "run_id": state.run_id,
@@ -114,7 +115,7 @@ def demo_payment_migration(
     from stateward.demos.payment.agent import build_agent, goal, summary
 
     with reported_errors(as_json):
-        runtime = _runtime(db)
+        runtime = _runtime(db, create=True)
         state = runtime.start(build_agent(), goal().objective)
         if approve and state.pending is not None:
             state = runtime.approve(state.run_id, state.pending.request_id, by="demo-reviewer").state
@@ -163,7 +164,7 @@ def runs_show(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> 
 
 @runs_app.command("list")
 def runs_list(
-    db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False, limit: Annotated[int, typer.Option(min=1)] = 100
+    db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False, limit: Annotated[int, typer.Option(min=1, max=1_000_000)] = 100
 ) -> None:
     """Runs in the store, newest first."""
     with reported_errors(as_json):
@@ -180,7 +181,10 @@ def requests_list(
 ) -> None:
     """Open pending requests (the approval inbox)."""
     with reported_errors(as_json):
-        records = _runtime(db).store.list_requests(run_id, open_only=True)
+        runtime = _runtime(db)
+        if run_id is not None:
+            runtime.get(run_id)  # an unknown run is an error here as everywhere, not an empty inbox
+        records = runtime.store.list_requests(run_id, open_only=True)
     rows = [
         {
             "run_id": r.run_id,
@@ -340,9 +344,11 @@ def worker(
 
     from stateward.runtime.leases import LeasePolicy
     from stateward.runtime.runtime import Runtime
-    from stateward.runtime.worker import Worker
+    from stateward.runtime.worker import Worker, positive_seconds
 
     with reported_errors(False):
+        if idle_exit is not None:
+            positive_seconds("--idle-exit", idle_exit)
         runtime = Runtime.open(db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat))
         w = Worker(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every)
     signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
@@ -357,7 +363,10 @@ def worker(
 
 @app.command("chaos")
 def chaos(
-    db: DbOpt = DEFAULT_DB,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="A new SQLite path or an empty PostgreSQL database (default: a new temporary file)."),
+    ] = None,
     runs: Annotated[int, typer.Option(min=1, help="Runs to drive through the storm.")] = 20,
     kills: Annotated[int, typer.Option(min=0, help="Process kills to deliver (SIGKILL).")] = 100,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes kept alive.")] = 2,
@@ -369,10 +378,13 @@ def chaos(
     from stateward.chaos.harness import ChaosConfig, Harness
     from stateward.chaos.verify import broken
 
+    if db is None:
+        db = str(Path(tempfile.mkdtemp(prefix="stateward-chaos-")) / "chaos.db")
     with reported_errors(as_json):
         report = Harness(
             ChaosConfig(db=db, runs=runs, kills=kills, workers=workers, seed=seed, max_seconds=max_seconds)
         ).run()
+    report["db"] = db
     if as_json:
         emit_json(report)
     else:
@@ -394,9 +406,35 @@ def requests_expire(db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
 
 
 def run() -> None:
-    """Run the Typer app on ``sys.argv``, mounting only the lazy group the command line names."""
+    """Run the Typer app on ``sys.argv``, mounting only the lazy group the command line names.
+
+    A command line that asks for ``--json`` gets its usage errors as JSON too (same exit code, 2).
+    """
     import sys
 
     first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     _mount({first} if first in LAZY_GROUPS else set() if first is not None else set(LAZY_GROUPS))
-    app()
+    if "--json" not in sys.argv[1:]:
+        app()
+        return
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        sys.stderr.write("Aborted!\n")
+        raise SystemExit(1) from None
+    except Exception as exc:
+        usage = _usage_error(exc)
+        if usage is None:
+            raise
+        emit_json({"error": {"code": "USAGE_ERROR", "message": usage[1]}})
+        raise SystemExit(usage[0]) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(exc: Exception) -> tuple[int, str] | None:
+    """(exit code, message) of a Click usage error. Typer vendors Click in recent releases, so the
+    exception class has no one import path across the versions we support: recognise it by shape."""
+    exit_code, message = getattr(exc, "exit_code", None), getattr(exc, "format_message", None)
+    if isinstance(exit_code, int) and callable(message):
+        return exit_code, str(message())
+    return None

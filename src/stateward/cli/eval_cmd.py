@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,8 @@ def _local_server(enabled: bool) -> Iterator[None]:
         return
     from stateward.models.local_server import start_local_server
 
+    # SIGTERM (e.g. from `timeout`) would end this process without unwinding and orphan the server.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     server = start_local_server()
     saved = {k: os.environ.get(k) for k in ("STATEWARD_OPENAI_BASE_URL", "STATEWARD_ANTHROPIC_BASE_URL")}
     os.environ["STATEWARD_OPENAI_BASE_URL"] = server.openai_url
@@ -37,11 +40,16 @@ def _local_server(enabled: bool) -> Iterator[None]:
         yield
     finally:
         server.stop()
+        signal.signal(signal.SIGTERM, previous)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _distribution_rows(report: dict[str, Any]) -> list[dict[str, Any]]:

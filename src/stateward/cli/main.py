@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -41,9 +42,25 @@ def _ended_as_typer_ends() -> Iterator[None]:
         raise SystemExit(1) from None
 
 
+def _refuse_undecodable(argv: list[str]) -> None:
+    """Bytes that are not UTF-8 reach Python as lone surrogates, which no store or JSON output can hold:
+    refuse them as a usage error before anything runs."""
+    for position, arg in enumerate(argv, start=1):
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            message = f"argument {position} is not valid UTF-8"
+            if "--json" in argv:
+                sys.stdout.write(json.dumps({"error": {"code": "USAGE_ERROR", "message": message}}) + "\n")
+            else:
+                sys.stderr.write(f"error: USAGE_ERROR: {message}\n")
+            raise SystemExit(2) from None
+
+
 def main() -> None:
     """Answers to pending requests take the short path; every other command goes through Typer."""
     argv = sys.argv[1:]
+    _refuse_undecodable(argv)
     if argv and argv[0] in ANSWER_COMMANDS:
         with _long_lived_imports():
             from stateward.cli.answers import run_fast
@@ -52,7 +69,8 @@ def main() -> None:
                 return
     with _long_lived_imports():
         from stateward.cli.app import run
-    run()
+    with _ended_as_typer_ends():
+        run()
 
 
 if __name__ == "__main__":

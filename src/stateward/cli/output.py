@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from stateward.core.errors import StatewardError
 
@@ -26,14 +26,33 @@ def reported_errors(as_json: bool) -> Iterator[None]:
     try:
         yield
     except StatewardError as exc:
-        from stateward.core.errors import UserError
+        _report(exc, as_json)
+    except Exception as exc:
+        failure = _store_failure(exc)
+        if failure is None:
+            raise
+        _report(failure, as_json)
 
-        code = EXIT_BAD_INPUT if isinstance(exc, UserError) else EXIT_REFUSED
-        if as_json:
-            emit_json({"error": exc.to_dict()})
-        else:
-            sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
-        raise SystemExit(code) from None
+
+def _report(exc: StatewardError, as_json: bool) -> NoReturn:
+    from stateward.core.errors import UserError
+
+    code = EXIT_BAD_INPUT if isinstance(exc, UserError) else EXIT_REFUSED
+    if as_json:
+        emit_json({"error": exc.to_dict()})
+    else:
+        sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
+    raise SystemExit(code) from None
+
+
+def _store_failure(exc: Exception) -> StatewardError | None:
+    """A SQLite error met after the store opened (a page found corrupt, a lock never released)."""
+    sqlite3 = sys.modules.get("sqlite3")  # loaded if a SQLite store was opened; never imported here
+    if sqlite3 is None or not isinstance(exc, sqlite3.Error):
+        return None
+    from stateward.store.sqlite import store_error
+
+    return store_error(exc)
 
 
 def print_table(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from stateward.core.errors import UserError
 from stateward.core.events import Event, EventType
 from stateward.core.state import RunState, is_run_suspended
 from stateward.demos import blog, blog_fixtures
@@ -90,6 +91,8 @@ def run_live_eval(
     materials: str = "default",
 ) -> dict[str, Any]:
     """``runs`` runs of the blog task per controller, each driven by ``model_spec`` through the Runtime."""
+    if not modes:
+        raise UserError(f"no controller to evaluate; choose from {', '.join(blog.MODES)}", code="UNKNOWN_CONTROLLER")
     runtime = Runtime.open(str(db))
     rows: list[dict[str, Any]] = []
     try:

@@ -161,13 +161,17 @@ def start_local_server(
         )
     server = LocalServer(process, port, log_path)
     deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:]
-            raise UserError(f"llama-server exited with {process.returncode}: {tail}", code="LOCAL_MODEL_FAILED")
-        if _healthy(server.url):
-            return server
-        time.sleep(0.1)
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise UserError(f"llama-server exited with {process.returncode}: {tail}", code="LOCAL_MODEL_FAILED")
+            if _healthy(server.url):
+                return server
+            time.sleep(0.1)
+    except BaseException:  # interrupted while waiting (Ctrl-C, SIGTERM): the server must not outlive us
+        server.stop()
+        raise
     server.stop()
     raise UserError(f"llama-server not ready after {ready_timeout_s}s (log: {log_path})", code="LOCAL_MODEL_FAILED")
 

@@ -87,13 +87,17 @@ class ReplayModel:
         recorded_name = None
         if not self.path.is_file():
             raise UserError(f"no recording at {self.path}", code="RECORDING_NOT_FOUND")
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read the recording {self.path.name}: {exc}", code="INVALID_RECORDING") from None
+        for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 entry = json.loads(line)
                 self._answers[entry["key"]].append(entry)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 raise UserError(
                     f"{self.path.name} line {number} is not a recorded exchange", code="INVALID_RECORDING"
                 ) from None

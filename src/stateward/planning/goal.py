@@ -261,8 +261,9 @@ def parse_json_document(doc: Mapping[str, Any] | str | bytes, error: type[RunErr
         return doc
     try:
         return json.loads(doc)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise error(f"document is not valid JSON: {exc}", code="NOT_JSON") from None
+    except (ValueError, RecursionError) as exc:  # bad text or encoding, a 5,000-digit number, 100k nested brackets
+        reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise error(f"document is not valid JSON: {reason}", code="NOT_JSON") from None
 
 
 class InvalidGoalDocumentError(RunError):

@@ -8,6 +8,7 @@ its next write — and even if it does not, the store rejects that write by its 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -28,7 +29,13 @@ class LeasePolicy(BaseModel):
 
     @model_validator(mode="after")
     def _ttl_covers_three_heartbeats(self) -> LeasePolicy:
-        if self.heartbeat_s <= 0 or self.ttl_s < 3 * self.heartbeat_s - 1e-9:
+        # A NaN TTL would be stored as no expiry at all: a lease nobody could ever take over.
+        if not (math.isfinite(self.ttl_s) and math.isfinite(self.heartbeat_s) and self.heartbeat_s > 0):
+            raise UserError(
+                f"lease TTL {self.ttl_s} and heartbeat {self.heartbeat_s} must be positive, finite numbers of seconds",
+                code="INVALID_LEASE_POLICY",
+            )
+        if self.ttl_s < 3 * self.heartbeat_s - 1e-9:
             raise UserError(
                 f"lease TTL {self.ttl_s}s must be at least 3 x the heartbeat {self.heartbeat_s}s",
                 code="INVALID_LEASE_POLICY",

@@ -68,8 +68,8 @@ class Runtime:
         self._agents: dict[str, Agent] = {}
 
     @classmethod
-    def open(cls, url: str = "stateward.db", **kwargs: Any) -> Runtime:
-        return cls(open_store(url), **kwargs)
+    def open(cls, url: str = "stateward.db", *, create: bool = True, **kwargs: Any) -> Runtime:
+        return cls(open_store(url, create=create), **kwargs)
 
     def close(self) -> None:
         self.store.close()

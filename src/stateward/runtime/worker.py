@@ -8,6 +8,7 @@ that was recorded without driving is picked up here like any other.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,13 @@ from stateward.core.errors import StaleLeaseError, StatewardError, UserError
 from stateward.runtime.runtime import Runtime
 
 log = logging.getLogger("stateward.worker")
+
+
+def positive_seconds(name: str, value: float) -> float:
+    """NaN compares false with everything: a plain ``<= 0`` check would let it through."""
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{name} must be a positive number of seconds (got {value})", code="INVALID_WORKER_CONFIG")
+    return value
 
 
 @dataclass
@@ -43,8 +51,8 @@ class Worker:
     ):
         if concurrency < 1:
             raise UserError("concurrency must be at least 1", code="INVALID_WORKER_CONFIG")
-        if poll_s <= 0 or expire_every_s <= 0:
-            raise UserError("poll and expiry intervals must be positive", code="INVALID_WORKER_CONFIG")
+        positive_seconds("the poll interval", poll_s)
+        positive_seconds("the expiry sweep interval", expire_every_s)
         self.runtime = runtime
         self.concurrency = concurrency
         self.poll_s = poll_s
@@ -55,6 +63,8 @@ class Worker:
 
     def run(self, *, idle_exit_s: float | None = None) -> WorkerStats:
         """Work until ``stop`` is set (e.g. by SIGTERM) or, with ``idle_exit_s``, until idle that long."""
+        if idle_exit_s is not None:
+            positive_seconds("the idle exit", idle_exit_s)
         threads = [
             threading.Thread(target=self._loop, args=(i, idle_exit_s), name=f"stateward-worker-{i}", daemon=True)
             for i in range(self.concurrency)

@@ -76,10 +76,11 @@ class Store(GatewayStore, Protocol):
     def close(self) -> None: ...
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, create: bool = True) -> Store:
     """A SQLite path (the default, embedded) or a ``postgresql://`` URL.
 
-    psycopg is imported only for a PostgreSQL URL, so the embedded default needs nothing extra.
+    psycopg is imported only for a PostgreSQL URL, so the embedded default needs nothing extra. With
+    ``create=False`` only an existing stateward store opens (commands that only read or answer use it).
     """
     if url.startswith(("postgresql://", "postgres://")):
         try:
@@ -91,10 +92,10 @@ def open_store(url: str) -> Store:
                 f"the PostgreSQL store needs psycopg ({exc}); install it with: pip install 'stateward[postgres]'",
                 code="STORE_UNSUPPORTED",
             ) from None
-        return PostgresStore(url)
+        return PostgresStore(url, create=create)
     from stateward.store.sqlite import SQLiteStore
 
-    return SQLiteStore(sqlite_path(url))
+    return SQLiteStore(sqlite_path(url), create=create)
 
 
 def sqlite_path(url: str) -> str:

@@ -53,7 +53,9 @@ def _configure(conn: Conn) -> None:
 class PostgresStore:
     """Thread-safe: each call borrows a pooled connection; every write is one transaction."""
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, connect_timeout: float = 10.0):
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int = 10, connect_timeout: float = 10.0, create: bool = True
+    ):
         try:
             params = conninfo_to_dict(url)
         except psycopg.Error as exc:
@@ -64,6 +66,8 @@ class PostgresStore:
         self.where = self._describe(params)
         try:
             with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                if not create and conn.execute(q.SCHEMA_TABLE_EXISTS).fetchone() != (True,):
+                    raise StoreError(f"no stateward schema in {self.where}", code="STORE_NOT_FOUND")
                 self._migrate(conn)
         except psycopg.OperationalError as exc:
             raise self._unavailable(exc) from exc

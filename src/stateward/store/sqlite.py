@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from stateward.core.canonical import compact_json, sha256_hex
-from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError
+from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
 from stateward.store.base import refused_write
@@ -35,6 +35,17 @@ from stateward.tools.ports import BreakerState, SideEffectRecord
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def store_error(exc: sqlite3.Error, path: str | None = None) -> StoreError:
+    """A SQLite failure as a named store error: the file is busy, unreadable, or unavailable."""
+    where = f"{path}: " if path else ""
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return StoreError(f"{where}the database is locked by another writer ({text})", code="STORE_BUSY")
+    if type(exc) is sqlite3.DatabaseError or "malformed" in text or "not a database" in text:
+        return StoreError(f"{where}not a readable SQLite database ({text})", code="STORE_CORRUPT")
+    return StoreError(f"{where}{text}", code="STORE_UNAVAILABLE")
 
 
 def _step_updates(fenced: bool, clear_control: bool) -> tuple[str, str]:
@@ -143,25 +154,39 @@ os.register_at_fork(after_in_child=_forget_threads_after_fork)
 class SQLiteStore:
     """Thread-safe through one lock; every write is a ``BEGIN IMMEDIATE`` transaction."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "FULL"):
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL", create: bool = True):
+        """``create=False`` opens only an existing stateward database: a mistyped path is refused
+        (``STORE_NOT_FOUND``) instead of becoming a new, empty file."""
         if synchronous not in {"FULL", "NORMAL", "OFF", "EXTRA"}:
-            raise StoreError(f"unknown synchronous mode {synchronous!r}", code="CONFIGURATION_ERROR")
+            raise UserError(f"unknown synchronous mode {synchronous!r}", code="CONFIGURATION_ERROR")
         self.path = str(path)
+        if not self.path:
+            raise UserError("the database path is empty", code="CONFIGURATION_ERROR")
+        if not create and self.path != ":memory:" and not os.path.exists(self.path):
+            raise StoreError(f"no stateward database at {self.path}", code="STORE_NOT_FOUND")
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {self.path}: {exc}", code="STORE_UNAVAILABLE") from exc
         self._lock = threading.RLock()
-        self._enable_wal()
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.execute("PRAGMA busy_timeout=30000")
         # Most WAL checkpoints run on a background connection, off the step path; SQLite's own
         # autocheckpoint stays as the backstop that lets the WAL restart under continuous writes.
         self._checkpointer = WalCheckpointer(self.path)
         self._step_cursor = self._db.cursor()
         self._run_keys: dict[str, int] = {}
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        try:
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._refuse_foreign(create)  # before anything below changes the file
+            self._enable_wal()
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except BaseException as exc:
+            self._checkpointer.stop()
+            self._db.close()
+            if isinstance(exc, sqlite3.Error):
+                raise store_error(exc, self.path) from exc
+            raise
 
     # -- plumbing -------------------------------------------------------------------------------
     @contextmanager
@@ -206,6 +231,30 @@ class SQLiteStore:
                 for statement in script:
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version={version}")
+
+    def _refuse_foreign(self, create: bool) -> None:
+        """Only reads: a file that is not (yet) a stateward database is left exactly as it was."""
+        # One statement, one read snapshot: another process may be creating the schema right now.
+        version, tables = self._db.execute(
+            "SELECT (SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)"
+        ).fetchone()
+        if version > len(SQLITE_MIGRATIONS):
+            raise StoreError(
+                f"{self.path} has schema version {version}; this stateward knows {len(SQLITE_MIGRATIONS)}",
+                code="SCHEMA_TOO_NEW",
+            )
+        if version > 0:
+            return
+        # Migrations set the version in the transaction that creates the tables: version 0 with tables
+        # is another application's database.
+        if tables:
+            raise StoreError(
+                f"{self.path} is a SQLite database of another application (it has tables but no stateward"
+                " schema version); use a new file",
+                code="NOT_A_STATEWARD_STORE",
+            )
+        if not create:
+            raise StoreError(f"no stateward database at {self.path}", code="STORE_NOT_FOUND")
 
     def _check_layout(self) -> None:
         """A file written by a development build before schema 1 settled has the version but not the layout."""
