@@ -85,6 +85,37 @@ def test_refusals_are_identical(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert json.loads(fast_out)["error"]["code"] == "UNKNOWN_REQUEST"
 
 
+def test_a_second_identical_answer_says_so_on_both_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "runs.db"
+    run_id = _suspended_run(db)
+    answer = ["approve", run_id, "approval_001", "--db", str(db), "--by", "alice"]
+    _fast(capsys, *answer)
+    taken, code, fast_out = _fast(capsys, *answer)
+    typer_code, typer_out = _typer(*answer)
+    assert taken and code == typer_code == 0
+    for out in (fast_out, typer_out):
+        assert "approval_001 was already approved by alice; nothing was done again" in out
+
+
+def test_both_paths_hold_an_approval_to_the_digest_presented(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+    run_id = _suspended_run(db)
+    wrong = ["approve", run_id, "approval_001", "--db", str(db), "--digest", "0" * 64, "--json"]
+    taken, fast_code, fast_out = _fast(capsys, *wrong)
+    typer_code, typer_out = _typer(*wrong)
+    assert taken and fast_code == typer_code == 1
+    assert json.loads(fast_out)["error"]["code"] == json.loads(typer_out)["error"]["code"] == "ACTION_DIGEST_MISMATCH"
+    runtime = Runtime.open(str(db))
+    pending = runtime.get(run_id).pending
+    runtime.close()
+    assert pending is not None and pending.guarded_action is not None  # still waiting, nothing recorded
+    right = ["approve", run_id, "approval_001", "--db", str(db), "--digest", pending.guarded_action.digest, "--json"]
+    taken, code, out = _fast(capsys, *right)
+    assert taken and code == 0 and json.loads(out)["status"] == "COMPLETED"
+
+
 @pytest.mark.parametrize(
     "argv",
     [

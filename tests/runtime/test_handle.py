@@ -68,6 +68,7 @@ def test_wait_snapshot_is_taken_in_the_transition_itself() -> None:
     # would be missing here (and would later count every call as "after the wait").
     assert t.state.wait is not None
     assert (t.state.wait.model_calls, t.state.wait.tool_attempts) == (4, 4)
+    assert t.state.wait.step == t.state.usage.steps == 5  # this step, the fifth, entered the wait
     assert t.state.calls_after_wait() == (0, 0)
     assert t.pending is not None and t.pending.request_id == "approval_001"
     assert t.pending.state_before is RunStatus.RUNNING

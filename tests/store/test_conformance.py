@@ -557,6 +557,30 @@ def test_renewing_a_superseded_lease_is_stale(store: Store) -> None:
         store.renew_lease(old, ttl_s=30)
 
 
+def test_a_lease_superseded_by_its_own_owner_can_neither_renew_nor_write(store: Store) -> None:
+    # The fencing token is the version, not the owner: a worker that re-acquired (after a restart with
+    # the same name, say) must fence off its earlier self.
+    start(store)
+    old = store.acquire_lease(RUN, "w1", ttl_s=30)
+    new = store.acquire_lease(RUN, "w1", ttl_s=30)
+    assert new.version > old.version
+    with pytest.raises(StaleLeaseError):
+        store.renew_lease(old, ttl_s=30)
+    with pytest.raises(StaleLeaseError):
+        step(store, lease=old)
+    step(store, lease=new)
+    assert store.last_seq(RUN) == 2
+
+
+def test_a_released_lease_writes_nothing(store: Store) -> None:
+    start(store)
+    lease = store.acquire_lease(RUN, "w1", ttl_s=30)
+    store.release_lease(lease)
+    with pytest.raises(StaleLeaseError):
+        step(store, lease=lease)
+    assert store.last_seq(RUN) == 1
+
+
 def test_release_frees_the_run(store: Store) -> None:
     start(store)
     lease = store.acquire_lease(RUN, "w1", ttl_s=30)

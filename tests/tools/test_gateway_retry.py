@@ -93,13 +93,13 @@ def test_retry_after_longer_than_allowed_ends_the_call() -> None:
 
 def test_backoff_is_exponential_capped_and_bounded_by_max_attempts() -> None:
     script = Script(*(ServiceUnavailable("503") for _ in range(10)))
-    out, sleeps = run(script, max_attempts=4, backoff_base_s=0.5, backoff_cap_s=1.5)
-    assert script.calls == 4
-    assert sleeps == [0.5, 1.0, 1.5]
+    out, sleeps = run(script, max_attempts=6, backoff_base_s=0.5, backoff_cap_s=3.0)
+    assert script.calls == 6
+    assert sleeps == [0.5, 1.0, 2.0, 3.0, 3.0]  # doubling (linear growth would give 1.5 third), then the cap
     assert out.status is OutcomeStatus.FAILED
     assert out.last_error_code is ToolErrorCode.SERVICE_UNAVAILABLE
     assert out.runtime_action is RuntimeAction.RETRY
-    assert out.handler_calls == 4
+    assert out.handler_calls == 6
 
 
 @pytest.mark.parametrize(

@@ -219,6 +219,63 @@ def test_crash_mid_call_is_reconciled_before_running_again() -> None:
     assert wh.handler_calls == 0
 
 
+def test_a_result_that_breaks_the_output_schema_is_journalled_and_never_run_again() -> None:
+    # The effect happened; only its answer broke the contract. Running it again would do it twice.
+    wh = Warehouse()
+    spec = tool(name="ship", side_effect=True, timeout_s=1, lookup=wh.lookup)(_bad_shipper(wh))
+    gw = ToolGateway(ToolRegistry([spec]), wh.store, sleep=lambda s: None)
+    first = gw.invoke(CALL, CTX)
+    assert first.error_code is ToolErrorCode.SCHEMA_MISMATCH
+    journal = wh.store.get_side_effect(KEY)
+    assert journal is not None and journal.status == "COMPLETED_INVALID"
+    again = gw.invoke(CALL, CTX)
+    assert again.error_code is ToolErrorCode.SCHEMA_MISMATCH
+    assert wh.handler_calls == 1
+
+
+def _bad_shipper(wh: Warehouse) -> Any:
+    def ship(item: str, ctx: ToolContext) -> dict[str, str]:
+        wh.ship(item, ctx)
+        return {"item": item, "tracking": 42}  # type: ignore[dict-item]  # breaks its own declared output
+
+    return ship
+
+
+def test_a_looked_up_result_is_held_to_the_output_schema_too() -> None:
+    wh = Warehouse()
+    wh.crash_mid_call(effect_happened=True)
+    spec = tool(name="ship", side_effect=True, timeout_s=1, lookup=lambda key: (LookupStatus.SUCCEEDED, "yes"))(
+        _bad_shipper(wh)
+    )
+    out = ToolGateway(ToolRegistry([spec]), wh.store, sleep=lambda s: None).invoke(CALL, CTX)
+    assert (out.error_code, out.last_error_code) == (ToolErrorCode.UNKNOWN_OUTCOME, ToolErrorCode.SCHEMA_MISMATCH)
+    assert out.runtime_action is RuntimeAction.BLOCK
+    journal = wh.store.get_side_effect(KEY)
+    assert journal is not None and journal.status == "COMPLETED_INVALID"
+    assert wh.handler_calls == 0
+
+
+def test_reconcile_journals_what_the_lookup_said() -> None:
+    for happened, status, lookup in (
+        (True, "SUCCEEDED", LookupStatus.SUCCEEDED),
+        (False, "FAILED", LookupStatus.NOT_EXECUTED),
+    ):
+        wh = Warehouse()
+        wh.crash_mid_call(effect_happened=happened)
+        record = wh.store.get_side_effect(KEY)
+        assert record is not None
+        assert wh.gateway().reconcile(record) is lookup
+        after = wh.store.get_side_effect(KEY)
+        assert after is not None and after.status == status  # NOT_EXECUTED: safe to run again
+    wh = Warehouse(lookup="unknown")
+    wh.crash_mid_call(effect_happened=True)
+    record = wh.store.get_side_effect(KEY)
+    assert record is not None
+    assert wh.gateway().reconcile(record) is LookupStatus.UNKNOWN
+    left = wh.store.get_side_effect(KEY)
+    assert left is not None and left.status == "STARTED"  # nobody may claim anything
+
+
 FAULTS = st.sampled_from(["ok", "unavailable", "rate_limited", "error", "timeout_before", "timeout_after"])
 
 
