@@ -47,7 +47,13 @@ def blog_request(purpose: str = "decide", instructions: str = DECIDE_INSTRUCTION
 
 
 def openai_model(server: LocalServer, **kw: object) -> OpenAICompatibleModel:
-    options: dict[str, object] = {"mode": "json_schema", "max_string": MAX_STRING, "max_tokens": MAX_TOKENS}
+    # A CPU-bound local model on a shared 2-core machine: the timeout bounds a hang, not the speed.
+    options: dict[str, object] = {
+        "mode": "json_schema",
+        "max_string": MAX_STRING,
+        "max_tokens": MAX_TOKENS,
+        "timeout_s": 240.0,
+    }
     options.update(kw)
     return OpenAICompatibleModel("smollm2", api_key="unused", base_url=server.openai_url, temperature=0, **options)  # type: ignore[arg-type]
 

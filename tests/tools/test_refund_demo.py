@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
+from typer.testing import CliRunner
 
-from stateward.demos.refund import render_table, rows_as_json, run_refund_scenarios
+from stateward.cli.app import app
+from stateward.demos.refund import run_refund_scenarios
 
 EXPECTED = [
     ("unknown_tool", "UNKNOWN_TOOL", None, "REJECT", "REJECTED", 0),
@@ -23,9 +24,14 @@ KEYS = ("scenario", "error_code", "idempotency_status", "runtime_action", "final
 def test_rows_match_the_expected_table() -> None:
     rows = run_refund_scenarios(timeout_s=0.05)
     assert rows == [dict(zip(KEYS, row, strict=True)) for row in EXPECTED]
-    assert json.loads(rows_as_json(rows)) == rows
 
-    console = Console(record=True, width=200)
-    console.print(render_table(rows))
-    text = console.export_text()
-    assert "timeout_not_executed" in text and "AWAIT_RECONCILIATION" in text and "null" in text
+
+def test_the_command_prints_every_scenario_as_a_table_and_as_json() -> None:
+    table = CliRunner().invoke(app, ["demo", "refund"])
+    assert table.exit_code == 0
+    for scenario, *_ in EXPECTED:
+        assert scenario in table.stdout
+    assert "AWAIT_RECONCILIATION" in table.stdout and "null" in table.stdout
+    as_json = CliRunner().invoke(app, ["demo", "refund", "--json"])
+    assert as_json.exit_code == 0
+    assert [tuple(row[k] for k in KEYS) for row in json.loads(as_json.stdout)] == EXPECTED

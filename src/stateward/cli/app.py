@@ -138,13 +138,13 @@ def demo_payment_migration(
 @demo_app.command("refund")
 def demo_refund(as_json: JsonOpt = False) -> None:
     """refund_order through the Tool Gateway: refusals, timeouts and reconciliation."""
-    from stateward.demos.refund import render_table, run_refund_scenarios
+    from stateward.demos.refund import COLUMNS, run_refund_scenarios
 
     rows = run_refund_scenarios()
     if as_json:
         emit_json(rows)
     else:
-        render_table(rows)
+        print_table("Refund through the Tool Gateway", COLUMNS, rows)
 
 
 # -- runs -----------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ after refunding, lose the request before refunding, or be unable to say what hap
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -17,7 +16,6 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from rich.table import Table
 
 from stateward.tools import (
     CallContext,
@@ -175,22 +173,3 @@ def run_refund_scenarios(*, timeout_s: float = 0.1) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def render_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="Refund through the Tool Gateway")
-    for column in COLUMNS:
-        table.add_column(column, justify="right" if column == "handler_execution_count" else "left")
-    for row in rows:
-        table.add_row(*("null" if row[c] is None else str(row[c]) for c in COLUMNS))
-    return table
-
-
-def rows_as_json(rows: list[dict[str, Any]]) -> str:
-    return json.dumps(rows, indent=2)
-
-
-if __name__ == "__main__":
-    from rich.console import Console
-
-    Console().print(render_table(run_refund_scenarios()))
