@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
 from stateward.planning.budget import BudgetLimits
 from stateward.planning.goal import GoalContract
+from stateward.store.sqlite import SQLiteStore
 from stateward.verify.checks import CheckResult, CheckVerdict
 
 GOAL = GoalContract(goal_id="g1", objective="Summarise the findings and publish them")
@@ -304,7 +308,9 @@ def test_a_retried_item_sees_every_observation_of_its_new_attempt(runtime: Runti
     assert len(calls) == 4  # the second attempt's first observation completed it
 
 
-def test_repeated_failures_hand_off_and_a_person_chooses(runtime: Runtime) -> None:
+def _stuck_search_agent() -> Agent:
+    """One work item whose only tool is down: it fails until the plan run hands off to a person."""
+
     def failing(req: ModelRequest) -> dict[str, Any]:
         n = len(req.observations)
         return {"type": "EXECUTE_TOOL", "action": "search", "args": {"query": "x" * (n + 1) + " nowhere"}}
@@ -325,6 +331,11 @@ def test_repeated_failures_hand_off_and_a_person_chooses(runtime: Runtime) -> No
     )
     agent = make_agent(plan_doc([retried]), worker=failing)
     agent.tools = ToolRegistry([search, *plan_run_tools()])
+    return agent
+
+
+def test_repeated_failures_hand_off_and_a_person_chooses(runtime: Runtime) -> None:
+    agent = _stuck_search_agent()
     state = runtime.start(agent, GOAL.objective)
     assert state.status is RunStatus.WAITING_FOR_USER
     assert state.pending is not None and state.pending.kind == "handoff"
@@ -339,6 +350,77 @@ def test_repeated_failures_hand_off_and_a_person_chooses(runtime: Runtime) -> No
     result = runtime.reply(state.run_id, state.pending.request_id, by="ops", text="accept_partial")
     assert result.state.status is RunStatus.PARTIALLY_COMPLETED
     assert events(runtime, state.run_id, EventType.HANDOFF_ANSWERED)[0]["option"] == "accept_partial"
+
+
+def test_continue_authorized_clears_the_failures_and_the_run_works_on(runtime: Runtime) -> None:
+    state = runtime.start(_stuck_search_agent(), GOAL.objective)
+    assert state.pending is not None
+    attempts = state.usage.tool_attempts
+    after = runtime.reply(state.run_id, state.pending.request_id, by="ops", text="continue_authorized").state
+    # The failures that caused the handoff are forgiven: the item is tried again before the next stop.
+    assert after.usage.tool_attempts > attempts
+    assert len(events(runtime, state.run_id, EventType.HANDOFF_RECORDED)) == 1
+
+
+def test_an_escalated_handoff_is_answered_by_whoever_it_was_escalated_to(db_path: Path) -> None:
+    clock = _Clock()
+    runtime = Runtime(SQLiteStore(db_path), clock=clock)
+    agent = _stuck_search_agent()
+    agent.request_ttl, agent.on_request_expiry, agent.escalation_role = timedelta(hours=1), "escalate", "chief"
+    state = runtime.start(agent, GOAL.objective)
+    assert state.pending is not None and state.pending.kind == "handoff"
+    clock.now += timedelta(hours=2)
+    runtime.expire_requests()
+    escalated = runtime.get(state.run_id).pending
+    assert escalated is not None and escalated.replaces == state.pending.request_id
+    result = runtime.reply(state.run_id, escalated.request_id, by="cj", text="cancel", roles=frozenset({"chief"}))
+    assert (result.state.status, result.state.terminal_reason) == (RunStatus.FAILED, "cancelled_at_handoff")
+    assert [e["option"] for e in events(runtime, state.run_id, EventType.HANDOFF_ANSWERED)] == ["cancel"]
+    assert len(events(runtime, state.run_id, EventType.HANDOFF_RECORDED)) == 1  # not asked all over again
+    runtime.close()
+
+
+def test_a_partial_delivery_ends_the_items_still_in_flight(runtime: Runtime) -> None:
+    # Two items run side by side when the budget runs out: the one still running is ended and its
+    # reservation released, so the delivered ledger says what was really spent.
+    def worker(req: ModelRequest) -> dict[str, Any]:
+        wid = req.facts["work_item"]["work_item_id"]
+        if len(_seen(req, "search")) < 2:
+            return {
+                "type": "EXECUTE_TOOL",
+                "action": "search",
+                "args": {"query": f"{wid} " + "x" * (len(req.observations) + 1)},
+            }
+        out = req.facts["work_item"]["output_spec"]["artifact_type"]
+        return {"type": "EXECUTE_TOOL", "action": "record_output", "args": {"artifact_type": out, "content": "{}"}}
+
+    est = {"tool_calls": 1, "model_calls": 1, "tokens": 0}
+    plan = plan_doc(
+        [
+            item("W1", [], ["search"], "a", estimated_cost=est),
+            item("W2", [], ["search"], "b", estimated_cost=est),
+            item("W3", ["W1", "W2"], ["search"], "c", estimated_cost=est),
+        ]
+    )
+    agent = make_agent(plan, worker=worker, budget=BudgetLimits(max_tool_calls=3))
+    assert isinstance(agent.controller, PlanRunController)
+    agent.controller.config = dataclasses.replace(agent.controller.config, max_parallel=2, deliverable=None)
+    state = runtime.start(agent, GOAL.objective)
+    assert state.status is RunStatus.PARTIALLY_COMPLETED
+    ended = [
+        (e["work_item_id"], e["outcome"], e["error"]) for e in events(runtime, state.run_id, EventType.WORK_ITEM_ENDED)
+    ]
+    assert ended == [("W1", "COMPLETED", None), ("W2", "FAILED", "BUDGET_EXHAUSTED")]
+    assert state.memo["running"] == [] and not state.memo["ledger"]["reserved"]
+    assert state.memo["ledger"]["used"]["tool_calls"] == 5  # W1: 3, W2: 2 before it was stopped
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
 
 
 def _researcher(cheat: bool) -> Callable[[ModelRequest], Any]:

@@ -21,6 +21,8 @@ from stateward import ControlDecision, DecisionParseError, DecisionType, parse_d
         ('"FINISH"', "NOT_AN_OBJECT"),
         ('{"action": "read"}', "MISSING_TYPE"),
         ('{"type": "json_object", "content": {"type": "REQUEST_USER_INPUT", "question": "ok?"}}', "WRAPPED_DECISION"),
+        ('{"type": "json_object", "content": "{\\"type\\": \\"FINISH\\"}"}', "WRAPPED_DECISION"),  # content as text
+        ('{"type": "FINISH", "reason": "x", "content": "y"}', "UNEXPECTED_FIELD"),  # a real type is no wrapper
         ('{"type": "PAUSE"}', "UNKNOWN_DECISION_TYPE"),
         ('{"type": "finish"}', "UNKNOWN_DECISION_TYPE"),
         ('{"type": 3}', "UNKNOWN_DECISION_TYPE"),

@@ -83,6 +83,8 @@ def test_ladder_is_ordered_from_full_report_to_safe_failure() -> None:
         (DeliveryFacts(expected_scope=REPOS, covered_scope=REPOS, report_verified=True), "FULL_REPORT"),
         # reference run: 12 repositories, 11 accessible and analysed
         (DeliveryFacts(expected_scope=REPOS, covered_scope=ACCESSIBLE, report_verified=True), "REPORT_WITH_GAPS"),
+        # exactly at the minimum coverage for a report (half the scope) still earns one
+        (DeliveryFacts(expected_scope=REPOS, covered_scope=REPOS[:6], report_verified=True), "REPORT_WITH_GAPS"),
         # only 5 of 12: a report would overstate; deliver the verified fact list
         (
             DeliveryFacts(expected_scope=REPOS, covered_scope=REPOS[:5], report_verified=True, verified_facts=45),

@@ -82,6 +82,9 @@ def test_hard_constraint_block_fails_and_handoff_hands_off() -> None:
         ("read_only",),
     )
     assert decide(goal=GOAL, facts=RunFacts(tool_calls=121)) == (D.HANDOFF, R.HARD_CONSTRAINT_VIOLATED)
+    # Both broken in one step: the block wins, nobody can authorise past it.
+    both = RunFacts(capabilities_used=("repo.write",), tool_calls=121)
+    assert decide(goal=GOAL, facts=both) == (D.FAIL, R.HARD_CONSTRAINT_VIOLATED)
 
 
 def test_soft_constraint_violation_does_not_stop() -> None:

@@ -23,6 +23,7 @@ from stateward import (
     WorkflowController,
     tool,
 )
+from stateward.controllers.workflow import TimerNode
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef, PendingRequest, RunState, WaitSnapshot
 from stateward.demos import blog_fixtures as fx
@@ -164,14 +165,75 @@ def test_a_waiting_run_can_be_neither_paused_nor_resumed_past_its_request(runtim
     assert runtime.store.load_run_at(state.run_id) == before
 
 
-def test_a_run_left_pausing_by_a_dead_holder_is_driven_to_paused(runtime: Runtime) -> None:
+@pytest.mark.parametrize("flag_left", [True, False])
+def test_a_run_left_pausing_by_a_dead_holder_is_driven_to_paused(runtime: Runtime, flag_left: bool) -> None:
+    # The status alone says a pause was under way, whether or not the control flag survived.
     state = runtime.submit(build_agent("react"), fx.GOAL)
     current, seq = runtime.store.load_run_at(state.run_id)
     pausing = current.model_copy(update={"status": RunStatus.PAUSING})
     event = NewEvent(type=EventType.STATE_TRANSITION, payload={"state_before": "RUNNING", "state_after": "PAUSING"})
     runtime.store.commit_step(state.run_id, seq, StepWrite(state=pausing, events=[event]))
-    runtime.store.set_control(state.run_id, "pause")
+    if flag_left:
+        runtime.store.set_control(state.run_id, "pause")
     assert runtime.drive(state.run_id).status is RunStatus.PAUSED
+
+
+def _timer_run(runtime: Runtime) -> RunState:
+    agent = Agent(
+        name="waits",
+        controller=WorkflowController([TimerNode("t", 60, next="done"), FinishNode("done")]),
+        tools=ToolRegistry([]),
+        ref=AgentRef(factory="tests:none"),
+    )
+    return runtime.start(agent, "wait a minute")
+
+
+class _Later:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def test_a_timer_whose_firing_loses_a_race_is_not_reported_fired(db_path: Path) -> None:
+    clock = _Later()
+    store = SQLiteStore(db_path)
+    runtime = Runtime(store, clock=clock)
+    state = _timer_run(runtime)
+    assert state.pending is not None and state.pending.kind == "timer"
+    clock.now += timedelta(hours=1)
+    real_commit = store.commit_step
+
+    def someone_else_moved_it(*args: Any, **kwargs: Any) -> int:
+        raise RunError("moved on", code="CONCURRENT_UPDATE")
+
+    store.commit_step = someone_else_moved_it  # type: ignore[method-assign]
+    assert runtime.expire_requests(drive=False) == []
+    store.commit_step = real_commit  # type: ignore[method-assign]
+    assert runtime.get(state.run_id).status is RunStatus.WAITING_FOR_USER
+    assert runtime.expire_requests(drive=False) == [state.pending.request_id]  # the next sweep fires it
+    runtime.close()
+
+
+def test_an_expired_request_the_run_is_not_waiting_on_changes_nothing(db_path: Path) -> None:
+    clock = _Later()
+    runtime = Runtime(SQLiteStore(db_path), clock=clock)
+    state = _waiting_blog_run(runtime)
+    current, seq = runtime.store.load_run_at(state.run_id)
+    orphan = PendingRequest(
+        request_id="approval_900",
+        question="an old question",
+        state_before=RunStatus.RUNNING,
+        created_at=clock.now,
+        expires_at=clock.now + timedelta(minutes=1),
+    )
+    runtime.store.commit_step(state.run_id, seq, StepWrite(state=current, events=[], open_request=orphan))
+    clock.now += timedelta(hours=1)
+    assert runtime.expire_requests() == []
+    after = runtime.get(state.run_id)
+    assert after.status is RunStatus.WAITING_FOR_USER and after.pending == state.pending
+    runtime.close()
 
 
 def _tamper(db_path: Path, sql: str) -> None:

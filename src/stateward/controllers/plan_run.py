@@ -824,7 +824,7 @@ class PlanRunController:
     def _after_handoff(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal | None:
         """A person chose an option: it is the only way a handed-off run moves on."""
         answer = ctx.state.last_answer
-        if answer is None or answer.request_id != memo.handoff_request:
+        if answer is None or not answer.answers(memo.handoff_request):
             return None
         choice = (answer.text or "").strip().lower()
         memo.handoff_request = None

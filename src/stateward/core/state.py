@@ -47,6 +47,7 @@ class PendingRequest(BaseModel):
     approver_role: str | None = None
     created_at: datetime
     expires_at: datetime | None = None
+    replaces: str | None = None  # an escalation's new request: the id of the one first asked (kept on re-escalation)
 
 
 class Answer(BaseModel):
@@ -60,6 +61,11 @@ class Answer(BaseModel):
     by: str
     at: datetime
     guarded_action: GuardedAction | None = None
+    replaces: str | None = None  # answered an escalation of this request: a controller waiting on it takes it
+
+    def answers(self, request_id: str | None) -> bool:
+        """Whether this answers ``request_id``, directly or through an escalation that replaced it."""
+        return request_id is not None and request_id in (self.request_id, self.replaces)
 
 
 class WaitSnapshot(BaseModel):

@@ -179,6 +179,7 @@ def resumed_state(state: RunState, answer: RequestAnswer) -> RunState:
                 by=answer.by,
                 at=answer.at,
                 guarded_action=pending.guarded_action,
+                replaces=pending.replaces,
             ),
         }
     )

@@ -51,6 +51,7 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
             escalated = request.model_copy(
                 update={
                     "request_id": f"approval_{state.requests_issued + 1:03d}",
+                    "replaces": request.replaces or request.request_id,
                     "approver_role": agent.escalation_role,
                     "created_at": now,
                     "expires_at": None if agent.request_ttl is None else now + agent.request_ttl,
