@@ -66,6 +66,12 @@ def test_anything_else_is_a_named_rejection(decide_request: ModelRequest, calls:
     assert json.loads(out.text)[0]["name"] == calls[0].name  # what the model sent is kept for the record
 
 
+def test_no_tool_call_at_all_is_an_empty_reply(decide_request: ModelRequest) -> None:
+    out = mapping.decision_from_tool_calls([], decide_request)
+    assert out.rejection_code is not None and out.rejection_code.value == "EMPTY_REPLY"
+    assert json.loads(out.text) == []
+
+
 def test_empty_and_thinking_only_text_are_named() -> None:
     assert mapping.text_reply("  ", had_thinking=False).rejection_code is RejectionCode.EMPTY_REPLY
     assert mapping.text_reply("", had_thinking=True).rejection_code is RejectionCode.THINKING_ONLY
