@@ -49,3 +49,20 @@ def test_the_storm_refuses_a_store_that_holds_runs_and_touches_nothing(tmp_path:
     tables = sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE name LIKE 'chaos%'").fetchall()
     assert tables == []  # its ledger was neither created nor reset
     assert set(Path(tempfile.gettempdir()).glob("stateward-chaos-*.kills")) == kill_logs
+
+
+def test_a_fenced_lookup_refuses_the_superseded_holders_late_post(tmp_path: Path) -> None:
+    # Holder 1 is paused mid-call; holder 2 asks the ledger (NOT_EXECUTED) and will retry. Holder 1's post
+    # arriving in between must not land: the lookup raised the run's fence to token 2.
+    from stateward.chaos.ledger import StaleFencingToken, ledger_for
+    from stateward.tools.types import LookupStatus
+
+    ledger = ledger_for(str(tmp_path / "ledger.db"))
+    ledger.setup()
+    assert ledger.lookup("idem_1", run_id="run_1", fencing_token=2) == (LookupStatus.NOT_EXECUTED, None)
+    with pytest.raises(StaleFencingToken):
+        ledger.apply("idem_1", "run_1", op=1, amount=5, token=1)
+    assert ledger.apply("idem_1", "run_1", op=1, amount=5, token=2) == {"posted": 1, "amount": 5}
+    outcomes = ledger.rows("SELECT outcome FROM chaos_calls ORDER BY rowid")
+    assert outcomes == [("stale_token",), ("applied",)]  # asked twice, done once, never a duplicate
+    ledger.close()

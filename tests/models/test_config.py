@@ -67,6 +67,10 @@ def test_environment_selects_url_key_mode_and_wrappers(tmp_path: Path) -> None:
     )
     assert isinstance(tools, RetryingModel) and isinstance(tools.inner, OpenAICompatibleModel)
     assert tools.inner.mode == "json_schema"
+    # ... and over the mode a caller passes: the spec is what the person wrote for this model.
+    argued = model_from_spec("openai+json:m", mode="tools", env={**env, "STATEWARD_MODEL_RECORD": ""})
+    assert isinstance(argued, RetryingModel) and isinstance(argued.inner, OpenAICompatibleModel)
+    assert argued.inner.mode == "json_schema"
 
 
 def test_a_local_server_needs_no_key() -> None:

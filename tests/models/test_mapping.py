@@ -139,3 +139,31 @@ def test_refs_are_inlined_so_schemas_embed() -> None:
     out = mapping.bounded(schema)
     assert "$defs" not in json.dumps(out)
     assert out["properties"]["item"]["properties"]["name"]["maxLength"] == mapping.MAX_STRING
+
+
+def test_bounds_reach_every_free_string_and_array_but_leave_fixed_values_and_given_bounds() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "note": {"type": "string"},
+            "kind": {"type": "string", "enum": ["a", "b"]},
+            "tag": {"type": "string", "const": "x" * 500},  # a bound here would make the schema unsatisfiable
+            "items": {"type": "array", "items": {"type": "string"}},
+            "few": {"type": "array", "maxItems": 50, "items": {"type": "integer"}},
+        },
+    }
+    out = mapping.bounded(schema, max_string=80, max_items=8)["properties"]
+    assert out["note"]["maxLength"] == 80 and out["items"]["maxItems"] == 8
+    assert out["items"]["items"]["maxLength"] == 80
+    assert "maxLength" not in out["kind"] and "maxLength" not in out["tag"]
+    assert out["few"]["maxItems"] == 50
+
+
+def test_a_recursive_schema_is_refused_by_name() -> None:
+    schema = {
+        "$defs": {"Node": {"type": "object", "properties": {"child": {"$ref": "#/$defs/Node"}}}},
+        "$ref": "#/$defs/Node",
+    }
+    with pytest.raises(UserError) as err:
+        mapping.inline_refs(schema)
+    assert err.value.code == "UNSUPPORTED_SCHEMA"

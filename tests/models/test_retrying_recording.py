@@ -19,6 +19,7 @@ from stateward.models.errors import (
 )
 from stateward.models.recording import RecordingModel, ReplayModel, request_key
 from stateward.models.retrying import AttemptRecord, RetryingModel
+from stateward.models.scripted import ScriptedModel
 
 
 class Flaky:
@@ -74,6 +75,13 @@ def test_non_retryable_errors_are_raised_at_once(
     assert log == [f"attempt 1 {err.value.code} retry=False"]
 
 
+def test_backoff_doubles_up_to_its_cap_and_never_undercuts_retry_after() -> None:
+    model = RetryingModel(ScriptedModel(lambda r: {"type": "FINISH"}), base_delay_s=1.0, max_delay_s=30.0)
+    plain = ServiceUnavailableError("busy")
+    assert [model.delay_for(n, plain) for n in (1, 2, 3, 5, 6, 10)] == [1.0, 2.0, 4.0, 16.0, 30.0, 30.0]
+    assert model.delay_for(1, RateLimitedError("slow down", retry_after_s=45.0)) == 45.0
+
+
 def test_attempts_are_bounded(decide_request: ModelRequest) -> None:
     log: list[str] = []
     inner = Flaky([ServiceUnavailableError("down")] * 5)
@@ -101,6 +109,38 @@ def test_recording_then_replay_is_deterministic_and_offline(tmp_path: Path, deci
     with pytest.raises(ModelCallError) as err:
         replay.complete(other)  # recorded errors replay as the same named error
     assert (err.value.code, err.value.status_code) == ("AUTH_FAILED", 401)
+
+
+class Counting:
+    """Answers the n-th call with FINISH reason "n"."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        self.calls += 1
+        return ModelReply(text=f'{{"type": "FINISH", "reason": "{self.calls}"}}', usage=Usage(), model=self.name)
+
+
+def test_the_nth_identical_request_replays_the_nth_answer_then_the_last(
+    tmp_path: Path, decide_request: ModelRequest
+) -> None:
+    path = tmp_path / "rec.jsonl"
+    recorder = RecordingModel(Counting(), path)
+    recorded = [recorder.complete(decide_request).text for _ in range(3)]
+    replay = ReplayModel(path)
+    assert [replay.complete(decide_request).text for _ in range(5)] == [*recorded, recorded[-1], recorded[-1]]
+
+
+def test_a_replayed_rate_limit_keeps_its_retry_after(tmp_path: Path, decide_request: ModelRequest) -> None:
+    path = tmp_path / "rec.jsonl"
+    with pytest.raises(RateLimitedError):
+        RecordingModel(Flaky([RateLimitedError("slow down", retry_after_s=12.5)]), path).complete(decide_request)
+    with pytest.raises(RateLimitedError) as err:
+        ReplayModel(path).complete(decide_request)
+    assert err.value.retry_after_s == 12.5 and err.value.retryable
 
 
 def test_an_unrecorded_request_is_a_replay_miss(tmp_path: Path, decide_request: ModelRequest) -> None:

@@ -255,6 +255,26 @@ def test_a_looked_up_result_is_held_to_the_output_schema_too() -> None:
     assert wh.handler_calls == 0
 
 
+def test_a_fencing_lookup_is_told_which_run_and_lease_asks() -> None:
+    asked: list[tuple[str, str, int | None]] = []
+    wh = Warehouse()
+    wh.crash_mid_call(effect_happened=False)
+
+    def fenced_lookup(key: str, *, run_id: str, fencing_token: int | None) -> tuple[LookupStatus, Any]:
+        asked.append((key, run_id, fencing_token))
+        return wh.lookup(key)
+
+    spec = tool(name="ship", side_effect=True, timeout_s=1, lookup=fenced_lookup)(wh.ship)
+    gw = ToolGateway(ToolRegistry([spec]), wh.store, sleep=lambda s: None)
+    out = gw.invoke(CALL, CallContext(run_id="run-s", step=4, fencing_token=7))
+    assert out.runtime_action is RuntimeAction.RETRY_ONCE and wh.handler_calls == 1
+    assert asked == [(KEY, "run-s", 7)]
+    record = wh.store.get_side_effect(KEY)
+    assert record is not None
+    gw.reconcile(record, fencing_token=9)  # on resume: the resuming holder's lease
+    assert asked[-1] == (KEY, "run-s", 9)
+
+
 def test_reconcile_journals_what_the_lookup_said() -> None:
     for happened, status, lookup in (
         (True, "SUCCEEDED", LookupStatus.SUCCEEDED),

@@ -105,15 +105,7 @@ class Ledger:
             if token is not None and row is not None and token < row[0]:
                 outcome = "stale_token"
             else:
-                if token is not None:
-                    db.execute(
-                        self._q(
-                            "INSERT INTO chaos_tokens(run_id, max_token) VALUES (?, ?) ON CONFLICT (run_id)"
-                            " DO UPDATE SET max_token = CASE WHEN excluded.max_token > chaos_tokens.max_token"
-                            " THEN excluded.max_token ELSE chaos_tokens.max_token END"
-                        ),
-                        (run_id, token),
-                    )
+                self._fence(db, run_id, token)
                 done = db.execute(self._q("SELECT 1 FROM chaos_ledger WHERE idempotency_key=?"), (key,)).fetchone()
                 outcome = "duplicate_key" if done else "applied"
                 if not done:
@@ -125,12 +117,30 @@ class Ledger:
             raise StaleFencingToken(f"fencing token {token} of run {run_id} is superseded")
         return {"posted": op, "amount": amount}
 
-    def lookup(self, key: str) -> tuple[LookupStatus, Any]:
+    def lookup(
+        self, key: str, *, run_id: str | None = None, fencing_token: int | None = None
+    ) -> tuple[LookupStatus, Any]:
+        """What became of ``key``. Told the asker's token, the ledger fences first: a superseded holder's
+        post that arrives after a NOT_EXECUTED answer is refused instead of landing before the retry."""
         with self._tx() as db:
+            if run_id is not None:
+                self._fence(db, run_id, fencing_token)
             row = db.execute(self._q("SELECT op, amount FROM chaos_ledger WHERE idempotency_key=?"), (key,)).fetchone()
         if row is None:
             return LookupStatus.NOT_EXECUTED, None
         return LookupStatus.SUCCEEDED, {"posted": row[0], "amount": row[1]}
+
+    def _fence(self, db: Any, run_id: str, token: int | None) -> None:
+        if token is None:
+            return
+        db.execute(
+            self._q(
+                "INSERT INTO chaos_tokens(run_id, max_token) VALUES (?, ?) ON CONFLICT (run_id)"
+                " DO UPDATE SET max_token = CASE WHEN excluded.max_token > chaos_tokens.max_token"
+                " THEN excluded.max_token ELSE chaos_tokens.max_token END"
+            ),
+            (run_id, token),
+        )
 
     def balance(self, run_id: str) -> int:
         with self._tx() as db:

@@ -270,7 +270,7 @@ class Runtime:
         try:
             state, seq = self.store.load_run_at(run_id)
             self._verify_checkpoint(state, seq)
-            reconciled = self._reconcile(state)
+            reconciled = self._reconcile(state, lease.version)
             resumed = state.model_copy(update={"status": RunStatus.RUNNING, "terminal_reason": None})
             events = [
                 NewEvent(
@@ -304,7 +304,7 @@ class Runtime:
                     details={"artifact": art.ref},
                 )
 
-    def _reconcile(self, state: RunState) -> list[dict[str, str]]:
+    def _reconcile(self, state: RunState, fencing_token: int) -> list[dict[str, str]]:
         agent = self.agent_for(state)
         gateway = ToolGateway(agent.tools, self.store)
         return [
@@ -312,7 +312,7 @@ class Runtime:
                 "idempotency_key": rec.idempotency_key,
                 "tool": rec.tool,
                 "was": rec.status,
-                "lookup": gateway.reconcile(rec).value,
+                "lookup": gateway.reconcile(rec, fencing_token).value,
             }
             for rec in self.store.side_effects_of(state.run_id, IN_FLIGHT)
         ]

@@ -170,7 +170,7 @@ class Executor:
         if spec.lookup is None:
             return self._pending(st, f"{reason}; {spec.name!r} has no lookup to reconcile with")
         try:
-            status, result = spec.lookup(key)
+            status, result = spec.look_up(key, run_id=st.ctx.run_id, fencing_token=st.ctx.fencing_token)
             status = LookupStatus(status)
         except Exception as exc:
             status, result = LookupStatus.UNKNOWN, None

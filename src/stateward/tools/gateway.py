@@ -86,7 +86,7 @@ class ToolGateway:
             raise ToolCallError(str(exc), code=ToolErrorCode.INVALID_ARGUMENT.value) from exc
         return action_digest(spec.name, args, plan_version)
 
-    def reconcile(self, record: SideEffectRecord) -> LookupStatus:
+    def reconcile(self, record: SideEffectRecord, fencing_token: int | None = None) -> LookupStatus:
         """Ask the domain what became of an unfinished side effect and journal the answer.
 
         Used on resume for calls a dead process left STARTED or UNKNOWN_OUTCOME: SUCCEEDED is
@@ -96,7 +96,7 @@ class ToolGateway:
         spec = self.registry.get(record.tool)
         if spec is None or spec.lookup is None:
             return LookupStatus.UNKNOWN
-        status, result = spec.lookup(record.idempotency_key)
+        status, result = spec.look_up(record.idempotency_key, run_id=record.run_id, fencing_token=fencing_token)
         if status is LookupStatus.SUCCEEDED:
             journal = {"result": result, "artifacts": []}
             self._store.put_side_effect(

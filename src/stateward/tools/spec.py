@@ -46,7 +46,9 @@ __all__ = [
     "tool",
 ]
 
-LookupFn = Callable[[str], tuple[LookupStatus, Any]]
+# ``lookup(key)``; a domain that fences declares ``run_id`` and ``fencing_token`` keywords too: told the
+# asking holder's lease, it can refuse a superseded holder's call that lands after it answered NOT_EXECUTED.
+LookupFn = Callable[..., tuple[LookupStatus, Any]]
 TooLarge = Literal["truncate", "refuse"]
 
 
@@ -157,6 +159,17 @@ class ToolSpec(BaseModel):
             return to_jsonable_python(raw, fallback=str)
         adapter = self._shape.output
         return adapter.dump_python(adapter.validate_python(raw), mode="json")
+
+    def look_up(self, key: str, *, run_id: str, fencing_token: int | None) -> tuple[LookupStatus, Any]:
+        """Ask the domain what became of the side effect under ``key`` (the tool must have a lookup).
+
+        Between a NOT_EXECUTED answer and the retry it allows, a call of a superseded holder (paused
+        past its lease, say) may still land; a lookup that takes the fencing token can fence it off.
+        """
+        assert self.lookup is not None
+        offered = {"run_id": run_id, "fencing_token": fencing_token}
+        wanted = inspect.signature(self.lookup).parameters
+        return self.lookup(key, **{k: v for k, v in offered.items() if k in wanted})
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)

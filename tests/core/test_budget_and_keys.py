@@ -1,0 +1,49 @@
+"""Budgets end a run at their limit, not one past it; idempotency keys and action digests tell apart
+exactly what must be told apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from stateward.core.budget import Budget, Usage
+from stateward.core.canonical import action_digest, idempotency_key
+
+
+@pytest.mark.parametrize(
+    ("limit", "at_limit", "below", "dimension"),
+    [
+        ({"max_steps": 3}, Usage(steps=3), Usage(steps=2), "steps"),
+        ({"max_model_calls": 2}, Usage(model_calls=2), Usage(model_calls=1), "model_calls"),
+        ({"max_tool_calls": 2}, Usage(tool_attempts=2), Usage(tool_attempts=1), "tool_calls"),
+        ({"max_input_tokens": 100}, Usage(input_tokens=100), Usage(input_tokens=99), "input_tokens"),
+        ({"max_output_tokens": 10}, Usage(output_tokens=10), Usage(output_tokens=9), "output_tokens"),
+    ],
+)
+def test_a_limit_is_used_up_when_reached_not_one_past_it(
+    limit: dict[str, int], at_limit: Usage, below: Usage, dimension: str
+) -> None:
+    budget = Budget.model_validate({"max_steps": None, **limit})
+    assert budget.exhausted_by(at_limit) == dimension
+    assert budget.exhausted_by(below) is None
+
+
+def test_no_limit_is_never_used_up() -> None:
+    assert Budget(max_steps=None).exhausted_by(Usage(steps=10**9)) is None
+
+
+def test_the_idempotency_key_names_the_run_the_step_the_tool_and_the_arguments() -> None:
+    key = idempotency_key("run_a", 1, "pay", {"amount": 5, "to": "x"})
+    assert key == idempotency_key("run_a", 1, "pay", {"to": "x", "amount": 5})  # argument order is not identity
+    # The same call at a later step is a new payment, not a replay of the first one.
+    assert key != idempotency_key("run_a", 2, "pay", {"amount": 5, "to": "x"})
+    assert key != idempotency_key("run_b", 1, "pay", {"amount": 5, "to": "x"})
+    assert key != idempotency_key("run_a", 1, "refund", {"amount": 5, "to": "x"})
+    assert key != idempotency_key("run_a", 1, "pay", {"amount": 6, "to": "x"})
+
+
+def test_an_action_digest_binds_the_tool_the_arguments_and_the_plan_version() -> None:
+    digest = action_digest("write_draft", {"brief": "brief:v1"}, 1)
+    assert digest == action_digest("write_draft", {"brief": "brief:v1"}, 1)
+    assert digest != action_digest("write_draft", {"brief": "brief:v2"}, 1)
+    assert digest != action_digest("write_draft", {"brief": "brief:v1"}, 2)
+    assert digest != action_digest("publish", {"brief": "brief:v1"}, 1)
