@@ -167,6 +167,7 @@ def test_an_unknown_run_in_the_inbox_filter_is_an_error_like_everywhere_else(tmp
     ("failure", "code"),
     [
         (sqlite3.OperationalError("database is locked"), "STORE_BUSY"),
+        (sqlite3.OperationalError("database is busy"), "STORE_BUSY"),
         (sqlite3.DatabaseError("database disk image is malformed"), "STORE_CORRUPT"),
         (sqlite3.OperationalError("disk I/O error"), "STORE_UNAVAILABLE"),
     ],

@@ -167,3 +167,26 @@ def test_a_recursive_schema_is_refused_by_name() -> None:
     with pytest.raises(UserError) as err:
         mapping.inline_refs(schema)
     assert err.value.code == "UNSUPPORTED_SCHEMA"
+
+
+def test_an_invalid_arguments_message_names_the_first_three_problems(decide_request: ModelRequest) -> None:
+    wide = {
+        "type": "object",
+        "properties": {name: {"type": "integer"} for name in "abcde"},
+        "additionalProperties": False,
+    }
+    request = decide_request.model_copy(
+        update={"visible_actions": [ActionSpec(name="fill", description="Fill in five numbers.", input_schema=wide)]}
+    )
+    args = json.dumps(dict.fromkeys("abcde", "not a number"))
+    out = mapping.decision_from_tool_calls([ToolCall("fill", args)], request)
+    assert out.rejection_code is RejectionCode.INVALID_TOOL_ARGUMENTS
+    message = out.rejection_message or ""
+    assert [name for name in "abcde" if f"{name}: " in message] == ["a", "b", "c"]
+
+
+def test_content_is_shaped_by_the_one_tool_it_fills_and_is_free_otherwise(decide_request: ModelRequest) -> None:
+    assert mapping.content_schema(decide_request) == {"type": "object"}  # two actions: nothing to shape by
+    one = decide_request.model_copy(update={"visible_actions": decide_request.visible_actions[:1]})
+    shaped = mapping.content_schema(one)
+    assert shaped["properties"].keys() == one.visible_actions[0].input_schema["properties"].keys()
