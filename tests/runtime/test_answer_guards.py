@@ -31,6 +31,7 @@ from stateward.demos.blog import build_agent
 from stateward.runtime.continuation import Answerer, answer_request
 from stateward.store.records import StepWrite
 from stateward.store.sqlite import SQLiteStore
+from stateward.tools.ports import SideEffectRecord
 from stateward.tools.types import LookupStatus
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -196,21 +197,22 @@ class _Later:
         return self.now
 
 
-def test_a_timer_whose_firing_loses_a_race_is_not_reported_fired(db_path: Path) -> None:
+def test_a_timer_whose_firing_loses_a_race_is_not_reported_fired(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = _Later()
     store = SQLiteStore(db_path)
     runtime = Runtime(store, clock=clock)
     state = _timer_run(runtime)
     assert state.pending is not None and state.pending.kind == "timer"
     clock.now += timedelta(hours=1)
-    real_commit = store.commit_step
 
     def someone_else_moved_it(*args: Any, **kwargs: Any) -> int:
         raise RunError("moved on", code="CONCURRENT_UPDATE")
 
-    store.commit_step = someone_else_moved_it  # type: ignore[method-assign]
-    assert runtime.expire_requests(drive=False) == []
-    store.commit_step = real_commit  # type: ignore[method-assign]
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "commit_step", someone_else_moved_it)
+        assert runtime.expire_requests(drive=False) == []
     assert runtime.get(state.run_id).status is RunStatus.WAITING_FOR_USER
     assert runtime.expire_requests(drive=False) == [state.pending.request_id]  # the next sweep fires it
     runtime.close()
@@ -269,20 +271,14 @@ class _Crash(BaseException):
     """The process dying: nothing after it runs (not even an ``except Exception``)."""
 
 
-class _DiesBeforeRecordingSuccess:
+class _DiesBeforeRecordingSuccess(SQLiteStore):
     """The store, except that the process dies the moment a side effect's success is to be journalled:
     the payment went through, the journal still says STARTED."""
 
-    def __init__(self, store: SQLiteStore):
-        self._store = store
-
-    def put_side_effect(self, record: Any) -> None:
+    def put_side_effect(self, record: SideEffectRecord) -> None:
         if record.status == "SUCCEEDED":
             raise _Crash
-        self._store.put_side_effect(record)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+        super().put_side_effect(record)
 
 
 def test_resume_reconciles_a_side_effect_left_in_flight_instead_of_repeating_it(db_path: Path) -> None:
@@ -290,7 +286,7 @@ def test_resume_reconciles_a_side_effect_left_in_flight_instead_of_repeating_it(
     ledger: dict[str, Any] = {}
 
     def lookup(key: str) -> tuple[LookupStatus, Any]:
-        return (LookupStatus.SUCCEEDED, ledger[key]) if key in ledger else (LookupStatus.NOT_FOUND, None)
+        return (LookupStatus.SUCCEEDED, ledger[key]) if key in ledger else (LookupStatus.NOT_EXECUTED, None)
 
     @tool(description="Pay out.", side_effect=True, lookup=lookup, timeout_s=5)
     def pay(amount: int, ctx: ToolContext) -> dict[str, int]:
@@ -304,8 +300,8 @@ def test_resume_reconciles_a_side_effect_left_in_flight_instead_of_repeating_it(
         tools=ToolRegistry([pay]),
         ref=AgentRef(factory="tests:none"),
     )
-    store = SQLiteStore(db_path)
-    first = Runtime(_DiesBeforeRecordingSuccess(store))  # type: ignore[arg-type]
+    store = _DiesBeforeRecordingSuccess(db_path)
+    first = Runtime(store)
     with pytest.raises(_Crash):
         first.start(agent, "pay once", run_id="run_pay")
     journal = store.get_side_effect(calls[0])

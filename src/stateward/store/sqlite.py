@@ -176,11 +176,11 @@ class SQLiteStore:
         self._run_keys: dict[str, int] = {}
         try:
             self._db.execute("PRAGMA busy_timeout=30000")
-            self._refuse_foreign(create)  # before anything below changes the file
+            version = self._refuse_foreign(create)  # before anything below changes the file
             self._enable_wal()
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
+            self._migrate(version)
         except BaseException as exc:
             self._checkpointer.stop()
             self._db.close()
@@ -214,37 +214,33 @@ class SQLiteStore:
                     raise StoreError(f"cannot open {self.path}: {exc}", code="STORE_UNAVAILABLE") from exc
                 time.sleep(0.02 * (attempt + 1))
 
-    def _migrate(self) -> None:
+    def _migrate(self, seen_version: int) -> None:
         # Opening an up-to-date store only reads: in WAL mode that never waits for a writer, so a
         # stalled writer elsewhere (even a SIGSTOPped one) cannot block a reader from opening.
-        if self._db.execute("PRAGMA user_version").fetchone()[0] == len(SQLITE_MIGRATIONS):
+        if seen_version == len(SQLITE_MIGRATIONS):
             self._check_layout()
             return
         with self._tx() as db:
-            current = db.execute("PRAGMA user_version").fetchone()[0]
+            current = db.execute("PRAGMA user_version").fetchone()[0]  # again: another process may have migrated
             if current > len(SQLITE_MIGRATIONS):
-                raise StoreError(
-                    f"{self.path} has schema version {current}; this stateward knows {len(SQLITE_MIGRATIONS)}",
-                    code="SCHEMA_TOO_NEW",
-                )
+                raise self._too_new(current)
             for version, script in enumerate(SQLITE_MIGRATIONS[current:], start=current + 1):
                 for statement in script:
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version={version}")
 
-    def _refuse_foreign(self, create: bool) -> None:
-        """Only reads: a file that is not (yet) a stateward database is left exactly as it was."""
+    def _refuse_foreign(self, create: bool) -> int:
+        """Only reads: a file that is not (yet) a stateward database is left exactly as it was.
+
+        Returns the schema version it read."""
         # One statement, one read snapshot: another process may be creating the schema right now.
         version, tables = self._db.execute(
             "SELECT (SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)"
         ).fetchone()
         if version > len(SQLITE_MIGRATIONS):
-            raise StoreError(
-                f"{self.path} has schema version {version}; this stateward knows {len(SQLITE_MIGRATIONS)}",
-                code="SCHEMA_TOO_NEW",
-            )
+            raise self._too_new(version)
         if version > 0:
-            return
+            return int(version)
         # Migrations set the version in the transaction that creates the tables: version 0 with tables
         # is another application's database.
         if tables:
@@ -255,6 +251,13 @@ class SQLiteStore:
             )
         if not create:
             raise StoreError(f"no stateward database at {self.path}", code="STORE_NOT_FOUND")
+        return 0
+
+    def _too_new(self, version: int) -> StoreError:
+        return StoreError(
+            f"{self.path} has schema version {version}; this stateward knows {len(SQLITE_MIGRATIONS)}",
+            code="SCHEMA_TOO_NEW",
+        )
 
     def _check_layout(self) -> None:
         """A file written by a development build before schema 1 settled has the version but not the layout."""

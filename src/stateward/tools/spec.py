@@ -127,9 +127,12 @@ class ToolSpec(BaseModel):
     available: bool = True
 
     _shape: _Shape = PrivateAttr()
+    _lookup_keywords: frozenset[str] = PrivateAttr(default=frozenset())
 
     def model_post_init(self, context: Any, /) -> None:
         self._shape = _introspect(self.name, self.handler)
+        if self.lookup is not None:
+            self._lookup_keywords = frozenset(inspect.signature(self.lookup).parameters)
 
     def input_schema(self) -> dict[str, Any]:
         """JSON schema of the arguments a caller must send (the ToolContext parameter is excluded)."""
@@ -168,8 +171,7 @@ class ToolSpec(BaseModel):
         """
         assert self.lookup is not None
         offered = {"run_id": run_id, "fencing_token": fencing_token}
-        wanted = inspect.signature(self.lookup).parameters
-        return self.lookup(key, **{k: v for k, v in offered.items() if k in wanted})
+        return self.lookup(key, **{k: v for k, v in offered.items() if k in self._lookup_keywords})
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)
