@@ -94,7 +94,7 @@ def build_agent(steps: int = STEPS, sleep_ms: int = SLEEP_MS) -> Agent:
         name="bench-workers",
         controller=WorkflowController(nodes),
         tools=ToolRegistry([io_call]),
-        ref=AgentRef(factory=FACTORY, params={"steps": steps, "sleep_ms": sleep_ms}),
+        ref=AgentRef(name=FACTORY, params={"steps": steps, "sleep_ms": sleep_ms}),
         budget=Budget(max_steps=steps + 5),
     )
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from stateward.controllers.plan_execute import PlanAndExecuteController
     from stateward.controllers.react import ReActController
     from stateward.controllers.workflow import (
+        FailNode,
         FinishNode,
         HumanNode,
         ModelNode,
@@ -36,10 +37,11 @@ if TYPE_CHECKING:
         ToolCallError,
         UserError,
     )
-    from stateward.core.state import PendingRequest, RunState, is_run_suspended
+    from stateward.core.state import AgentRef, ApprovalScope, Grant, PendingRequest, RunState, is_run_suspended
     from stateward.core.status import RunStatus, TransitionKind
     from stateward.models.base import Model, ModelReply, ModelRequest
     from stateward.runtime.agent import Agent, WaitCheck, guard
+    from stateward.runtime.agent_registry import AgentRegistry
     from stateward.runtime.continuation import AnswerResult
     from stateward.runtime.runtime import Runtime
     from stateward.tools.registry import ToolRegistry
@@ -47,6 +49,11 @@ if TYPE_CHECKING:
 
 _EXPORTS: dict[str, str] = {
     "Agent": "stateward.runtime.agent",
+    "AgentRef": "stateward.core.state",
+    "AgentRegistry": "stateward.runtime.agent_registry",
+    "ApprovalScope": "stateward.core.state",
+    "FailNode": "stateward.controllers.workflow",
+    "Grant": "stateward.core.state",
     "AnswerResult": "stateward.runtime.continuation",
     "Budget": "stateward.core.budget",
     "ControlDecision": "stateward.core.decision",
@@ -94,13 +101,18 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = (
     "Agent",
+    "AgentRef",
+    "AgentRegistry",
     "AnswerResult",
+    "ApprovalScope",
     "Budget",
     "ControlDecision",
     "DecisionContext",
     "DecisionParseError",
     "DecisionType",
+    "FailNode",
     "FinishNode",
+    "Grant",
     "HumanNode",
     "IllegalTransitionError",
     "Model",

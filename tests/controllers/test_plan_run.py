@@ -131,7 +131,7 @@ def make_agent(
         name="planner",
         controller=controller,
         tools=ToolRegistry([search, publish, *plan_run_tools()]),
-        ref=AgentRef(factory="tests:plan"),
+        ref=AgentRef(name="tests:plan"),
         finish_policy=plan_finish_policy,
         budget=Budget(max_steps=40),
     )
@@ -518,7 +518,7 @@ def _replanning_agent(patch: dict[str, Any], max_replans: int = 1) -> Agent:
         name="replanner",
         controller=controller,
         tools=ToolRegistry([search, search_archive, *plan_run_tools()]),
-        ref=AgentRef(factory="tests:plan"),
+        ref=AgentRef(name="tests:plan"),
         finish_policy=plan_finish_policy,
         budget=Budget(max_steps=40),
     )

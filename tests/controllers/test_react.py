@@ -35,7 +35,7 @@ def test_an_action_outside_the_controllers_subset_is_neither_shown_nor_run(runti
         name="reader",
         controller=ReActController(ScriptedModel(model), actions=["read"]),
         tools=ToolRegistry([read, delete]),
-        ref=AgentRef(factory="tests:none"),
+        ref=AgentRef(name="tests:none"),
         budget=Budget(max_steps=5),
     )
     state = runtime.start(agent, "look, do not touch")

@@ -21,10 +21,9 @@ from stateward.core.canonical import action_digest
 from stateward.core.events import EventType
 from stateward.core.state import RunState
 from stateward.demos.payment import tools as payment_tools
-from stateward.demos.payment.agent import FACTORY, build_agent, deliver_guard, goal, plan, summary, verify_report
+from stateward.demos.payment.agent import NAME, build_agent, deliver_guard, goal, plan, summary, verify_report
 from stateward.demos.payment.reports import report_v1, report_v2
 from stateward.planning.validator import Verdict, validate_plan
-from stateward.runtime.agent import resolve_agent
 from stateward.store.sqlite import SQLiteStore
 from stateward.tools import CallContext, InMemoryGatewayStore, OutcomeStatus, ToolCall, ToolGateway
 from stateward.verify import CheckVerdict, Report, failures
@@ -67,7 +66,7 @@ def test_the_packaged_plan_and_goal_are_the_examples_and_validate() -> None:
     agent = build_agent()
     report = validate_plan(plan(), capabilities=set(agent.tools.names()), goal=goal())
     assert report.verdict is Verdict.ACCEPT, report.issues
-    assert agent.ref.factory == FACTORY and agent.ref.params == {"max_steps": 200}
+    assert agent.ref is not None and agent.ref.name == NAME and agent.ref.params == {"max_steps": 200}
 
 
 def test_the_verifier_fails_v1_and_passes_v2() -> None:
@@ -184,7 +183,7 @@ def test_a_run_moved_across_runtimes_completes_just_the_same(
     submitter.close()
 
     driver = Runtime(SQLiteStore(db_path))  # knows the run only by its stored AgentRef
-    assert resolve_agent(driver.get(run_id).agent).ref.factory == FACTORY
+    assert driver.agents.build(driver.get(run_id).agent).agent_ref.name == NAME
     waiting = driver.drive(run_id)
     assert waiting.status is RunStatus.WAITING_FOR_USER and waiting.pending is not None
     assert waiting.pending.guarded_action == deliver_guard(V2)

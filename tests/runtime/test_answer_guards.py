@@ -70,7 +70,7 @@ def test_a_rejection_admits_nothing_and_an_approval_exactly_the_guarded_action(r
     approved = _waiting_blog_run(runtime)
     assert approved.pending is not None
     result = runtime.approve(approved.run_id, "approval_001", by="ann", drive=False)
-    assert result.state.approvals == (approved.pending.guarded_action,)
+    assert tuple(g.action for g in result.state.approvals) == (approved.pending.guarded_action,)
 
 
 def test_the_same_verdict_with_another_comment_is_a_second_answer_and_refused(runtime: Runtime) -> None:
@@ -184,7 +184,7 @@ def _timer_run(runtime: Runtime) -> RunState:
         name="waits",
         controller=WorkflowController([TimerNode("t", 60, next="done"), FinishNode("done")]),
         tools=ToolRegistry([]),
-        ref=AgentRef(factory="tests:none"),
+        ref=AgentRef(name="tests:none"),
     )
     return runtime.start(agent, "wait a minute")
 
@@ -298,7 +298,7 @@ def test_resume_reconciles_a_side_effect_left_in_flight_instead_of_repeating_it(
         name="payer",
         controller=WorkflowController([ToolNode("pay", "pay", {"amount": 5}, next="done"), FinishNode("done")]),
         tools=ToolRegistry([pay]),
-        ref=AgentRef(factory="tests:none"),
+        ref=AgentRef(name="tests:none"),
     )
     store = _DiesBeforeRecordingSuccess(db_path)
     first = Runtime(store)

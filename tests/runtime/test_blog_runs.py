@@ -103,7 +103,8 @@ def test_stale_request_with_a_different_verdict_is_refused(runtime: Runtime) -> 
 
 
 def test_approval_is_bound_to_the_brief_version_it_was_asked_for(runtime: Runtime) -> None:
-    """Approved for brief:v1, the model makes a v2 and tries to draft from it: the gate refuses."""
+    """Approved for brief:v1, the model makes a v2 and tries to draft from it: the v1 approval admits
+    nothing for v2, so the Runtime stops the run and asks about exactly the v2 call, by itself."""
 
     def sneaky(req: ModelRequest) -> dict[str, Any]:
         facts = req.facts
@@ -121,15 +122,17 @@ def test_approval_is_bound_to_the_brief_version_it_was_asked_for(runtime: Runtim
 
     state = runtime.start(build_agent("react", max_steps=12, model=ScriptedModel(sneaky)), fx.GOAL)
     result = runtime.approve(state.run_id, "approval_001", by="alice")
-    assert result.state.usage.rejected_actions == 1
     assert "draft" not in result.state.artifacts
     assert runtime.store.get_artifact(state.run_id, "draft") is None
-    assert EventType.ACTION_BLOCKED in [e.type for e in runtime.store.read_events(state.run_id)]
-    # A blocked action does not stop the run: the model decided again (and its FINISH without a draft was
-    # refused in turn).
-    types = [e.type for e in runtime.store.read_events(state.run_id)]
-    assert EventType.SIGNAL_RECEIVED in types[types.index(EventType.ACTION_BLOCKED) :]
-    assert result.state.status is RunStatus.FAILED and result.state.terminal_reason == "rejected_signal"
+    assert is_run_suspended(result.state)
+    pending = result.state.pending
+    assert pending is not None and pending.request_id == "approval_002" and pending.asked_by == "runtime"
+    assert pending.guarded_action is not None
+    assert (pending.guarded_action.tool, pending.guarded_action.args) == ("write_draft", {"brief": "brief:v2"})
+    # The v1 approval is still unused: nothing consumed it, and it cannot admit the v2 call.
+    assert [g.action.args for g in result.state.approvals] == [{"brief": "brief:v1"}]
+    assert result.state.usage.approvals_consumed == 0
+    assert result.state.terminal_reason == "approval_required"
 
 
 def test_budget_exhaustion_is_a_real_terminal_state(runtime: Runtime) -> None:

@@ -85,7 +85,7 @@ def test_a_refused_proposal_keeps_neither_its_notes_nor_its_memo(runtime: Runtim
         name="noting",
         controller=_NotingController(),
         tools=ToolRegistry([]),
-        ref=AgentRef(factory="tests:noting"),
+        ref=AgentRef(name="tests:noting"),
         on_rejected_signal="correct_once",
     )
     state = runtime.start(agent, "finish after one refusal")

@@ -21,7 +21,7 @@ VISIBLE = frozenset(AGENT.tools.names())
 
 def _state(**changes: object) -> RunState:
     base = RunState(
-        run_id="run_t", agent=AgentRef(factory="x:y"), goal="g", usage=Usage(steps=4, model_calls=4, tool_attempts=4)
+        run_id="run_t", agent=AgentRef(name="x:y"), goal="g", usage=Usage(steps=4, model_calls=4, tool_attempts=4)
     )
     return base.model_copy(update=changes)
 

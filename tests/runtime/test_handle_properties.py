@@ -34,9 +34,7 @@ signals = decisions | st.text(max_size=60) | st.sampled_from(['{"type":"json_obj
 def test_random_signal_sequences_only_make_legal_moves(
     seq: list[Signal], has_brief: bool, visible: frozenset[str]
 ) -> None:
-    state = RunState(
-        run_id="run_p", agent=AgentRef(factory="x:y"), goal="g", artifacts={"brief": 1} if has_brief else {}
-    )
+    state = RunState(run_id="run_p", agent=AgentRef(name="x:y"), goal="g", artifacts={"brief": 1} if has_brief else {})
     for signal in seq:
         if state.status is not RunStatus.RUNNING:
             try:

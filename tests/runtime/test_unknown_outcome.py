@@ -37,7 +37,7 @@ def test_unknown_outcome_suspends_for_reconciliation(runtime: Runtime) -> None:
         name="payer",
         controller=WorkflowController([ToolNode("pay", "pay", {"amount": 5}, next="done"), FinishNode("done")]),
         tools=ToolRegistry([pay]),
-        ref=AgentRef(factory="tests:none"),
+        ref=AgentRef(name="tests:none"),
     )
     state = runtime.start(agent, "pay once")
     release.set()

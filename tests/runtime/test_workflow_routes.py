@@ -41,7 +41,7 @@ def _agent(on_failure: str | None) -> Agent:
         name="routes",
         controller=WorkflowController(nodes),
         tools=ToolRegistry([flaky, fallback]),
-        ref=AgentRef(factory="tests:none"),
+        ref=AgentRef(name="tests:none"),
     )
 
 
@@ -76,7 +76,7 @@ def _validated_agent(check: Any) -> Agent:
         name="validated",
         controller=WorkflowController(nodes),
         tools=ToolRegistry([fetch]),
-        ref=AgentRef(factory="tests:none"),
+        ref=AgentRef(name="tests:none"),
     )
 
 
@@ -113,7 +113,7 @@ def test_timer_node_really_suspends_and_the_sweep_resumes_it(db_path: Any) -> No
             [TimerNode("cool_down", 60, next="ping"), ToolNode("ping", "ping", next="done"), FinishNode("done")]
         ),
         tools=ToolRegistry([ping]),
-        ref=AgentRef(factory="tests:none"),
+        ref=AgentRef(name="tests:none"),
     )
     state = runtime.start(agent, "g")
     assert state.status is RunStatus.WAITING_FOR_USER and state.pending is not None
@@ -163,7 +163,7 @@ def test_node_contracts_check_output_shape_and_call_budget(runtime: Runtime) -> 
         name="saga",
         controller=WorkflowController(nodes),
         tools=ToolRegistry([quote, book, unbook]),
-        ref=AgentRef(factory="tests:none"),
+        ref=AgentRef(name="tests:none"),
     )
     state = runtime.start(agent, "g")
     assert state.status is RunStatus.COMPLETED and booked == []  # the bad quote routed to the compensation
@@ -175,7 +175,7 @@ def test_node_contracts_check_output_shape_and_call_budget(runtime: Runtime) -> 
         name="loop",
         controller=WorkflowController(looping),
         tools=ToolRegistry([book]),
-        ref=AgentRef(factory="tests:none"),
+        ref=AgentRef(name="tests:none"),
     )
     stopped = runtime.start(loop, "g")
     assert stopped.status is RunStatus.FAILED and "call budget exhausted" in (stopped.terminal_reason or "")

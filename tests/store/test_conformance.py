@@ -19,7 +19,15 @@ import pytest
 from stateward.core.canonical import sha256_hex
 from stateward.core.errors import RunError, StaleLeaseError, StoreError
 from stateward.core.events import Event, EventType, NewEvent
-from stateward.core.state import AgentRef, GuardedAction, PendingRequest, RunState
+from stateward.core.state import (
+    AgentRef,
+    ApprovalScope,
+    DeferredCall,
+    Grant,
+    GuardedAction,
+    PendingRequest,
+    RunState,
+)
 from stateward.core.status import RunStatus
 from stateward.store.base import Store
 from stateward.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
@@ -37,7 +45,7 @@ RUN = "run_a"
 # -- builders -----------------------------------------------------------------------------------------
 def make_state(run_id: str = RUN, **update: Any) -> RunState:
     fields: dict[str, Any] = {"goal": "conformance", **update}
-    return RunState(run_id=run_id, agent=AgentRef(factory="tests.store:agent"), **fields)
+    return RunState(run_id=run_id, agent=AgentRef(name="tests.store:agent"), **fields)
 
 
 def ev(n: int = 0, kind: EventType = EventType.TOOL_ATTEMPTED, **payload: Any) -> NewEvent:
@@ -283,7 +291,10 @@ def test_snapshot_round_trips_the_run_state(store: Store) -> None:
     rich = make_state(
         pending=request(guarded_action=guarded, expires_at=T0 + timedelta(hours=1)),
         status=RunStatus.WAITING_FOR_USER,
-        approvals=(guarded,),
+        approvals=(Grant(request_id="approval_001", action=guarded, scope=ApprovalScope.RUN, by="ann"),),
+        granted=(guarded.digest,),
+        next_call=DeferredCall(request_id="approval_001", action=guarded, step=3),
+        refused_request="approval_000",
         artifacts={"brief": 2},
         facts={"x": [1, {"y": None}], "f": 0.1},
         memo={"note": "✓"},

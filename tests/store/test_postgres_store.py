@@ -23,7 +23,7 @@ from stateward.store.records import Lease, StepWrite
 
 
 def _state(run_id: str) -> RunState:
-    return RunState(run_id=run_id, agent=AgentRef(factory="tests.store:agent"), goal="pg")
+    return RunState(run_id=run_id, agent=AgentRef(name="tests.store:agent"), goal="pg")
 
 
 def _start(store: PostgresStore, run_id: str) -> None:

@@ -16,7 +16,7 @@ from stateward.store.sqlite import SQLiteStore
 
 
 def _state(run_id: str) -> RunState:
-    return RunState(run_id=run_id, agent=AgentRef(factory="tests:layout"), goal="layout")
+    return RunState(run_id=run_id, agent=AgentRef(name="tests:layout"), goal="layout")
 
 
 def test_a_file_with_the_version_but_an_older_layout_is_refused_by_name(tmp_path: Path) -> None:

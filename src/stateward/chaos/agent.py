@@ -14,7 +14,7 @@ from stateward.runtime.agent import Agent
 from stateward.tools.registry import ToolRegistry
 from stateward.tools.spec import ToolContext, tool
 
-FACTORY = "stateward.chaos.agent:build_agent"
+NAME = "chaos-ledger"  # registered by stateward.runtime.agent_registry.builtin_agents
 
 
 def amounts(seed: int, index: int) -> list[int]:
@@ -58,6 +58,6 @@ def build_agent(db: str, seed: int, index: int) -> Agent:
         name="chaos-ledger",
         controller=controller,
         tools=ToolRegistry([post_entry, read_balance]),
-        ref=AgentRef(factory=FACTORY, params={"db": db, "seed": seed, "index": index}),
+        ref=AgentRef(name=NAME, params={"db": db, "seed": seed, "index": index}),
         budget=Budget(max_steps=30),
     )

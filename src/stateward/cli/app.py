@@ -16,7 +16,14 @@ from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
 
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="stateward: the model proposes, the runtime decides."
+    no_args_is_help=True,
+    add_completion=False,
+    help=(
+        "stateward: the model proposes, the runtime decides.\n\n"
+        "Every command accepts --agents module:attr (repeatable; also STATEWARD_AGENTS, comma-separated):"
+        " agent registries this process may build runs of, besides the built-in agents and the"
+        " `stateward.agents` entry points. A run whose agent is not registered is refused, never imported."
+    ),
 )
 demo_app = typer.Typer(no_args_is_help=True, help="Runnable demonstrations on offline fixtures.")
 runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
@@ -24,6 +31,8 @@ requests_app = typer.Typer(no_args_is_help=True, help="Pending requests waiting 
 app.add_typer(demo_app, name="demo")
 app.add_typer(runs_app, name="runs")
 app.add_typer(requests_app, name="requests")
+agents_app = typer.Typer(no_args_is_help=True, help="Agents this process may build (by registered name).")
+app.add_typer(agents_app, name="agents")
 
 
 # Sub-command groups whose imports are heavy are mounted only when asked for (or for --help), so
@@ -53,6 +62,23 @@ def _runtime(db: str, *, create: bool = False) -> Runtime:
     from stateward.runtime.runtime import Runtime
 
     return Runtime.open(db, create=create)
+
+
+# -- agents ---------------------------------------------------------------------------------------
+@agents_app.command("list")
+def agents_list(as_json: JsonOpt = False) -> None:
+    """The agents this process would build: built-ins, entry points, STATEWARD_AGENTS and --agents."""
+    from stateward.runtime.agent_registry import process_agents
+
+    with reported_errors(as_json):
+        rows = [
+            {"name": e.name, "version": e.version, "source": e.source, "description": e.description}
+            for e in process_agents()
+        ]
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("agents", ["name", "version", "source", "description"], rows)
 
 
 # -- demos ----------------------------------------------------------------------------------------

@@ -57,10 +57,38 @@ def _refuse_undecodable(argv: list[str]) -> None:
             raise SystemExit(2) from None
 
 
+def _take_agents_option(argv: list[str]) -> list[str]:
+    """``--agents module:attr`` (any command, repeatable) names agent registries this process may build;
+    it joins ``STATEWARD_AGENTS`` so every command, the short answer path included, sees the same list."""
+    rest: list[str] = []
+    specs: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":
+            rest += [arg, *args]
+            break
+        if arg == "--agents":
+            value = next(args, None)
+            if value is None:
+                sys.stderr.write("error: USAGE_ERROR: --agents needs a value (module:attr[,module:attr])\n")
+                raise SystemExit(2)
+            specs.append(value)
+        elif arg.startswith("--agents="):
+            specs.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    if specs:
+        known = os.environ.get("STATEWARD_AGENTS", "")
+        os.environ["STATEWARD_AGENTS"] = ",".join(part for part in [known, *specs] if part)
+    return rest
+
+
 def main() -> None:
     """Answers to pending requests take the short path; every other command goes through Typer."""
     argv = sys.argv[1:]
     _refuse_undecodable(argv)
+    argv = _take_agents_option(argv)
+    sys.argv[1:] = argv
     if argv and argv[0] in ANSWER_COMMANDS:
         with _long_lived_imports():
             from stateward.cli.answers import run_fast

@@ -60,7 +60,8 @@ class DecisionContext:
         answer = self.state.last_answer
         return {
             "artifacts": {name: f"{name}:v{v}" for name, v in self.state.artifacts.items()},
-            "approved_actions": [{"tool": a.tool, "args": a.args} for a in self.state.approvals],
+            # Approvals not yet used up: a ONCE grant leaves this list when its call starts.
+            "approved_actions": [{"tool": g.action.tool, "args": g.action.args} for g in self.state.approvals],
             "last_answer": None
             if answer is None
             else {

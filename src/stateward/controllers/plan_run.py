@@ -341,7 +341,7 @@ class PlanRunController:
 
     # -- facts ------------------------------------------------------------------------------------
     def _facts(self, ctx: DecisionContext, memo: PlanRunMemo) -> ExecutionFacts:
-        approved = {a.digest for a in ctx.state.approvals}
+        approved = set(ctx.state.granted)  # ever approved: an item stays approved after its call used the grant
         plan = memo.plan
         assert plan is not None
         gate = self.config.approval_action or start_item_guard

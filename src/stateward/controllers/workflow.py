@@ -32,6 +32,7 @@ class NodeKind(StrEnum):
     WAIT = "WAIT"
     COMPENSATION = "COMPENSATION"
     FINISH = "FINISH"
+    FAIL = "FAIL"
 
 
 @dataclass(frozen=True)
@@ -113,12 +114,24 @@ class TimerNode:
 
 @dataclass(frozen=True)
 class FinishNode:
+    """The workflow reached its goal: proposes FINISH (the Runtime still checks the finish policy)."""
+
     id: str
     reason: str = "workflow complete"
     kind: NodeKind = NodeKind.FINISH
 
 
-Node = ToolNode | ModelNode | RuleNode | HumanNode | ValidationNode | TimerNode | FinishNode
+@dataclass(frozen=True)
+class FailNode:
+    """The workflow cannot reach its goal (a refused approval, a failed check): the run ends FAILED
+    with ``reason`` as its terminal reason, never COMPLETED."""
+
+    id: str
+    reason: str = "workflow_failed"
+    kind: NodeKind = NodeKind.FAIL
+
+
+Node = ToolNode | ModelNode | RuleNode | HumanNode | ValidationNode | TimerNode | FinishNode | FailNode
 
 
 class WorkflowController:
@@ -205,6 +218,8 @@ class WorkflowController:
                 )
             if isinstance(node, FinishNode):
                 return self._finish(ctx, node.reason, notes)
+            if isinstance(node, FailNode):
+                return self._fail(node.reason, notes)
             return self._act(ctx, node, notes)
         raise UserError("workflow rules route in a cycle", code="INVALID_WORKFLOW")
 
@@ -295,6 +310,8 @@ class WorkflowController:
                 code = f"OUTPUT_SCHEMA_MISMATCH ({exc.error_count()} errors)"
         if node.on_failure is not None:
             return node.on_failure, None
+        if code == "REJECTED_BY_APPROVER":
+            return None, "rejected_by_approver"
         return None, f"node {node.id} failed: {code}"
 
     @staticmethod

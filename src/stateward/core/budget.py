@@ -44,3 +44,4 @@ class Usage(BaseModel):
     rejected_signals: int = 0
     rejected_actions: int = 0
     illegal_transitions: int = 0
+    approvals_consumed: int = 0

@@ -31,6 +31,7 @@ class SignalSource(StrEnum):
     PLAN_STEP = "plan_step"
     WORKFLOW_NODE = "workflow_node"
     OPERATOR = "operator"
+    RUNTIME = "runtime"  # the Runtime itself: an approved guarded call it runs before deciding again
 
 
 class ControlDecision(BaseModel):

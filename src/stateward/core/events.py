@@ -18,6 +18,7 @@ class EventType(StrEnum):
     ILLEGAL_TRANSITION = "illegal_transition"
     TOOL_ATTEMPTED = "tool_attempted"
     ACTION_BLOCKED = "action_blocked"
+    ACTION_REFUSED = "action_refused"  # a person rejected a call the Runtime asked about
     BRANCH_TAKEN = "branch_taken"
     PLAN_RECORDED = "plan_recorded"
     WORK_ITEM_STARTED = "work_item_started"

@@ -7,21 +7,52 @@ all. It carries only what the next decision needs: observation history lives in 
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stateward.core.budget import Budget, Usage
 from stateward.core.status import RunStatus
 
+# Agents of stores written before agents were named: their import path maps to the built-in name.
+# Any other stored import path becomes a name nobody registered, so nothing is ever imported from a row.
+_LEGACY_FACTORIES = {
+    "stateward.demos.blog:build_agent": "blog",
+    "stateward.demos.payment.agent:build_agent": "payment-migration",
+    "stateward.chaos.agent:build_agent": "chaos-ledger",
+}
+
 
 class AgentRef(BaseModel):
-    """How any process rebuilds the agent of a run: an import path and its JSON parameters."""
+    """How any process rebuilds the agent of a run: a registered name, its version and JSON parameters.
+
+    The store keeps a name, never code: a process builds only the agents its operator registered.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    factory: str
+    name: str = Field(min_length=1, max_length=200)
+    version: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_legacy(cls, data: Any) -> Any:
+        """Snapshots of earlier stores held ``{"factory": "module:attr", "params": ...}``."""
+        if isinstance(data, dict) and "factory" in data and "name" not in data:
+            legacy = dict(data)
+            factory = str(legacy.pop("factory"))
+            legacy["name"] = _LEGACY_FACTORIES.get(factory, factory)
+            return legacy
+        return data
+
+
+class ApprovalScope(StrEnum):
+    """How many executions one approval admits. ``ONCE`` is the default and the safe choice."""
+
+    ONCE = "once"
+    RUN = "run"  # a standing grant for this exact action for the rest of the run; a tool must opt in
 
 
 class GuardedAction(BaseModel):
@@ -35,6 +66,31 @@ class GuardedAction(BaseModel):
     digest: str
 
 
+class Grant(BaseModel):
+    """One approval a person gave: which request, for exactly which action, for how many executions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str
+    action: GuardedAction
+    scope: ApprovalScope = ApprovalScope.ONCE
+    by: str = ""
+
+    @property
+    def digest(self) -> str:
+        return self.action.digest
+
+
+class DeferredCall(BaseModel):
+    """A guarded call the Runtime asked a person about; once approved it runs before any model call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str
+    action: GuardedAction
+    step: int  # the step that proposed it: its observation carries this step, as if it ran then
+
+
 class PendingRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -43,6 +99,10 @@ class PendingRequest(BaseModel):
     question: str
     state_before: RunStatus
     guarded_action: GuardedAction | None = None
+    approval_scope: ApprovalScope = ApprovalScope.ONCE
+    asked_by: str = "controller"  # "runtime": the Runtime wrote the question from a proposed guarded call
+    model_text: str | None = None  # model-written words accompanying a Runtime-written question
+    call_step: int | None = None  # asked_by runtime: the step whose proposed call this approval admits
     options: tuple[str, ...] = ()  # for a handoff: the choices an answer must name
     approver_role: str | None = None
     created_at: datetime
@@ -94,10 +154,23 @@ class RunState(BaseModel):
     requests_issued: int = 0
     last_answer: Answer | None = None
     correction: str | None = None  # the error the next model request must name (correct-once policy)
-    approvals: tuple[GuardedAction, ...] = ()
+    approvals: tuple[Grant, ...] = ()  # unconsumed grants; a ONCE grant leaves when its call starts
+    granted: tuple[str, ...] = ()  # digests of every action ever approved in this run (history, never admits)
+    next_call: DeferredCall | None = None  # an approved guarded call the Runtime runs before deciding again
+    refused_request: str | None = None  # the last request a person rejected, until they approve one
     artifacts: dict[str, int] = Field(default_factory=dict)  # latest version per artifact name
     facts: dict[str, Any] = Field(default_factory=dict)
     memo: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("approvals", mode="before")
+    @classmethod
+    def _legacy_approvals(cls, value: Any) -> Any:
+        """Earlier snapshots kept bare guarded actions: each was one approval, of unknown request."""
+        if isinstance(value, list | tuple):
+            return tuple(
+                {"request_id": "legacy", "action": v} if isinstance(v, dict) and "digest" in v else v for v in value
+            )
+        return value
 
     def calls_after_wait(self) -> tuple[int, int]:
         """(model calls, tool attempts) since the wait began; (0, 0) when not waiting."""

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from stateward.controllers.workflow import WorkflowController
 
 MODES = ("react", "plan_and_execute", "workflow")
-FACTORY = "stateward.demos.blog:build_agent"
+NAME = "blog"  # registered by stateward.runtime.agent_registry.builtin_agents
 _BRIEF_REF = re.compile(r"^brief:v[1-9][0-9]*$")
 
 
@@ -185,7 +185,7 @@ def build_agent(
         controller=ctrl,
         tools=make_tools(chosen),
         ref=AgentRef(
-            factory=FACTORY,
+            name=NAME,
             params={"controller": controller, "max_steps": max_steps, "materials": materials, "model_spec": model_spec},
         ),
         wait_policy=blog_wait_policy,

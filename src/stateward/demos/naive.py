@@ -76,7 +76,7 @@ class _Harness:
     def state(self) -> RunState:
         return RunState(
             run_id=f"naive-{self.run.mode}",
-            agent=AgentRef(factory=blog.FACTORY),
+            agent=AgentRef(name=blog.NAME),
             goal=blog_fixtures.GOAL,
             artifacts=dict(self.run.artifacts),
         )

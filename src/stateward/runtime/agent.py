@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -33,7 +32,8 @@ FinishPolicy = Callable[[ControlDecision, RunState], FinishCheck]
 
 
 def accept_finish(decision: ControlDecision, state: RunState) -> FinishCheck:
-    """The default: a run may finish whenever its signal source says so."""
+    """The default: a run may finish when its signal source says so and no approval was refused since
+    the last one given (the Runtime checks that part for every agent; see ``transition.handle``)."""
     return FinishCheck()
 
 
@@ -45,6 +45,7 @@ def require_question(decision: ControlDecision, state: RunState) -> WaitCheck:
 
 
 def guard(tool: str, args: dict[str, Any], plan_version: int | None = None) -> GuardedAction:
+    """The exact action an approval admits: tool, canonical arguments and plan version, with their digest."""
     return GuardedAction(
         tool=tool, args=args, plan_version=plan_version, digest=action_digest(tool, args, plan_version)
     )
@@ -52,10 +53,19 @@ def guard(tool: str, args: dict[str, Any], plan_version: int | None = None) -> G
 
 @dataclass
 class Agent:
+    """A controller over a tool set, and the rules the Runtime enforces for its runs.
+
+    ``ref`` is what the store keeps to rebuild the agent elsewhere: its registered name and JSON
+    parameters (by default ``AgentRef(name=name)``). A process rebuilds it only from an
+    :class:`~stateward.runtime.agent_registry.AgentRegistry` its operator loaded.
+    ``on_refusal`` says how a run ends when it finishes after a person refused an approval:
+    ``"fail"`` (FAILED / rejected_by_approver) or ``"cancel"`` (CANCELLED / rejected_by_approver).
+    """
+
     name: str
     controller: Controller
     tools: ToolRegistry
-    ref: AgentRef
+    ref: AgentRef | None = None
     wait_policy: WaitPolicy = require_question
     finish_policy: FinishPolicy = accept_finish
     budget: Budget = field(default_factory=Budget)
@@ -66,8 +76,13 @@ class Agent:
     on_request_expiry: str = "fail"  # "fail" | "cancel" | "escalate"
     on_rejected_signal: str = "fail"  # "fail" | "correct_once"
     escalation_role: str | None = None
+    on_refusal: str = "fail"  # "fail" | "cancel"
 
     def __post_init__(self) -> None:
+        if self.ref is None:
+            self.ref = AgentRef(name=self.name)
+        if self.on_refusal not in {"fail", "cancel"}:
+            raise UserError(f"on_refusal must be fail or cancel, not {self.on_refusal!r}", code="INVALID_AGENT")
         if self.on_request_expiry not in {"fail", "cancel", "escalate"}:
             raise UserError(
                 f"on_request_expiry must be fail, cancel or escalate, not {self.on_request_expiry!r}",
@@ -81,17 +96,8 @@ class Agent:
         if self.on_request_expiry == "escalate" and not self.escalation_role:
             raise UserError("escalating expired requests needs an escalation_role", code="INVALID_AGENT")
 
-
-def resolve_agent(ref: AgentRef) -> Agent:
-    """Rebuild a run's agent in any process from its stored reference."""
-    module_name, _, attr = ref.factory.partition(":")
-    if not module_name or not attr:
-        raise UserError(f"agent factory {ref.factory!r} is not 'module:function'", code="INVALID_AGENT_REF")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"cannot import agent factory {ref.factory!r}: {exc}", code="INVALID_AGENT_REF") from exc
-    agent = factory(**ref.params)
-    if not isinstance(agent, Agent):
-        raise UserError(f"{ref.factory} returned {type(agent).__name__}, not an Agent", code="INVALID_AGENT_REF")
-    return agent
+    @property
+    def agent_ref(self) -> AgentRef:
+        """The stored reference (always set after construction)."""
+        assert self.ref is not None
+        return self.ref

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from stateward.core.errors import RequestRefusedError, RunError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import Answer, RunState
+from stateward.core.state import Answer, DeferredCall, Grant, PendingRequest, RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.store.base import Store
 from stateward.store.records import RequestAnswer, StepWrite
 
+_ASKS_CONSENT = frozenset({"approval", "input"})
 _VERDICTS_BY_KIND = {
     "approval": {"approved", "rejected"},
     "reconciliation": {"approved", "rejected"},
@@ -146,6 +148,9 @@ def answer_request(
         ),
         NewEvent(type=EventType.RUN_RESUMED, payload={"request_id": request_id, "usage": state.usage.model_dump()}),
     ]
+    refusal = refusal_observation(pending, answer)
+    if refusal is not None:
+        events.insert(1, NewEvent(type=EventType.ACTION_REFUSED, payload={"observation": refusal}))
     faults.point("approval_before_commit")
     try:
         store.commit_step(run_id, seq, StepWrite(state=resumed, events=events, close_request=answer))
@@ -158,13 +163,38 @@ def answer_request(
     return AnswerResult(state=resumed, already_answered=False, answer=answer)
 
 
+def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[str, Any] | None:
+    """A refused call the Runtime asked about is an outcome the controller sees, with the comment."""
+    action = pending.guarded_action
+    if answer.verdict != "rejected" or pending.asked_by != "runtime" or action is None:
+        return None
+    return {
+        "step": pending.call_step or 0,
+        "action": action.tool,
+        "args": action.args,
+        "status": "REJECTED",
+        "result": {"rejected_by": answer.by, "comment": answer.text, "request_id": answer.request_id},
+        "error_code": "REJECTED_BY_APPROVER",
+        "artifacts": [],
+    }
+
+
 def resumed_state(state: RunState, answer: RequestAnswer) -> RunState:
-    """The run after an accepted answer; an approval admits exactly the action it was asked for."""
+    """The run after an accepted answer; an approval admits exactly the action it was asked for, once
+    (unless the tool declared a run-long grant), and a call the Runtime asked about runs first."""
     pending = state.pending
     assert pending is not None
-    approvals = state.approvals
-    if answer.verdict == "approved" and pending.kind == "approval" and pending.guarded_action is not None:
-        approvals = (*approvals, pending.guarded_action)
+    approvals, granted = state.approvals, state.granted
+    next_call, refused = state.next_call, state.refused_request
+    action = pending.guarded_action
+    if pending.kind in _ASKS_CONSENT:
+        # A person's latest yes or no stands: a run may not complete on a "no" nobody took back.
+        refused = {"approved": None, "rejected": answer.request_id}.get(answer.verdict, refused)
+    if pending.kind == "approval" and action is not None and answer.verdict == "approved":
+        grant = Grant(request_id=answer.request_id, action=action, scope=pending.approval_scope, by=answer.by)
+        approvals, granted = (*approvals, grant), (*granted, action.digest)
+        if pending.asked_by == "runtime":
+            next_call = DeferredCall(request_id=answer.request_id, action=action, step=pending.call_step or 0)
     return state.model_copy(
         update={
             "status": next_status(state.status, TransitionKind.RESUME),
@@ -172,6 +202,9 @@ def resumed_state(state: RunState, answer: RequestAnswer) -> RunState:
             "pending": None,
             "wait": None,
             "approvals": approvals,
+            "granted": granted,
+            "next_call": next_call,
+            "refused_request": refused,
             "last_answer": Answer(
                 request_id=answer.request_id,
                 verdict=answer.verdict,

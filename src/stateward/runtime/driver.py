@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from stateward.controllers.base import DecisionContext, Observation, Proposal
-from stateward.core.decision import DecisionType
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RunState
@@ -131,17 +131,20 @@ class Driver:
         if exhausted is not None:
             self._exhaust(run, lease, exhausted)
             return
-        ctx = DecisionContext(
-            state=state, observations=run.observations, inventory=run.agent.inventory, actions=run.actions
-        )
-        token = model_attempt_sink.set(self._attempt_recorder(run, lease))
-        try:
-            proposal = run.agent.controller.decide(ctx)
-        except StatewardError as exc:
-            self._end(run, lease, exc.code.lower(), message=exc.message)
-            return
-        finally:
-            model_attempt_sink.reset(token)
+        if state.next_call is not None:
+            proposal = approved_call_proposal(state)
+        else:
+            ctx = DecisionContext(
+                state=state, observations=run.observations, inventory=run.agent.inventory, actions=run.actions
+            )
+            token = model_attempt_sink.set(self._attempt_recorder(run, lease))
+            try:
+                proposal = run.agent.controller.decide(ctx)
+            except StatewardError as exc:
+                self._end(run, lease, exc.code.lower(), message=exc.message)
+                return
+            finally:
+                model_attempt_sink.reset(token)
         state = run.state  # failed model attempts recorded meanwhile have advanced it
         try:
             transition = handle(
@@ -184,7 +187,8 @@ class Driver:
         events = [*notes, *transition.events]
         write: dict[str, Any] = {"open_request": transition.pending}
         decision = transition.decision
-        if transition.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL:
+        acts = transition.kind is TransitionKind.CONTINUE  # a guarded call the Runtime asked about waits
+        if acts and transition.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL:
             done = execute_tool(run.gateway, run.agent, state, decision, now=self.clock(), fencing_token=lease.version)
             self.faults.point("after_tool_before_record")
             state = done.state
@@ -277,8 +281,19 @@ class Driver:
         return [
             Observation.model_validate(ev.payload["observation"])
             for ev in self.store.read_events(run_id)
-            if ev.type is EventType.TOOL_ATTEMPTED
+            if ev.type in _OBSERVED
         ]
+
+
+_OBSERVED = (EventType.TOOL_ATTEMPTED, EventType.ACTION_REFUSED)
+
+
+def approved_call_proposal(state: RunState) -> Proposal:
+    """The call a person just approved, proposed by the Runtime itself: it runs before any model call."""
+    call = state.next_call
+    assert call is not None
+    decision = ControlDecision(type=DecisionType.EXECUTE_TOOL, action=call.action.tool, args=call.action.args)
+    return Proposal(signal=decision, source=SignalSource.RUNTIME, visible_actions=frozenset({call.action.tool}))
 
 
 def cancel_write(state: RunState, *, by: str, now: datetime) -> StepWrite:

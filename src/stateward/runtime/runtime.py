@@ -17,11 +17,12 @@ from typing import Any
 
 from stateward.core.budget import Budget
 from stateward.core.canonical import sha256_hex
-from stateward.core.errors import RunError
+from stateward.core.errors import RunError, UserError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
-from stateward.runtime.agent import Agent, resolve_agent
+from stateward.runtime.agent import Agent
+from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.driver import Driver, action_specs, cancel_write, transition_event
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
@@ -50,6 +51,13 @@ def default_owner() -> str:
 
 
 class Runtime:
+    """Starts runs, drives them to their next stop, and answers, pauses, resumes or cancels them.
+
+    ``agents`` is every agent this process may rebuild from a stored run (by registered name); by
+    default the process's operator configuration (:func:`~stateward.runtime.agent_registry.process_agents`:
+    the built-ins, the ``stateward.agents`` entry points and ``STATEWARD_AGENTS``), loaded on first need.
+    """
+
     def __init__(
         self,
         store: Store,
@@ -58,8 +66,10 @@ class Runtime:
         lease: LeasePolicy | None = None,
         owner: str | None = None,
         faults: FaultInjector = NO_FAULTS,
+        agents: AgentRegistry | None = None,
     ):
         self.store = store
+        self._registry = agents
         self.clock = clock
         self.owner = owner or default_owner()
         self.lease_policy = lease or LeasePolicy()
@@ -69,7 +79,15 @@ class Runtime:
 
     @classmethod
     def open(cls, url: str = "stateward.db", *, create: bool = True, **kwargs: Any) -> Runtime:
+        """A Runtime on the store at ``url`` (a SQLite path or a ``postgresql://`` URL)."""
         return cls(open_store(url, create=create), **kwargs)
+
+    @property
+    def agents(self) -> AgentRegistry:
+        """The agents this process may rebuild from stored runs."""
+        if self._registry is None:
+            self._registry = process_agents()
+        return self._registry
 
     def close(self) -> None:
         self.store.close()
@@ -84,19 +102,27 @@ class Runtime:
         budget: Budget | None = None,
         tenant: str = "default",
     ) -> RunState:
-        """Create a RUNNING run without driving it: any worker (or ``drive``) picks it up."""
-        state = RunState(
-            run_id=run_id or new_run_id(), tenant=tenant, agent=agent.ref, goal=goal, budget=budget or agent.budget
-        )
+        """Create a RUNNING run without driving it: any worker (or ``drive``) picks it up.
+
+        A worker rebuilds the agent by its registered name (``agent.ref``); a run without any bound
+        (steps, model or tool calls, tokens) is refused: nothing is unbounded by default.
+        """
+        limits = budget or agent.budget
+        if all(value is None for value in limits.model_dump().values()):
+            raise UserError(
+                "a run needs at least one bound (max_steps, max_model_calls, max_tool_calls or tokens)",
+                code="UNBOUNDED_RUN",
+            )
+        state = RunState(run_id=run_id or new_run_id(), tenant=tenant, agent=agent.agent_ref, goal=goal, budget=limits)
         self.store.create_run(
             state,
             [
                 NewEvent(
                     type=EventType.RUN_STARTED,
                     payload={
-                        "agent": agent.name,
-                        "factory": agent.ref.factory,
-                        "params": agent.ref.params,
+                        "agent": agent.agent_ref.name,
+                        "agent_version": agent.agent_ref.version,
+                        "params": agent.agent_ref.params,
                         "mode": agent.controller.mode,
                         "goal": goal,
                         "budget": state.budget.model_dump(),
@@ -122,12 +148,15 @@ class Runtime:
         return self.drive(state.run_id)
 
     def get(self, run_id: str) -> RunState:
+        """The run's current state (RunNotFoundError if there is none)."""
         return self.store.load_run(run_id)
 
     def agent_for(self, state: RunState) -> Agent:
+        """The run's agent: the one it was started with in this process, else rebuilt by registered name
+        (``AGENT_NOT_REGISTERED`` / ``AGENT_UNAVAILABLE`` otherwise; nothing named by the store is imported)."""
         agent = self._agents.get(state.run_id)
         if agent is None:
-            agent = self._agents[state.run_id] = resolve_agent(state.agent)
+            agent = self._agents[state.run_id] = self.agents.build(state.agent)
         return agent
 
     # -- driving --------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
     usage = state.usage
     return {
         "run_id": state.run_id,
-        "agent": state.agent.factory,
+        "agent": state.agent.name,
         "status": state.status.value,
         "terminal_reason": state.terminal_reason,
         "suspended": is_run_suspended(state),
@@ -29,6 +29,10 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             if pending.guarded_action is None
             else pending.guarded_action.model_dump(mode="json"),
             "expires_at": None if pending.expires_at is None else pending.expires_at.isoformat(),
+            "approver_role": pending.approver_role,
+            "approval_scope": pending.approval_scope.value,
+            "asked_by": pending.asked_by,
+            "model_text": pending.model_text,
         },
         "counters": {
             "steps": usage.steps,
@@ -39,10 +43,20 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             "rejected_signals": usage.rejected_signals,
             "rejected_actions": usage.rejected_actions,
             "illegal_transitions": usage.illegal_transitions,
+            "approvals_consumed": usage.approvals_consumed,
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
         },
-        "approvals": [{"tool": a.tool, "args": a.args, "digest": a.digest} for a in state.approvals],
+        "approvals": [
+            {
+                "tool": g.action.tool,
+                "args": g.action.args,
+                "digest": g.digest,
+                "request_id": g.request_id,
+                "scope": g.scope.value,
+            }
+            for g in state.approvals
+        ],
         "artifacts": [
             {"name": a.name, "version": a.version, "sha256": a.sha256} for a in store.list_artifacts(state.run_id)
         ],

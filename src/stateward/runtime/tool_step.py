@@ -33,7 +33,7 @@ def call_context(agent: Agent, state: RunState, fencing_token: int | None = None
         run_id=state.run_id,
         step=state.usage.steps,
         permissions=agent.permissions,
-        approved_digests=frozenset(a.digest for a in state.approvals),
+        grants=state.approvals,
         remaining_tool_calls=None if limit is None else max(0, limit - state.usage.tool_attempts),
         fencing_token=fencing_token,
     )
@@ -50,17 +50,29 @@ def execute_tool(
 ) -> ToolStep:
     assert decision.action is not None
     args = decision.args or {}
+    deferred = state.next_call
     outcome = gateway.invoke(ToolCall(tool=decision.action, args=args), call_context(agent, state, fencing_token))
     blocked = outcome.status is OutcomeStatus.BLOCKED
+    consumed = outcome.consumed_grant
     usage = state.usage.model_copy(
         update={
             "tool_attempts": state.usage.tool_attempts + max(1, outcome.budget_used),
             "rejected_actions": state.usage.rejected_actions + (1 if blocked else 0),
+            "approvals_consumed": state.usage.approvals_consumed + (1 if consumed else 0),
         }
     )
+    changes: dict[str, object] = {"usage": usage, "next_call": None}
+    if consumed is not None:
+        changes["approvals"] = tuple(g for g in state.approvals if g.request_id != consumed)
+    # An approved call the Runtime ran for a person reports as the step that proposed it.
+    observed_at = (
+        state
+        if deferred is None
+        else state.model_copy(update={"usage": state.usage.model_copy(update={"steps": deferred.step})})
+    )
     step = ToolStep(
-        state=state.model_copy(update={"usage": usage}),
-        observation=_observe(state, decision, outcome),
+        state=state.model_copy(update=changes),
+        observation=_observe(observed_at, decision, outcome),
         attempts=list(outcome.attempts),
     )
     _store_artifacts(step, outcome)

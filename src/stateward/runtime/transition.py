@@ -11,16 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
 
 from stateward.controllers.base import Signal, SignalFailure, WaitSpec
 from stateward.core.budget import Usage
+from stateward.core.canonical import action_digest, canonical_json
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import PendingRequest, RunState, WaitSnapshot
+from stateward.core.state import ApprovalScope, GuardedAction, PendingRequest, RunState, WaitSnapshot
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import Usage as ModelUsage
-from stateward.runtime.agent import Agent, WaitCheck
+from stateward.runtime.agent import Agent, WaitCheck, guard
 
 _KIND_BY_DECISION = {
     DecisionType.EXECUTE_TOOL: TransitionKind.CONTINUE,
@@ -33,6 +37,9 @@ _REASON_BY_KIND = {
     TransitionKind.COMPLETE: "completed",
     TransitionKind.PARTIAL: "partially_completed",
 }
+REJECTED_BY_APPROVER = "rejected_by_approver"
+APPROVAL_REQUIRED = "approval_required"
+_SHOWN_CHARS = 2000  # how much of a proposed call's arguments or the model's note a question repeats
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,14 @@ def handle(
     kind = _KIND_BY_DECISION[decision.type]
     if kind is TransitionKind.COMPLETE and agent.finish_policy(decision, state).partial:
         kind = TransitionKind.PARTIAL
+    if kind is TransitionKind.COMPLETE and state.refused_request is not None:
+        # A person refused what the run needed and nobody approved anything since: that is no success.
+        kind = TransitionKind.CANCEL if agent.on_refusal == "cancel" else TransitionKind.FAIL
+        decision = decision.model_copy(update={"reason": REJECTED_BY_APPROVER})
+    if kind is TransitionKind.CONTINUE:
+        unapproved = unapproved_action(decision, state, agent)
+        if unapproved is not None:
+            return _ask_approval(state, agent, decision, unapproved, received, model_usage, now)
     after = next_status(state.status, kind)
     usage = _with_usage(state, model_usage)
     state = state.model_copy(update={"correction": None})  # an accepted decision ends any correction
@@ -155,6 +170,119 @@ def handle(
         )
     )
     return Transition(kind, state.status, after, True, reason, decision, new_state, pending, events)
+
+
+def unapproved_action(decision: ControlDecision, state: RunState, agent: Agent) -> GuardedAction | None:
+    """The exact action a proposed guarded call needs an approval for, or None.
+
+    None also when the gateway would refuse the call anyway (unknown tool, invalid arguments, missing
+    permission): nobody is asked to approve a call that cannot run.
+    """
+    spec = agent.tools.get(decision.action or "")
+    if spec is None or not spec.requires_approval:
+        return None
+    if spec.permission is not None and spec.permission not in agent.permissions:
+        return None
+    try:
+        args = spec.canonical_args(spec.validate_args(decision.args or {}))
+    except (ValidationError, TypeError, ValueError):
+        return None
+    action = guard(spec.name, args)
+    raw = _raw_digest(spec.name, decision.args or {})
+    if any(g.digest in (action.digest, raw) for g in state.approvals):
+        return None
+    return action
+
+
+def _raw_digest(tool: str, args: dict[str, Any]) -> str | None:
+    try:
+        return action_digest(tool, args, None)
+    except (TypeError, ValueError):
+        return None
+
+
+def _ask_approval(
+    state: RunState,
+    agent: Agent,
+    decision: ControlDecision,
+    action: GuardedAction,
+    received: NewEvent,
+    model_usage: Sequence[ModelUsage],
+    now: datetime,
+) -> Transition:
+    """A guarded call without a matching approval: the Runtime suspends the run and asks, by itself.
+
+    The question is the Runtime's own, written from the action; the model's reason, if any, goes with
+    it labelled as the model's words. On approval exactly this call runs first (``RunState.next_call``).
+    """
+    spec = agent.tools.get(action.tool)
+    assert spec is not None
+    usage = _with_usage(state, model_usage)
+    after = next_status(state.status, TransitionKind.SUSPEND)
+    shown = canonical_json(action.args)
+    if len(shown) > _SHOWN_CHARS:
+        shown = shown[:_SHOWN_CHARS] + "…"
+    scope = spec.approval_scope
+    pending = PendingRequest(
+        request_id=f"approval_{state.requests_issued + 1:03d}",
+        kind="approval",
+        question=(
+            f"Approve {action.tool} with arguments {shown}? "
+            + (
+                "One approval admits this exact call once."
+                if scope is ApprovalScope.ONCE
+                else "One approval admits this exact call for the rest of the run."
+            )
+        ),
+        state_before=state.status,
+        guarded_action=action,
+        approval_scope=scope,
+        asked_by="runtime",
+        model_text=(decision.reason or "")[:_SHOWN_CHARS] or None,
+        call_step=usage.steps,
+        approver_role=agent.approver_role,
+        created_at=now,
+        expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
+    )
+    new_state = state.model_copy(
+        update={
+            "usage": usage,
+            "status": after,
+            "terminal_reason": APPROVAL_REQUIRED,
+            "correction": None,
+            "pending": pending,
+            "requests_issued": state.requests_issued + 1,
+            "wait": WaitSnapshot(step=usage.steps, model_calls=usage.model_calls, tool_attempts=usage.tool_attempts),
+        }
+    )
+    events = [
+        received,
+        NewEvent(
+            type=EventType.RUNTIME_VALIDATED,
+            payload={
+                "runtime_decision": APPROVAL_REQUIRED,
+                "decision_type": decision.type.value,
+                "transition": TransitionKind.SUSPEND.value,
+                "action_digest": action.digest,
+            },
+        ),
+        _transition_event(state.status, after, APPROVAL_REQUIRED),
+        NewEvent(
+            type=EventType.PENDING_RECORDED,
+            payload={
+                "pending_request_id": pending.request_id,
+                "question": pending.question,
+                "state_before": pending.state_before.value,
+                "kind": pending.kind,
+                "asked_by": pending.asked_by,
+                "approval_scope": scope.value,
+                "guarded_action": action.model_dump(mode="json"),
+            },
+        ),
+    ]
+    return Transition(
+        TransitionKind.SUSPEND, state.status, after, True, APPROVAL_REQUIRED, decision, new_state, pending, events
+    )
 
 
 def _expiry(agent: Agent, wait: WaitSpec | None, now: datetime) -> datetime | None:

@@ -101,6 +101,8 @@ PUT_BREAKER = "INSERT INTO breakers(tool, body) VALUES (%s,%s) ON CONFLICT (tool
 GET_SIDE_EFFECT = "SELECT body FROM side_effects WHERE idempotency_key=%s"
 SIDE_EFFECTS_OF = """SELECT body FROM side_effects WHERE run_id=%s AND status = ANY(%s)
     ORDER BY idempotency_key"""
-PUT_SIDE_EFFECT = """INSERT INTO side_effects(idempotency_key, run_id, tool, status, body) VALUES (%s,%s,%s,%s,%s)
+PUT_SIDE_EFFECT = """INSERT INTO side_effects(idempotency_key, run_id, tool, status, body, grant_id)
+    VALUES (%s,%s,%s,%s,%s,%s)
     ON CONFLICT (idempotency_key) DO UPDATE
-    SET run_id=EXCLUDED.run_id, tool=EXCLUDED.tool, status=EXCLUDED.status, body=EXCLUDED.body"""
+    SET run_id=EXCLUDED.run_id, tool=EXCLUDED.tool, status=EXCLUDED.status, body=EXCLUDED.body,
+        grant_id=EXCLUDED.grant_id"""

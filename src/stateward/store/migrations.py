@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+_AGENT_NAMES = """UPDATE runs SET agent = CASE agent
+        WHEN 'stateward.demos.blog:build_agent' THEN 'blog'
+        WHEN 'stateward.demos.payment.agent:build_agent' THEN 'payment-migration'
+        WHEN 'stateward.chaos.agent:build_agent' THEN 'chaos-ledger'
+        ELSE agent END"""
+
 SQLITE_MIGRATIONS: list[list[str]] = [
     [
         """CREATE TABLE runs (
@@ -74,6 +80,14 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             created_at TEXT NOT NULL,
             PRIMARY KEY (run_id, seq))""",
     ],
+    # 2: single-use approvals (the journal row that starts a guarded call holds its grant, one key per
+    # grant) and agents by registered name (the runs.agent column named an import path before).
+    [
+        "ALTER TABLE side_effects ADD COLUMN grant_id TEXT",
+        "CREATE UNIQUE INDEX side_effects_one_use_per_grant ON side_effects(run_id, grant_id)"
+        " WHERE grant_id IS NOT NULL",
+        _AGENT_NAMES,
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -142,5 +156,11 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             snapshot TEXT NOT NULL,
             created_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (run_id, seq))""",
+    ],
+    [
+        'ALTER TABLE side_effects ADD COLUMN grant_id TEXT COLLATE "C"',
+        "CREATE UNIQUE INDEX side_effects_one_use_per_grant ON side_effects(run_id, grant_id)"
+        " WHERE grant_id IS NOT NULL",
+        _AGENT_NAMES,
     ],
 ]

@@ -34,7 +34,7 @@ from stateward.store.records import (
     RunRow,
     StepWrite,
 )
-from stateward.tools.ports import BreakerState, SideEffectRecord
+from stateward.tools.ports import BreakerState, SideEffectRecord, approval_consumed
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, PoolClosed)
@@ -165,7 +165,7 @@ class PostgresStore:
                 (
                     state.run_id,
                     state.tenant,
-                    state.agent.factory,
+                    state.agent.name,
                     state.status.value,
                     state.terminal_reason,
                     state.model_dump_json(),
@@ -421,11 +421,21 @@ class PostgresStore:
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
         """Its own transaction, committed at once: it must survive a crash of the step."""
-        with self._conn() as conn:
-            conn.execute(
-                q.PUT_SIDE_EFFECT,
-                (record.idempotency_key, record.run_id, record.tool, record.status, record.model_dump_json()),
-            )
+        try:
+            with self._conn() as conn:
+                conn.execute(
+                    q.PUT_SIDE_EFFECT,
+                    (
+                        record.idempotency_key,
+                        record.run_id,
+                        record.tool,
+                        record.status,
+                        record.model_dump_json(),
+                        record.grant_id,
+                    ),
+                )
+        except pg_errors.UniqueViolation:
+            raise approval_consumed(record) from None
 
 
 def _pending(run_id: str, body: str, answer: str | None) -> PendingRecord:

@@ -30,7 +30,7 @@ from stateward.store.records import (
     RunRow,
     StepWrite,
 )
-from stateward.tools.ports import BreakerState, SideEffectRecord
+from stateward.tools.ports import BreakerState, SideEffectRecord, approval_consumed
 
 
 def _now() -> str:
@@ -285,7 +285,7 @@ class SQLiteStore:
                     (
                         state.run_id,
                         state.tenant,
-                        state.agent.factory,
+                        state.agent.name,
                         state.status.value,
                         state.terminal_reason,
                         state.model_dump_json(),
@@ -670,8 +670,21 @@ class SQLiteStore:
         return [SideEffectRecord.model_validate_json(r[0]) for r in rows]
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
-        with self._tx() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO side_effects(idempotency_key, run_id, tool, status, body) VALUES (?,?,?,?,?)",
-                (record.idempotency_key, record.run_id, record.tool, record.status, record.model_dump_json()),
-            )
+        # An upsert, not INSERT OR REPLACE: REPLACE would delete the row holding the same grant.
+        try:
+            with self._tx() as db:
+                db.execute(
+                    "INSERT INTO side_effects(idempotency_key, run_id, tool, status, body, grant_id)"
+                    " VALUES (?,?,?,?,?,?) ON CONFLICT(idempotency_key) DO UPDATE SET run_id=excluded.run_id,"
+                    " tool=excluded.tool, status=excluded.status, body=excluded.body, grant_id=excluded.grant_id",
+                    (
+                        record.idempotency_key,
+                        record.run_id,
+                        record.tool,
+                        record.status,
+                        record.model_dump_json(),
+                        record.grant_id,
+                    ),
+                )
+        except sqlite3.IntegrityError:
+            raise approval_consumed(record) from None

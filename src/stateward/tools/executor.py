@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from stateward.core.errors import StatewardError
+
 from .breaker import CircuitBreaker
 from .execution import run_with_timeout
 from .ports import GatewayStore, SideEffectRecord, SideEffectStatus
@@ -36,6 +38,8 @@ from .types import (
 
 # The handler finished (its effect happened) but its result broke the output contract: never re-run.
 COMPLETED_INVALID = "COMPLETED_INVALID"
+# The store's refusal of a second journalled start under one ONCE approval.
+APPROVAL_CONSUMED = "APPROVAL_CONSUMED"
 
 
 @dataclass
@@ -96,6 +100,8 @@ class Executor:
                 return self._reconcile(st, message)
             if res.code is ToolErrorCode.SCHEMA_MISMATCH:
                 return self._failure(st, res.code, message, RuntimeAction.BLOCK)
+            if res.code is ToolErrorCode.BLOCKED_BY_ACTION_GATEWAY:
+                return self._blocked(st, message)
             if not is_retryable(res.code, side_effect=spec.side_effect):
                 return self._failure(st, res.code, message, action)
             if retry_number == spec.retry.max_attempts:
@@ -119,7 +125,10 @@ class Executor:
         spec, key = st.tool_spec, self._key(st)
         assert st.validated is not None
         if spec.side_effect:
-            self._journal(st, SideEffectStatus.STARTED)
+            consumed = self._journal_start(st)
+            if consumed is not None:
+                self._note(st, "REJECTED", consumed.code, consumed.message)
+                return consumed
         tctx = ToolContext(
             run_id=st.ctx.run_id,
             step=st.ctx.step,
@@ -236,6 +245,12 @@ class Executor:
         st.note_failure(code)
         return self._outcome(st, OutcomeStatus.FAILED, action, code, message)
 
+    def _blocked(self, st: CallState, message: str) -> ToolOutcome:
+        st.note_failure(ToolErrorCode.BLOCKED_BY_ACTION_GATEWAY)
+        return self._outcome(
+            st, OutcomeStatus.BLOCKED, RuntimeAction.BLOCK, ToolErrorCode.BLOCKED_BY_ACTION_GATEWAY, message
+        )
+
     def _pending(self, st: CallState, message: str) -> ToolOutcome:
         st.idempotency_status = st.idempotency_status or LookupStatus.UNKNOWN
         return self._outcome(
@@ -272,6 +287,7 @@ class Executor:
             truncated=truncated,
             action_digest=st.digest,
             budget_used=st.budget_used,
+            consumed_grant=st.once_grant,
         )
 
     # -- bookkeeping ---------------------------------------------------------------------------------
@@ -289,8 +305,20 @@ class Executor:
                 status=status,
                 result=result,
                 updated_at=datetime.now(UTC),
+                grant_id=st.once_grant,
             )
         )
+
+    def _journal_start(self, st: CallState) -> Attempt | None:
+        """Journal STARTED; for a guarded call this one write also consumes its approval (the store
+        lets one idempotency key hold a ONCE grant). A grant another call already used admits nothing."""
+        try:
+            self._journal(st, SideEffectStatus.STARTED)
+        except StatewardError as exc:
+            if exc.code != APPROVAL_CONSUMED:
+                raise
+            return Attempt(ToolErrorCode.BLOCKED_BY_ACTION_GATEWAY, message=exc.message)
+        return None
 
     def _note(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from .ports import BreakerState, SideEffectRecord
+from .ports import BreakerState, SideEffectRecord, approval_consumed
 
 
 class InMemoryGatewayStore:
@@ -29,6 +29,13 @@ class InMemoryGatewayStore:
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
         with self._lock:
+            if record.grant_id is not None and any(
+                other.run_id == record.run_id
+                and other.grant_id == record.grant_id
+                and other.idempotency_key != record.idempotency_key
+                for other in self._side_effects.values()
+            ):
+                raise approval_consumed(record)
             self._side_effects[record.idempotency_key] = record
 
     def side_effects(self) -> list[SideEffectRecord]:

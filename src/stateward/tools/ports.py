@@ -8,6 +8,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from stateward.core.errors import RunError
+
 
 class BreakerPosition(StrEnum):
     CLOSED = "CLOSED"
@@ -48,6 +50,7 @@ class SideEffectRecord(BaseModel):
     status: str
     result: Any = None
     updated_at: datetime
+    grant_id: str | None = None  # the ONCE approval this call consumed: the store lets one key hold it
 
 
 class GatewayStore(Protocol):
@@ -58,5 +61,19 @@ class GatewayStore(Protocol):
     def get_side_effect(self, idempotency_key: str) -> SideEffectRecord | None: ...
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
-        """Committed immediately (its own transaction): it must survive a crash of the step."""
+        """Committed immediately (its own transaction): it must survive a crash of the step.
+
+        A record carrying a ``grant_id`` that another key of the run already holds is refused with
+        ``APPROVAL_CONSUMED``: journalling a guarded call's start is what consumes its approval.
+        """
         ...
+
+
+def approval_consumed(record: SideEffectRecord) -> RunError:
+    """The refusal every store gives when another call of the run already journalled its start under
+    this single-use approval."""
+    return RunError(
+        f"approval {record.grant_id} of run {record.run_id} was already used by another call",
+        code="APPROVAL_CONSUMED",
+        details={"run_id": record.run_id, "grant": record.grant_id, "tool": record.tool},
+    )

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, create_model, model_validator
 from pydantic_core import to_jsonable_python
 
 from stateward.core.errors import UserError
+from stateward.core.state import ApprovalScope
 
 from .breaker import BreakerPolicy
 from .errors import (
@@ -116,6 +117,7 @@ class ToolSpec(BaseModel):
     permission: str | None = None
     side_effect: bool = False
     requires_approval: bool = False
+    approval_scope: ApprovalScope = ApprovalScope.ONCE  # RUN: one approval admits the action for the run
     timeout_s: float = Field(default=30.0, gt=0)
     retry: RetryPolicy = RetryPolicy()
     breaker: BreakerPolicy = BreakerPolicy()
@@ -128,6 +130,14 @@ class ToolSpec(BaseModel):
 
     _shape: _Shape = PrivateAttr()
     _lookup_keywords: frozenset[str] = PrivateAttr(default=frozenset())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _approval_implies_journal(cls, data: Any) -> Any:
+        """A guarded tool acts on the world: its calls are journalled like any side effect."""
+        if isinstance(data, dict) and data.get("requires_approval"):
+            return {**data, "side_effect": True}
+        return data
 
     def model_post_init(self, context: Any, /) -> None:
         self._shape = _introspect(self.name, self.handler)
@@ -189,6 +199,7 @@ def tool(
     permission: str | None = None,
     side_effect: bool = False,
     requires_approval: bool = False,
+    approval_scope: ApprovalScope = ApprovalScope.ONCE,
     timeout_s: float = 30.0,
     retry: RetryPolicy | None = None,
     breaker: BreakerPolicy | None = None,
@@ -210,6 +221,7 @@ def tool(
     permission: str | None = None,
     side_effect: bool = False,
     requires_approval: bool = False,
+    approval_scope: ApprovalScope = ApprovalScope.ONCE,
     timeout_s: float = 30.0,
     retry: RetryPolicy | None = None,
     breaker: BreakerPolicy | None = None,
@@ -232,6 +244,7 @@ def tool(
             permission=permission,
             side_effect=side_effect,
             requires_approval=requires_approval,
+            approval_scope=approval_scope,
             timeout_s=timeout_s,
             retry=retry or RetryPolicy(),
             breaker=breaker or BreakerPolicy(),

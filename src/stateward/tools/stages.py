@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from stateward.core.canonical import action_digest, args_digest, idempotency_key, sha256_hex
+from stateward.core.state import ApprovalScope, Grant
 
 from .breaker import CircuitBreaker
 from .execution import run_with_timeout
@@ -42,6 +43,14 @@ class CallState:
     first_error: ToolErrorCode | None = None
     idempotency_status: LookupStatus | None = None
     retried_once: bool = False
+    grant: Grant | None = None  # the approval that admitted this call
+
+    @property
+    def once_grant(self) -> str | None:
+        """The request id of the single-use approval this call consumes when its start is journalled."""
+        if self.grant is None or self.grant.scope is not ApprovalScope.ONCE:
+            return None
+        return self.grant.request_id
 
     @property
     def tool_spec(self) -> ToolSpec:
@@ -139,13 +148,16 @@ def action_gate(st: CallState) -> Refusal | None:
     """An approval admits exactly one action: this tool, these canonical args, this plan version.
 
     A digest over the call's raw args (exactly as sent) is accepted too: it names the same single
-    action, and lets a caller bind approvals without re-validating arguments.
+    action, and lets a caller bind approvals without re-validating arguments. A ONCE grant admits one
+    execution: the executor consumes it when it journals the call's start.
     """
     spec = st.tool_spec
     if not spec.requires_approval:
         return None
     st.digest = action_digest(spec.name, st.args, st.ctx.plan_version)
-    if st.digest in st.ctx.approved_digests or _raw_digest(st) in st.ctx.approved_digests:
+    digests = {st.digest, _raw_digest(st)}
+    st.grant = next((g for g in st.ctx.grants if g.digest in digests), None)
+    if st.grant is not None or not digests.isdisjoint(st.ctx.approved_digests):
         return None
     return Refusal(
         ToolErrorCode.BLOCKED_BY_ACTION_GATEWAY,

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stateward.core.state import Grant
+
 
 class ToolErrorCode(StrEnum):
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
@@ -83,7 +85,8 @@ class CallContext(BaseModel):
     permissions: frozenset[str] = frozenset()
     visible_actions: frozenset[str] | None = None  # None: every registered tool is visible
     scope: frozenset[str] | None = None  # tools the goal allows; None: no scope restriction
-    approved_digests: frozenset[str] = frozenset()  # action digests a person approved for this run
+    approved_digests: frozenset[str] = frozenset()  # standing approvals by digest (never consumed)
+    grants: tuple[Grant, ...] = ()  # approvals a person gave; a ONCE grant admits one execution
     plan_version: int | None = None
     remaining_tool_calls: int | None = None  # None: unbounded
     fencing_token: int | None = None  # the caller's lease version; handlers pass it to systems that check it
@@ -125,6 +128,7 @@ class ToolOutcome(BaseModel):
     # reconciliation later proved success); ``last_error_code`` is the one that decided the outcome.
     last_error_code: ToolErrorCode | None = None
     action_digest: str | None = None  # what an approval must be bound to (set for gated tools)
+    consumed_grant: str | None = None  # the request id of the ONCE approval this call used up
     budget_used: int = 0  # tool-call reservations consumed (first call + every retry)
 
     @property

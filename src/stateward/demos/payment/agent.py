@@ -33,7 +33,7 @@ from stateward.store.base import Store
 from stateward.tools.registry import ToolRegistry
 from stateward.verify import ArtifactVersion, CheckResult, CheckSuite, CheckVerdict, Report
 
-FACTORY: Final = "stateward.demos.payment.agent:build_agent"
+NAME: Final = "payment-migration"  # registered by stateward.runtime.agent_registry.builtin_agents
 DELIVER_TOOL: Final = "deliver_report"
 REPORT_ITEM: Final = "W16"
 # Tight enough to matter: the plan estimates 90 tool and 27 model calls; the scripted run uses 87 of each.
@@ -105,7 +105,7 @@ def build_agent(max_steps: int = 200, delivery_log: dict[str, dict[str, str]] | 
         name="payment-migration",
         controller=controller,
         tools=tools,
-        ref=AgentRef(factory=FACTORY, params={"max_steps": max_steps}),
+        ref=AgentRef(name=NAME, params={"max_steps": max_steps}),
         finish_policy=plan_finish_policy,
         budget=Budget(max_steps=max_steps),
     )

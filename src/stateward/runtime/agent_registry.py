@@ -1,0 +1,248 @@
+"""Agents by name: a process builds only the agents its operator registered.
+
+A run's row names its agent (``AgentRef``: name, version, JSON parameters), never code. The code that
+builds an agent comes from the process's own configuration, in this order:
+
+1. the agents stateward ships (the demos),
+2. Python entry points in the group ``stateward.agents`` (an installed package registers its agents),
+3. ``STATEWARD_AGENTS`` / ``--agents``: comma-separated ``module:attr`` of :class:`AgentRegistry` objects.
+
+A name that none of them registered is refused (``AGENT_NOT_REGISTERED``) and nothing is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from stateward.core.errors import RunError, UserError
+from stateward.core.state import AgentRef
+from stateward.runtime.agent import Agent
+
+ENTRY_POINT_GROUP = "stateward.agents"
+ENV_VAR = "STATEWARD_AGENTS"
+
+AgentFactory = Callable[..., Agent]
+
+
+@dataclass(frozen=True)
+class RegisteredAgent:
+    """One name a process may build: its factory, version and where it was registered from."""
+
+    name: str
+    factory: AgentFactory
+    version: str | None = None
+    source: str = "code"
+    description: str = ""
+
+    def build(self, params: Mapping[str, Any]) -> Agent:
+        """Call the factory with the run's JSON parameters (``factory(**params)``, or ``factory(params)``
+        when its one parameter is named ``params``)."""
+        if _takes_params_dict(self.factory):
+            return self.factory(dict(params))
+        return self.factory(**params)
+
+
+def _takes_params_dict(factory: AgentFactory) -> bool:
+    try:
+        parameters = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return (
+        len(parameters) == 1
+        and parameters[0].name == "params"
+        and parameters[0].kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )
+
+
+class AgentRegistry:
+    """Names an operator lets this process build, each mapped to a factory taking the run's JSON params.
+
+    >>> registry = AgentRegistry()
+    >>> @registry.agent("expenses")
+    ... def make_expenses(limit: int = 100) -> Agent: ...
+    """
+
+    def __init__(self, agents: Iterable[RegisteredAgent] = ()):
+        self._agents: dict[str, RegisteredAgent] = {}
+        for entry in agents:
+            self._add(entry)
+
+    def register(
+        self,
+        name: str,
+        factory: AgentFactory,
+        *,
+        version: str | None = None,
+        description: str = "",
+        source: str = "code",
+    ) -> None:
+        """Let this process build ``name`` with ``factory``. Registering a name twice is a mistake."""
+        if not name or len(name) > 200:
+            raise UserError(f"an agent name must be 1-200 characters, not {name!r}", code="INVALID_AGENT")
+        if not callable(factory):
+            raise UserError(f"the factory of agent {name!r} is not callable", code="INVALID_AGENT")
+        self._add(RegisteredAgent(name, factory, version, source, description))
+
+    def agent(self, name: str, *, version: str | None = None) -> Callable[[AgentFactory], AgentFactory]:
+        """Decorator form of :meth:`register`."""
+
+        def decorate(factory: AgentFactory) -> AgentFactory:
+            self.register(name, factory, version=version, description=(factory.__doc__ or "").strip())
+            return factory
+
+        return decorate
+
+    def _add(self, entry: RegisteredAgent) -> None:
+        known = self._agents.get(entry.name)
+        if known is not None and known.factory is not entry.factory:
+            raise UserError(
+                f"agent {entry.name!r} is registered twice ({known.source} and {entry.source})",
+                code="AGENT_NAME_CONFLICT",
+                details={"agent": entry.name, "sources": [known.source, entry.source]},
+            )
+        self._agents[entry.name] = entry
+
+    def merge(self, other: AgentRegistry) -> None:
+        """Add every agent of ``other`` (a name registered by both with different factories is refused)."""
+        for entry in other:
+            self._add(entry)
+
+    def __iter__(self) -> Iterator[RegisteredAgent]:
+        return iter(sorted(self._agents.values(), key=lambda e: e.name))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+    def names(self) -> list[str]:
+        return sorted(self._agents)
+
+    def ref(self, name: str, params: Mapping[str, Any] | None = None) -> AgentRef:
+        """The reference a run of ``name`` stores (refused if the name is not registered here)."""
+        entry = self._entry(name)
+        return AgentRef(name=name, version=entry.version, params=dict(params or {}))
+
+    def build(self, ref: AgentRef) -> Agent:
+        """Rebuild a run's agent from its stored reference; only registered names are ever built."""
+        entry = self._entry(ref.name)
+        try:
+            agent = entry.build(ref.params)
+        except Exception as exc:
+            raise RunError(
+                f"agent {ref.name!r} could not be built: {type(exc).__name__}: {exc}"[:1000],
+                code="AGENT_UNAVAILABLE",
+                details={"agent": ref.name},
+            ) from exc
+        if not isinstance(agent, Agent):
+            raise RunError(
+                f"the factory of agent {ref.name!r} returned {type(agent).__name__}, not an Agent",
+                code="AGENT_UNAVAILABLE",
+                details={"agent": ref.name},
+            )
+        agent.ref = AgentRef(name=ref.name, version=entry.version, params=ref.params)
+        return agent
+
+    def _entry(self, name: str) -> RegisteredAgent:
+        entry = self._agents.get(name)
+        if entry is None:
+            raise RunError(
+                f"agent {name!r} is not registered in this process (see `stateward agents list`)",
+                code="AGENT_NOT_REGISTERED",
+                details={"agent": name},
+            )
+        return entry
+
+
+def _lazy(module: str, attr: str) -> AgentFactory:
+    """A built-in factory imported when first built, so listing agents imports no demo."""
+
+    def build(**params: Any) -> Agent:
+        factory: AgentFactory = getattr(importlib.import_module(module), attr)
+        return factory(**params)
+
+    build.__name__ = attr
+    return build
+
+
+def builtin_agents() -> AgentRegistry:
+    """The agents stateward ships: the demos of the README."""
+    registry = AgentRegistry()
+    shipped = (
+        ("blog", "stateward.demos.blog", "build_agent", "the blog-brief agent of `stateward demo blog`"),
+        (
+            "payment-migration",
+            "stateward.demos.payment.agent",
+            "build_agent",
+            "the Payment SDK migration assessment (plan run)",
+        ),
+        ("chaos-ledger", "stateward.chaos.agent", "build_agent", "the ledger agent `stateward chaos` drives"),
+    )
+    for name, module, attr, description in shipped:
+        registry.register(name, _lazy(module, attr), description=description, source="builtin")
+    return registry
+
+
+def load_spec(spec: str) -> AgentRegistry:
+    """Import an operator-named ``module:attr`` that must be an AgentRegistry."""
+    module_name, sep, attr = spec.strip().partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"an agents source must be 'module:attr', not {spec!r}", code="INVALID_AGENTS_SOURCE")
+    try:
+        value = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(
+            f"cannot load agents from {spec!r}: {type(exc).__name__}: {exc}", code="INVALID_AGENTS_SOURCE"
+        ) from exc
+    if not isinstance(value, AgentRegistry):
+        raise UserError(f"{spec} is a {type(value).__name__}, not an AgentRegistry", code="INVALID_AGENTS_SOURCE")
+    return _sourced(value, spec)
+
+
+def _sourced(registry: AgentRegistry, source: str) -> AgentRegistry:
+    return AgentRegistry(
+        RegisteredAgent(e.name, e.factory, e.version, source if e.source == "code" else e.source, e.description)
+        for e in registry
+    )
+
+
+def _from_entry_points() -> AgentRegistry:
+    """Installed packages register agents: each entry point is an AgentRegistry or one agent's factory."""
+    found = AgentRegistry()
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        source = f"entry point {ep.name} ({ep.value})"
+        try:
+            value = ep.load()
+        except Exception as exc:
+            raise UserError(f"cannot load {source}: {type(exc).__name__}: {exc}", code="INVALID_AGENTS_SOURCE") from exc
+        if isinstance(value, AgentRegistry):
+            found.merge(_sourced(value, source))
+        elif callable(value):
+            found.register(ep.name, value, source=source)
+        else:
+            raise UserError(f"{source} is neither an AgentRegistry nor a factory", code="INVALID_AGENTS_SOURCE")
+    return found
+
+
+def split_specs(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def process_agents(
+    specs: Iterable[str] = (), *, env: Mapping[str, str] | None = None, use_entry_points: bool = True
+) -> AgentRegistry:
+    """Every agent this process may build: built-ins, entry points, ``STATEWARD_AGENTS`` and ``specs``."""
+    registry = builtin_agents()
+    if use_entry_points:
+        registry.merge(_from_entry_points())
+    environment = os.environ if env is None else env
+    for spec in [*split_specs(environment.get(ENV_VAR)), *specs]:
+        registry.merge(load_spec(spec))
+    return registry
