@@ -869,6 +869,25 @@ def test_a_side_effect_record_round_trips_and_is_replaced(store: Store) -> None:
     assert store.get_side_effect("k1") == done
 
 
+def test_one_single_use_grant_is_held_by_one_call(store: Store) -> None:
+    """Journalling a guarded call's start consumes its approval: a second key may not hold the same grant."""
+    first = side_effect("k1").model_copy(update={"grant_id": "approval_001"})
+    store.put_side_effect(first)
+    # The same call moving on (SUCCEEDED, retried) keeps its grant.
+    store.put_side_effect(first.model_copy(update={"status": "SUCCEEDED", "result": {"ok": 1}}))
+    with pytest.raises(RunError) as err:
+        store.put_side_effect(side_effect("k2").model_copy(update={"grant_id": "approval_001"}))
+    assert err.value.code == "APPROVAL_CONSUMED"
+    assert store.get_side_effect("k2") is None
+    held = store.get_side_effect("k1")
+    assert held is not None and held.grant_id == "approval_001" and held.status == "SUCCEEDED"
+    # Another run's grant of the same id, and calls without a grant, are unaffected.
+    store.put_side_effect(side_effect("k3", run_id="run_other").model_copy(update={"grant_id": "approval_001"}))
+    store.put_side_effect(side_effect("k4"))
+    store.put_side_effect(side_effect("k5"))
+    assert store.get_side_effect("k5") is not None
+
+
 def test_side_effects_of_filters_by_run_and_status(store: Store) -> None:
     store.put_side_effect(side_effect("k3", status="UNKNOWN_OUTCOME"))
     store.put_side_effect(side_effect("k1", status="STARTED"))

@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stateward.core.canonical import idempotency_key
+from stateward.core.state import ApprovalScope, Grant
+from stateward.runtime.agent import guard
 from stateward.tools import (
     CallContext,
     GatewayStore,
@@ -333,3 +335,62 @@ def test_side_effect_happens_at_most_once_per_key(
     finally:
         wh.release.set()
     assert sum(wh.shipped.values()) <= 1
+
+
+def _grant_for(tool_name: str, args: dict[str, Any], request_id: str = "approval_001") -> Grant:
+    return Grant(request_id=request_id, action=guard(tool_name, args))
+
+
+def test_a_grant_admits_only_its_own_call_and_only_once() -> None:
+    """The gate, not only the Runtime: a grant for one call admits no other, and a ONCE grant one start."""
+    paid: list[str] = []
+
+    @tool(requires_approval=True)
+    def pay(invoice: str) -> dict[str, str]:
+        paid.append(invoice)
+        return {"paid": invoice}
+
+    gateway = ToolGateway(ToolRegistry([pay]), InMemoryGatewayStore())
+    grant = _grant_for("pay", {"invoice": "A"})
+
+    def call(invoice: str, step: int) -> ToolOutcome:
+        ctx = CallContext(run_id="r", step=step, grants=(grant,))
+        return gateway.invoke(ToolCall(tool="pay", args={"invoice": invoice}), ctx)
+
+    other = call("B", 1)
+    assert other.status is OutcomeStatus.BLOCKED and paid == [] and other.consumed_grant is None
+
+    first = call("A", 2)
+    assert first.status is OutcomeStatus.SUCCESS and first.consumed_grant == "approval_001" and paid == ["A"]
+
+    # A caller that kept the used grant (a crash between the journal and the step) is refused at the journal.
+    again = call("A", 3)
+    assert again.status is OutcomeStatus.BLOCKED and paid == ["A"] and again.handler_calls == 0
+
+    # The same step retried (same idempotency key) replays; it does not need a second grant.
+    replay = call("A", 2)
+    assert replay.status is OutcomeStatus.SUCCESS and paid == ["A"]
+
+
+def test_a_standing_grant_admits_the_call_again() -> None:
+    paid: list[int] = []
+
+    @tool(requires_approval=True, approval_scope=ApprovalScope.RUN)
+    def pay(invoice: str) -> int:
+        paid.append(1)
+        return len(paid)
+
+    gateway = ToolGateway(ToolRegistry([pay]), InMemoryGatewayStore())
+    grant = Grant(request_id="approval_001", action=guard("pay", {"invoice": "A"}), scope=ApprovalScope.RUN)
+    for step in (1, 2, 3):
+        ctx = CallContext(run_id="r", step=step, grants=(grant,))
+        out = gateway.invoke(ToolCall(tool="pay", args={"invoice": "A"}), ctx)
+        assert out.status is OutcomeStatus.SUCCESS and out.consumed_grant is None
+    assert paid == [1, 1, 1]
+
+
+def test_requires_approval_implies_the_journal() -> None:
+    @tool(requires_approval=True)
+    def pay(invoice: str) -> None: ...
+
+    assert pay.side_effect is True

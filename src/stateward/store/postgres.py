@@ -421,8 +421,8 @@ class PostgresStore:
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
         """Its own transaction, committed at once: it must survive a crash of the step."""
-        try:
-            with self._conn() as conn:
+        with self._conn() as conn:
+            try:
                 conn.execute(
                     q.PUT_SIDE_EFFECT,
                     (
@@ -434,8 +434,8 @@ class PostgresStore:
                         record.grant_id,
                     ),
                 )
-        except pg_errors.UniqueViolation:
-            raise approval_consumed(record) from None
+            except pg_errors.UniqueViolation:
+                raise approval_consumed(record) from None
 
 
 def _pending(run_id: str, body: str, answer: str | None) -> PendingRecord:
