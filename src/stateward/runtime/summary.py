@@ -14,6 +14,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
     usage = state.usage
     return {
         "run_id": state.run_id,
+        "tenant": state.tenant,
         "agent": state.agent.factory,
         "status": state.status.value,
         "terminal_reason": state.terminal_reason,
@@ -28,6 +29,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             "guarded_action": None
             if pending.guarded_action is None
             else pending.guarded_action.model_dump(mode="json"),
+            "approver_role": pending.approver_role,
             "expires_at": None if pending.expires_at is None else pending.expires_at.isoformat(),
         },
         "counters": {
