@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -190,7 +190,7 @@ def requests_list(
             runtime.get(run_id)  # an unknown run is an error here as everywhere, not an empty inbox
         records = runtime.store.list_requests(run_id, open_only=True)
         tenants = {r: runtime.store.load_run(r).tenant for r in dict.fromkeys(rec.run_id for rec in records)}
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "run_id": r.run_id,
             "request_id": r.request.request_id,
@@ -213,7 +213,7 @@ def requests_list(
 
     typer.echo(f"open requests: {len(rows)}")
     for row in rows:
-        typer.echo(f"run {inert(row['run_id'])}  tenant {inert(row['tenant'])}  created {row['created_at']}")
+        typer.echo(f"run {inert(str(row['run_id']))}  tenant {inert(str(row['tenant']))}  created {row['created_at']}")
         typer.echo("\n".join(pending_lines(row)))
 
 
