@@ -213,3 +213,24 @@ def test_a_reader_that_went_away_ends_the_short_path_quietly(tmp_path: Path) -> 
         timeout=60,
     )
     assert json.loads(again.stdout)["status"] == "COMPLETED"
+
+
+@pytest.mark.parametrize(
+    ("command", "option"), [("approve", "--comment"), ("reject", "--comment"), ("reply", "--text")]
+)
+def test_both_paths_refuse_an_oversized_answer_before_storing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, option: str
+) -> None:
+    db = tmp_path / "runs.db"
+    run_id = _suspended_run(db)
+    args = [command, run_id, "approval_001", "--db", str(db), option, "x" * 9000, "--json"]
+    taken, fast_code, fast_out = _fast(capsys, *args)
+    typer_code, typer_out = _typer(*args)
+    assert taken and fast_code == typer_code == 1
+    assert json.loads(fast_out)["error"]["code"] == json.loads(typer_out)["error"]["code"] == "ANSWER_TOO_LARGE"
+    runtime = Runtime.open(str(db))
+    try:
+        record = runtime.store.get_request(run_id, "approval_001")
+        assert record is not None and record.answer is None
+    finally:
+        runtime.close()

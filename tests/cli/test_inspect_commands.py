@@ -6,11 +6,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from stateward.cli.app import app
+from stateward.core.status import RunStatus
+from stateward.demos import blog_fixtures as fx
 from stateward.demos.blog import build_agent
 from stateward.demos.blog_fixtures import GOAL
+from stateward.models.base import ModelRequest
+from stateward.models.scripted import ScriptedModel
 from stateward.runtime.runtime import Runtime
 
 
@@ -55,3 +60,91 @@ def test_lifecycle_commands_report_the_control_flag(tmp_path: Path) -> None:
     assert code == 0 and paused["status"] == "PAUSED" and "control" in paused
     code, cancelled = _cli("cancel", run_id, "--db", str(db))
     assert code == 0 and cancelled["status"] == "CANCELLED" and cancelled["control"] is None
+
+
+# -- a person sees exactly what they approve, and nothing the model wrote can act on their terminal -------
+EVIL = "Ship it? \x1b]52;c;ZXZpbA==\x07\x1b[2J\u202egnp.exe [red]x[/red] [link=https://evil.example]go[/link]"
+SHOWN = "Ship it? \\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\u202egnp.exe [red]x[/red] [link=https://evil.example]go[/link]"
+
+
+def _waiting_on_an_evil_question(db: Path) -> str:
+    def policy(request: ModelRequest) -> Any:
+        out = fx.react_policy(request)
+        if isinstance(out, dict) and out.get("type") == "REQUEST_USER_INPUT":
+            out = {**out, "question": EVIL}
+        return out
+
+    runtime = Runtime.open(str(db))
+    try:
+        state = runtime.start(build_agent("react", model=ScriptedModel(policy)), GOAL)
+    finally:
+        runtime.close()
+    assert state.status is RunStatus.WAITING_FOR_USER and state.pending is not None
+    assert state.pending.guarded_action is not None
+    return state.run_id
+
+
+def _text(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize("command", ["requests list", "runs show"])
+def test_text_views_show_the_guarded_action_and_the_models_words_inert(tmp_path: Path, command: str) -> None:
+    db = tmp_path / "a.db"
+    run_id = _waiting_on_an_evil_question(db)
+    _, [request] = _cli("requests", "list", "--db", str(db))
+    args = command.split() + ([run_id] if command == "runs show" else []) + ["--db", str(db)]
+    out = _text(*args)
+
+    assert f"model says:     {SHOWN}" in out  # escaped, and markup printed literally
+    for active in ("\x1b", "\x07", "\u202e"):
+        assert active not in out
+    guarded = request["guarded_action"]
+    assert f"guarded action: {guarded['tool']}" in out
+    assert f"digest:       {guarded['digest']}" in out and len(guarded["digest"]) == 64
+    assert 'arguments:    {"brief": "brief:v1"}' in out
+    assert "plan version: none" in out and "approver role:  any" in out and "expires:        never" in out
+
+
+def test_the_inbox_json_carries_everything_an_approver_needs(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    run_id = _waiting_on_an_evil_question(db)
+    code, [request] = _cli("requests", "list", "--db", str(db))
+    assert code == 0
+    assert {
+        "run_id",
+        "request_id",
+        "kind",
+        "question",
+        "guarded_action",
+        "approver_role",
+        "expires_at",
+        "tenant",
+    } <= set(request)
+    assert (request["run_id"], request["request_id"], request["kind"], request["tenant"]) == (
+        run_id,
+        "approval_001",
+        "approval",
+        "default",
+    )
+    assert request["question"] == EVIL  # data stays raw; JSON escapes it
+    assert {"tool", "args", "digest", "plan_version"} <= set(request["guarded_action"])
+    code, shown = _cli("runs", "show", run_id, "--db", str(db))
+    assert shown["pending"]["guarded_action"] == request["guarded_action"]
+    assert shown["pending"]["approver_role"] is None
+
+
+def test_table_cells_are_inert_and_never_read_as_markup(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    reason = "[bold red]gave up[/bold red] \x1b[31m\u202e"
+    runtime = Runtime.open(str(db))
+    try:
+        model = ScriptedModel(lambda r: {"type": "FAIL", "reason": reason})
+        runtime.start(build_agent("react", model=model), GOAL)
+    finally:
+        runtime.close()
+    out = _text("runs", "list", "--db", str(db))
+    assert "[bold red]gave up[/bold red] \\x1b[31m\\u202e" in out  # piped: the table is not folded
+    assert "\x1b" not in out and "\u202e" not in out

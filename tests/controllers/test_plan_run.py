@@ -631,3 +631,21 @@ def test_a_worker_may_only_use_its_items_tools(runtime: Runtime) -> None:
     state = runtime.start(make_agent(plan_doc([item("W1", [], ["search"], "findings")]), worker=wanders), "g")
     assert state.status is RunStatus.FAILED and state.usage.tool_attempts == 0
     assert events(runtime, state.run_id, EventType.RUNTIME_VALIDATED)[-1]["code"] == "action_not_visible"
+
+
+def test_the_seeds_node_names_run_like_the_items_they_describe(runtime: Runtime) -> None:
+    """VALIDATION and COMPENSATION items are worked like any other; a WAIT/TIMER item, like HUMAN,
+    stops the run for its approval before anything of it runs."""
+    seed_plan = plan_doc(
+        [
+            item("W1", [], ["search"], "findings", task_type="COMPENSATION"),
+            item("W2", ["W1"], [], "summary", task_type="VALIDATION"),
+            item("W3", ["W2"], ["publish"], "receipt", task_type="WAIT/TIMER", approval_required=True),
+        ]
+    )
+    state = runtime.start(make_agent(seed_plan), GOAL.objective)
+    assert state.status is RunStatus.WAITING_FOR_USER and state.pending is not None
+    started = [e["work_item_id"] for e in events(runtime, state.run_id, EventType.WORK_ITEM_STARTED)]
+    assert started == ["W1", "W2"]
+    done = runtime.approve(state.run_id, state.pending.request_id, by="editor")
+    assert done.state.status is RunStatus.COMPLETED and done.state.artifacts["receipt"] == 1

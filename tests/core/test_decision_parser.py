@@ -82,3 +82,42 @@ def test_random_objects_parse_strictly(obj: dict[str, object]) -> None:
     else:
         assert decision.type.value == obj["type"]
         assert set(obj) <= {"type", "action", "args", "question", "reason"}
+
+
+# -- values no store or digest can hold are refused at the door ------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"type": "EXECUTE_TOOL", "action": "pay", "args": {"amount": NaN}}',
+        '{"type": "EXECUTE_TOOL", "action": "pay", "args": {"amount": Infinity}}',
+        '{"type": "EXECUTE_TOOL", "action": "pay", "args": {"limits": [1, -Infinity]}}',
+        '{"type": "EXECUTE_TOOL", "action": "pay", "args": {"amount": 1e999}}',  # a literal that reads as inf
+        '{"type": "FAIL", "reason": "x", "score": NaN}',  # anywhere in the text, not only in args
+    ],
+)
+def test_non_finite_numbers_are_a_named_parse_failure(text: str) -> None:
+    with pytest.raises(DecisionParseError) as err:
+        parse_decision(text)
+    assert err.value.code == "NON_FINITE_NUMBER"
+
+
+def test_large_finite_numbers_still_parse() -> None:
+    decision = parse_decision('{"type": "EXECUTE_TOOL", "action": "pay", "args": {"amount": 1.5e308, "n": -0.0}}')
+    assert decision.args == {"amount": 1.5e308, "n": -0.0}
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_decision_built_by_code_with_a_non_finite_number_is_refused(bad: float) -> None:
+    with pytest.raises(DecisionParseError) as err:
+        ControlDecision(type=DecisionType.EXECUTE_TOOL, action="pay", args={"order": {"amounts": [1.0, bad]}})
+    assert (err.value.code, err.value.details["path"]) == ("NON_FINITE_NUMBER", "args/order/amounts/1")
+
+
+def test_read_json_is_the_one_strict_reader() -> None:
+    from stateward.core.decision import read_json
+
+    assert read_json('{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
+    for text, code in [('{"a": 1, "a": 2}', "DUPLICATE_KEY"), ("[NaN]", "NON_FINITE_NUMBER"), ("{", "NOT_JSON")]:
+        with pytest.raises(DecisionParseError) as err:
+            read_json(text)
+        assert err.value.code == code

@@ -60,7 +60,8 @@ def _handler(stub: StubProvider) -> type[BaseHTTPRequestHandler]:
             canned = stub.answers.pop(0) if stub.answers else Canned({"error": {"message": "stub has no answer"}}, 500)
             if canned.delay_s:
                 time.sleep(canned.delay_s)
-            payload = json.dumps(canned.body).encode()
+            # A str body is sent as it is: JSON no dict can express (a repeated key) can be served too.
+            payload = canned.body.encode() if isinstance(canned.body, str) else json.dumps(canned.body).encode()
             try:
                 self.send_response(canned.status)
                 self.send_header("content-type", "application/json")

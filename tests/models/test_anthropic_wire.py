@@ -165,3 +165,31 @@ def test_a_server_that_is_down_is_service_unavailable(decide_request: ModelReque
     with pytest.raises(ModelCallError) as err:
         down.complete(decide_request)
     assert err.value.code == "SERVICE_UNAVAILABLE" and SECRET not in str(err.value)
+
+
+def _raw_tool_use(input_json: str) -> str:
+    """A Messages API body whose tool_use input is written out by hand (JSON no dict can express)."""
+    body = json.dumps(message([tool_use("read_material", {"material_id": "PLACEHOLDER"})], "tool_use"))
+    return body.replace('{"material_id": "PLACEHOLDER"}', input_json)
+
+
+@pytest.mark.parametrize(
+    ("input_json", "code"),
+    [
+        ('{"material_id": "m2", "material_id": "m1"}', "DUPLICATE_KEY"),  # the SDK alone would keep "m1"
+        ('{"material_id": "m1", "n": NaN}', "NON_FINITE_NUMBER"),
+    ],
+)
+def test_tool_input_is_read_strictly_from_the_body(
+    stub: Any, decide_request: ModelRequest, input_json: str, code: str
+) -> None:
+    stub.queue(_raw_tool_use(input_json))
+    reply = model(stub).complete(decide_request)
+    assert reply.rejection_code == code
+
+
+def test_a_reply_over_the_size_limit_is_refused(stub: Any, decide_request: ModelRequest) -> None:
+    stub.queue(message([tool_use("read_material", {"material_id": "m" * 5_000})], "tool_use"))
+    reply = model(stub, max_reply_bytes=4_096).complete(decide_request)
+    assert reply.rejection_code == "REPLY_TOO_LARGE"
+    assert len(reply.text) < 2_000

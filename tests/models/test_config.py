@@ -86,3 +86,15 @@ def test_replay_spec(tmp_path: Path) -> None:
     with pytest.raises(UserError) as err:
         model_from_spec(f"replay:{tmp_path / 'missing.jsonl'}", env={})
     assert err.value.code == "RECORDING_NOT_FOUND"
+
+
+def test_the_reply_size_limit_comes_from_the_environment() -> None:
+    base = {"STATEWARD_OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}
+    for env, expected in [({}, 65_536), ({"STATEWARD_MODEL_MAX_REPLY_BYTES": "1000"}, 1000)]:
+        model = model_from_spec("openai:m", env={**base, **env})
+        assert isinstance(model, RetryingModel) and isinstance(model.inner, OpenAICompatibleModel)
+        assert model.inner.max_reply_bytes == expected
+    env = {"STATEWARD_ANTHROPIC_BASE_URL": "http://127.0.0.1:1", "STATEWARD_MODEL_MAX_REPLY_BYTES": "0"}
+    unlimited = model_from_spec("anthropic:m", env=env)
+    assert isinstance(unlimited, RetryingModel) and isinstance(unlimited.inner, AnthropicModel)
+    assert unlimited.inner.max_reply_bytes is None

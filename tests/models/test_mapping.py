@@ -190,3 +190,32 @@ def test_content_is_shaped_by_the_one_tool_it_fills_and_is_free_otherwise(decide
     one = decide_request.model_copy(update={"visible_actions": decide_request.visible_actions[:1]})
     shaped = mapping.content_schema(one)
     assert shaped["properties"].keys() == one.visible_actions[0].input_schema["properties"].keys()
+
+
+# -- strict arguments and bounded replies ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("arguments", "code"),
+    [
+        ('{"material_id": "m1", "material_id": "m2"}', "DUPLICATE_KEY"),
+        ('{"material_id": "m1", "n": NaN}', "NON_FINITE_NUMBER"),
+        ('{"material_id": "m1", "n": -Infinity}', "NON_FINITE_NUMBER"),
+        ({"material_id": "m1", "n": float("inf")}, "NON_FINITE_NUMBER"),  # already decoded by an SDK
+        ({"material_id": "m1", "n": [float("nan")]}, "NON_FINITE_NUMBER"),
+    ],
+)
+def test_native_arguments_are_read_as_strictly_as_a_decision(
+    decide_request: ModelRequest, arguments: str | dict[str, Any], code: str
+) -> None:
+    out = mapping.decision_from_tool_calls([ToolCall("read_material", arguments)], decide_request)
+    assert out.rejection_code is not None and out.rejection_code.value == code
+
+
+def test_a_reply_over_the_limit_is_refused_unread_and_only_its_head_is_kept() -> None:
+    big = '{"type": "FINISH", "reason": "' + "x" * 70_000 + '"}'
+    out = mapping.oversized(big, [], mapping.DEFAULT_MAX_REPLY_BYTES)
+    assert out is not None and out.rejection_code is RejectionCode.REPLY_TOO_LARGE
+    assert len(out.text) < 2_000
+    calls = [ToolCall("read_material", {"material_id": "é" * 40_000})]  # 80,000 bytes of UTF-8
+    assert mapping.oversized("", calls, 65_536) is not None
+    assert mapping.oversized("", calls, None) is None
+    assert mapping.oversized('{"type": "FINISH", "reason": "ok"}', [], 65_536) is None

@@ -208,3 +208,27 @@ def test_a_slow_server_is_a_timeout(stub: Any, decide_request: ModelRequest) -> 
         model(stub, timeout_s=0.2).complete(decide_request)
     assert err.value.code == "TIMEOUT" and err.value.retryable
     assert "sk-" not in repr(model(stub))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code"),
+    [
+        ('{"material_id": "m2", "material_id": "m1"}', "DUPLICATE_KEY"),
+        ('{"material_id": "m1", "n": NaN}', "NON_FINITE_NUMBER"),
+        ('{"material_id": "m1", "n": 1e400}', "NON_FINITE_NUMBER"),
+    ],
+)
+def test_tool_arguments_are_read_strictly(stub: Any, decide_request: ModelRequest, arguments: str, code: str) -> None:
+    calls = [tool_call("read_material", arguments)]
+    stub.queue(completion({"role": "assistant", "content": None, "tool_calls": calls}))
+    assert model(stub).complete(decide_request).rejection_code == code
+
+
+def test_a_reply_over_the_default_size_limit_is_refused_unread(stub: Any, decide_request: ModelRequest) -> None:
+    text = json.dumps({"type": "FINISH", "reason": "x" * 70_000})
+    stub.queue(completion({"role": "assistant", "content": text}))
+    reply = model(stub).complete(decide_request)
+    assert reply.rejection_code == "REPLY_TOO_LARGE"
+    assert len(reply.text) < 2_000
+    stub.queue(completion({"role": "assistant", "content": text}))
+    assert model(stub, max_reply_bytes=None).complete(decide_request).rejection_code is None

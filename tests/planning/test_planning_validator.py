@@ -252,3 +252,36 @@ def test_broken_example_reports_cycle_and_unknown_dependency() -> None:
     report = validate_plan(read_plan_file(EXAMPLES / "broken.json"))
     assert {"CYCLE", "UNKNOWN_DEPENDENCY"} <= set(codes(report))
     assert report.verdict is Verdict.REJECT
+
+
+# -- the seed's node names ----------------------------------------------------------------------------------
+SEED_NODE_NAMES = ["RULE", "MODEL", "TOOL", "VALIDATION", "HUMAN", "WAIT/TIMER", "WAIT", "TIMER", "COMPENSATION"]
+
+
+@pytest.mark.parametrize("task_type", [*SEED_NODE_NAMES, "LOCAL_REACT", "VERIFICATION", "validation", "wait/timer"])
+def test_the_seeds_node_names_are_task_types(task_type: str) -> None:
+    loaded = plan(item("a", task_type=task_type, approval_required=True))
+    expected = "WAIT" if task_type.upper() == "WAIT/TIMER" else task_type.upper()
+    assert loaded.work_items[0].task_type.value == expected
+    assert load_plan(loaded.to_document()) == loaded
+
+
+def test_a_validation_item_in_a_ten_item_plan_is_accepted() -> None:
+    items = [item(f"w{i}", [f"w{i - 1}"] if i else []) for i in range(9)]
+    items.append(item("w9", ["w8"], task_type="VALIDATION"))
+    report = validate_plan(plan(*items), capabilities=["search_code"])
+    assert report.verdict is Verdict.ACCEPT
+
+
+@pytest.mark.parametrize("task_type", ["HUMAN", "WAIT", "TIMER", "WAIT/TIMER"])
+def test_an_item_decided_outside_the_run_must_stop_for_approval(task_type: str) -> None:
+    report = validate_plan(plan(item("a", task_type=task_type)), capabilities=["search_code"])
+    assert (report.verdict, codes(report)) == (Verdict.REVISE, ["MISSING_APPROVAL"])
+    gated = validate_plan(plan(item("a", task_type=task_type, approval_required=True)), capabilities=["search_code"])
+    assert gated.verdict is Verdict.ACCEPT
+
+
+@pytest.mark.parametrize("task_type", ["VALIDATION", "COMPENSATION", "RULE", "MODEL"])
+def test_items_the_worker_carries_out_need_no_approval(task_type: str) -> None:
+    report = validate_plan(plan(item("a", task_type=task_type)), capabilities=["search_code"])
+    assert report.verdict is Verdict.ACCEPT

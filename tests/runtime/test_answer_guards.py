@@ -320,3 +320,41 @@ def test_resume_reconciles_a_side_effect_left_in_flight_instead_of_repeating_it(
     settled = second.store.get_side_effect(calls[0])
     assert settled is not None and settled.status == "SUCCEEDED"
     second.close()
+
+
+# -- an answer is bounded before anything is stored -------------------------------------------------------
+@pytest.mark.parametrize("verdict", ["approve", "reject"])
+def test_a_ten_megabyte_comment_is_refused_and_nothing_is_stored(runtime: Runtime, db_path: Path, verdict: str) -> None:
+    state = _waiting_blog_run(runtime)
+    events_before = len(runtime.store.read_events(state.run_id))
+    size_before = db_path.stat().st_size
+    respond = runtime.approve if verdict == "approve" else runtime.reject
+    with pytest.raises(RequestRefusedError) as err:
+        respond(state.run_id, "approval_001", by="alice", comment="x" * 10_000_000)
+    assert err.value.code == "ANSWER_TOO_LARGE"
+    assert len(runtime.store.read_events(state.run_id)) == events_before
+    record = runtime.store.get_request(state.run_id, "approval_001")
+    assert record is not None and record.answer is None
+    assert runtime.get(state.run_id).status is RunStatus.WAITING_FOR_USER
+    wal = db_path.with_name(db_path.name + "-wal")
+    assert db_path.stat().st_size + (wal.stat().st_size if wal.exists() else 0) < size_before + 1_000_000
+
+
+def test_the_answer_limit_is_8_kib_by_default_and_configurable(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = _waiting_blog_run(runtime)
+    who = Answerer(by="alice", drive=False)
+    with pytest.raises(RequestRefusedError) as err:
+        answer_request(runtime.store, state.run_id, "approval_001", "approved", who, text="é" * 4097, now=NOW)
+    assert err.value.code == "ANSWER_TOO_LARGE"  # 8,194 bytes of UTF-8
+    with pytest.raises(RequestRefusedError) as err:
+        answer_request(
+            runtime.store, state.run_id, "approval_001", "approved", Answerer(by="a" * 300), text="ok", now=NOW
+        )
+    assert err.value.code == "ANSWER_TOO_LARGE"
+    monkeypatch.setenv("STATEWARD_MAX_ANSWER_BYTES", "16")
+    with pytest.raises(RequestRefusedError):
+        answer_request(runtime.store, state.run_id, "approval_001", "approved", who, text="x" * 17, now=NOW)
+    result = answer_request(runtime.store, state.run_id, "approval_001", "approved", who, text="x" * 16, now=NOW)
+    assert result.answer.text == "x" * 16

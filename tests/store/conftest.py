@@ -24,16 +24,17 @@ class Backend:
     location: str
     opened: list[Store] = field(default_factory=list)
 
-    def open(self) -> Store:
+    def open(self, **options: Any) -> Store:
+        """A store on this database; ``options`` go to the store's constructor (e.g. ``limits``)."""
         store: Store
         if self.kind == "sqlite":
             from stateward.store.sqlite import SQLiteStore
 
-            store = SQLiteStore(self.location)
+            store = SQLiteStore(self.location, **options)
         else:
             from stateward.store.postgres import PostgresStore
 
-            store = PostgresStore(self.location)
+            store = PostgresStore(self.location, **options)
         self.opened.append(store)
         return store
 

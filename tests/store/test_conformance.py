@@ -29,7 +29,7 @@ from stateward.core.state import (
     RunState,
 )
 from stateward.core.status import RunStatus
-from stateward.store.base import Store
+from stateward.store.base import PayloadLimits, Store
 from stateward.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
 from stateward.tools.ports import BreakerPosition, BreakerState, SideEffectRecord
@@ -209,6 +209,41 @@ def test_payloads_are_stored_as_json_alike_on_every_store(store: Store, backend:
     assert isinstance(payload["when"], str) and payload["when"].startswith("2026-11-30T12:00:00")
     ((raw,),) = backend.query("SELECT payload FROM events WHERE run_id=? AND seq=2", RUN)
     assert json.loads(raw) == payload  # what the database's own tools see is the same valid JSON
+
+
+# -- payload limits -------------------------------------------------------------------------------------------
+def test_an_event_payload_over_the_default_limit_is_refused_and_writes_nothing(store: Store, backend: Backend) -> None:
+    start(store)
+    before = durable(store, backend)
+    state, seq = store.load_run_at(RUN)
+    big = NewEvent(type=EventType.REQUEST_ANSWERED, payload={"text": "x" * (1 << 20)})  # 1 MiB + the JSON around it
+    write = StepWrite(state=state.model_copy(update={"facts": {"n": 1}}), events=[ev(seq), big], checkpoint="wait")
+    assert code_of(lambda: store.commit_step(RUN, seq, write)) == "PAYLOAD_TOO_LARGE"
+    assert durable(store, backend) == before
+
+
+def test_a_snapshot_over_the_limit_is_refused_and_writes_nothing(backend: Backend) -> None:
+    store = backend.open(limits=PayloadLimits(snapshot_bytes=4096))
+    start(store)
+    before = durable(store, backend)
+    state, seq = store.load_run_at(RUN)
+    grown = state.model_copy(update={"facts": {"notes": "y" * 5000}})
+    assert code_of(lambda: store.commit_step(RUN, seq, StepWrite(state=grown, events=[ev(seq)]))) == "PAYLOAD_TOO_LARGE"
+    assert durable(store, backend) == before
+    assert code_of(lambda: start(store, "run_big", facts={"notes": "y" * 5000})) == "PAYLOAD_TOO_LARGE"
+    assert code_of(lambda: store.load_run("run_big")) == "RUN_NOT_FOUND"
+
+
+def test_the_event_limit_is_per_event_and_measured_in_utf8_bytes(backend: Backend) -> None:
+    store = backend.open(limits=PayloadLimits(event_bytes=1000))
+    start(store)
+    state, seq = store.load_run_at(RUN)
+    three = [ev(seq + i, note="z" * 800) for i in range(3)]  # each under the limit, 2,400+ bytes together
+    seq = store.commit_step(RUN, seq, StepWrite(state=state, events=three))
+    wide = ev(seq, note="é" * 600)  # 600 characters, 1,200 bytes
+    assert code_of(lambda: store.commit_step(RUN, seq, StepWrite(state=state, events=[wide]))) == "PAYLOAD_TOO_LARGE"
+    unlimited = backend.open(limits=PayloadLimits(event_bytes=None, snapshot_bytes=None))
+    assert unlimited.commit_step(RUN, seq, StepWrite(state=state, events=[wide])) == seq + 1
 
 
 def test_read_events_after_seq_returns_the_tail(store: Store) -> None:

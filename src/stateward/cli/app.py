@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -125,7 +125,10 @@ def demo_blog(
         return
     typer.echo(f"run {out['run_id']} stopped: {out['status']}")
     if state.pending is not None:
-        typer.echo(f"  {state.pending.request_id}: {state.pending.question}")
+        from stateward.core.inert import inert
+
+        who = "stateward asks" if state.pending.asked_by == "runtime" else "model says"
+        typer.echo(f"  {state.pending.request_id}: {who}: {inert(state.pending.question)}")
         typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
 
 
@@ -205,26 +208,43 @@ def runs_list(
 def requests_list(
     db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False, run_id: Annotated[str | None, typer.Option("--run")] = None
 ) -> None:
-    """Open pending requests (the approval inbox)."""
+    """Open pending requests (the approval inbox), each with the exact action an answer admits."""
+    from stateward.cli.output import pending_lines
+
     with reported_errors(as_json):
         runtime = _runtime(db)
         if run_id is not None:
             runtime.get(run_id)  # an unknown run is an error here as everywhere, not an empty inbox
         records = runtime.store.list_requests(run_id, open_only=True)
-    rows = [
+        tenants = {r: runtime.store.load_run(r).tenant for r in dict.fromkeys(rec.run_id for rec in records)}
+    rows: list[dict[str, Any]] = [
         {
             "run_id": r.run_id,
             "request_id": r.request.request_id,
             "kind": r.request.kind,
             "question": r.request.question,
+            "guarded_action": None
+            if r.request.guarded_action is None
+            else r.request.guarded_action.model_dump(mode="json"),
+            "approver_role": r.request.approver_role,
+            "approval_scope": r.request.approval_scope.value,
+            "asked_by": r.request.asked_by,
+            "model_text": r.request.model_text,
+            "expires_at": None if r.request.expires_at is None else r.request.expires_at.isoformat(),
+            "tenant": tenants[r.run_id],
             "created_at": r.request.created_at.isoformat(),
         }
         for r in records
     ]
     if as_json:
         emit_json(rows)
-    else:
-        print_table("open requests", ("run_id", "request_id", "kind", "question", "created_at"), rows)
+        return
+    from stateward.core.inert import inert
+
+    typer.echo(f"open requests: {len(rows)}")
+    for row in rows:
+        typer.echo(f"run {inert(str(row['run_id']))}  tenant {inert(str(row['tenant']))}  created {row['created_at']}")
+        typer.echo("\n".join(pending_lines(row)))
 
 
 @app.command("trace")

@@ -1,4 +1,9 @@
-"""Printing results and errors the same way in every command."""
+"""Printing results and errors the same way in every command.
+
+Text views show what the store holds made inert (:func:`stateward.core.inert.inert`): control and
+bidirectional characters escaped, lengths bounded, and Rich cells built as plain ``Text`` so markup in
+a model's words (``[red]``, ``[link=...]``) prints literally. JSON output is data: raw, JSON-escaped.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from stateward.core.errors import StatewardError
+from stateward.core.inert import inert
 
 # Exit codes: 0 success; 1 a request was refused or a run/request was not found (named error code);
 # 2 bad command-line usage (Typer's own); 3 bad input file or configuration.
@@ -63,24 +69,66 @@ def print_table(
 ) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title)
+    table = Table(title=inert(title))
     for col in columns:
         table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*(fmt(row.get(c)) for c in columns))
+    for row in rows:  # Text, not str: a cell is never read as markup
+        table.add_row(*(Text(inert(fmt(row.get(c)), CELL_CHARS)) for c in columns))
     # Piped output has no terminal width to fit: print the table whole rather than cut every cell.
     Console(width=None if sys.stdout.isatty() else 300).print(table)
+
+
+CELL_CHARS = 2000
+ARGS_CHARS = 2000
+
+
+def pending_lines(pending: dict[str, Any], indent: str = "  ") -> list[str]:
+    """What a person must see before answering: the exact guarded action and the model's words, inert.
+
+    ``pending`` has the keys of ``requests list --json`` / ``runs show --json``'s pending object.
+    """
+    guarded = pending.get("guarded_action")
+    lines = [f"request {inert(pending.get('request_id'))} ({inert(pending.get('kind'))})"]
+    if isinstance(guarded, dict):
+        args = json.dumps(guarded.get("args") or {}, ensure_ascii=False, sort_keys=True)
+        plan_version = guarded.get("plan_version")
+        lines += [
+            f"  guarded action: {inert(guarded.get('tool'))}",
+            f"    arguments:    {inert(args, ARGS_CHARS)}",
+            f"    digest:       {inert(guarded.get('digest'))}",
+            f"    plan version: {'none' if plan_version is None else inert(str(plan_version))}",
+        ]
+    else:
+        lines.append("  guarded action: none (an answer admits no tool call by itself)")
+    role, expires = pending.get("approver_role"), pending.get("expires_at")
+    scope = pending.get("approval_scope") or "once"
+    lines += [
+        f"  admits:         {'this call for the rest of the run' if scope == 'run' else 'this call, once'}"
+        if isinstance(guarded, dict)
+        else "  admits:         nothing by itself",
+        f"  approver role:  {'any' if role is None else inert(role)}",
+        f"  expires:        {'never' if expires is None else inert(str(expires))}",
+    ]
+    if pending.get("asked_by") == "runtime":
+        # The Runtime wrote this question from the proposed call; the model's words, if any, come apart.
+        lines.append(f"  stateward asks: {inert(pending.get('question'))}")
+        if pending.get("model_text"):
+            lines.append(f"  model says:     {inert(pending.get('model_text'))}")
+    else:
+        lines.append(f"  model says:     {inert(pending.get('question'))}")
+    return [indent + line for line in lines]
 
 
 def print_summary(summary: dict[str, object]) -> None:
     """The few lines a person reads after a command moved or inspected a run."""
     print(
-        f"run {summary['run_id']}: {summary['status']} ({summary['terminal_reason']})"
+        f"run {inert(str(summary['run_id']))}: {summary['status']} ({inert(str(summary['terminal_reason']))})"
         f"  suspended={str(summary['suspended']).lower()}"
     )
     pending = summary.get("pending")
     if isinstance(pending, dict):
-        print(f"  waiting on {pending['request_id']}: {pending['question']}")
+        print("\n".join(pending_lines(pending)))
     print(f"  counters: {summary['counters']}")
-    print(f"  artifacts: {summary['artifacts']}")
+    print(f"  artifacts: {inert(str(summary['artifacts']), CELL_CHARS)}")

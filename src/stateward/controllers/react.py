@@ -1,12 +1,20 @@
-"""ReAct: a model picks every step from the full observation history."""
+"""ReAct: a model picks every step from the full observation history.
+
+A plain ReAct loop that makes the same call (same tool, same arguments) and sees the same outcome
+``max_repeats`` times in a row (3 by default) is going nowhere: the controller then proposes FAIL with
+reason ``no_progress`` instead of asking the model again, and the Runtime ends the run.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, provider_rejection
-from stateward.core.decision import SignalSource
+from stateward.controllers.base import DecisionContext, Observation, Proposal, SignalFailure, provider_rejection
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.models.base import Model, ModelRequest
+
+NO_PROGRESS = "no_progress"
+DEFAULT_MAX_REPEATS = 3
 
 DECIDE_INSTRUCTIONS = (
     "Reply with exactly one JSON object and nothing else: "
@@ -19,12 +27,19 @@ DECIDE_INSTRUCTIONS = (
 class ReActController:
     mode = "react"
 
-    def __init__(self, model: Model, *, actions: Sequence[str] | None = None):
+    def __init__(
+        self, model: Model, *, actions: Sequence[str] | None = None, max_repeats: int | None = DEFAULT_MAX_REPEATS
+    ):
+        """``max_repeats``: identical calls with identical outcomes in a row that end the run (None: never)."""
         self.model = model
         self.actions = None if actions is None else tuple(actions)
+        self.max_repeats = max_repeats
 
     def decide(self, ctx: DecisionContext) -> Proposal:
         visible = tuple(ctx.actions) if self.actions is None else self.actions
+        if self.max_repeats is not None and repeating(ctx.observations, self.max_repeats):
+            stop = ControlDecision(type=DecisionType.FAIL, reason=NO_PROGRESS)
+            return Proposal(signal=stop, source=SignalSource.CONTROLLER, visible_actions=frozenset(visible))
         reply = self.model.complete(
             ModelRequest(
                 purpose="decide",
@@ -41,3 +56,16 @@ class ReActController:
         return Proposal(
             signal=signal, source=SignalSource.MODEL, visible_actions=frozenset(visible), model_usage=(reply.usage,)
         )
+
+
+def repeating(observations: Sequence[Observation], times: int) -> bool:
+    """Whether the last ``times`` observations are one call (tool, canonical args) with one outcome."""
+    if times < 1 or len(observations) < times:
+        return False
+    tail = observations[-times:]
+
+    def key(o: Observation) -> tuple[object, ...]:
+        return (o.action, o.args, o.status, o.error_code, o.result)
+
+    first = key(tail[0])
+    return all(key(o) == first for o in tail[1:])

@@ -1,18 +1,21 @@
 """ControlDecision and the strict parser that turns a signal source's raw text into one.
 
 The parser never guesses. The top-level JSON object's ``type`` decides; a wrapper such as
-``{"type": "json_object", "content": {...}}``, prose around the JSON, duplicate keys or unknown fields
-are named failures. Missing optional fields are *not* failures: whether a REQUEST_USER_INPUT without a
+``{"type": "json_object", "content": {...}}``, prose around the JSON, duplicate keys, non-finite numbers
+(``NaN``, ``Infinity``, ``1e999``: no store or digest can hold them) or unknown fields are named failures.
+:func:`read_json` is the one strict JSON reader: native tool-call arguments go through it too.
+Missing optional fields are *not* failures: whether a REQUEST_USER_INPUT without a
 question may stop the run is the Runtime's call, made against the run's state.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from stateward.core.errors import DecisionParseError
 
@@ -32,6 +35,7 @@ class SignalSource(StrEnum):
     WORKFLOW_NODE = "workflow_node"
     OPERATOR = "operator"
     RUNTIME = "runtime"  # the Runtime itself: an approved guarded call it runs before deciding again
+    CONTROLLER = "controller"  # the controller's own code, not a model (e.g. a loop guard ending the run)
 
 
 class ControlDecision(BaseModel):
@@ -45,12 +49,21 @@ class ControlDecision(BaseModel):
     question: str | None = None
     reason: str | None = None
 
+    @field_validator("args")
+    @classmethod
+    def _finite_args(cls, args: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A decision built by code is refused at the door like parsed text (raises DecisionParseError)."""
+        if args is not None:
+            _refuse_non_finite(args, "args")
+        return args
+
 
 class ParseFailureCode(StrEnum):
     EMPTY_OUTPUT = "EMPTY_OUTPUT"
     NOT_JSON = "NOT_JSON"
     NOT_AN_OBJECT = "NOT_AN_OBJECT"
     DUPLICATE_KEY = "DUPLICATE_KEY"
+    NON_FINITE_NUMBER = "NON_FINITE_NUMBER"
     MISSING_TYPE = "MISSING_TYPE"
     WRAPPED_DECISION = "WRAPPED_DECISION"
     UNKNOWN_DECISION_TYPE = "UNKNOWN_DECISION_TYPE"
@@ -76,6 +89,55 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999 reads as inf
+        raise _fail(ParseFailureCode.NON_FINITE_NUMBER, f"number {literal[:40]} is not finite", literal=literal[:40])
+    return value
+
+
+def _no_constant(literal: str) -> Any:
+    raise _fail(ParseFailureCode.NON_FINITE_NUMBER, f"{literal} is not a JSON number", literal=literal)
+
+
+def read_json(text: str | bytes) -> Any:
+    """Strict JSON: exactly one value, no duplicate keys, no NaN / Infinity (Python's json accepts both).
+
+    Raises DecisionParseError: NOT_JSON, DUPLICATE_KEY or NON_FINITE_NUMBER.
+    """
+    try:
+        return json.loads(
+            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant, parse_float=_finite_float
+        )
+    except DecisionParseError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise _fail(ParseFailureCode.NOT_JSON, f"not a single JSON value: {exc}") from None
+
+
+def non_finite_path(value: Any, path: str = "") -> str | None:
+    """Where in already-decoded data a NaN or an infinity sits (``args/a/0``), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "<root>")
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = non_finite_path(item, f"{path}/{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _refuse_non_finite(value: Any, path: str) -> None:
+    found = non_finite_path(value, path)
+    if found is not None:
+        raise _fail(ParseFailureCode.NON_FINITE_NUMBER, f"{found} is not a finite number", path=found)
+
+
 def _looks_wrapped(obj: dict[str, Any]) -> bool:
     kind = obj.get("type")
     known = isinstance(kind, str) and kind in _TYPES
@@ -86,12 +148,7 @@ def parse_decision(text: str) -> ControlDecision:
     """Exactly one decision object, or a DecisionParseError with a ParseFailureCode."""
     if not isinstance(text, str) or not text.strip():
         raise _fail(ParseFailureCode.EMPTY_OUTPUT, "the signal source produced no text")
-    try:
-        value = json.loads(text, object_pairs_hook=_no_duplicate_keys)
-    except DecisionParseError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise _fail(ParseFailureCode.NOT_JSON, f"not a single JSON value: {exc}") from None
+    value = read_json(text)
     if not isinstance(value, dict):
         raise _fail(ParseFailureCode.NOT_AN_OBJECT, f"top level is {type(value).__name__}, not an object")
     return decision_from_object(value)
@@ -118,6 +175,7 @@ def decision_from_object(value: dict[str, Any]) -> ControlDecision:
             raise _fail(ParseFailureCode.INVALID_FIELD, f"'{name}' must be a string", field=name)
     if value.get("args") is not None and not isinstance(value["args"], dict):
         raise _fail(ParseFailureCode.INVALID_FIELD, "'args' must be an object", field="args")
+    _refuse_non_finite(value.get("args"), "args")
     return ControlDecision(
         type=DecisionType(kind),
         action=value.get("action"),

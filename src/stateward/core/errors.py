@@ -5,13 +5,16 @@ Three kinds are kept apart, because different people fix them::
     StatewardError                      base; ``code`` + ``message`` + ``details``
     ├── UserError                       a developer mistake: bad agent definition or configuration
     ├── RunError                        something about a run or a request to it is not acceptable
-    │   ├── DecisionParseError          raw model text is not exactly one decision (NOT_JSON, ...)
+    │   ├── DecisionParseError          raw model text is not exactly one decision (NOT_JSON,
+    │   │                               DUPLICATE_KEY, NON_FINITE_NUMBER, ...)
     │   ├── IllegalTransitionError      a status change the transition table does not allow
     │   ├── RunNotFoundError            RUN_NOT_FOUND
-    │   ├── RequestRefusedError         an answer to a pending request was refused (UNKNOWN_REQUEST, ...)
+    │   ├── RequestRefusedError         an answer to a pending request was refused (UNKNOWN_REQUEST,
+    │   │                               ANSWER_TOO_LARGE, ...)
     │   ├── StaleLeaseError             a write carried a superseded fencing token (STALE_LEASE)
     │   └── ToolCallError               the Tool Gateway refused or failed a call (UNKNOWN_TOOL, ...)
-    └── StoreError                      the store is unusable (SCHEMA_TOO_NEW, STORE_UNAVAILABLE)
+    └── StoreError                      the store is unusable or refuses a write (SCHEMA_TOO_NEW,
+                                        STORE_UNAVAILABLE, PAYLOAD_TOO_LARGE)
 
 Control signals (a wait, a blocked action) are never exceptions: they are decisions and outcomes
 that the Runtime records.

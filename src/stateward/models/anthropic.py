@@ -37,6 +37,7 @@ class AnthropicModel:
         timeout_s: float = 60.0,
         prices: Prices | None = None,
         max_string: int = mapping.MAX_STRING,
+        max_reply_bytes: int | None = mapping.DEFAULT_MAX_REPLY_BYTES,
         provider: str = "anthropic",
     ):
         self.name = f"{provider}:{model}"
@@ -45,6 +46,7 @@ class AnthropicModel:
         self.max_tokens = max_tokens
         self.prices = prices
         self.max_string = max_string
+        self.max_reply_bytes = max_reply_bytes
         self.provider = provider
         self._secret = api_key
         self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
@@ -80,18 +82,24 @@ class AnthropicModel:
             }
         started = time.monotonic()
         try:
-            response = self._client.messages.create(
+            # The raw body too: the SDK decodes tool inputs with a lenient reader (a repeated key is
+            # silently dropped, NaN accepted), so they are read strictly from the body as well.
+            raw = self._client.messages.with_raw_response.create(
                 model=self.model,
                 max_tokens=self.max_tokens,
                 system=prompt.system_text(request, native_tools=native),
                 messages=self._messages(request, native),
                 **extra,
             )
+            response = raw.parse()
+            body = raw.text()
         except anthropic.AnthropicError as exc:
             raise classify_sdk_error(exc, anthropic, provider=self.provider, secrets=[self._secret]) from None
-        return self._reply(response, request, (time.monotonic() - started) * 1000)
+        return self._reply(response, request, (time.monotonic() - started) * 1000, body)
 
-    def _reply(self, response: Message, request: ModelRequest, latency_ms: float) -> ModelReply:
+    def _reply(
+        self, response: Message, request: ModelRequest, latency_ms: float, body: str | None = None
+    ) -> ModelReply:
         u = response.usage
         usage = make_usage(
             model=self.model,
@@ -106,7 +114,13 @@ class AnthropicModel:
         thinking = any(b.type in ("thinking", "redacted_thinking") for b in response.content)
         text = "".join(texts)
         commentary = None
-        if response.stop_reason == "refusal":
+        too_large = mapping.oversized(text, calls, self.max_reply_bytes)
+        strict = None if too_large is not None or not calls or body is None else mapping.body_rejection(body, calls)
+        if too_large is not None:
+            result = too_large
+        elif strict is not None:
+            result = strict
+        elif response.stop_reason == "refusal":
             result = mapping.reject(RejectionCode.MODEL_REFUSED, "the model refused to answer", text)
         elif response.stop_reason == "max_tokens":
             result = mapping.reject(RejectionCode.MAX_TOKENS_REACHED, f"cut off at max_tokens={self.max_tokens}", text)

@@ -21,6 +21,8 @@ else comes from keyword arguments or the environment. Keys are read from the env
     STATEWARD_MODEL_MAX_TOKENS (1024)  STATEWARD_MODEL_TIMEOUT_S (60)  STATEWARD_MODEL_MAX_ATTEMPTS (3)
     STATEWARD_MODEL_TEMPERATURE (unset; OpenAI-compatible only)
     STATEWARD_MODEL_MAX_STRING (400)  maxLength of every string in JSON-schema constrained replies
+    STATEWARD_MODEL_MAX_REPLY_BYTES (65536)  a longer reply (text + tool arguments) is refused unread
+                                             as REPLY_TOO_LARGE; 0 or less means no limit
     STATEWARD_MODEL_PRICES   JSON {"<model>": [usd_per_mtok_in, usd_per_mtok_out]} -> Usage.cost_usd
     STATEWARD_MODEL_RECORD   append every exchange to this JSONL file (replay it with replay:<path>)
 
@@ -37,7 +39,7 @@ from typing import Any, cast
 
 from stateward.core.errors import UserError
 from stateward.models.base import Model
-from stateward.models.mapping import MAX_STRING
+from stateward.models.mapping import DEFAULT_MAX_REPLY_BYTES, MAX_STRING
 from stateward.models.provider import Prices
 
 PROVIDERS = ("openai", "anthropic", "replay")
@@ -94,6 +96,13 @@ def _prices(env: Mapping[str, str]) -> Prices | None:
         raise UserError("STATEWARD_MODEL_PRICES must be JSON {model: [in, out]}", code="INVALID_MODEL_CONFIG") from None
 
 
+def _reply_limit(env: Mapping[str, str], given: int | None) -> int | None:
+    """The reply size limit in bytes: the argument, else the environment, else 64 KiB; <= 0 means none."""
+    chosen = given if given is not None else _number(env, "STATEWARD_MODEL_MAX_REPLY_BYTES", DEFAULT_MAX_REPLY_BYTES)
+    limit = int(chosen or 0)
+    return limit if limit > 0 else None
+
+
 def model_from_spec(
     spec: str,
     *,
@@ -104,6 +113,7 @@ def model_from_spec(
     temperature: float | None = None,
     timeout_s: float | None = None,
     max_attempts: int | None = None,
+    max_reply_bytes: int | None = None,
     prices: Prices | None = None,
     record: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -135,6 +145,7 @@ def model_from_spec(
         "timeout_s": timeout_s or _number(env, "STATEWARD_MODEL_TIMEOUT_S", 60.0) or 60.0,
         "prices": prices if prices is not None else _prices(env),
         "max_string": int(_number(env, "STATEWARD_MODEL_MAX_STRING", MAX_STRING) or MAX_STRING),
+        "max_reply_bytes": _reply_limit(env, max_reply_bytes),
     }
     model: Model
     if provider == "openai":

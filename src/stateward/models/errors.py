@@ -26,6 +26,9 @@ class RejectionCode(StrEnum):
     THINKING_ONLY = "THINKING_ONLY"
     MAX_TOKENS_REACHED = "MAX_TOKENS_REACHED"
     MODEL_REFUSED = "MODEL_REFUSED"
+    REPLY_TOO_LARGE = "REPLY_TOO_LARGE"  # over the provider's max_reply_bytes; refused unread
+    DUPLICATE_KEY = "DUPLICATE_KEY"  # tool-call arguments repeat a key (as the strict parser refuses it)
+    NON_FINITE_NUMBER = "NON_FINITE_NUMBER"  # NaN or an infinity in tool-call arguments
 
 
 class ModelCallError(RunError):

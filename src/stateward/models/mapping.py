@@ -3,18 +3,25 @@
 Outbound: visible actions become tools (plus ``request_user_input`` and ``finish``), or a JSON schema
 for servers that can constrain output but not call tools. Inbound: exactly one native tool call becomes
 the text of one decision; anything else is a named rejection. Nothing here guesses what a model meant.
+
+Arguments are read by the Runtime's own strict JSON reader (no duplicate keys, no NaN or infinity), and
+a reply over ``max_reply_bytes`` (64 KiB by default) is refused as REPLY_TOO_LARGE before anything in it
+is decoded.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from stateward.core.errors import UserError
+from stateward.core.canonical import compact_json
+from stateward.core.decision import ParseFailureCode, non_finite_path, read_json
+from stateward.core.errors import DecisionParseError, UserError
 from stateward.models.base import ActionSpec, ModelRequest
 from stateward.models.errors import RejectionCode
 
@@ -26,6 +33,10 @@ RESERVED_TOOLS = frozenset({REQUEST_USER_INPUT_TOOL, FINISH_TOOL})
 MAX_STRING = 400
 MAX_ITEMS = 12
 MAX_PLAN_STEPS = 12
+# The largest reply (text plus tool-call arguments, UTF-8) a provider hands on; a larger one is refused
+# unread. Override per model (``max_reply_bytes=``) or with STATEWARD_MODEL_MAX_REPLY_BYTES.
+DEFAULT_MAX_REPLY_BYTES = 64 * 1024
+_KEPT_OF_A_LARGE_REPLY = 1024  # what a REPLY_TOO_LARGE rejection keeps for the record
 
 _QUESTION = {"type": "string", "description": "The question for the user.", "maxLength": MAX_STRING}
 _REASON = {"type": "string", "description": "Why the run ends here.", "maxLength": MAX_STRING}
@@ -210,17 +221,73 @@ def _schema_errors(schema: dict[str, Any], value: Any) -> list[str]:
     return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors[:3]]
 
 
-def _decode(arguments: str | dict[str, Any] | None) -> dict[str, Any] | str:
-    """The decoded argument object, or a message saying why there is none."""
+_STRICT_REJECTIONS = {
+    ParseFailureCode.DUPLICATE_KEY.value: RejectionCode.DUPLICATE_KEY,
+    ParseFailureCode.NON_FINITE_NUMBER.value: RejectionCode.NON_FINITE_NUMBER,
+}
+
+
+def _decode(name: str, arguments: str | dict[str, Any] | None, raw: str) -> dict[str, Any] | Interpretation:
+    """The decoded argument object, or the named rejection saying why there is none.
+
+    Text is read as strictly as a decision (duplicate keys, NaN and infinities are refused); an object a
+    provider already decoded is checked for non-finite numbers (its duplicates are checked on the body).
+    """
     if arguments is None or arguments == "":
         return {}
-    if isinstance(arguments, dict):
-        return arguments
     try:
-        value = json.loads(arguments)
-    except ValueError as exc:
-        return f"arguments are not JSON: {exc}"
-    return value if isinstance(value, dict) else f"arguments are a {type(value).__name__}, not an object"
+        value = arguments if isinstance(arguments, dict) else read_json(arguments)
+    except DecisionParseError as exc:
+        code = _STRICT_REJECTIONS.get(exc.code, RejectionCode.INVALID_TOOL_ARGUMENTS)
+        why = exc.message if code is not RejectionCode.INVALID_TOOL_ARGUMENTS else f"arguments are {exc.message}"
+        return reject(code, f"{name}: {why}", raw)
+    if not isinstance(value, dict):
+        why = f"{name}: arguments are a {type(value).__name__}, not an object"
+        return reject(RejectionCode.INVALID_TOOL_ARGUMENTS, why, raw)
+    found = non_finite_path(value)
+    if found is not None:
+        return reject(RejectionCode.NON_FINITE_NUMBER, f"{name}: {found} is not a finite number", raw)
+    return value
+
+
+def reply_size(text: str, calls: Sequence[ToolCall] = ()) -> int:
+    """UTF-8 bytes of a reply's text plus its tool calls' arguments (as sent, or compact JSON if decoded)."""
+    size = len(text.encode("utf-8"))
+    for call in calls:
+        args = call.arguments
+        if isinstance(args, str):
+            size += len(args.encode("utf-8"))
+        elif args is not None:
+            size += len(compact_json(args).encode("utf-8"))
+    return size
+
+
+def oversized(text: str, calls: Sequence[ToolCall], limit: int | None) -> Interpretation | None:
+    """REPLY_TOO_LARGE for a reply over ``limit`` bytes (None: no limit); only its head is kept."""
+    if limit is None:
+        return None
+    size = reply_size(text, calls)
+    if size <= limit:
+        return None
+    head = text[:_KEPT_OF_A_LARGE_REPLY] if text else ", ".join(c.name for c in calls)[:_KEPT_OF_A_LARGE_REPLY]
+    why = f"the reply is {size} bytes, over the limit of {limit}; it was not read"
+    return reject(RejectionCode.REPLY_TOO_LARGE, why, f"{head}…[{size} bytes, not kept]")
+
+
+def _calls_text(calls: Sequence[ToolCall]) -> str:
+    return json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls], ensure_ascii=False)
+
+
+def body_rejection(body: str | bytes, calls: Sequence[ToolCall]) -> Interpretation | None:
+    """A provider SDK that decodes tool arguments itself drops duplicate keys and lets NaN through
+    silently: the raw response body is read strictly instead, and a violation is named."""
+    try:
+        read_json(body)
+    except DecisionParseError as exc:
+        code = _STRICT_REJECTIONS.get(exc.code)
+        if code is not None:
+            return reject(code, f"the reply's tool arguments: {exc.message}", _calls_text(calls))
+    return None
 
 
 def decision_from_tool_calls(calls: list[ToolCall], request: ModelRequest) -> Interpretation:
@@ -228,18 +295,18 @@ def decision_from_tool_calls(calls: list[ToolCall], request: ModelRequest) -> In
 
     A refused reply keeps the calls as they came (JSON) in its text, for the record.
     """
-    raw = json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls], ensure_ascii=False)
+    raw = _calls_text(calls)
     if len(calls) != 1:
         names = [c.name for c in calls]
         why = f"{len(calls)} tool calls {names}; exactly one is allowed"
         return reject(RejectionCode.MULTIPLE_TOOL_CALLS if calls else RejectionCode.EMPTY_REPLY, why, raw)
     call = calls[0]
     actions = {a.name: a for a in request.visible_actions}
-    args = _decode(call.arguments)
     if call.name not in actions and call.name not in RESERVED_TOOLS:
         return reject(RejectionCode.UNKNOWN_TOOL, f"tool {call.name!r} is not among the visible actions", raw)
-    if isinstance(args, str):
-        return reject(RejectionCode.INVALID_TOOL_ARGUMENTS, f"{call.name}: {args}", raw)
+    args = _decode(call.name, call.arguments, raw)
+    if isinstance(args, Interpretation):
+        return args
     schema = CONTROL_PARAMETERS[call.name] if call.name in RESERVED_TOOLS else actions[call.name].input_schema
     problems = _schema_errors(schema, args)
     if problems:

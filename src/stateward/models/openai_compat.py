@@ -40,6 +40,7 @@ class OpenAICompatibleModel:
         timeout_s: float = 60.0,
         strict_schema: bool = False,
         max_string: int = mapping.MAX_STRING,
+        max_reply_bytes: int | None = mapping.DEFAULT_MAX_REPLY_BYTES,
         prices: Prices | None = None,
         provider: str = "openai",
     ):
@@ -50,6 +51,7 @@ class OpenAICompatibleModel:
         self.temperature = temperature
         self.strict_schema = strict_schema
         self.max_string = max_string
+        self.max_reply_bytes = max_reply_bytes
         self.prices = prices
         self.provider = provider
         self._secret = api_key
@@ -126,7 +128,10 @@ class OpenAICompatibleModel:
             for c in message.tool_calls or []
             if c.type == "function"
         ]
-        if message.refusal:
+        too_large = mapping.oversized(text, calls, self.max_reply_bytes)
+        if too_large is not None:
+            result = too_large
+        elif message.refusal:
             result = mapping.reject(RejectionCode.MODEL_REFUSED, message.refusal[:500], text)
         elif choice.finish_reason == "length":
             result = mapping.reject(RejectionCode.MAX_TOKENS_REACHED, f"cut off at max_tokens={self.max_tokens}", text)

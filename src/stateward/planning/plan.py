@@ -36,14 +36,31 @@ class RiskLevel(StrEnum):
 
 
 class TaskType(StrEnum):
-    """How a work item is carried out (which controller or node kind runs it)."""
+    """How a work item is carried out (which controller or node kind runs it).
+
+    The seed's workflow node types (RULE, MODEL, TOOL, VALIDATION, HUMAN, WAIT/TIMER, COMPENSATION) plus
+    LOCAL_REACT and VERIFICATION. Documents may write them in any case, and ``WAIT/TIMER`` as one name
+    (read as WAIT). The plan-run engine works every item through its tools until the output artifact
+    exists; an item a person or an outside event decides (HUMAN, WAIT, TIMER) must also declare
+    ``approval_required``, so the run stops for that answer instead of handing the item to a model
+    (the validator says MISSING_APPROVAL otherwise).
+    """
 
     TOOL = "TOOL"
     LOCAL_REACT = "LOCAL_REACT"
     MODEL = "MODEL"
     RULE = "RULE"
     VERIFICATION = "VERIFICATION"
+    VALIDATION = "VALIDATION"  # the seed's name: schema, evidence and coverage checks
     HUMAN = "HUMAN"
+    WAIT = "WAIT"  # a callback or an outside event
+    TIMER = "TIMER"  # a deadline
+    COMPENSATION = "COMPENSATION"  # undo a reservation, mark something invalid
+
+
+# Items no model may carry out on its own: the run must stop for a trusted answer before they start.
+OUTSIDE_TASK_TYPES = frozenset({TaskType.HUMAN, TaskType.WAIT, TaskType.TIMER})
+_TASK_TYPE_ALIASES = {"WAIT/TIMER": TaskType.WAIT.value, "WAIT_TIMER": TaskType.WAIT.value}
 
 
 class EstimatedCost(_Frozen):
@@ -117,6 +134,15 @@ class WorkItem(_Frozen):
     def _lower_risk(cls, value: Any) -> Any:
         """Planners write ``"HIGH"`` as often as ``"high"``; both mean the same level."""
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("task_type", mode="before")
+    @classmethod
+    def _seed_task_type(cls, value: Any) -> Any:
+        """``validation`` is VALIDATION; the seed's one node name ``WAIT/TIMER`` reads as WAIT."""
+        if not isinstance(value, str):
+            return value
+        upper = value.strip().upper()
+        return _TASK_TYPE_ALIASES.get(upper, upper)
 
 
 class Plan(_Frozen):

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from stateward.planning.goal import GoalContract, Scope
-from stateward.planning.plan import Plan, RemainingBudget, RiskLevel, total_cost
+from stateward.planning.plan import OUTSIDE_TASK_TYPES, Plan, RemainingBudget, RiskLevel, total_cost
 
 
 class Verdict(StrEnum):
@@ -234,15 +234,25 @@ def _check_scope(plan: Plan, scope: Scope | None, forbidden: frozenset[str]) -> 
 
 
 def _check_approvals(plan: Plan) -> list[Issue]:
-    return [
-        Issue(
-            code=IssueCode.MISSING_APPROVAL,
-            work_item_id=w.work_item_id,
-            message=f"{w.work_item_id} is high risk but does not require approval",
+    """High-risk items, and items a person or an outside event decides, must stop for an approval."""
+    out: list[Issue] = []
+    for w in plan.work_items:
+        if w.approval_required:
+            continue
+        if w.risk_level is RiskLevel.HIGH:
+            why = "is high risk"
+        elif w.task_type in OUTSIDE_TASK_TYPES:
+            why = f"is a {w.task_type.value} item (decided outside the run, never by a model)"
+        else:
+            continue
+        out.append(
+            Issue(
+                code=IssueCode.MISSING_APPROVAL,
+                work_item_id=w.work_item_id,
+                message=f"{w.work_item_id} {why} but does not require approval",
+            )
         )
-        for w in plan.work_items
-        if w.risk_level is RiskLevel.HIGH and not w.approval_required
-    ]
+    return out
 
 
 def _check_budget(plan: Plan, budget: RemainingBudget | None, completed: Collection[str]) -> list[Issue]:

@@ -1,6 +1,7 @@
 """Answering a pending request from any process: check everything, change nothing on refusal.
 
-The checks, in order: the request exists for this run and tenant; it is still open (an identical
+The checks, in order: the answer's text fits the size limit (8 KiB by default, STATEWARD_MAX_ANSWER_BYTES;
+checked before anything is read or stored); the request exists for this run and tenant; it is still open (an identical
 second answer returns the first outcome); the run is waiting on exactly it; the verdict fits the
 request's kind; the answerer presents the digest of the action they saw (when given) and holds the
 required role; the request has not expired.
@@ -8,9 +9,12 @@ required role; the request has not expired.
 
 from __future__ import annotations
 
+import enum
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from stateward.core.errors import RequestRefusedError, RunError
 from stateward.core.events import EventType, NewEvent
@@ -52,6 +56,40 @@ def _refuse(code: str, message: str, run_id: str, request_id: str) -> RequestRef
     return RequestRefusedError(message, code=code, details={"run_id": run_id, "request_id": request_id})
 
 
+DEFAULT_MAX_ANSWER_BYTES = 8 * 1024  # an answer's text or comment
+
+
+class _Unset(enum.Enum):
+    FROM_ENV = "from_env"
+
+
+FROM_ENV = _Unset.FROM_ENV  # "use STATEWARD_MAX_ANSWER_BYTES, else the default", as opposed to None: no limit
+MAX_ANSWERER_BYTES = 256  # who answered
+
+
+def answer_limit(env: Mapping[str, str] | None = None) -> int | None:
+    """The answer size limit: STATEWARD_MAX_ANSWER_BYTES, else 8 KiB; 0 or less means none."""
+    raw = (os.environ if env is None else env).get("STATEWARD_MAX_ANSWER_BYTES", "")
+    try:
+        limit = int(raw) if raw.strip() else DEFAULT_MAX_ANSWER_BYTES
+    except ValueError:
+        from stateward.core.errors import UserError
+
+        raise UserError("STATEWARD_MAX_ANSWER_BYTES must be an integer", code="CONFIGURATION_ERROR") from None
+    return limit if limit > 0 else None
+
+
+def check_answer_size(text: str | None, by: str, run_id: str, request_id: str, limit: int | None) -> None:
+    """ANSWER_TOO_LARGE before anything is read or stored: a 10 MB comment never reaches the database."""
+    size = 0 if text is None else len(text.encode("utf-8"))
+    if limit is not None and size > limit:
+        raise _refuse(
+            "ANSWER_TOO_LARGE", f"the answer's text is {size} bytes, over the limit of {limit}", run_id, request_id
+        )
+    if len(by.encode("utf-8")) > MAX_ANSWERER_BYTES:
+        raise _refuse("ANSWER_TOO_LARGE", f"the answerer's name is over {MAX_ANSWERER_BYTES} bytes", run_id, request_id)
+
+
 def answer_request(
     store: Store,
     run_id: str,
@@ -62,8 +100,14 @@ def answer_request(
     text: str | None,
     now: datetime,
     faults: FaultInjector = NO_FAULTS,
+    max_answer_bytes: int | Literal[_Unset.FROM_ENV] | None = FROM_ENV,
 ) -> AnswerResult:
-    """Record the answer and move WAITING_FOR_USER -> RUNNING, or refuse with a named error."""
+    """Record the answer and move WAITING_FOR_USER -> RUNNING, or refuse with a named error.
+
+    ``max_answer_bytes`` bounds the text (FROM_ENV: STATEWARD_MAX_ANSWER_BYTES or 8 KiB; None: no limit).
+    """
+    limit = answer_limit() if max_answer_bytes is FROM_ENV else max_answer_bytes
+    check_answer_size(text, who.by, run_id, request_id, limit)
     state, seq = store.load_run_at(run_id)
     record = store.get_request(run_id, request_id)
     if record is None or (who.tenant is not None and who.tenant != state.tenant):
@@ -159,7 +203,9 @@ def answer_request(
         if exc.code not in {"CONCURRENT_UPDATE", "REQUEST_NOT_OPEN"}:
             raise
         # Someone answered between our read and our write: their answer stands.
-        return answer_request(store, run_id, request_id, verdict, who, text=text, now=now, faults=faults)
+        return answer_request(
+            store, run_id, request_id, verdict, who, text=text, now=now, faults=faults, max_answer_bytes=limit
+        )
     return AnswerResult(state=resumed, already_answered=False, answer=answer)
 
 

@@ -14,6 +14,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
     usage = state.usage
     return {
         "run_id": state.run_id,
+        "tenant": state.tenant,
         "agent": state.agent.name,
         "status": state.status.value,
         "terminal_reason": state.terminal_reason,
@@ -28,8 +29,8 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             "guarded_action": None
             if pending.guarded_action is None
             else pending.guarded_action.model_dump(mode="json"),
-            "expires_at": None if pending.expires_at is None else pending.expires_at.isoformat(),
             "approver_role": pending.approver_role,
+            "expires_at": None if pending.expires_at is None else pending.expires_at.isoformat(),
             "approval_scope": pending.approval_scope.value,
             "asked_by": pending.asked_by,
             "model_text": pending.model_text,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError
+from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, NewEvent
 from stateward.core.state import RunState
 from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
@@ -101,6 +104,70 @@ def open_store(url: str, *, create: bool = True) -> Store:
 def sqlite_path(url: str) -> str:
     """A plain path, or the path inside a ``sqlite:///`` URL."""
     return url.removeprefix("sqlite:///").removeprefix("sqlite://")
+
+
+DEFAULT_MAX_EVENT_BYTES = 1 << 20  # 1 MiB per event payload
+DEFAULT_MAX_SNAPSHOT_BYTES = 4 << 20  # 4 MiB per run snapshot (and checkpoint)
+
+
+@dataclass(frozen=True)
+class PayloadLimits:
+    """The largest document a store writes, in UTF-8 bytes of its JSON; ``None`` lifts a limit.
+
+    A step with a larger event payload or snapshot is refused whole with PAYLOAD_TOO_LARGE before
+    anything is written: one oversized answer or result cannot grow the database without bound.
+    """
+
+    event_bytes: int | None = DEFAULT_MAX_EVENT_BYTES
+    snapshot_bytes: int | None = DEFAULT_MAX_SNAPSHOT_BYTES
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> PayloadLimits:
+        """STATEWARD_MAX_EVENT_BYTES and STATEWARD_MAX_SNAPSHOT_BYTES (0 or less: no limit)."""
+        env = os.environ if env is None else env
+        return cls(
+            event_bytes=_limit(env, "STATEWARD_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
+            snapshot_bytes=_limit(env, "STATEWARD_MAX_SNAPSHOT_BYTES", DEFAULT_MAX_SNAPSHOT_BYTES),
+        )
+
+    def check_snapshot(self, run_id: str, snapshot: str) -> None:
+        size = utf8_size_over(snapshot, self.snapshot_bytes)
+        if size is not None:
+            raise _too_large(run_id, "the run's snapshot", size, self.snapshot_bytes)
+
+    def check_events(self, run_id: str, events: Sequence[NewEvent], texts: Sequence[str]) -> None:
+        """``texts`` holds each event's payload as it would be stored."""
+        if self.event_bytes is None:
+            return
+        for event, text in zip(events, texts, strict=True):
+            size = utf8_size_over(text, self.event_bytes)
+            if size is not None:
+                raise _too_large(run_id, f"the payload of a {event.type.value} event", size, self.event_bytes)
+
+
+def _limit(env: Mapping[str, str], name: str, default: int) -> int | None:
+    raw = env.get(name, "").strip()
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise UserError(f"{name} must be an integer (bytes)", code="CONFIGURATION_ERROR") from None
+    return value if value > 0 else None
+
+
+def utf8_size_over(text: str, limit: int | None) -> int | None:
+    """The UTF-8 size of ``text`` if it is over ``limit``, else None; encodes only near the limit."""
+    if limit is None or len(text) * 4 <= limit:
+        return None
+    size = len(text) if len(text) > limit else len(text.encode("utf-8"))
+    return size if size > limit else None
+
+
+def _too_large(run_id: str, what: str, size: int, limit: int | None) -> StoreError:
+    return StoreError(
+        f"{what} of run {run_id} is {size} bytes or more, over the store's limit of {limit}; nothing was written",
+        code="PAYLOAD_TOO_LARGE",
+        details={"run_id": run_id, "size": size, "limit": limit},
+    )
 
 
 GuardRow = tuple[int, str | None, int]  # the run's last_seq, lease_owner, lease_version

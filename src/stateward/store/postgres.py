@@ -23,7 +23,7 @@ from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, S
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
 from stateward.store import _pg_sql as q
-from stateward.store.base import refused_write
+from stateward.store.base import PayloadLimits, refused_write
 from stateward.store.migrations import POSTGRES_MIGRATIONS
 from stateward.store.records import (
     ArtifactRecord,
@@ -54,8 +54,18 @@ class PostgresStore:
     """Thread-safe: each call borrows a pooled connection; every write is one transaction."""
 
     def __init__(
-        self, url: str, *, min_size: int = 1, max_size: int = 10, connect_timeout: float = 10.0, create: bool = True
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 10.0,
+        create: bool = True,
+        limits: PayloadLimits | None = None,
     ):
+        """``limits`` caps event payloads and snapshots (default: 1 MiB and 4 MiB, or
+        STATEWARD_MAX_EVENT_BYTES / STATEWARD_MAX_SNAPSHOT_BYTES)."""
+        self.limits = limits if limits is not None else PayloadLimits.from_env()
         try:
             params = conninfo_to_dict(url)
         except psycopg.Error as exc:
@@ -159,6 +169,9 @@ class PostgresStore:
 
     # -- runs -----------------------------------------------------------------------------------
     def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
+        snapshot = state.model_dump_json()
+        self.limits.check_snapshot(state.run_id, snapshot)
+        texts = self._event_texts(state.run_id, events)
         with self._tx() as conn:
             row = conn.execute(
                 q.CREATE_RUN,
@@ -168,13 +181,13 @@ class PostgresStore:
                     state.agent.name,
                     state.status.value,
                     state.terminal_reason,
-                    state.model_dump_json(),
+                    snapshot,
                     len(events),
                 ),
             ).fetchone()
             if row is None:
                 raise RunError(f"run {state.run_id} already exists", code="RUN_EXISTS")
-            return self._append(conn, state.run_id, 0, events, row[0], 0)
+            return self._append(conn, state.run_id, 0, events, row[0], 0, texts)
 
     def load_run(self, run_id: str) -> RunState:
         return self.load_run_at(run_id)[0]
@@ -208,13 +221,15 @@ class PostgresStore:
         }
         if lease is not None:
             params.update(owner=lease.owner, version=lease.version)
+        self.limits.check_snapshot(run_id, params["snapshot"])  # refused before the transaction
+        texts = self._event_texts(run_id, write.events)
         sql = q.step_update(leased=lease is not None, clear_control=write.clear_control)
         with self._tx() as conn:
             row = conn.execute(sql, params).fetchone()
             if row is None:
                 raise self._why_not_written(conn, run_id, expected_seq, lease)
             try:
-                self._write_contents(conn, run_id, expected_seq, write, lease, row[0], params["snapshot"])
+                self._write_contents(conn, run_id, expected_seq, write, lease, row[0], params["snapshot"], texts)
                 return new_seq
             except pg_errors.UniqueViolation as exc:
                 raise RunError(
@@ -232,9 +247,10 @@ class PostgresStore:
         lease: Lease | None,
         now: datetime,
         snapshot: str,
+        texts: list[str],
     ) -> None:
         """Everything a step writes besides the snapshot, in the same transaction."""
-        self._append(conn, run_id, expected_seq, write.events, now, 0 if lease is None else lease.version)
+        self._append(conn, run_id, expected_seq, write.events, now, 0 if lease is None else lease.version, texts)
         if write.close_request is not None:
             self._close_request(conn, run_id, write.close_request)
         if write.close_all_requests is not None:
@@ -274,9 +290,21 @@ class PostgresStore:
                 details={"run_id": run_id, "request_id": answer.request_id},
             )
 
+    def _event_texts(self, run_id: str, events: list[NewEvent]) -> list[str]:
+        """Each event's payload as stored, checked against the per-event limit."""
+        texts = [compact_json(ev.payload) for ev in events]
+        self.limits.check_events(run_id, events, texts)
+        return texts
+
     @staticmethod
     def _append(
-        conn: Conn, run_id: str, after_seq: int, events: list[NewEvent], at: datetime, lease_version: int
+        conn: Conn,
+        run_id: str,
+        after_seq: int,
+        events: list[NewEvent],
+        at: datetime,
+        lease_version: int,
+        texts: list[str],
     ) -> list[Event]:
         out = [
             Event(run_id=run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=lease_version, at=at)
@@ -286,7 +314,10 @@ class PostgresStore:
             with conn.cursor() as cur:
                 cur.executemany(
                     q.INSERT_EVENT,
-                    [(run_id, ev.seq, ev.type.value, compact_json(ev.payload), lease_version, at) for ev in out],
+                    [
+                        (run_id, ev.seq, ev.type.value, text, lease_version, at)
+                        for ev, text in zip(out, texts, strict=True)
+                    ],
                 )
         return out
 

@@ -19,7 +19,7 @@ from stateward.core.canonical import compact_json, sha256_hex
 from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
-from stateward.store.base import refused_write
+from stateward.store.base import PayloadLimits, refused_write, utf8_size_over
 from stateward.store.migrations import SQLITE_MIGRATIONS
 from stateward.store.records import (
     ArtifactRecord,
@@ -65,6 +65,15 @@ _RUN_KEY_CACHE = 10_000
 _INSERT_BATCH = "INSERT INTO event_batches(run_key, seq, count, events, lease_version, at) VALUES (?,?,?,?,?,?)"
 
 
+def _event_batch(run_id: str, events: list[NewEvent], limits: PayloadLimits) -> str:
+    """A step's events (one to three, usually) as one cell: one serializer call, checked against the
+    per-event limit (event by event only when the whole batch is over it)."""
+    batch = compact_json([(ev.type.value, ev.payload) for ev in events])
+    if utf8_size_over(batch, limits.event_bytes) is not None:
+        limits.check_events(run_id, events, [compact_json(ev.payload) for ev in events])
+    return batch
+
+
 def _insert_events(
     db: sqlite3.Connection | sqlite3.Cursor,
     run_key: int,
@@ -72,9 +81,8 @@ def _insert_events(
     events: list[NewEvent],
     lease_version: int,
     at: int,
+    batch: str,
 ) -> None:
-    """A step's events (one to three, usually) as one row: one cell, one serializer call."""
-    batch = compact_json([(ev.type.value, ev.payload) for ev in events])
     db.execute(_INSERT_BATCH, (run_key, after_seq + len(events), len(events), batch, lease_version, at))
 
 
@@ -154,9 +162,18 @@ os.register_at_fork(after_in_child=_forget_threads_after_fork)
 class SQLiteStore:
     """Thread-safe through one lock; every write is a ``BEGIN IMMEDIATE`` transaction."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "FULL", create: bool = True):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        create: bool = True,
+        limits: PayloadLimits | None = None,
+    ):
         """``create=False`` opens only an existing stateward database: a mistyped path is refused
-        (``STORE_NOT_FOUND``) instead of becoming a new, empty file."""
+        (``STORE_NOT_FOUND``) instead of becoming a new, empty file. ``limits`` caps event payloads and
+        snapshots (default: 1 MiB and 4 MiB, or STATEWARD_MAX_EVENT_BYTES / STATEWARD_MAX_SNAPSHOT_BYTES)."""
+        self.limits = limits if limits is not None else PayloadLimits.from_env()
         if synchronous not in {"FULL", "NORMAL", "OFF", "EXTRA"}:
             raise UserError(f"unknown synchronous mode {synchronous!r}", code="CONFIGURATION_ERROR")
         self.path = str(path)
@@ -277,6 +294,9 @@ class SQLiteStore:
     # -- runs -----------------------------------------------------------------------------------
     def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
         now = _now()
+        snapshot = state.model_dump_json()
+        self.limits.check_snapshot(state.run_id, snapshot)
+        batch = _event_batch(state.run_id, events, self.limits) if events else ""
         with self._tx() as db:
             try:
                 cur = db.execute(
@@ -288,7 +308,7 @@ class SQLiteStore:
                         state.agent.name,
                         state.status.value,
                         state.terminal_reason,
-                        state.model_dump_json(),
+                        snapshot,
                         len(events),
                         now,
                         time.time(),
@@ -299,7 +319,7 @@ class SQLiteStore:
             # The new key is not cached: this transaction may still roll back and the key go to another run.
             key = cur.lastrowid
             assert key is not None
-            return self._append(db, key, state.run_id, events, now)
+            return self._append(db, key, state.run_id, events, now, batch)
 
     def _run_key(self, db: sqlite3.Connection | sqlite3.Cursor, run_id: str) -> int:
         """The key of a committed run never changes (runs are never deleted), so each process reads it once."""
@@ -344,6 +364,8 @@ class SQLiteStore:
         state = write.state
         snapshot = state.__pydantic_serializer__.to_json(state).decode()
         events = write.events
+        self.limits.check_snapshot(run_id, snapshot)  # refused before the transaction: nothing is written
+        batch = _event_batch(run_id, events, self.limits) if events else ""
         new_seq = expected_seq + len(events)
         now = time.time()
         if lease is None:
@@ -368,7 +390,7 @@ class SQLiteStore:
                         self._run_keys.pop(run_id, None)  # in case the run is gone: look it up afresh next time
                         raise self._why_not_written(self._db, run_id, expected_seq, lease)
                 if events:
-                    _insert_events(cur, key, expected_seq, events, lease_version, int(now * 1_000_000))
+                    _insert_events(cur, key, expected_seq, events, lease_version, int(now * 1_000_000), batch)
                 if write.has_contents:
                     self._write_contents(self._db, run_id, expected_seq, new_seq, write, snapshot, _now())
                 cur.execute("COMMIT")
@@ -529,11 +551,13 @@ class SQLiteStore:
             )
 
     @staticmethod
-    def _append(db: sqlite3.Connection, key: int, run_id: str, events: list[NewEvent], now: str) -> list[Event]:
+    def _append(
+        db: sqlite3.Connection, key: int, run_id: str, events: list[NewEvent], now: str, batch: str
+    ) -> list[Event]:
         """A new run's first events (its first batch)."""
         at = datetime.fromisoformat(now)
         if events:
-            _insert_events(db, key, 0, events, 0, _micros(at))
+            _insert_events(db, key, 0, events, 0, _micros(at), batch)
         # Built from values that were just validated on their way in: no need to validate them again.
         return [
             Event.model_construct(run_id=run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=0, at=at)

@@ -22,7 +22,7 @@ from stateward.core.errors import StatewardError
 from .breaker import CircuitBreaker
 from .execution import run_with_timeout
 from .ports import GatewayStore, SideEffectRecord, SideEffectStatus
-from .results import shape_result
+from .results import Shaped, shape_result
 from .retry import backoff_delay, classify, is_retryable
 from .spec import ToolContext
 from .stages import CallState, has_budget
@@ -49,6 +49,7 @@ class Attempt:
     message: str | None = None
     exc: BaseException | None = None
     artifacts: list[ArtifactDraft] = field(default_factory=list)
+    shaped: Shaped | None = None  # a success, redacted and bounded: what is journalled and returned
 
 
 class Executor:
@@ -73,7 +74,8 @@ class Executor:
             artifacts = [ArtifactDraft.model_validate(a) for a in envelope.get("artifacts", [])]
             self._note(st, "REPLAYED", None, "result replayed from the side-effect journal")
             st.idempotency_status = LookupStatus.SUCCEEDED
-            return self._success(st, envelope.get("result"), RuntimeAction.REPLAY_SUCCESS, artifacts)
+            shaped = _journalled_shape(envelope)  # None: an entry journalled whole, before results were bounded
+            return self._success(st, envelope.get("result"), RuntimeAction.REPLAY_SUCCESS, artifacts, shaped)
         if record.status == COMPLETED_INVALID:
             self._note(st, "REPLAYED", ToolErrorCode.SCHEMA_MISMATCH, "recorded result broke the contract")
             return self._failure(
@@ -94,7 +96,7 @@ class Executor:
         for retry_number in range(1, spec.retry.max_attempts + 1):
             res = self._attempt(st)
             if res.code is None:
-                return self._success(st, res.value, action, res.artifacts)
+                return self._success(st, res.value, action, res.artifacts, res.shaped)
             message = res.message or res.code.value
             if res.code is ToolErrorCode.TIMEOUT and spec.side_effect:
                 return self._reconcile(st, message)
@@ -142,6 +144,8 @@ class Executor:
         duration_ms = (time.perf_counter() - started) * 1000
         res = self._classify(st, fin.value, fin.error, fin.timed_out)
         res.artifacts = tctx.artifacts
+        if res.code is None:
+            res.shaped = shape_result(spec, res.value)  # before the journal: it never holds more than the run sees
         self._breaker.record(spec.name, spec.breaker, res.code)
         if spec.side_effect:
             self._journal_after(st, res, fin.value)
@@ -163,8 +167,8 @@ class Executor:
 
     def _journal_after(self, st: CallState, res: Attempt, raw: Any) -> None:
         if res.code is None:
-            envelope = {"result": res.value, "artifacts": [a.model_dump() for a in res.artifacts]}
-            self._journal(st, SideEffectStatus.SUCCEEDED, envelope)
+            assert res.shaped is not None
+            self._journal(st, SideEffectStatus.SUCCEEDED, _envelope(res.shaped, res.artifacts))
         elif res.code is ToolErrorCode.SCHEMA_MISMATCH:
             self._journal(st, COMPLETED_INVALID)
         elif res.code is not ToolErrorCode.TIMEOUT:
@@ -207,8 +211,9 @@ class Executor:
             return self._failure(
                 st, ToolErrorCode.SCHEMA_MISMATCH, f"looked-up result is invalid: {exc}", RuntimeAction.BLOCK
             )
-        self._journal(st, SideEffectStatus.SUCCEEDED, {"result": value, "artifacts": []})
-        return self._success(st, value, RuntimeAction.REPLAY_SUCCESS, [])
+        shaped = shape_result(st.tool_spec, value)
+        self._journal(st, SideEffectStatus.SUCCEEDED, _envelope(shaped, []))
+        return self._success(st, value, RuntimeAction.REPLAY_SUCCESS, [], shaped)
 
     def _retry_once(self, st: CallState, reason: str) -> ToolOutcome:
         if not has_budget(st):
@@ -223,16 +228,23 @@ class Executor:
         st.retried_once = True
         res = self._attempt(st)
         if res.code is None:
-            return self._success(st, res.value, RuntimeAction.RETRY_ONCE, res.artifacts)
+            return self._success(st, res.value, RuntimeAction.RETRY_ONCE, res.artifacts, res.shaped)
         if res.code is ToolErrorCode.TIMEOUT:
             return self._reconcile(st, res.message or "timeout")
         action = RuntimeAction.BLOCK if res.code is ToolErrorCode.SCHEMA_MISMATCH else RuntimeAction.RETRY_ONCE
         return self._failure(st, res.code, res.message or res.code.value, action)
 
     # -- outcomes ----------------------------------------------------------------------------------
-    def _success(self, st: CallState, value: Any, action: RuntimeAction, artifacts: list[ArtifactDraft]) -> ToolOutcome:
+    def _success(
+        self,
+        st: CallState,
+        value: Any,
+        action: RuntimeAction,
+        artifacts: list[ArtifactDraft],
+        shaped: Shaped | None = None,
+    ) -> ToolOutcome:
         spec = st.tool_spec
-        shaped = shape_result(spec, value)
+        shaped = shaped or shape_result(spec, value)
         if shaped.too_large:
             msg = f"result of {shaped.size} bytes exceeds the limit of {spec.max_result_bytes}"
             return self._failure(st, ToolErrorCode.RESULT_TOO_LARGE, msg, action)
@@ -330,6 +342,27 @@ class Executor:
         handler_called: bool = False,
     ) -> None:
         st.attempts.append(make_attempt(st, outcome, code, message, duration_ms, handler_called))
+
+
+def _envelope(shaped: Shaped, artifacts: list[ArtifactDraft]) -> dict[str, Any]:
+    """A journalled success: the shaped (redacted, bounded) result, never the handler's raw one."""
+    return {
+        "result": shaped.result,
+        "artifacts": [a.model_dump() for a in artifacts],
+        "shape": {"truncated": shaped.truncated, "too_large": shaped.too_large, "size": shaped.size},
+    }
+
+
+def _journalled_shape(envelope: dict[str, Any]) -> Shaped | None:
+    shape = envelope.get("shape")
+    if not isinstance(shape, dict):
+        return None
+    return Shaped(
+        envelope.get("result"),
+        truncated=bool(shape.get("truncated")),
+        too_large=bool(shape.get("too_large")),
+        size=int(shape.get("size") or 0),
+    )
 
 
 def make_attempt(

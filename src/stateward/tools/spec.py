@@ -51,6 +51,9 @@ __all__ = [
 # asking holder's lease, it can refuse a superseded holder's call that lands after it answered NOT_EXECUTED.
 LookupFn = Callable[..., tuple[LookupStatus, Any]]
 TooLarge = Literal["truncate", "refuse"]
+# Every result is bounded unless its tool says otherwise: ``max_result_bytes=None`` lifts the limit,
+# ``on_too_large="refuse"`` turns a cut into a RESULT_TOO_LARGE failure.
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024
 
 
 @dataclass
@@ -121,7 +124,7 @@ class ToolSpec(BaseModel):
     timeout_s: float = Field(default=30.0, gt=0)
     retry: RetryPolicy = RetryPolicy()
     breaker: BreakerPolicy = BreakerPolicy()
-    max_result_bytes: int | None = Field(default=None, ge=0)
+    max_result_bytes: int | None = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=0)
     on_too_large: TooLarge = "truncate"
     redact: RedactionRules = RedactionRules()
     health_check: Callable[[], bool] | None = None
@@ -203,7 +206,7 @@ def tool(
     timeout_s: float = 30.0,
     retry: RetryPolicy | None = None,
     breaker: BreakerPolicy | None = None,
-    max_result_bytes: int | None = None,
+    max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES,
     on_too_large: TooLarge = "truncate",
     redact: RedactionRules | list[str] | tuple[str, ...] | None = None,
     health_check: Callable[[], bool] | None = None,
@@ -225,7 +228,7 @@ def tool(
     timeout_s: float = 30.0,
     retry: RetryPolicy | None = None,
     breaker: BreakerPolicy | None = None,
-    max_result_bytes: int | None = None,
+    max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES,
     on_too_large: TooLarge = "truncate",
     redact: RedactionRules | list[str] | tuple[str, ...] | None = None,
     health_check: Callable[[], bool] | None = None,
@@ -233,7 +236,8 @@ def tool(
     available: bool = True,
 ) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
     """Declare a tool: ``@tool`` or ``@tool(side_effect=True, ...)``. ``redact`` accepts a list whose
-    identifier-like entries are field names and the rest regexes."""
+    identifier-like entries are field names and the rest regexes. Results are cut at 64 KiB unless
+    ``max_result_bytes`` says otherwise (``None``: unbounded)."""
 
     def build(handler: Callable[..., Any]) -> ToolSpec:
         doc = inspect.getdoc(handler) or ""
