@@ -74,9 +74,11 @@ def repeat_publish(times: int, post_id: str = "1") -> Any:
 
 def react_agent(ledger: Ledger, policy: Any, **options: Any) -> Agent:
     scope = options.pop("scope", ApprovalScope.ONCE)
+    # Publishing the same post again is what these tests ask for: the no-progress guard stays out of it.
+    repeats = options.pop("max_repeats", None)
     return Agent(
         name="publisher",
-        controller=ReActController(ScriptedModel(policy)),
+        controller=ReActController(ScriptedModel(policy), max_repeats=repeats),
         tools=publishing_tools(ledger, scope),
         **options,
     )
