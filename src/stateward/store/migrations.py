@@ -74,6 +74,12 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             created_at TEXT NOT NULL,
             PRIMARY KEY (run_id, seq))""",
     ],
+    # 2: a run may be held back until a time (a crashed step's backoff, a model outage's retry):
+    # claim_next skips a RUNNING run until then; the retry sweep finds PAUSED ones that are due.
+    [
+        "ALTER TABLE runs ADD COLUMN not_before REAL",
+        "CREATE INDEX runs_due ON runs(status, not_before) WHERE not_before IS NOT NULL",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -142,5 +148,9 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             snapshot TEXT NOT NULL,
             created_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (run_id, seq))""",
+    ],
+    [
+        "ALTER TABLE runs ADD COLUMN not_before DOUBLE PRECISION",
+        "CREATE INDEX runs_due ON runs(status, not_before) WHERE not_before IS NOT NULL",
     ],
 ]
