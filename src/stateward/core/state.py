@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.budget import Budget, Usage
+from stateward.core.setback import Setback
 from stateward.core.status import RunStatus
 
 
@@ -98,6 +99,7 @@ class RunState(BaseModel):
     artifacts: dict[str, int] = Field(default_factory=dict)  # latest version per artifact name
     facts: dict[str, Any] = Field(default_factory=dict)
     memo: dict[str, Any] = Field(default_factory=dict)
+    setback: Setback | None = None  # a crash or outage being retried (see core/setback.py)
 
     def calls_after_wait(self) -> tuple[int, int]:
         """(model calls, tool attempts) since the wait began; (0, 0) when not waiting."""

@@ -42,6 +42,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
         },
+        "setback": None if state.setback is None else state.setback.model_dump(mode="json"),
         "approvals": [{"tool": a.tool, "args": a.args, "digest": a.digest} for a in state.approvals],
         "artifacts": [
             {"name": a.name, "version": a.version, "sha256": a.sha256} for a in store.list_artifacts(state.run_id)
