@@ -31,8 +31,8 @@ MAX_MESSAGE = 300
 # An exception's text may quote a credential (a URL with a password, a header): never store it.
 _SECRETS = RedactionRules(
     patterns=(
+        r"(?i)\b(bearer|basic)\s+\S+",  # first: a header's scheme and its credential go together
         r"(?i)\b(api[_-]?key|token|secret|password|passwd|authorization)\b\s*[=:]\s*\S+",
-        r"(?i)\bbearer\s+\S+",
         r"\bsk-[A-Za-z0-9_-]{8,}",
         r"://[^/\s:@]+:[^/\s@]+@",
     )
