@@ -66,7 +66,7 @@ def answer(
         emit_json(summary)
     else:
         if result.already_answered:
-            print(f"{request_id} was already {result.answer.verdict} by {result.answer.by}; not recorded again")
+            print(f"{request_id} was already {result.answer.verdict} by {result.answer.by}; nothing was done again")
         print_summary(summary)
     if result.not_driven is not None:
         _not_driven(run_id, db, result.not_driven)
