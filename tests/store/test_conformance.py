@@ -693,6 +693,47 @@ def test_claim_next_takes_over_an_expired_lease(store: Store) -> None:
     assert store.lease_of(RUN) == claimed
 
 
+def test_claim_next_skips_a_run_held_back_until_its_time(store: Store) -> None:
+    start(store, "run_held")
+    start(store, "run_due")
+    now = datetime.now(UTC)
+    step(store, "run_held", not_before=now + timedelta(seconds=60))
+    step(store, "run_due", not_before=now - timedelta(seconds=1))
+    claimed = store.claim_next("w", ttl_s=30)
+    assert claimed is not None and claimed.run_id == "run_due"
+    assert store.claim_next("w", ttl_s=30) is None
+
+
+def test_a_write_without_a_hold_clears_it(store: Store) -> None:
+    start(store)
+    step(store, not_before=datetime.now(UTC) + timedelta(seconds=60))
+    assert store.claim_next("w", ttl_s=30) is None
+    step(store)
+    claimed = store.claim_next("w", ttl_s=30)
+    assert claimed is not None and claimed.run_id == RUN
+
+
+def test_a_hold_does_not_stop_an_explicit_lease(store: Store) -> None:
+    # An operator's resume takes the run at once; only claims wait for the hold.
+    start(store)
+    step(store, not_before=datetime.now(UTC) + timedelta(seconds=60))
+    assert store.acquire_lease(RUN, "operator", ttl_s=30).owner == "operator"
+
+
+def test_due_runs_lists_held_runs_of_a_status_once_due_earliest_first(store: Store) -> None:
+    for run_id in ("run_late", "run_early", "run_future", "run_never", "run_running"):
+        start(store, run_id, status=RunStatus.PAUSED if run_id != "run_running" else RunStatus.RUNNING)
+    step(store, "run_late", not_before=T0 - timedelta(minutes=1))
+    step(store, "run_early", not_before=T0 - timedelta(minutes=5))
+    step(store, "run_future", not_before=T0 + timedelta(minutes=1))
+    step(store, "run_never")
+    step(store, "run_running", not_before=T0 - timedelta(minutes=9))
+    assert store.due_runs("PAUSED", T0) == ["run_early", "run_late"]
+    assert store.due_runs("PAUSED", T0, limit=1) == ["run_early"]
+    assert store.due_runs("PAUSED", T0 + timedelta(minutes=2)) == ["run_early", "run_late", "run_future"]
+    assert store.due_runs("COMPLETED", T0) == []
+
+
 # == fencing: a superseded owner =========================================================================
 @pytest.fixture
 def superseded(store: Store) -> tuple[Lease, Lease]:
@@ -962,6 +1003,27 @@ def test_a_newer_schema_is_refused(store: Store, backend: Backend, open_store: C
     store.close()
     backend.set_schema_version(len(migrations_of(backend)) + 1)
     assert code_of(open_store) == "SCHEMA_TOO_NEW"
+
+
+def test_a_store_of_schema_1_migrates_and_keeps_its_runs(backend: Backend) -> None:
+    from stateward.store import _pg_sql
+
+    if backend.kind == "postgres":
+        backend.query(_pg_sql.SCHEMA_TABLE)
+    for statement in migrations_of(backend)[0]:
+        backend.query(statement)
+    backend.set_schema_version(1)
+    times = ("", "") if backend.kind == "postgres" else (", created_at, updated_at", ", '2026-11-30T12:00:00+00:00', 1")
+    backend.query(
+        f"INSERT INTO runs(run_id, agent, status, snapshot, last_seq{times[0]})"
+        f" VALUES (?, 'tests.store:agent', 'RUNNING', ?, 0{times[1]})",
+        RUN,
+        make_state().model_dump_json(),
+    )
+    store = backend.open()
+    assert backend.schema_version() == len(migrations_of(backend))
+    claimed = store.claim_next("w", ttl_s=30)
+    assert claimed is not None and claimed.run_id == RUN
 
 
 def test_stores_opened_at_once_on_a_new_database_all_work(backend: Backend) -> None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from stateward.cli import DEFAULT_DB
-from stateward.cli.output import emit_json, print_summary, reported_errors
+from stateward.cli.output import EXIT_NOT_DRIVEN, emit_json, print_summary, reported_errors
+from stateward.core.errors import StatewardError
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 
@@ -58,12 +59,28 @@ def answer(
         summary = run_summary(runtime.store, result.state)
     summary["already_answered"] = result.already_answered
     summary["answer"] = result.answer.model_dump(mode="json")
+    summary["driven"] = result.not_driven is None
+    if result.not_driven is not None:
+        summary["not_driven"] = {**result.not_driven.to_dict(), "next": f"stateward resume {run_id} --db {db}"}
     if as_json:
         emit_json(summary)
-        return
-    if result.already_answered:
-        print(f"{request_id} was already {result.answer.verdict} by {result.answer.by}; nothing was done again")
-    print_summary(summary)
+    else:
+        if result.already_answered:
+            print(f"{request_id} was already {result.answer.verdict} by {result.answer.by}; nothing was done again")
+        print_summary(summary)
+    if result.not_driven is not None:
+        _not_driven(run_id, db, result.not_driven)
+
+
+def _not_driven(run_id: str, db: str, error: StatewardError) -> NoReturn:
+    """The answer stands; say what moves the run on, and exit with the code that says so."""
+    sys.stdout.flush()
+    sys.stderr.write(
+        f"answer recorded; this process cannot build the run's agent ({error.code}: {error.message}).\n"
+        f"The run stays RUNNING: run `stateward resume {run_id} --db {db}` where that agent is registered,"
+        " or a `stateward worker` that has it (it picks the run up by itself).\n"
+    )
+    raise SystemExit(EXIT_NOT_DRIVEN)
 
 
 class _NotForUs(Exception):

@@ -382,29 +382,57 @@ def worker(
     idle_exit: Annotated[float | None, typer.Option(help="Exit after this many idle seconds.")] = None,
     poll: Annotated[float, typer.Option(min=0.01, help="Seconds between looks for runnable runs when idle.")] = 0.2,
     expire_every: Annotated[
-        float, typer.Option(min=0.1, help="Seconds between sweeps for expired requests and due timers.")
+        float,
+        typer.Option(min=0.1, help="Seconds between sweeps for expired requests, due timers and due model retries."),
     ] = 5.0,
+    max_crashes: Annotated[
+        int | None,
+        typer.Option(min=1, help="Stop (exit 5) once this many steps crashed in this worker; default: never."),
+    ] = None,
+    crash_retries: Annotated[
+        int, typer.Option(min=0, help="Retries of a run whose step crashed before it ends FAILED / step_crashed.")
+    ] = 3,
+    retry_delay: Annotated[
+        float, typer.Option(min=0.001, help="First backoff in seconds after a crash or an unbuildable agent (doubles).")
+    ] = 5.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the final counts as JSON on stdout.")] = False,
 ) -> None:
-    """Claim runnable runs and drive them; SIGTERM finishes the current step and releases leases."""
+    """Claim runnable runs and drive them; SIGTERM finishes the current step and releases leases.
+
+    A step that raises is recorded on its run (step_crashed) and retried with backoff; after its
+    retries the run ends FAILED / step_crashed. A run whose agent this process cannot build backs off
+    (agent_unavailable) and is then PAUSED for an operator. Neither stops the worker.
+
+    Exit status: 0 when stopped by a signal, or on --idle-exit with nothing troubling; 5 when
+    --max-crashes was reached, or on --idle-exit when this worker failed or parked a run, or its
+    own loop met an unexpected error (all counted in the final line).
+    """
     import signal
 
+    from stateward.cli.output import EXIT_RUNS_TROUBLED
     from stateward.runtime.leases import LeasePolicy
+    from stateward.runtime.recovery import RecoveryPolicy
     from stateward.runtime.runtime import Runtime
     from stateward.runtime.worker import Worker, positive_seconds
 
-    with reported_errors(False):
+    with reported_errors(as_json):
         if idle_exit is not None:
             positive_seconds("--idle-exit", idle_exit)
-        runtime = Runtime.open(db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat))
-        w = Worker(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every)
+        recovery = RecoveryPolicy(step_crash_retries=crash_retries, base_delay_s=retry_delay)
+        runtime = Runtime.open(db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat), recovery=recovery)
+        w = Worker(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every, max_crashes=max_crashes)
     signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
     signal.signal(signal.SIGINT, lambda *_: w.stop.set())
     typer.echo(f"worker {runtime.owner}: {concurrency} slot(s) on {db}", err=True)
     stats = w.run(idle_exit_s=idle_exit)
+    stopped_by_signal = w.stop.is_set() and not stats.stopped_on_crashes
     runtime.close()
-    typer.echo(
-        f"worker stopped: claimed={stats.claimed} stale_leases={stats.stale_leases} errors={stats.errors}", err=True
-    )
+    counts = stats.as_dict()
+    typer.echo("worker stopped: " + " ".join(f"{k}={str(v).lower()}" for k, v in counts.items()), err=True)
+    if as_json:
+        emit_json(counts)
+    if stats.stopped_on_crashes or (not stopped_by_signal and stats.troubled):
+        raise typer.Exit(EXIT_RUNS_TROUBLED)
 
 
 @app.command("chaos")

@@ -17,9 +17,13 @@ from stateward.core.errors import StatewardError
 from stateward.core.inert import inert
 
 # Exit codes: 0 success; 1 a request was refused or a run/request was not found (named error code);
-# 2 bad command-line usage (Typer's own); 3 bad input file or configuration.
+# 2 bad command-line usage (Typer's own); 3 bad input file or configuration; 4 an answer was
+# recorded but this process could not drive the run (it stays RUNNING for a worker or a resume);
+# 5 a worker stopped because of runs that crashed or could not be driven (see ``worker --help``).
 EXIT_REFUSED = 1
 EXIT_BAD_INPUT = 3
+EXIT_NOT_DRIVEN = 4
+EXIT_RUNS_TROUBLED = 5
 
 
 def emit_json(value: Any) -> None:
@@ -130,5 +134,9 @@ def print_summary(summary: dict[str, object]) -> None:
     pending = summary.get("pending")
     if isinstance(pending, dict):
         print("\n".join(pending_lines(pending)))
+    setback = summary.get("setback")
+    if isinstance(setback, dict):
+        retry = f"retry at {setback['retry_at']}" if setback["retry_at"] else "waiting for an operator (resume)"
+        print(f"  setback: {setback['kind']} ({setback['error']}), {setback['counts']}; {retry}")
     print(f"  counters: {summary['counters']}")
     print(f"  artifacts: {inert(str(summary['artifacts']), CELL_CHARS)}")

@@ -37,6 +37,9 @@ class EventType(StrEnum):
     RUN_RESUMED = "run_resumed"
     RUN_EXITED = "run_exited"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    STEP_CRASHED = "step_crashed"
+    AGENT_UNAVAILABLE = "agent_unavailable"
+    MODEL_UNAVAILABLE = "model_unavailable"
 
 
 class Event(BaseModel):

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stateward.core.budget import Budget, Usage
+from stateward.core.setback import Setback
 from stateward.core.status import RunStatus
 
 # Agents of stores written before agents were named: their import path maps to the built-in name.
@@ -161,6 +162,7 @@ class RunState(BaseModel):
     artifacts: dict[str, int] = Field(default_factory=dict)  # latest version per artifact name
     facts: dict[str, Any] = Field(default_factory=dict)
     memo: dict[str, Any] = Field(default_factory=dict)
+    setback: Setback | None = None  # a crash or outage being retried (see core/setback.py)
 
     @field_validator("approvals", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from stateward.core.errors import RequestRefusedError, RunError
+from stateward.core.errors import RequestRefusedError, RunError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import Answer, DeferredCall, Grant, PendingRequest, RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
@@ -50,6 +50,9 @@ class AnswerResult:
     state: RunState
     already_answered: bool
     answer: RequestAnswer
+    # The answer is recorded but this process could not drive the run (it cannot build the agent):
+    # the run stays RUNNING for a worker, or for ``resume`` where the agent is registered.
+    not_driven: StatewardError | None = None
 
 
 def _refuse(code: str, message: str, run_id: str, request_id: str) -> RequestRefusedError:

@@ -6,6 +6,7 @@ request; nothing else changes its course, and it exits on any status but RUNNING
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,12 +17,15 @@ from stateward.controllers.base import DecisionContext, Observation, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
+from stateward.core.setback import Setback, SetbackKind, next_setback
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import ActionSpec, model_attempt_sink
+from stateward.models.errors import ModelCallError
 from stateward.runtime.agent import Agent
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
+from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
 from stateward.runtime.tool_step import execute_tool
 from stateward.runtime.transition import Transition, handle
 from stateward.store.base import Store
@@ -29,15 +33,29 @@ from stateward.store.records import Lease, RequestAnswer, StepWrite
 from stateward.tools.gateway import ToolGateway
 
 Clock = Callable[[], datetime]
+SetbackObserver = Callable[[Setback, RunState], None]
 DRIVABLE = (RunStatus.RUNNING, RunStatus.PAUSING)
+
+log = logging.getLogger("stateward.driver")
 
 
 @dataclass
-class _Run:
-    """What one drive keeps in memory: rebuilt from the store whenever a drive starts."""
+class _Head:
+    """The run as last committed: what every write builds on."""
 
     state: RunState
     seq: int
+    on_setback: SetbackObserver | None = field(default=None, kw_only=True)  # e.g. a worker's counters
+
+    def setback_recorded(self) -> None:
+        if self.on_setback is not None and self.state.setback is not None:
+            self.on_setback(self.state.setback, self.state)
+
+
+@dataclass
+class _Run(_Head):
+    """What one drive keeps in memory: rebuilt from the store whenever a drive starts."""
+
     agent: Agent
     gateway: ToolGateway
     actions: Mapping[str, ActionSpec]
@@ -82,46 +100,85 @@ def action_specs(agent: Agent) -> ActionSpecs:
 
 
 class Driver:
-    def __init__(self, store: Store, clock: Clock, policy: LeasePolicy, faults: FaultInjector = NO_FAULTS):
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        policy: LeasePolicy,
+        faults: FaultInjector = NO_FAULTS,
+        recovery: RecoveryPolicy | None = None,
+    ):
         self.store = store
         self.clock = clock
         self.policy = policy
         self.faults = faults
+        self.recovery = recovery or RecoveryPolicy()
 
     def drive(
-        self, lease: Lease, agent_for: Callable[[RunState], Agent], stop: threading.Event | None = None
+        self,
+        lease: Lease,
+        agent_for: Callable[[RunState], Agent],
+        stop: threading.Event | None = None,
+        *,
+        claimed: bool = False,
+        on_setback: SetbackObserver | None = None,
     ) -> RunState:
         """Step the leased run until it stops; always release the lease (unless it was lost).
 
         ``stop`` (a worker shutting down) ends the loop after the current step, leaving the run
-        RUNNING for another worker.
+        RUNNING for another worker. A step that raises is recorded on the run and retried later
+        (see recovery.py); only a lost lease or a store refusal reaches the caller. An agent this
+        process cannot build is a setback for a ``claimed`` run (a worker's) and the caller's error
+        otherwise: an answer or a resume from a process without the agent says nothing about workers.
         """
         keeper = LeaseKeeper(self.store, lease, self.policy, self.faults)
         try:
             state, seq = self.store.load_run_at(lease.run_id)
             if state.status not in DRIVABLE:
                 return state
-            agent = agent_for(state)
-            run = _Run(
-                state,
-                seq,
-                agent,
-                ToolGateway(agent.tools, self.store),
-                action_specs(agent),
-                self._observations(lease.run_id),
-            )
+            head = _Head(state, seq, on_setback=on_setback)
+            try:
+                run = self._prepare(head, agent_for)
+            except Exception as exc:
+                if not claimed or is_store_refusal(exc):
+                    raise
+                self._agent_unavailable(head, keeper.lease, exc)
+                return head.state
             while run.state.status in DRIVABLE and not (stop is not None and stop.is_set()):
                 keeper.check()
-                control = self.store.get_control(lease.run_id)
-                if control == "cancel":
-                    self._cancel(run, keeper.lease, by="operator")
-                elif control == "pause" or run.state.status is RunStatus.PAUSING:
-                    self._pause(run, keeper.lease)
-                else:
-                    self.step(run, keeper.lease)
+                try:
+                    self._next(run, keeper.lease)
+                except Exception as exc:
+                    if is_store_refusal(exc):
+                        raise
+                    keeper.check()  # a lease lost meanwhile: record nothing, the new holder decides
+                    self._crashed(run, keeper.lease, exc)
+                    break
             return run.state
         finally:
             keeper.stop()
+
+    def _prepare(self, head: _Head, agent_for: Callable[[RunState], Agent]) -> _Run:
+        agent = agent_for(head.state)
+        return _Run(
+            head.state,
+            head.seq,
+            agent,
+            ToolGateway(agent.tools, self.store),
+            action_specs(agent),
+            self._observations(head.state.run_id),
+            on_setback=head.on_setback,
+        )
+
+    def _next(self, run: _Run, lease: Lease) -> None:
+        """Honour a pause or cancel request, or take one step."""
+        control = self.store.get_control(run.state.run_id)
+        if control == "cancel":
+            self._cancel(run, lease, by="operator")
+        elif control == "pause" or run.state.status is RunStatus.PAUSING:
+            self._pause(run, lease)
+        else:
+            self.step(run, lease)
 
     # -- one step -------------------------------------------------------------------------------
     def step(self, run: _Run, lease: Lease) -> None:
@@ -140,6 +197,12 @@ class Driver:
             token = model_attempt_sink.set(self._attempt_recorder(run, lease))
             try:
                 proposal = run.agent.controller.decide(ctx)
+            except ModelCallError as exc:
+                if exc.retryable:
+                    self._model_unavailable(run, lease, exc)
+                else:
+                    self._end(run, lease, exc.code.lower(), message=exc.message)
+                return
             except StatewardError as exc:
                 self._end(run, lease, exc.code.lower(), message=exc.message)
                 return
@@ -179,6 +242,8 @@ class Driver:
 
     def _apply(self, run: _Run, lease: Lease, proposal: Proposal, transition: Transition) -> None:
         state = transition.state
+        if state.setback is not None:  # a step that completes ends the run's run of setbacks
+            state = state.model_copy(update={"setback": None})
         # A refused proposal leaves no trace of the controller's own: its notes describe the memo it
         # would have kept, and both go (the next decision proposes again and records them then).
         notes = proposal.notes if transition.accepted else []
@@ -202,7 +267,7 @@ class Driver:
             write["checkpoint"] = checkpoint_reason(events)
         self._persist(run, lease, StepWrite(state=state, events=events, **write))
 
-    def _persist(self, run: _Run, lease: Lease | None, write: StepWrite) -> None:
+    def _persist(self, run: _Head, lease: Lease | None, write: StepWrite) -> None:
         self.faults.point("before_commit")
         run.seq = self.store.commit_step(run.state.run_id, run.seq, write, lease)
         self.faults.point("after_commit")
@@ -247,7 +312,7 @@ class Driver:
             ),
         )
 
-    def _pause(self, run: _Run, lease: Lease) -> None:
+    def _pause(self, run: _Head, lease: Lease) -> None:
         """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint."""
         before = run.state
         events: list[NewEvent] = []
@@ -261,8 +326,74 @@ class Driver:
         events += [transition_event(state, paused, reason="paused"), exit_event(paused)]
         self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
 
-    def _cancel(self, run: _Run, lease: Lease, *, by: str) -> None:
+    def _cancel(self, run: _Head, lease: Lease, *, by: str) -> None:
         self._persist(run, lease, cancel_write(run.state, by=by, now=self.clock()))
+
+    # -- setbacks: record, back off, end when the retries are spent (recovery.py) ---------------
+    def _crashed(self, run: _Head, lease: Lease, exc: Exception) -> None:
+        """An unexpected exception inside a step: recorded, the run held back, or FAILED at the bound."""
+        log.warning("run %s: step crashed", run.state.run_id, exc_info=exc)
+        kind = SetbackKind.STEP_CRASHED
+        setback, event = self._setback(run.state, kind, exc)
+        before = run.state.model_copy(update={"setback": setback})
+        if setback.retry_at is not None:
+            self._persist(run, lease, StepWrite(state=before, events=[event], not_before=setback.retry_at))
+        else:
+            new = ended(before, TransitionKind.FAIL, kind.value)
+            events = [event, transition_event(before, new, message=event.payload["message"]), exit_event(new)]
+            self._persist(run, lease, StepWrite(state=new, events=events, checkpoint="terminal"))
+        run.setback_recorded()
+
+    def _agent_unavailable(self, run: _Head, lease: Lease, exc: Exception) -> None:
+        """A worker cannot build the run's agent: cancel or pause as asked, else back off, then park."""
+        control = self.store.get_control(run.state.run_id)
+        if control == "cancel":
+            self._cancel(run, lease, by="operator")
+            return
+        if control == "pause" or run.state.status is RunStatus.PAUSING:
+            self._pause(run, lease)
+            return
+        log.warning("run %s: cannot build its agent: %s", run.state.run_id, exc)
+        self._hold_or_park(run, lease, SetbackKind.AGENT_UNAVAILABLE, exc)
+        run.setback_recorded()
+
+    def _model_unavailable(self, run: _Run, lease: Lease, exc: ModelCallError) -> None:
+        """The provider stayed down past the model's own retries: PAUSED until a retry time, never FAILED."""
+        self._hold_or_park(run, lease, SetbackKind.MODEL_UNAVAILABLE, exc, at_least_s=exc.retry_after_s or 0.0)
+        run.setback_recorded()
+
+    def _hold_or_park(
+        self, run: _Head, lease: Lease, kind: SetbackKind, exc: Exception, *, at_least_s: float = 0.0
+    ) -> None:
+        """Agent: held RUNNING until the retry time. Model: PAUSED with that time (the retry sweep
+        resumes it). Past the bound, both PAUSED with no retry time: an operator decides."""
+        setback, event = self._setback(run.state, kind, exc, at_least_s=at_least_s)
+        before = run.state.model_copy(update={"setback": setback})
+        if kind is SetbackKind.AGENT_UNAVAILABLE and setback.retry_at is not None:
+            self._persist(run, lease, StepWrite(state=before, events=[event], not_before=setback.retry_at))
+            return
+        self._persist(run, lease, park_write(before, kind.value, [event], not_before=setback.retry_at))
+
+    def _setback(
+        self, state: RunState, kind: SetbackKind, exc: BaseException, *, at_least_s: float = 0.0
+    ) -> tuple[Setback, NewEvent]:
+        """The run's next setback of ``kind`` (with a retry time while retries remain) and its event."""
+        code = error_code(exc)
+        count = (state.setback.count(kind) if state.setback is not None else 0) + 1
+        retries = self.recovery.retries(kind)
+        retry_at = self.clock() + self.recovery.delay(kind, count, at_least_s) if count <= retries else None
+        setback = next_setback(state.setback, kind, code, retry_at)
+        event = NewEvent(
+            type=EventType(kind.value),
+            payload={
+                "error": code,
+                "message": describe(exc),
+                "count": count,
+                "retries": retries,
+                "retry_at": None if retry_at is None else retry_at.isoformat(),
+            },
+        )
+        return setback, event
 
     def _record_illegal(self, run: _Run, lease: Lease, exc: IllegalTransitionError) -> NoReturn:
         """An illegal move is a bug somewhere: record and count it, then raise it to the caller."""
@@ -294,6 +425,20 @@ def approved_call_proposal(state: RunState) -> Proposal:
     assert call is not None
     decision = ControlDecision(type=DecisionType.EXECUTE_TOOL, action=call.action.tool, args=call.action.args)
     return Proposal(signal=decision, source=SignalSource.RUNTIME, visible_actions=frozenset({call.action.tool}))
+
+
+def park_write(state: RunState, reason: str, events: list[NewEvent], *, not_before: datetime | None) -> StepWrite:
+    """RUNNING (or PAUSING) -> PAUSED with ``reason`` and a checkpoint; a pending pause or cancel
+    request stays for whoever resumes the run to honour."""
+    parked = state
+    if parked.status is RunStatus.RUNNING:
+        parked = parked.model_copy(update={"status": next_status(parked.status, TransitionKind.PAUSE)})
+        events = [*events, transition_event(state, parked, reason=reason)]
+    paused = parked.model_copy(
+        update={"status": next_status(parked.status, TransitionKind.PAUSED), "terminal_reason": reason}
+    )
+    events = [*events, transition_event(parked, paused, reason=reason), exit_event(paused)]
+    return StepWrite(state=paused, events=events, checkpoint="pause", not_before=not_before)
 
 
 def cancel_write(state: RunState, *, by: str, now: datetime) -> StepWrite:

@@ -1,17 +1,23 @@
-"""Expired requests: what happens is the agent's declared policy (fail, cancel, or escalate)."""
+"""The periodic sweep: expired requests (the agent's declared policy: fail, cancel, or escalate), due
+timers, and PAUSED runs whose retry time came."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from stateward.core.errors import RunError
 from stateward.core.events import EventType, NewEvent
+from stateward.core.setback import without_retry
 from stateward.core.state import RunState
-from stateward.core.status import RunStatus, TransitionKind
+from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.runtime.continuation import resumed_state
 from stateward.runtime.driver import cancel_write, ended, exit_event, transition_event
+from stateward.runtime.recovery import RETRY_BY
 from stateward.store.records import RequestAnswer, StepWrite
+
+log = logging.getLogger("stateward.expiry")
 
 if TYPE_CHECKING:
     from stateward.runtime.runtime import Runtime
@@ -38,7 +44,11 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
                 raise
             expired.append((record.run_id, request.request_id, "timer_fired"))
             continue
-        agent = runtime.agent_for(state)
+        try:
+            agent = runtime.agent_for(state)
+        except Exception as exc:  # one run whose agent cannot be built here must not stop the sweep
+            log.warning("run %s: cannot apply its expiry policy here: %s", record.run_id, exc)
+            continue
         closed = RequestAnswer(request_id=request.request_id, verdict="closed", text="expired", by="stateward", at=now)
         note = NewEvent(
             type=EventType.REQUEST_ANSWERED,
@@ -108,3 +118,46 @@ def _fire_timer(state: RunState, request_id: str, now: datetime) -> StepWrite:
             NewEvent(type=EventType.RUN_RESUMED, payload={"request_id": request_id, "usage": state.usage.model_dump()}),
         ],
     )
+
+
+def resume_due(runtime: Runtime) -> list[str]:
+    """PAUSED runs whose retry time came -> RUNNING, through the table, recorded as stateward's doing.
+
+    A worker claims them next. Counts of setbacks and the budget's usage carry on unchanged.
+    """
+    store, now = runtime.store, runtime.clock()
+    resumed: list[str] = []
+    for run_id in store.due_runs(RunStatus.PAUSED.value, now):
+        state, seq = store.load_run_at(run_id)
+        setback = state.setback
+        if state.status is not RunStatus.PAUSED or setback is None or setback.retry_at is None:
+            continue
+        if now < setback.retry_at:
+            continue
+        running = state.model_copy(
+            update={
+                "status": next_status(state.status, TransitionKind.RESUME),
+                "terminal_reason": None,
+                "setback": without_retry(setback),
+            }
+        )
+        events = [
+            transition_event(state, running, reason="retry_due", by=RETRY_BY),
+            NewEvent(
+                type=EventType.RUN_RESUMED,
+                payload={
+                    "by": RETRY_BY,
+                    "from_status": state.status.value,
+                    "setback": setback.kind.value,
+                    "usage": state.usage.model_dump(),
+                },
+            ),
+        ]
+        try:
+            store.commit_step(run_id, seq, StepWrite(state=running, events=events))
+        except RunError as exc:
+            if exc.code in {"CONCURRENT_UPDATE", "LEASE_HELD"}:
+                continue  # resumed or cancelled meanwhile
+            raise
+        resumed.append(run_id)
+    return resumed

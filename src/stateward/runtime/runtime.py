@@ -7,6 +7,7 @@ while nobody holds the lease or leave a request the holder honours at its next s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -17,16 +18,18 @@ from typing import Any
 
 from stateward.core.budget import Budget
 from stateward.core.canonical import sha256_hex
-from stateward.core.errors import RunError, UserError
+from stateward.core.errors import RunError, StatewardError, UserError
 from stateward.core.events import EventType, NewEvent
+from stateward.core.setback import without_retry
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
-from stateward.runtime.driver import Driver, action_specs, cancel_write, transition_event
+from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, transition_event
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeasePolicy
+from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
 from stateward.store.base import Store, open_store
 from stateward.store.records import Lease, StepWrite
 from stateward.tools.gateway import ToolGateway
@@ -67,6 +70,7 @@ class Runtime:
         owner: str | None = None,
         faults: FaultInjector = NO_FAULTS,
         agents: AgentRegistry | None = None,
+        recovery: RecoveryPolicy | None = None,
     ):
         self.store = store
         self._registry = agents
@@ -74,7 +78,8 @@ class Runtime:
         self.owner = owner or default_owner()
         self.lease_policy = lease or LeasePolicy()
         self.faults = faults
-        self.driver = Driver(store, clock, self.lease_policy, faults)
+        self.recovery = recovery or RecoveryPolicy()
+        self.driver = Driver(store, clock, self.lease_policy, faults, self.recovery)
         self._agents: dict[str, Agent] = {}
 
     @classmethod
@@ -170,9 +175,11 @@ class Runtime:
             return state
         return self.driver.drive(lease, self.agent_for)
 
-    def drive_leased(self, lease: Lease, stop: threading.Event | None = None) -> RunState:
-        """Drive a run this process has already leased (e.g. claimed by a worker)."""
-        return self.driver.drive(lease, self.agent_for, stop)
+    def drive_leased(
+        self, lease: Lease, stop: threading.Event | None = None, *, on_setback: SetbackObserver | None = None
+    ) -> RunState:
+        """Drive a run a worker claimed: an agent it cannot build is recorded on the run and retried later."""
+        return self.driver.drive(lease, self.agent_for, stop, claimed=True, on_setback=on_setback)
 
     def _try_lease(self, run_id: str) -> Lease | None:
         try:
@@ -232,9 +239,16 @@ class Runtime:
         result = answer_request(
             self.store, run_id, request_id, verdict, who, text=text, now=self.clock(), faults=self.faults
         )
-        if result.already_answered or not who.drive:
+        if not who.drive or result.state.status not in DRIVABLE:
             return result
-        return AnswerResult(state=self.drive(run_id), already_answered=False, answer=result.answer)
+        # A repeated answer drives too: the first may have been recorded by a process that could not.
+        try:
+            state = self.drive(run_id)
+        except StatewardError as exc:
+            if exc.code not in AGENT_BUILD_CODES:
+                raise
+            return dataclasses.replace(result, state=self.get(run_id), not_driven=exc)
+        return dataclasses.replace(result, state=state)
 
     # -- pause / resume / cancel ----------------------------------------------------------------
     def pause(self, run_id: str) -> RunState:
@@ -300,7 +314,9 @@ class Runtime:
             state, seq = self.store.load_run_at(run_id)
             self._verify_checkpoint(state, seq)
             reconciled = self._reconcile(state, lease.version)
-            resumed = state.model_copy(update={"status": RunStatus.RUNNING, "terminal_reason": None})
+            resumed = state.model_copy(
+                update={"status": RunStatus.RUNNING, "terminal_reason": None, "setback": without_retry(state.setback)}
+            )
             events = [
                 NewEvent(
                     type=EventType.RUN_RESUMED,
@@ -345,6 +361,16 @@ class Runtime:
             }
             for rec in self.store.side_effects_of(state.run_id, IN_FLIGHT)
         ]
+
+    def resume_due(self, *, drive: bool = True) -> list[str]:
+        """Resume PAUSED runs whose retry time came (a model outage); with ``drive``, drive them here."""
+        from stateward.runtime.expiry import resume_due
+
+        resumed = resume_due(self)
+        if drive:
+            for run_id in resumed:
+                self.drive(run_id)
+        return resumed
 
     def expire_requests(self, *, drive: bool = True) -> list[str]:
         """Apply each agent's expiry policy to WAITING runs whose request has expired, and fire due

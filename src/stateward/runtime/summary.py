@@ -48,6 +48,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
         },
+        "setback": None if state.setback is None else state.setback.model_dump(mode="json"),
         "approvals": [
             {
                 "tool": g.action.tool,

@@ -3,6 +3,10 @@
 Any number of worker processes on any number of machines can share one PostgreSQL store (claims
 use ``FOR UPDATE SKIP LOCKED``) or one SQLite file on one machine. A run resumed by an approval
 that was recorded without driving is picked up here like any other.
+
+A worker survives anything one run does: a step that raises is recorded on that run and retried
+with backoff (recovery.py), an agent this process cannot build backs off the same way, and an
+unexpected error in the loop itself is logged and counted while the loop goes on.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stateward.core.errors import StaleLeaseError, StatewardError, UserError
+from stateward.core.setback import Setback, SetbackKind
+from stateward.core.state import RunState
+from stateward.core.status import RunStatus
 from stateward.runtime.runtime import Runtime
 
 log = logging.getLogger("stateward.worker")
@@ -31,12 +38,34 @@ def positive_seconds(name: str, value: float) -> float:
 class WorkerStats:
     claimed: int = 0
     stale_leases: int = 0
-    errors: int = 0
+    errors: int = 0  # named store or runtime errors met while claiming or driving
+    crashed_steps: int = 0  # steps that raised; each recorded on its run (step_crashed)
+    agent_unavailable: int = 0  # claimed runs whose agent this process could not build
+    model_outages: int = 0  # runs paused because their model provider stayed down
+    runs_failed: int = 0  # runs this worker ended FAILED / step_crashed (their retries spent)
+    runs_parked: int = 0  # runs left PAUSED for an operator (agent or model still unavailable)
+    loop_errors: int = 0  # unexpected errors in the worker's own loop (logged; the loop went on)
+    stopped_on_crashes: bool = False  # stopped because ``max_crashes`` was reached
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, name: str) -> None:
         with self.lock:
             setattr(self, name, getattr(self, name) + 1)
+
+    def as_dict(self) -> dict[str, int | bool]:
+        return {k: v for k, v in vars(self).items() if k != "lock"}
+
+    @property
+    def troubled(self) -> bool:
+        """Runs ended or parked because of what they met here, or the loop itself went wrong."""
+        return self.stopped_on_crashes or bool(self.runs_failed or self.runs_parked or self.loop_errors)
+
+
+_COUNTER = {
+    SetbackKind.STEP_CRASHED: "crashed_steps",
+    SetbackKind.AGENT_UNAVAILABLE: "agent_unavailable",
+    SetbackKind.MODEL_UNAVAILABLE: "model_outages",
+}
 
 
 class Worker:
@@ -48,9 +77,14 @@ class Worker:
         poll_s: float = 0.2,
         expire_every_s: float = 5.0,
         observer: Callable[[str, str], None] | None = None,
+        max_crashes: int | None = None,
     ):
+        """``max_crashes``: stop (like SIGTERM: finish the steps in flight) once this many steps crashed."""
         if concurrency < 1:
             raise UserError("concurrency must be at least 1", code="INVALID_WORKER_CONFIG")
+        if max_crashes is not None and max_crashes < 1:
+            raise UserError("max_crashes must be at least 1", code="INVALID_WORKER_CONFIG")
+        self.max_crashes = max_crashes
         positive_seconds("the poll interval", poll_s)
         positive_seconds("the expiry sweep interval", expire_every_s)
         self.runtime = runtime
@@ -85,30 +119,61 @@ class Worker:
         idle_since = time.monotonic()
         while not self.stop.is_set():
             try:
-                lease = self.runtime.store.claim_next(owner, self.runtime.lease_policy.ttl_s)
-            except StatewardError as exc:
-                log.warning("claim failed: %s", exc)
-                self.stats.add("errors")
-                lease = None
-            if lease is None:
-                if idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
-                    return
+                worked = self._once(owner)
+            except Exception:  # a bug of ours, not a run's: never let it end the thread silently
+                log.exception("worker loop %s: unexpected error; going on", owner)
+                self.stats.add("loop_errors")
                 self.stop.wait(self.poll_s)
                 continue
-            self.stats.add("claimed")
-            try:
-                self.runtime.drive_leased(lease, self.stop)
-            except StaleLeaseError as exc:
-                log.error("run %s: %s; this worker stopped driving it", lease.run_id, exc)
-                self.stats.add("stale_leases")
-                self._observe("stale_lease", lease.run_id)
-            except StatewardError as exc:
-                log.error("run %s failed to drive: %s", lease.run_id, exc)
-                self.stats.add("errors")
-            idle_since = time.monotonic()
+            if worked:
+                idle_since = time.monotonic()
+            elif idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
+                return
+            else:
+                self.stop.wait(self.poll_s)
+
+    def _once(self, owner: str) -> bool:
+        """Claim one runnable run and drive it to its next stop; False when there was none."""
+        try:
+            lease = self.runtime.store.claim_next(owner, self.runtime.lease_policy.ttl_s)
+        except StatewardError as exc:
+            log.warning("claim failed: %s", exc)
+            self.stats.add("errors")
+            return False
+        if lease is None:
+            return False
+        self.stats.add("claimed")
+        try:
+            self.runtime.drive_leased(lease, self.stop, on_setback=self._setback)
+        except StaleLeaseError as exc:
+            log.error("run %s: %s; this worker stopped driving it", lease.run_id, exc)
+            self.stats.add("stale_leases")
+            self._observe("stale_lease", lease.run_id)
+        except StatewardError as exc:
+            log.error("run %s failed to drive: %s", lease.run_id, exc)
+            self.stats.add("errors")
+        return True
+
+    def _setback(self, setback: Setback, state: RunState) -> None:
+        """Count what a run met here; stop the worker once ``max_crashes`` steps crashed."""
+        self.stats.add(_COUNTER[setback.kind])
+        if state.status is RunStatus.FAILED:
+            self.stats.add("runs_failed")
+        elif state.status is RunStatus.PAUSED and setback.retry_at is None:
+            self.stats.add("runs_parked")
+        self._observe(setback.kind.value, state.run_id)
+        if self.max_crashes is not None and self.stats.crashed_steps >= self.max_crashes:
+            if not self.stop.is_set():
+                log.error("worker: %d steps crashed (--max-crashes); stopping", self.stats.crashed_steps)
+            self.stats.stopped_on_crashes = True
+            self.stop.set()
 
     def _sweep(self) -> None:
-        try:
-            self.runtime.expire_requests(drive=False)
-        except StatewardError as exc:
-            log.warning("expiry sweep failed: %s", exc)
+        """Expired requests and due timers, then model outages whose retry time came; never fatal."""
+        for name, sweep in (("expiry", self.runtime.expire_requests), ("retry", self.runtime.resume_due)):
+            try:
+                sweep(drive=False)
+            except Exception as exc:
+                log.warning("%s sweep failed: %s", name, exc, exc_info=not isinstance(exc, StatewardError))
+                if not isinstance(exc, StatewardError):
+                    self.stats.add("loop_errors")

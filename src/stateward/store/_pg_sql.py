@@ -41,7 +41,7 @@ def step_update(*, leased: bool, clear_control: bool) -> str:
     )
     return (
         "UPDATE runs SET status=%(status)s, terminal_reason=%(reason)s, snapshot=%(snapshot)s,"
-        " last_seq=%(new_seq)s, updated_at=now()"
+        " last_seq=%(new_seq)s, updated_at=now(), not_before=%(not_before)s"
         + (", control=NULL" if clear_control else "")
         + f" WHERE run_id=%(run_id)s AND last_seq=%(expected)s AND {guard} RETURNING now()"
     )
@@ -73,12 +73,15 @@ LEASE_ROW = "SELECT lease_owner, lease_version, lease_expires_at FROM runs WHERE
 CLAIM_NEXT = f"""WITH candidate AS (
         SELECT run_id FROM runs
         WHERE status = ANY(%(statuses)s) AND (lease_owner IS NULL OR lease_expires_at < {DB_EPOCH})
+            AND (not_before IS NULL OR not_before <= {DB_EPOCH})
         ORDER BY updated_at, run_id LIMIT 1
         FOR UPDATE SKIP LOCKED)
     UPDATE runs SET lease_owner=%(owner)s, lease_version=runs.lease_version+1,
         lease_expires_at={DB_EPOCH} + %(ttl)s
     FROM candidate WHERE runs.run_id=candidate.run_id
     RETURNING runs.run_id, runs.lease_version, runs.lease_expires_at"""
+DUE_RUNS = """SELECT run_id FROM runs WHERE status=%s AND not_before IS NOT NULL AND not_before <= %s
+    ORDER BY not_before, run_id LIMIT %s"""
 RENEW_LEASE = f"""UPDATE runs SET lease_expires_at={DB_EPOCH} + %s
     WHERE run_id=%s AND lease_owner=%s AND lease_version=%s RETURNING lease_expires_at"""
 RELEASE_LEASE = """UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL

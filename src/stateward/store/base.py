@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
@@ -37,7 +38,15 @@ class Store(GatewayStore, Protocol):
         ...
 
     def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
-        """Lease the oldest runnable run nobody holds, skipping rows other claimers have locked."""
+        """Lease the oldest runnable run nobody holds, skipping rows other claimers have locked and runs
+        held back by a ``not_before`` still in the future (by the store's clock, as lease expiry is)."""
+        ...
+
+    def due_runs(self, status: str, now: datetime, limit: int = 100) -> list[str]:
+        """Ids of runs in ``status`` whose ``not_before`` has come by ``now``, the earliest due first.
+
+        Runs never held back (no ``not_before``) are not listed: this finds retries, not every run.
+        """
         ...
 
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease: ...

@@ -81,12 +81,16 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, seq))""",
     ],
     # 2: single-use approvals (the journal row that starts a guarded call holds its grant, one key per
-    # grant) and agents by registered name (the runs.agent column named an import path before).
+    # grant); agents by registered name (the runs.agent column named an import path before); a run may
+    # be held back until a time (a crashed step's backoff, a model outage's retry): claim_next skips a
+    # RUNNING run until then, and the retry sweep finds PAUSED ones that are due.
     [
         "ALTER TABLE side_effects ADD COLUMN grant_id TEXT",
         "CREATE UNIQUE INDEX side_effects_one_use_per_grant ON side_effects(run_id, grant_id)"
         " WHERE grant_id IS NOT NULL",
         _AGENT_NAMES,
+        "ALTER TABLE runs ADD COLUMN not_before REAL",
+        "CREATE INDEX runs_due ON runs(status, not_before) WHERE not_before IS NOT NULL",
     ],
 ]
 
@@ -162,5 +166,7 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         "CREATE UNIQUE INDEX side_effects_one_use_per_grant ON side_effects(run_id, grant_id)"
         " WHERE grant_id IS NOT NULL",
         _AGENT_NAMES,
+        "ALTER TABLE runs ADD COLUMN not_before DOUBLE PRECISION",
+        "CREATE INDEX runs_due ON runs(status, not_before) WHERE not_before IS NOT NULL",
     ],
 ]

@@ -218,6 +218,7 @@ class PostgresStore:
             "new_seq": new_seq,
             "run_id": run_id,
             "expected": expected_seq,
+            "not_before": None if write.not_before is None else write.not_before.timestamp(),
         }
         if lease is not None:
             params.update(owner=lease.owner, version=lease.version)
@@ -378,6 +379,11 @@ class PostgresStore:
         if row is None:
             return None
         return Lease(run_id=row[0], owner=owner, version=row[1], expires_at=row[2])
+
+    def due_runs(self, status: str, now: datetime, limit: int = 100) -> list[str]:
+        with self._conn() as conn:
+            rows = conn.execute(q.DUE_RUNS, (status, now.timestamp(), limit)).fetchall()
+        return [str(r[0]) for r in rows]
 
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
         with self._conn() as conn:

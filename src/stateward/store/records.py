@@ -77,7 +77,9 @@ class StepWrite(BaseModel):
     """Everything one step changes, committed in one transaction or not at all.
 
     ``checkpoint`` names why this step's snapshot is also kept as a checkpoint (a wait, a pause, the
-    end of the run); ``clear_control`` acknowledges a pause or cancel request.
+    end of the run); ``clear_control`` acknowledges a pause or cancel request. ``not_before`` holds
+    the run back until then (a backoff or a retry time, by the runtime's clock): ``claim_next`` skips a
+    held run and ``due_runs`` lists it once due; every write without one clears the hold.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -91,6 +93,7 @@ class StepWrite(BaseModel):
     attempts: list[AttemptRecord] = Field(default_factory=list)
     checkpoint: str | None = None
     clear_control: bool = False
+    not_before: datetime | None = None
 
     @property
     def has_contents(self) -> bool:

@@ -53,9 +53,9 @@ def _step_updates(fenced: bool, clear_control: bool) -> tuple[str, str]:
     fence = " AND lease_owner=? AND lease_version=?" if fenced else " AND (lease_owner IS NULL OR lease_expires_at<?)"
     control = ", control=NULL" if clear_control else ""
     return (
-        f"UPDATE runs SET terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
+        f"UPDATE runs SET terminal_reason=?, snapshot=?, last_seq=?, updated_at=?, not_before=?{control}"
         f" WHERE run_key=? AND last_seq=? AND status=?{fence}",
-        f"UPDATE runs SET status=?, terminal_reason=?, snapshot=?, last_seq=?, updated_at=?{control}"
+        f"UPDATE runs SET status=?, terminal_reason=?, snapshot=?, last_seq=?, updated_at=?, not_before=?{control}"
         f" WHERE run_key=? AND last_seq=?{fence}",
     )
 
@@ -377,15 +377,16 @@ class SQLiteStore:
             fence = (lease.owner, lease.version)
             lease_version = lease.version
         status, reason = state.status.value, state.terminal_reason
+        hold = None if write.not_before is None else write.not_before.timestamp()
         with self._lock:
             cur = self._step_cursor  # reused: a new cursor per statement costs more than the statement
             cur.execute("BEGIN IMMEDIATE")
             try:
                 key = self._run_key(cur, run_id)
                 # Most steps leave the status alone: keep it out of the SET list so its index is not rewritten.
-                cur.execute(same_status, (reason, snapshot, new_seq, now, key, expected_seq, status, *fence))
+                cur.execute(same_status, (reason, snapshot, new_seq, now, hold, key, expected_seq, status, *fence))
                 if cur.rowcount != 1:
-                    cur.execute(any_status, (status, reason, snapshot, new_seq, now, key, expected_seq, *fence))
+                    cur.execute(any_status, (status, reason, snapshot, new_seq, now, hold, key, expected_seq, *fence))
                     if cur.rowcount != 1:
                         self._run_keys.pop(run_id, None)  # in case the run is gone: look it up afresh next time
                         raise self._why_not_written(self._db, run_id, expected_seq, lease)
@@ -478,12 +479,22 @@ class SQLiteStore:
             now = time.time()
             row = db.execute(
                 f"SELECT run_id, lease_version FROM runs WHERE status IN ({marks})"
-                " AND (lease_owner IS NULL OR lease_expires_at < ?) ORDER BY updated_at, run_id LIMIT 1",
-                (*statuses, now),
+                " AND (lease_owner IS NULL OR lease_expires_at < ?) AND (not_before IS NULL OR not_before <= ?)"
+                " ORDER BY updated_at, run_id LIMIT 1",
+                (*statuses, now, now),
             ).fetchone()
             if row is None:
                 return None
             return self._grant(db, row[0], owner, int(row[1]) + 1, now + ttl_s)
+
+    def due_runs(self, status: str, now: datetime, limit: int = 100) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT run_id FROM runs WHERE status=? AND not_before IS NOT NULL AND not_before <= ?"
+                " ORDER BY not_before, run_id LIMIT ?",
+                (status, now.timestamp(), limit),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
 
     @staticmethod
     def _grant(db: sqlite3.Connection, run_id: str, owner: str, version: int, expires_at: float) -> Lease:
