@@ -85,3 +85,20 @@ def test_wait_snapshot_is_taken_in_the_transition_itself() -> None:
 def test_decisions_on_a_finished_run_are_illegal() -> None:
     with pytest.raises(IllegalTransitionError):
         _handle('{"type": "FINISH"}', _state(status=RunStatus.COMPLETED))
+
+
+def test_a_decision_built_around_its_finite_check_is_refused_by_the_runtime() -> None:
+    sneaky = ControlDecision.model_construct(
+        type=DecisionType.EXECUTE_TOOL, action="read_material", args={"material_id": "m", "w": [float("nan")]}
+    )
+    t = _handle(sneaky, _state())
+    assert (t.accepted, t.reason, t.state.status) == (False, "NON_FINITE_NUMBER", RunStatus.FAILED)
+
+
+def test_an_oversized_question_is_refused_before_it_is_stored() -> None:
+    limit = AGENT.max_question_chars
+    exactly = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question="q" * limit)
+    assert _handle(exactly, _state(artifacts={"brief": 1})).state.status is RunStatus.WAITING_FOR_USER
+    over = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question="q" * (limit + 1))
+    t = _handle(over, _state(artifacts={"brief": 1}))
+    assert (t.reason, t.pending, t.state.status) == ("QUESTION_TOO_LARGE", None, RunStatus.FAILED)

@@ -77,6 +77,7 @@ class Agent:
     on_rejected_signal: str = "fail"  # "fail" | "correct_once"
     escalation_role: str | None = None
     on_refusal: str = "fail"  # "fail" | "cancel"
+    max_question_chars: int = 4000  # a longer question is refused (QUESTION_TOO_LARGE) before it is stored
 
     def __post_init__(self) -> None:
         if self.ref is None:

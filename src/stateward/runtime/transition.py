@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from stateward.controllers.base import Signal, SignalFailure, WaitSpec
 from stateward.core.budget import Usage
 from stateward.core.canonical import action_digest, canonical_json
-from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource, non_finite_path, parse_decision
 from stateward.core.errors import DecisionParseError, IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import ApprovalScope, GuardedAction, PendingRequest, RunState, WaitSnapshot
@@ -304,6 +304,14 @@ def _check(
             return None, (exc.code, exc.message)
     else:
         decision = signal
+    found = non_finite_path(decision.args)  # a decision built around the constructor's own check
+    if found is not None:
+        return decision, ("NON_FINITE_NUMBER", f"{found} is not a finite number")
+    if decision.type is DecisionType.REQUEST_USER_INPUT and len(decision.question or "") > agent.max_question_chars:
+        return decision, (
+            "QUESTION_TOO_LARGE",
+            f"a question may hold {agent.max_question_chars} characters, not {len(decision.question or '')}",
+        )
     if decision.type is DecisionType.EXECUTE_TOOL:
         if not decision.action:
             return decision, ("tool_decision_without_action", "EXECUTE_TOOL names no action")
