@@ -13,7 +13,7 @@ Takeover: two workers with ``--lease-ttl 1.5 --heartbeat 0.5``; a one-node run w
 claimed, its worker is SIGKILLed mid-tool after a random delay, and the time until the other worker holds
 the run's lease is taken. It cannot beat the lease time left at the kill (at most the TTL).
 
-The workers import this file as ``bench_workers:build_agent`` (they run with ``PYTHONPATH=benchmarks``).
+The workers build the agent by name from ``bench_workers:AGENTS`` (``STATEWARD_AGENTS``, ``PYTHONPATH=benchmarks``).
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ from stateward.controllers.workflow import FinishNode, ToolNode, WorkflowControl
 from stateward.core.budget import Budget
 from stateward.core.state import AgentRef
 from stateward.runtime.agent import Agent
+from stateward.runtime.agent_registry import AgentRegistry
 from stateward.runtime.runtime import Runtime
 from stateward.store.records import Lease
 from stateward.tools.registry import ToolRegistry
 from stateward.tools.spec import tool
 
 HERE = Path(__file__).resolve().parent
-FACTORY = "bench_workers:build_agent"
+NAME = "bench-workers"
 GOAL = "Call the service once per node, then finish."
 RUNS = 60
 STEPS = 6
@@ -94,9 +95,13 @@ def build_agent(steps: int = STEPS, sleep_ms: int = SLEEP_MS) -> Agent:
         name="bench-workers",
         controller=WorkflowController(nodes),
         tools=ToolRegistry([io_call]),
-        ref=AgentRef(name=FACTORY, params={"steps": steps, "sleep_ms": sleep_ms}),
+        ref=AgentRef(name=NAME, params={"steps": steps, "sleep_ms": sleep_ms}),
         budget=Budget(max_steps=steps + 5),
     )
+
+
+AGENTS = AgentRegistry()
+AGENTS.register(NAME, build_agent)
 
 
 # -- the server ------------------------------------------------------------------------------------------
@@ -217,6 +222,7 @@ class Fleet:
         env = {k: v for k, v in os.environ.items() if k not in {"PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"}}
         env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")  # as an installed package has .pyc files
         env["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [env.get("PYTHONPATH")])])
+        env["STATEWARD_AGENTS"] = "bench_workers:AGENTS"
         self.env = env
 
     def spawn(self, url: str, *flags: str) -> WorkerProc:

@@ -31,7 +31,7 @@ _GOAL = (
     " wait for the user's confirmation. Do not write the draft before it is confirmed."
 )
 _AGENT = AgentRef(
-    factory="stateward.demos.blog:build_agent",
+    name="blog",
     params={"controller": "react", "max_steps": 12, "materials": "default", "model_spec": None},
 )
 
