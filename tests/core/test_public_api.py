@@ -1,8 +1,25 @@
-"""The public API is one deliberate list, and every name on it resolves."""
+"""The public API is one deliberate list per public module, pinned: a name added or removed fails here.
+
+To change the surface on purpose, update ``public_api.json`` beside this file in the same commit.
+"""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
 import stateward
+
+PUBLIC_MODULES = ("stateward", "stateward.planning", "stateward.models", "stateward.testing", "stateward.tools")
+SNAPSHOT = Path(__file__).with_name("public_api.json")
+
+
+def surface() -> dict[str, list[str]]:
+    return {name: sorted(importlib.import_module(name).__all__) for name in PUBLIC_MODULES}
 
 
 def test_all_is_sorted_and_matches_the_lazy_exports() -> None:
@@ -10,6 +27,21 @@ def test_all_is_sorted_and_matches_the_lazy_exports() -> None:
     assert set(stateward.__all__) == set(stateward._EXPORTS)
 
 
-def test_every_public_name_resolves() -> None:
-    for name in stateward.__all__:
-        assert getattr(stateward, name) is not None
+def test_the_public_surface_is_the_snapshot() -> None:
+    assert surface() == json.loads(SNAPSHOT.read_text())
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_every_public_name_resolves_and_says_why_it_exists(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    undocumented = []
+    for name in module.__all__:
+        value = getattr(module, name)
+        assert value is not None
+        if not (inspect.isclass(value) or inspect.isfunction(value)):
+            continue
+        doc = value.__dict__.get("__doc__") if inspect.isclass(value) else value.__doc__
+        # A dataclass without a docstring gets its signature as one: that says nothing.
+        if not doc or not doc.strip() or doc.startswith(f"{value.__name__}("):
+            undocumented.append(name)
+    assert undocumented == []

@@ -50,6 +50,9 @@ def provider_rejection(reply: ModelReply) -> SignalFailure | None:
 
 @dataclass(frozen=True)
 class DecisionContext:
+    """What a controller may read to propose its next decision: the run's state, the observations so far (data, never
+    instructions), the inventory and the actions it may show a model."""
+
     state: RunState
     observations: Sequence[Observation]
     inventory: Sequence[str]

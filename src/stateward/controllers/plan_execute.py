@@ -76,6 +76,9 @@ def to_decision(step: ToolStep | AwaitStep | FinishStep) -> ControlDecision:
 
 
 class PlanAndExecuteController:
+    """A planner model emits a plan once; an executor hands its steps to the Runtime one by one, wait steps included,
+    so a plan's 'await approval' becomes a real stop."""
+
     mode = "plan_and_execute"
 
     def __init__(self, planner: Model):

@@ -124,6 +124,9 @@ class PlanRunMemo(BaseModel):
 
 @dataclass(frozen=True)
 class PlanRunConfig:
+    """How a plan run runs its goal: the goal contract, budget limits, the deliverable and its verifier, approval
+    binding, capabilities, readiness and parallelism."""
+
     goal: GoalContract
     budget: BudgetLimits = field(default_factory=BudgetLimits)
     deliverable: str | None = None  # artifact type checked with bounded reflection before it counts
@@ -149,6 +152,10 @@ def start_item_guard(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
 
 
 class PlanRunController:
+    """Runs a Goal Contract through a validated plan DAG: items start when their dependencies are verified, their
+    approval is granted and their budget fits; each item is a bounded local ReAct; deliverables are verified; the
+    run degrades or hands off instead of looping."""
+
     mode = "plan_run"
 
     def __init__(self, planner: Model, worker: Model, config: PlanRunConfig):

@@ -25,6 +25,9 @@ DECIDE_INSTRUCTIONS = (
 
 
 class ReActController:
+    """A model picks every step from the observation history; the Runtime validates each proposal, and a loop that
+    repeats one call with one outcome ends as no_progress."""
+
     mode = "react"
 
     def __init__(

@@ -73,6 +73,8 @@ class ModelNode:
 
 @dataclass(frozen=True)
 class RuleNode:
+    """Code decides a branch from the run's facts and records which branch it took (branch_taken)."""
+
     id: str
     branch: str
     predicate: Callable[[DecisionContext], bool]
@@ -83,6 +85,9 @@ class RuleNode:
 
 @dataclass(frozen=True)
 class HumanNode:
+    """A person decides: the run waits (really stops) and, once answered, routes on the verdict (approved / rejected /
+    replied)."""
+
     id: str
     question: Callable[[DecisionContext], str] | str
     on_approved: str | None = None
@@ -135,6 +140,11 @@ Node = ToolNode | ModelNode | RuleNode | HumanNode | ValidationNode | TimerNode 
 
 
 class WorkflowController:
+    """Code fixes the node sequence; a model only fills a MODEL node's content.
+
+    It proposes one node's decision at a time; the Runtime decides what happens to it.
+    """
+
     mode = "workflow"
 
     def __init__(self, nodes: Sequence[Node], *, model: Model | None = None, start: str | None = None):

@@ -21,6 +21,8 @@ from stateward.core.errors import DecisionParseError
 
 
 class DecisionType(StrEnum):
+    """The four kinds of candidate decision; only the Runtime turns one into a transition."""
+
     EXECUTE_TOOL = "EXECUTE_TOOL"
     REQUEST_USER_INPUT = "REQUEST_USER_INPUT"
     FINISH = "FINISH"

@@ -93,6 +93,9 @@ class DeferredCall(BaseModel):
 
 
 class PendingRequest(BaseModel):
+    """What a stopped run waits for: a request id minted by the Runtime, the question, the exact action an approval
+    admits (if any), who may answer and until when."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     request_id: str
@@ -140,6 +143,9 @@ class WaitSnapshot(BaseModel):
 
 
 class RunState(BaseModel):
+    """The snapshot of one run, changed only through the Runtime: status, counters, budget, the pending request, grants
+    and the controller's memo. Immutable: every change is a new value."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str

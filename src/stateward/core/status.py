@@ -8,6 +8,8 @@ from stateward.core.errors import IllegalTransitionError
 
 
 class RunStatus(StrEnum):
+    """A run's status. Only the Runtime changes it, through the one transition table (next_status)."""
+
     RUNNING = "RUNNING"
     WAITING_FOR_USER = "WAITING_FOR_USER"
     PAUSING = "PAUSING"

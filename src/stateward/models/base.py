@@ -75,6 +75,9 @@ model_attempt_sink: ContextVar[AttemptSink | None] = ContextVar("stateward_model
 
 
 class Model(Protocol):
+    """A signal source backed by a model: it turns a request into raw text (or a native tool call), never into control.
+    The Runtime parses and validates what comes back."""
+
     name: str
 
     def complete(self, request: ModelRequest) -> ModelReply: ...

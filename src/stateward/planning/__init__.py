@@ -1,10 +1,19 @@
-"""Planning: Goal Contract, plan DAG, Plan Validator and versioned plan patches.
+"""Planning: Goal Contract, plan DAG, Plan Validator and versioned plan patches, and the plan-run engine.
 
 A planner proposes a plan; :func:`validate_plan` decides whether it may run, :func:`apply_patch` is the
 only way it changes, and :func:`derive_states` / :func:`ready_items` read work-item states from facts.
 Stopping is decided here too: :class:`BudgetLedger` (reserve before work), :class:`ProgressTracker`
 (bounded local ReAct), :func:`evaluate_termination`, and degraded delivery / handoff (:mod:`.delivery`).
+
+The engine that runs a goal through a plan — :class:`PlanRunController` with its :class:`PlanRunConfig`,
+the tools it lends its work items (:func:`plan_run_tools`) and its finish policy
+(:func:`plan_finish_policy`) — is exported here too, imported on first use.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from stateward.planning.budget import (
     BudgetAmount,
@@ -113,9 +122,34 @@ from stateward.planning.validator import (
     validate_plan,
 )
 
+if TYPE_CHECKING:
+    from stateward.controllers.plan_run import ApprovalAction, PlanRunConfig, PlanRunController, start_item_guard
+    from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
+
+# The plan-run engine is a controller: it imports this package, so it is resolved lazily.
+_ENGINE: dict[str, str] = {
+    "ApprovalAction": "stateward.controllers.plan_run",
+    "PlanRunConfig": "stateward.controllers.plan_run",
+    "PlanRunController": "stateward.controllers.plan_run",
+    "plan_finish_policy": "stateward.controllers.plan_support",
+    "plan_run_tools": "stateward.controllers.plan_support",
+    "start_item_guard": "stateward.controllers.plan_run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ENGINE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stateward.planning' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "REJECT_CODES",
     "REVISE_CODES",
+    "ApprovalAction",
     "ArtifactPredicate",
     "AttemptFact",
     "AttemptOutcome",
@@ -156,6 +190,8 @@ __all__ = [
     "Plan",
     "PlanPatch",
     "PlanPatchError",
+    "PlanRunConfig",
+    "PlanRunController",
     "Predicate",
     "ProgressConfig",
     "ProgressSignal",
@@ -198,10 +234,13 @@ __all__ = [
     "load_patch",
     "load_plan",
     "normalize_query",
+    "plan_finish_policy",
+    "plan_run_tools",
     "read_goal_file",
     "read_plan_file",
     "ready_items",
     "standard_options",
+    "start_item_guard",
     "total_cost",
     "validate_plan",
 ]

@@ -82,6 +82,8 @@ class RiskHandling(StrEnum):
 
 
 class RiskAssessment(_Frozen):
+    """How certain a finding is and how it must be handled before it is delivered."""
+
     risk: FindingRisk
     confidence: Confidence
     handling: RiskHandling
@@ -267,6 +269,8 @@ class PartialDelivery(_Frozen):
 
 
 class DecisionOption(_Frozen):
+    """One choice a person may name when answering a handoff, with its consequence spelled out."""
+
     option_id: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9_]*$")
     label: str = Field(min_length=1)
     consequence: str = Field(min_length=1)
@@ -292,6 +296,9 @@ class ResumePoint(_Frozen):
 
 
 class HandoffPackage(_Frozen):
+    """What a person gets when the run hands over: why, the state reached, attempts, evidence, options with
+    consequences and where to resume."""
+
     reason_code: str = Field(min_length=1)
     reason: str = Field(min_length=1)
     goal: str = Field(min_length=1)

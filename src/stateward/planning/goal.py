@@ -113,12 +113,16 @@ class ViolationEffect(StrEnum):
 
 
 class SoftConstraint(_Frozen):
+    """A constraint the run should keep; a deviation is recorded once and the run goes on."""
+
     constraint_id: str = Field(min_length=1)
     description: str
     predicate: Predicate
 
 
 class HardConstraint(SoftConstraint):
+    """A constraint the run must keep; a violation blocks the run or hands it to a person."""
+
     on_violation: Literal[ViolationEffect.BLOCK, ViolationEffect.HANDOFF] = ViolationEffect.BLOCK
 
 
@@ -148,6 +152,9 @@ class Scope(_Frozen):
 
 
 class GoalContract(_Frozen):
+    """The goal as a contract: objective, scope, deliverables, hard and soft constraints, machine-checkable success and
+    failure criteria, evidence requirements and a deadline."""
+
     goal_id: str = Field(min_length=1)
     objective: str = Field(min_length=1)
     scope: Scope = Scope()
@@ -196,6 +203,8 @@ class GoalContract(_Frozen):
 
 
 class ConstraintViolation(_Frozen):
+    """A constraint found not to hold, with what the goal says happens then."""
+
     constraint_id: str
     hard: bool
     effect: ViolationEffect
@@ -283,6 +292,7 @@ def load_goal(doc: Mapping[str, Any] | str | bytes) -> GoalContract:
 
 
 def read_goal_file(path: str | Path) -> GoalContract:
+    """Read and validate a goal contract document (INVALID_GOAL_DOCUMENT otherwise)."""
     p = Path(path)
     try:
         raw = p.read_bytes()

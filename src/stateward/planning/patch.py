@@ -35,6 +35,9 @@ class ReplanReason(StrEnum):
 
 
 class PlanPatch(_Frozen):
+    """The only way a plan changes: a new version from a base version, with a non-transient reason and the evidence
+    behind it."""
+
     base_version: PositiveInt
     reason: ReplanReason
     evidence_ids: tuple[str, ...] = Field(min_length=1)
@@ -133,6 +136,8 @@ def _check_keeps_succeeded(plan: Plan, patch: PlanPatch, succeeded: set[str]) ->
 
 
 class WorkItemState(StrEnum):
+    """A work item's state, derived from recorded facts on every decision (never set by a model)."""
+
     PENDING = "PENDING"
     READY = "READY"
     RUNNING = "RUNNING"
@@ -145,12 +150,16 @@ class WorkItemState(StrEnum):
 
 
 class AttemptOutcome(StrEnum):
+    """How one attempt of a work item ended, as the runtime recorded it."""
+
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"  # produced output; the item succeeds only once that output is verified
     FAILED = "FAILED"
 
 
 class AttemptFact(_Frozen):
+    """One recorded attempt of a work item: its outcome and, when it failed, the error class."""
+
     outcome: AttemptOutcome
     error_class: str | None = None  # e.g. TIMEOUT, RATE_LIMITED, VERIFICATION_FAILED
 

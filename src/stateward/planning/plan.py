@@ -30,6 +30,8 @@ class _Frozen(BaseModel):
 
 
 class RiskLevel(StrEnum):
+    """How risky a work item is; high-risk items need an approval before they start."""
+
     LOW = "low"
     MEDIUM = "medium"
     HIGH = "high"
@@ -64,6 +66,8 @@ _TASK_TYPE_ALIASES = {"WAIT/TIMER": TaskType.WAIT.value, "WAIT_TIMER": TaskType.
 
 
 class EstimatedCost(_Frozen):
+    """What a work item is expected to consume, reserved from the budget before it starts."""
+
     tool_calls: NonNegativeInt = 0
     model_calls: NonNegativeInt = 0
     tokens: NonNegativeInt = 0
@@ -102,11 +106,15 @@ class RetryPolicy(_Frozen):
 
 
 class OutputSpec(_Frozen):
+    """The typed artifact a work item must produce."""
+
     artifact_type: str = Field(min_length=1)
     schema_version: str = "1.0"
 
 
 class Milestone(_Frozen):
+    """A named group of work items in a plan."""
+
     milestone_id: str = Field(min_length=1)
     title: str
 
@@ -146,6 +154,8 @@ class WorkItem(_Frozen):
 
 
 class Plan(_Frozen):
+    """A versioned DAG of work items toward one goal; it changes only through a PlanPatch."""
+
     plan_id: str = Field(min_length=1)
     version: PositiveInt
     goal_id: str = Field(min_length=1)
@@ -161,6 +171,7 @@ class Plan(_Frozen):
 
 
 def total_cost(items: Iterable[WorkItem]) -> EstimatedCost:
+    """The summed estimated cost of some work items."""
     total = EstimatedCost()
     for item in items:
         total = total + item.estimated_cost
@@ -188,6 +199,7 @@ def load_plan(doc: Mapping[str, Any] | str | bytes) -> Plan:
 
 
 def read_plan_file(path: str | Path) -> Plan:
+    """Read and validate a plan document (INVALID_PLAN_DOCUMENT otherwise)."""
     p = Path(path)
     try:
         raw = p.read_bytes()

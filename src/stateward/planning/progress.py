@@ -32,6 +32,8 @@ class _Frozen(BaseModel):
 
 
 class ProgressSignal(StrEnum):
+    """What the bounded local ReAct of a work item says about its next step."""
+
     CONTINUE = "CONTINUE"
     NO_PROGRESS = "NO_PROGRESS"
     STEP_LIMIT = "STEP_LIMIT"
@@ -106,6 +108,8 @@ class StepRecord(_Frozen):
 
 
 class ProgressConfig(_Frozen):
+    """The bounds of one work item's local ReAct: steps, steps without new evidence, query similarity."""
+
     max_react_steps: PositiveInt
     max_steps_without_evidence: PositiveInt = 2
     query_similarity: float = Field(default=0.8, ge=0.0, le=1.0)
@@ -115,6 +119,8 @@ class ProgressConfig(_Frozen):
 
 
 class ProgressVerdict(_Frozen):
+    """Whether a work item's local ReAct may take another step, and which no-progress rule stopped it."""
+
     signal: ProgressSignal
     rule: NoProgressRule | None = None
     detail: str = ""
@@ -274,6 +280,8 @@ class ProgressTracker(_Frozen):
 
 
 class SelectedAction(_Frozen):
+    """The tool and arguments one local ReAct step chose."""
+
     tool: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
 

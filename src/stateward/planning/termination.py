@@ -35,6 +35,8 @@ class _Frozen(BaseModel):
 
 
 class TerminationDecision(StrEnum):
+    """The termination service's answer for the run as a whole."""
+
     CONTINUE = "CONTINUE"
     PAUSE = "PAUSE"
     DEGRADE = "DEGRADE"
@@ -43,6 +45,8 @@ class TerminationDecision(StrEnum):
 
 
 class TerminationReason(StrEnum):
+    """Why the termination service decided what it did."""
+
     OK = "OK"
     HARD_CONSTRAINT_VIOLATED = "HARD_CONSTRAINT_VIOLATED"
     GOAL_FAILURE_CRITERION = "GOAL_FAILURE_CRITERION"
@@ -61,6 +65,8 @@ class FailureFact(_Frozen):
 
 
 class TerminationPolicy(_Frozen):
+    """Thresholds of the termination service: repeated identical failures, no-progress streaks, stalls."""
+
     max_identical_failures: PositiveInt = 3
     max_no_progress_streak: PositiveInt = 2
     stall_evaluations: PositiveInt = 5
@@ -81,6 +87,8 @@ class TerminationSnapshot(_Frozen):
 
 
 class TerminationRecord(_Frozen):
+    """One recorded termination decision, with its reason and the constraints involved."""
+
     decision: TerminationDecision
     reason: TerminationReason
     detail: str = ""

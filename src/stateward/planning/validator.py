@@ -27,12 +27,16 @@ from stateward.planning.plan import OUTSIDE_TASK_TYPES, Plan, RemainingBudget, R
 
 
 class Verdict(StrEnum):
+    """The Plan Validator's answer: ACCEPT runs, REVISE and REJECT never do."""
+
     ACCEPT = "ACCEPT"
     REVISE = "REVISE"
     REJECT = "REJECT"
 
 
 class IssueCode(StrEnum):
+    """The stable code of one problem the Plan Validator found."""
+
     EMPTY_PLAN = "EMPTY_PLAN"
     GOAL_MISMATCH = "GOAL_MISMATCH"
     DUPLICATE_ID = "DUPLICATE_ID"
@@ -61,6 +65,8 @@ REVISE_CODES: frozenset[IssueCode] = frozenset(IssueCode) - REJECT_CODES
 
 
 class Issue(BaseModel):
+    """One problem in a plan: its code, the work item concerned and a message."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     code: IssueCode
@@ -69,6 +75,8 @@ class Issue(BaseModel):
 
 
 class ValidationReport(BaseModel):
+    """The Plan Validator's verdict and every issue behind it."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     verdict: Verdict

@@ -47,6 +47,9 @@ class Answerer:
 
 @dataclass(frozen=True)
 class AnswerResult:
+    """The outcome of an answer: the run's state after it, whether it repeated an earlier answer (nothing was done
+    again), and the recorded answer."""
+
     state: RunState
     already_answered: bool
     answer: RequestAnswer

@@ -23,6 +23,8 @@ from .types import ToolErrorCode
 
 
 class BreakerPolicy(BaseModel):
+    """When a tool's circuit opens (consecutive failures) and how long it stays open before a half-open probe."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     failure_threshold: int = Field(default=3, ge=1)

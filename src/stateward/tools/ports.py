@@ -12,12 +12,16 @@ from stateward.core.errors import RunError
 
 
 class BreakerPosition(StrEnum):
+    """Where a tool's circuit breaker stands."""
+
     CLOSED = "CLOSED"
     OPEN = "OPEN"
     HALF_OPEN = "HALF_OPEN"
 
 
 class BreakerState(BaseModel):
+    """A tool's circuit breaker as stored: position, consecutive failures, when it opened."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tool: str
@@ -54,6 +58,9 @@ class SideEffectRecord(BaseModel):
 
 
 class GatewayStore(Protocol):
+    """What the gateway needs from durable storage: breakers and the side-effect journal. Both stores implement it; so
+    does InMemoryGatewayStore."""
+
     def get_breaker(self, tool: str) -> BreakerState | None: ...
 
     def put_breaker(self, state: BreakerState) -> None: ...

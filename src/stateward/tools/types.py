@@ -11,6 +11,8 @@ from stateward.core.state import Grant
 
 
 class ToolErrorCode(StrEnum):
+    """The stable error classes of the Tool Gateway."""
+
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
     TOOL_UNAVAILABLE = "TOOL_UNAVAILABLE"
     CIRCUIT_OPEN = "CIRCUIT_OPEN"
@@ -50,6 +52,9 @@ class RuntimeAction(StrEnum):
 
 
 class OutcomeStatus(StrEnum):
+    """How a call through the gateway ended: SUCCESS, FAILED, REJECTED before the handler, BLOCKED by the action gate,
+    or PENDING_VERIFICATION (unknown outcome)."""
+
     SUCCESS = "SUCCESS"
     REJECTED = "REJECTED"  # refused before the handler; nothing happened
     BLOCKED = "BLOCKED"  # the action gate refused it (needs an approval bound to this action)
@@ -58,6 +63,8 @@ class OutcomeStatus(StrEnum):
 
 
 class ToolCall(BaseModel):
+    """A proposed call: a tool name and its raw arguments (validated by the gateway, never trusted)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tool: str
@@ -93,6 +100,8 @@ class CallContext(BaseModel):
 
 
 class AttemptRecord(BaseModel):
+    """One try of a tool call as recorded: outcome, error class, idempotency key and whether the handler ran."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     attempt_id: str
@@ -110,6 +119,9 @@ class AttemptRecord(BaseModel):
 
 
 class ToolOutcome(BaseModel):
+    """Everything the gateway decided and observed about one call: status, result (shaped and redacted), error classes,
+    idempotency key and status, attempts, artifacts, the action digest and any approval the call used up."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tool: str
