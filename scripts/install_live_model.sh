@@ -87,7 +87,7 @@ from pathlib import Path
 
 try:
     from stateward.core.errors import UserError
-    from stateward.models.local_server import start_local_server
+    from stateward.models.local_server import find_llama_server, start_local_server
 except ImportError as exc:
     print(f"error: cannot smoke-test llama-server: stateward is not importable ({exc}); "
           "run ./scripts/dev setup", file=sys.stderr)
@@ -107,15 +107,17 @@ def exit_text(code):
 
 def fail(message):
     tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:]) if log.is_file() else ""
-    print(f"error: LIVE_MODEL_SMOKE_FAILED: {message}\n--- last lines of {log} ---\n{tail}", file=sys.stderr)
+    tail = tail or "(empty)\n"
+    print(f"error: LIVE_MODEL_SMOKE_FAILED: {message}\n--- last lines of {log} ---\n{tail}---", file=sys.stderr)
     sys.exit(1)
 
 t0 = time.monotonic()
 try:
     server = start_local_server(log_path=log, ready_timeout_s=READY_TIMEOUT_S)
 except UserError as exc:
-    m = re.match(r"llama-server exited with (-?\d+)", str(exc))  # its log tail follows: fail() prints it
-    fail(f"llama-server exited with {exit_text(int(m.group(1)))} before /health answered" if m else str(exc))
+    m = re.match(r"llama-server exited with (-?\d+)", exc.message)  # then its log tail: fail() prints it
+    fail(f"llama-server ({find_llama_server()}) exited with {exit_text(int(m.group(1)))} before /health "
+         "answered" if m else str(exc))
 ready_s = time.monotonic() - t0
 try:
     body = json.dumps({"prompt": "Hello", "n_predict": 1, "temperature": 0}).encode()
@@ -126,7 +128,7 @@ try:
             reply = json.load(resp)
     except (OSError, ValueError) as exc:
         code = server.process.poll()
-        fail(f"llama-server exited with {exit_text(code)} during a one-token completion"
+        fail(f"llama-server ({find_llama_server()}) exited with {exit_text(code)} during a one-token completion"
              if code is not None else f"one-token completion failed: {exc}")
     if reply.get("tokens_predicted") != 1 or not isinstance(reply.get("content"), str):
         fail(f"unexpected completion reply: {json.dumps(reply)[:300]}")

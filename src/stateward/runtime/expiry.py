@@ -15,6 +15,7 @@ from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.runtime.continuation import resumed_state
 from stateward.runtime.driver import cancel_write, ended, exit_event, transition_event
 from stateward.runtime.recovery import RETRY_BY
+from stateward.runtime.transition import mint_request_id
 from stateward.store.records import RequestAnswer, StepWrite
 
 log = logging.getLogger("stateward.expiry")
@@ -60,7 +61,7 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
         elif agent.on_request_expiry == "escalate":
             escalated = request.model_copy(
                 update={
-                    "request_id": f"approval_{state.requests_issued + 1:03d}",
+                    "request_id": mint_request_id(state),
                     "replaces": request.replaces or request.request_id,
                     "approver_role": agent.escalation_role,
                     "created_at": now,

@@ -9,9 +9,9 @@ from stateward.controllers.base import Observation
 from stateward.core.canonical import sha256_hex
 from stateward.core.decision import ControlDecision
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import PendingRequest, RunState, WaitSnapshot
-from stateward.core.status import TransitionKind, next_status
+from stateward.core.state import PendingRequest, RunState
 from stateward.runtime.agent import Agent, guard
+from stateward.runtime.transition import enter_wait, mint_request_id
 from stateward.store.records import NewArtifact
 from stateward.tools.gateway import ToolGateway
 from stateward.tools.types import AttemptRecord, CallContext, OutcomeStatus, ToolCall, ToolOutcome
@@ -144,9 +144,8 @@ def _store_artifacts(step: ToolStep, outcome: ToolOutcome) -> None:
 def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: ToolOutcome, now: datetime) -> None:
     """Nobody can say whether the side effect happened: no retry, no claimed success — the run waits."""
     state = step.state
-    after = next_status(state.status, TransitionKind.SUSPEND)
     pending = PendingRequest(
-        request_id=f"approval_{state.requests_issued + 1:03d}",
+        request_id=mint_request_id(state),
         kind="reconciliation",
         question=(
             f"The outcome of {decision.action} (idempotency key {outcome.idempotency_key}) is unknown. "
@@ -156,35 +155,6 @@ def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: To
         guarded_action=guard(decision.action or "", decision.args or {}),
         created_at=now,
     )
-    usage = state.usage
-    step.state = state.model_copy(
-        update={
-            "status": after,
-            "terminal_reason": "awaiting_reconciliation",
-            "pending": pending,
-            "requests_issued": state.requests_issued + 1,
-            "wait": WaitSnapshot(step=usage.steps, model_calls=usage.model_calls, tool_attempts=usage.tool_attempts),
-        }
-    )
+    step.state, events = enter_wait(state, pending, "awaiting_reconciliation")
     step.pending = pending
-    step.events.append(
-        NewEvent(
-            type=EventType.STATE_TRANSITION,
-            payload={
-                "state_before": state.status.value,
-                "state_after": after.value,
-                "reason": "awaiting_reconciliation",
-            },
-        )
-    )
-    step.events.append(
-        NewEvent(
-            type=EventType.PENDING_RECORDED,
-            payload={
-                "pending_request_id": pending.request_id,
-                "question": pending.question,
-                "state_before": pending.state_before.value,
-                "kind": pending.kind,
-            },
-        )
-    )
+    step.events.extend(events)

@@ -127,15 +127,15 @@ def handle(
         return Transition(kind, state.status, after, True, None, decision, new_state, events=events)
 
     reason = _REASON_BY_KIND.get(kind) or (decision.reason or "failed_by_decision")
-    events.append(_transition_event(state.status, after, reason))
     if kind is not TransitionKind.SUSPEND:
+        events.append(_transition_event(state.status, after, reason))
         new_state = state.model_copy(update={"usage": usage, "status": after, "terminal_reason": reason})
         return Transition(kind, state.status, after, True, reason, decision, new_state, events=events)
 
     check = agent.wait_policy(decision, state)
     guarded = check.guarded_action or (wait.guard if wait is not None else None)
     pending = PendingRequest(
-        request_id=f"approval_{state.requests_issued + 1:03d}",
+        request_id=mint_request_id(state),
         kind="approval" if guarded is not None else (wait.kind if wait is not None else check.kind),
         question=(decision.question or "").strip(),
         state_before=state.status,
@@ -145,31 +145,51 @@ def handle(
         created_at=now,
         expires_at=_expiry(agent, wait, now),
     )
+    new_state, wait_events = enter_wait(state, pending, reason, usage=usage)
+    return Transition(kind, state.status, after, True, reason, decision, new_state, pending, [*events, *wait_events])
+
+
+def mint_request_id(state: RunState) -> str:
+    """The run's next request id (``approval_001``, ``approval_002``, ...): minted here and nowhere else."""
+    return f"approval_{state.requests_issued + 1:03d}"
+
+
+def enter_wait(
+    state: RunState, pending: PendingRequest, reason: str, *, usage: Usage | None = None, **changes: Any
+) -> tuple[RunState, list[NewEvent]]:
+    """RUNNING -> WAITING_FOR_USER on ``pending``: every wait a run enters (a controller's, a guarded
+    call's, an unknown outcome's) is built here, with its state_transition and pending_recorded events.
+
+    The wait snapshot is taken in this same step, so "calls after the wait" is measurable.
+    """
+    counted = usage or state.usage
+    after = next_status(state.status, TransitionKind.SUSPEND)
     new_state = state.model_copy(
         update={
-            "usage": usage,
+            "usage": counted,
             "status": after,
             "terminal_reason": reason,
             "pending": pending,
             "requests_issued": state.requests_issued + 1,
-            # The snapshot is taken here, in the step that enters the wait, not when the loop ends.
-            "wait": WaitSnapshot(step=usage.steps, model_calls=usage.model_calls, tool_attempts=usage.tool_attempts),
+            "wait": WaitSnapshot(
+                step=counted.steps, model_calls=counted.model_calls, tool_attempts=counted.tool_attempts
+            ),
+            **changes,
         }
     )
-    events.append(
-        NewEvent(
-            type=EventType.PENDING_RECORDED,
-            payload={
-                "pending_request_id": pending.request_id,
-                "question": pending.question,
-                "state_before": pending.state_before.value,
-                "guarded_action": None
-                if pending.guarded_action is None
-                else pending.guarded_action.model_dump(mode="json"),
-            },
-        )
+    recorded = NewEvent(
+        type=EventType.PENDING_RECORDED,
+        payload={
+            "pending_request_id": pending.request_id,
+            "question": pending.question,
+            "state_before": pending.state_before.value,
+            "kind": pending.kind,
+            "asked_by": pending.asked_by,
+            "approval_scope": pending.approval_scope.value,
+            "guarded_action": None if (guarded := pending.guarded_action) is None else guarded.model_dump(mode="json"),
+        },
     )
-    return Transition(kind, state.status, after, True, reason, decision, new_state, pending, events)
+    return new_state, [_transition_event(state.status, after, reason), recorded]
 
 
 def unapproved_action(decision: ControlDecision, state: RunState, agent: Agent) -> GuardedAction | None:
@@ -218,13 +238,12 @@ def _ask_approval(
     spec = agent.tools.get(action.tool)
     assert spec is not None
     usage = _with_usage(state, model_usage)
-    after = next_status(state.status, TransitionKind.SUSPEND)
     shown = canonical_json(action.args)
     if len(shown) > _SHOWN_CHARS:
         shown = shown[:_SHOWN_CHARS] + "…"
     scope = spec.approval_scope
     pending = PendingRequest(
-        request_id=f"approval_{state.requests_issued + 1:03d}",
+        request_id=mint_request_id(state),
         kind="approval",
         question=(
             f"Approve {action.tool} with arguments {shown}? "
@@ -244,17 +263,7 @@ def _ask_approval(
         created_at=now,
         expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
     )
-    new_state = state.model_copy(
-        update={
-            "usage": usage,
-            "status": after,
-            "terminal_reason": APPROVAL_REQUIRED,
-            "correction": None,
-            "pending": pending,
-            "requests_issued": state.requests_issued + 1,
-            "wait": WaitSnapshot(step=usage.steps, model_calls=usage.model_calls, tool_attempts=usage.tool_attempts),
-        }
-    )
+    new_state, wait_events = enter_wait(state, pending, APPROVAL_REQUIRED, usage=usage, correction=None)
     events = [
         received,
         NewEvent(
@@ -266,20 +275,9 @@ def _ask_approval(
                 "action_digest": action.digest,
             },
         ),
-        _transition_event(state.status, after, APPROVAL_REQUIRED),
-        NewEvent(
-            type=EventType.PENDING_RECORDED,
-            payload={
-                "pending_request_id": pending.request_id,
-                "question": pending.question,
-                "state_before": pending.state_before.value,
-                "kind": pending.kind,
-                "asked_by": pending.asked_by,
-                "approval_scope": scope.value,
-                "guarded_action": action.model_dump(mode="json"),
-            },
-        ),
+        *wait_events,
     ]
+    after = new_state.status
     return Transition(
         TransitionKind.SUSPEND, state.status, after, True, APPROVAL_REQUIRED, decision, new_state, pending, events
     )
