@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.decision import ControlDecision, SignalSource
 from stateward.core.events import NewEvent
-from stateward.core.state import GuardedAction, RunState
+from stateward.core.state import GuardedAction, RequestKind, RunState
 from stateward.models.base import ActionSpec, ModelReply, Usage
 
 
@@ -93,7 +93,7 @@ class WaitSpec:
     admits, or a handoff with the options a person may choose from."""
 
     guard: GuardedAction | None = None
-    kind: str = "input"
+    kind: RequestKind = RequestKind.INPUT
     options: tuple[str, ...] = ()
     expires_in_s: float | None = None  # a timer: the wait ends by itself at this deadline
 

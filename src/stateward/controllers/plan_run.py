@@ -39,7 +39,7 @@ from stateward.core.canonical import action_digest
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, RunError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import GuardedAction
+from stateward.core.state import GuardedAction, RequestKind
 from stateward.models.base import Model, ModelRequest, Usage
 from stateward.planning.budget import BudgetAmount, BudgetError, BudgetLedger, BudgetLimits
 from stateward.planning.delivery import (
@@ -523,7 +523,7 @@ class PlanRunController:
             f"before it runs: {guard.tool} {json.dumps(guard.args, sort_keys=True)}."
         )
         decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
-        return self._propose(decision, memo, notes, wait=WaitSpec(guard=guard, kind="approval"))
+        return self._propose(decision, memo, notes, wait=WaitSpec(guard=guard, kind=RequestKind.APPROVAL))
 
     def _start(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], item: WorkItem) -> Proposal | None:
         """Reserve the item's budget and put it in flight; a partial delivery if the budget cannot carry it."""
@@ -818,7 +818,7 @@ class PlanRunController:
         memo.handoff_request = f"approval_{ctx.state.requests_issued + 1:03d}"
         notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
         decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
-        return self._propose(decision, memo, notes, wait=WaitSpec(kind="handoff", options=package.option_ids))
+        return self._propose(decision, memo, notes, wait=WaitSpec(kind=RequestKind.HANDOFF, options=package.option_ids))
 
     @staticmethod
     def _handoff_options(code: str) -> tuple[DecisionOption, ...]:

@@ -18,6 +18,7 @@ from stateward.controllers.base import DecisionContext, Proposal, SignalFailure,
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import UserError
 from stateward.core.events import EventType, NewEvent
+from stateward.core.state import RequestKind
 from stateward.models.base import Model, ModelRequest, Usage
 
 ArgsFn = Callable[[DecisionContext], dict[str, Any]]
@@ -204,7 +205,7 @@ class WorkflowController:
                     visible_actions=frozenset(),
                     memo={"node": node.id, "awaiting": node.id, "calls": ctx.state.memo.get("calls", {})},
                     notes=notes,
-                    wait=WaitSpec(kind="timer", expires_in_s=node.seconds),
+                    wait=WaitSpec(kind=RequestKind.TIMER, expires_in_s=node.seconds),
                 )
             if isinstance(node, HumanNode):
                 answer = ctx.state.last_answer

@@ -49,6 +49,33 @@ class AgentRef(BaseModel):
         return data
 
 
+class RequestKind(StrEnum):
+    """What a pending request waits for; it decides which verdicts an answer may give."""
+
+    APPROVAL = "approval"  # a yes / no, usually about one guarded action
+    INPUT = "input"  # a question a person replies to (or approves / rejects)
+    HANDOFF = "handoff"  # a person picks one of the options a handoff package offers
+    RECONCILIATION = "reconciliation"  # a person says whether a side effect of unknown outcome happened
+    TIMER = "timer"  # nobody answers: the expiry sweep fires it
+
+
+class AnswerVerdict(StrEnum):
+    """How a request was answered or closed."""
+
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    REPLIED = "replied"
+    TIMER_FIRED = "timer_fired"
+    CLOSED = "closed"  # by the run itself: cancelled, expired
+
+
+class AskedBy(StrEnum):
+    """Who wrote a request's question: the controller (often a model's words) or the Runtime itself."""
+
+    CONTROLLER = "controller"
+    RUNTIME = "runtime"
+
+
 class ApprovalScope(StrEnum):
     """How many executions one approval admits. ``ONCE`` is the default and the safe choice."""
 
@@ -99,12 +126,12 @@ class PendingRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     request_id: str
-    kind: str = "approval"
+    kind: RequestKind = RequestKind.APPROVAL
     question: str
     state_before: RunStatus
     guarded_action: GuardedAction | None = None
     approval_scope: ApprovalScope = ApprovalScope.ONCE
-    asked_by: str = "controller"  # "runtime": the Runtime wrote the question from a proposed guarded call
+    asked_by: AskedBy = AskedBy.CONTROLLER  # RUNTIME: the Runtime wrote the question from a proposed call
     model_text: str | None = None  # model-written words accompanying a Runtime-written question
     call_step: int | None = None  # asked_by runtime: the step whose proposed call this approval admits
     options: tuple[str, ...] = ()  # for a handoff: the choices an answer must name
@@ -120,7 +147,7 @@ class Answer(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     request_id: str
-    verdict: str  # "approved" | "rejected" | "replied"
+    verdict: AnswerVerdict
     text: str | None = None
     by: str
     at: datetime

@@ -14,7 +14,7 @@ from stateward.controllers.base import Controller, DecisionContext, FinishCheck
 from stateward.core.budget import Budget
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import UserError
-from stateward.core.state import AgentRef, RunState
+from stateward.core.state import AgentRef, RequestKind, RunState
 from stateward.demos import blog_fixtures as fx
 from stateward.models.base import Model
 from stateward.models.scripted import ScriptedModel
@@ -69,7 +69,7 @@ def blog_wait_policy(decision: ControlDecision, state: RunState) -> WaitCheck:
         return WaitCheck(rejected="wait_signal_without_pending_object")
     if not (decision.question or "").strip():
         return WaitCheck(rejected="wait_signal_without_question")
-    return WaitCheck(guarded_action=guard("write_draft", {"brief": f"brief:v{version}"}), kind="approval")
+    return WaitCheck(guarded_action=guard("write_draft", {"brief": f"brief:v{version}"}), kind=RequestKind.APPROVAL)
 
 
 def blog_finish_policy(decision: ControlDecision, state: RunState) -> FinishCheck:

@@ -12,7 +12,7 @@ from stateward.core.budget import Budget
 from stateward.core.canonical import action_digest
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import UserError
-from stateward.core.state import AgentRef, GuardedAction, RunState
+from stateward.core.state import AgentRef, GuardedAction, RequestKind, RunState
 from stateward.tools.registry import ToolRegistry
 
 
@@ -22,7 +22,7 @@ class WaitCheck:
 
     rejected: str | None = None
     guarded_action: GuardedAction | None = None
-    kind: str = "input"
+    kind: RequestKind = RequestKind.INPUT
 
 
 WaitPolicy = Callable[[ControlDecision, RunState], WaitCheck]

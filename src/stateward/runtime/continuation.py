@@ -18,19 +18,28 @@ from typing import Any, Literal
 
 from stateward.core.errors import RequestRefusedError, RunError, StatewardError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import Answer, DeferredCall, Grant, PendingRequest, RunState
+from stateward.core.state import (
+    Answer,
+    AnswerVerdict,
+    AskedBy,
+    DeferredCall,
+    Grant,
+    PendingRequest,
+    RequestKind,
+    RunState,
+)
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.store.base import Store
 from stateward.store.records import RequestAnswer, StepWrite
 
-_ASKS_CONSENT = frozenset({"approval", "input"})
+_ASKS_CONSENT = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
 _VERDICTS_BY_KIND = {
-    "approval": {"approved", "rejected"},
-    "reconciliation": {"approved", "rejected"},
-    "input": {"replied", "approved", "rejected"},
-    "handoff": {"replied"},
-    "timer": set(),  # nobody answers a timer; the expiry sweep fires it
+    RequestKind.APPROVAL: {AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
+    RequestKind.RECONCILIATION: {AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
+    RequestKind.INPUT: {AnswerVerdict.REPLIED, AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
+    RequestKind.HANDOFF: {AnswerVerdict.REPLIED},
+    RequestKind.TIMER: set(),  # nobody answers a timer; the expiry sweep fires it
 }
 
 
@@ -121,7 +130,7 @@ def answer_request(
         raise _refuse("UNKNOWN_REQUEST", f"run {run_id} has no request {request_id!r}", run_id, request_id)
     if record.answer is not None:
         first = record.answer
-        if first.verdict == "closed":
+        if first.verdict is AnswerVerdict.CLOSED:
             raise _refuse(
                 "REQUEST_CLOSED", f"{request_id} was closed ({first.text or 'run ended'})", run_id, request_id
             )
@@ -140,7 +149,7 @@ def answer_request(
         raise _refuse(
             "STALE_REQUEST", f"{request_id} is not the request run {run_id} is waiting on", run_id, request_id
         )
-    allowed = _VERDICTS_BY_KIND.get(pending.kind, {"approved", "rejected", "replied"})
+    allowed = _VERDICTS_BY_KIND[pending.kind]
     if verdict not in allowed:
         raise _refuse(
             "WRONG_ANSWER_KIND",
@@ -218,7 +227,7 @@ def answer_request(
 def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[str, Any] | None:
     """A refused call the Runtime asked about is an outcome the controller sees, with the comment."""
     action = pending.guarded_action
-    if answer.verdict != "rejected" or pending.asked_by != "runtime" or action is None:
+    if answer.verdict is not AnswerVerdict.REJECTED or pending.asked_by is not AskedBy.RUNTIME or action is None:
         return None
     return {
         "step": pending.call_step or 0,
@@ -241,11 +250,11 @@ def resumed_state(state: RunState, answer: RequestAnswer) -> RunState:
     action = pending.guarded_action
     if pending.kind in _ASKS_CONSENT:
         # A person's latest yes or no stands: a run may not complete on a "no" nobody took back.
-        refused = {"approved": None, "rejected": answer.request_id}.get(answer.verdict, refused)
-    if pending.kind == "approval" and action is not None and answer.verdict == "approved":
+        refused = {AnswerVerdict.APPROVED: None, AnswerVerdict.REJECTED: answer.request_id}.get(answer.verdict, refused)
+    if pending.kind is RequestKind.APPROVAL and action is not None and answer.verdict is AnswerVerdict.APPROVED:
         grant = Grant(request_id=answer.request_id, action=action, scope=pending.approval_scope, by=answer.by)
         approvals, granted = (*approvals, grant), (*granted, action.digest)
-        if pending.asked_by == "runtime":
+        if pending.asked_by is AskedBy.RUNTIME:
             next_call = DeferredCall(request_id=answer.request_id, action=action, step=pending.call_step or 0)
     return state.model_copy(
         update={

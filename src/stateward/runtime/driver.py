@@ -18,7 +18,7 @@ from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.setback import Setback, SetbackKind, next_setback
-from stateward.core.state import RunState
+from stateward.core.state import AnswerVerdict, RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import ActionSpec, model_attempt_sink
 from stateward.models.errors import ModelCallError
@@ -444,7 +444,7 @@ def park_write(state: RunState, reason: str, events: list[NewEvent], *, not_befo
 def cancel_write(state: RunState, *, by: str, now: datetime) -> StepWrite:
     """CANCELLED from any non-terminal status; every open request closes with it."""
     new = ended(state, TransitionKind.CANCEL, "cancelled").model_copy(update={"pending": None})
-    closed = RequestAnswer(request_id="*", verdict="closed", text="run cancelled", by=by, at=now)
+    closed = RequestAnswer(request_id="*", verdict=AnswerVerdict.CLOSED, text="run cancelled", by=by, at=now)
     return StepWrite(
         state=new,
         checkpoint="terminal",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from stateward.core.errors import RunError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.setback import without_retry
-from stateward.core.state import RunState
+from stateward.core.state import AnswerVerdict, RequestKind, RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.runtime.continuation import resumed_state
 from stateward.runtime.driver import cancel_write, ended, exit_event, transition_event
@@ -35,7 +35,7 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
         state, seq = store.load_run_at(record.run_id)
         if state.status is not RunStatus.WAITING_FOR_USER or state.pending != request:
             continue
-        if request.kind == "timer":
+        if request.kind is RequestKind.TIMER:
             write = _fire_timer(state, request.request_id, now)
             try:
                 store.commit_step(record.run_id, seq, write)
@@ -50,7 +50,9 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
         except Exception as exc:  # one run whose agent cannot be built here must not stop the sweep
             log.warning("run %s: cannot apply its expiry policy here: %s", record.run_id, exc)
             continue
-        closed = RequestAnswer(request_id=request.request_id, verdict="closed", text="expired", by="stateward", at=now)
+        closed = RequestAnswer(
+            request_id=request.request_id, verdict=AnswerVerdict.CLOSED, text="expired", by="stateward", at=now
+        )
         note = NewEvent(
             type=EventType.REQUEST_ANSWERED,
             payload={"request_id": request.request_id, "verdict": "expired", "policy": agent.on_request_expiry},
@@ -105,7 +107,7 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
 
 def _fire_timer(state: RunState, request_id: str, now: datetime) -> StepWrite:
     """A timer's deadline passed: the run resumes exactly as if a person had answered."""
-    fired = RequestAnswer(request_id=request_id, verdict="timer_fired", by="stateward:timer", at=now)
+    fired = RequestAnswer(request_id=request_id, verdict=AnswerVerdict.TIMER_FIRED, by="stateward:timer", at=now)
     resumed = resumed_state(state, fired)
     return StepWrite(
         state=resumed,

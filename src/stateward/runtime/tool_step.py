@@ -9,7 +9,7 @@ from stateward.controllers.base import Observation
 from stateward.core.canonical import sha256_hex
 from stateward.core.decision import ControlDecision
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import PendingRequest, RunState
+from stateward.core.state import PendingRequest, RequestKind, RunState
 from stateward.runtime.agent import Agent, guard
 from stateward.runtime.transition import enter_wait, mint_request_id
 from stateward.store.records import NewArtifact
@@ -146,7 +146,7 @@ def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: To
     state = step.state
     pending = PendingRequest(
         request_id=mint_request_id(state),
-        kind="reconciliation",
+        kind=RequestKind.RECONCILIATION,
         question=(
             f"The outcome of {decision.action} (idempotency key {outcome.idempotency_key}) is unknown. "
             "Approve once you have confirmed it happened; reject if it did not."

@@ -21,7 +21,15 @@ from stateward.core.canonical import action_digest, canonical_json
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, non_finite_path, parse_decision
 from stateward.core.errors import DecisionParseError, IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import ApprovalScope, GuardedAction, PendingRequest, RunState, WaitSnapshot
+from stateward.core.state import (
+    ApprovalScope,
+    AskedBy,
+    GuardedAction,
+    PendingRequest,
+    RequestKind,
+    RunState,
+    WaitSnapshot,
+)
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import Usage as ModelUsage
 from stateward.runtime.agent import Agent, WaitCheck, guard
@@ -136,7 +144,7 @@ def handle(
     guarded = check.guarded_action or (wait.guard if wait is not None else None)
     pending = PendingRequest(
         request_id=mint_request_id(state),
-        kind="approval" if guarded is not None else (wait.kind if wait is not None else check.kind),
+        kind=RequestKind.APPROVAL if guarded is not None else (wait.kind if wait is not None else check.kind),
         question=(decision.question or "").strip(),
         state_before=state.status,
         guarded_action=guarded,
@@ -244,7 +252,7 @@ def _ask_approval(
     scope = spec.approval_scope
     pending = PendingRequest(
         request_id=mint_request_id(state),
-        kind="approval",
+        kind=RequestKind.APPROVAL,
         question=(
             f"Approve {action.tool} with arguments {shown}? "
             + (
@@ -256,7 +264,7 @@ def _ask_approval(
         state_before=state.status,
         guarded_action=action,
         approval_scope=scope,
-        asked_by="runtime",
+        asked_by=AskedBy.RUNTIME,
         model_text=(decision.reason or "")[:_SHOWN_CHARS] or None,
         call_step=usage.steps,
         approver_role=agent.approver_role,

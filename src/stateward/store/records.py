@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.events import NewEvent
-from stateward.core.state import PendingRequest, RunState
+from stateward.core.state import AnswerVerdict, PendingRequest, RunState
 from stateward.tools.types import AttemptRecord
 
 
@@ -42,7 +42,7 @@ class RequestAnswer(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     request_id: str
-    verdict: str  # approved | rejected | replied | closed
+    verdict: AnswerVerdict
     text: str | None = None
     by: str
     at: datetime
