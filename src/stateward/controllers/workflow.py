@@ -18,7 +18,7 @@ from stateward.controllers.base import DecisionContext, Proposal, SignalFailure,
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import UserError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import RequestKind
+from stateward.core.state import AnswerVerdict, RequestKind
 from stateward.models.base import Model, ModelRequest, Usage
 
 ArgsFn = Callable[[DecisionContext], dict[str, Any]]
@@ -156,6 +156,8 @@ class WorkflowController:
         self.model = model
 
     def decide(self, ctx: DecisionContext) -> Proposal:
+        """Walk from the current node through code-only nodes (rules, validations, answered waits) to the
+        next node that needs the Runtime: a tool call, a wait, a finish or a failure."""
         node_id: str | None = ctx.state.memo.get("node", self.start)
         awaiting: str | None = ctx.state.memo.get("awaiting")
         notes: list[NewEvent] = []
@@ -168,71 +170,97 @@ class WorkflowController:
             node = self.nodes.get(node_id) if node_id is not None else None
             if node is None:
                 return self._finish(ctx, "workflow has no further node", notes)
-            if isinstance(node, RuleNode):
-                taken = bool(node.predicate(ctx))
-                notes.append(
-                    NewEvent(
-                        type=EventType.BRANCH_TAKEN,
-                        payload={"node": node.id, "branch": node.branch, "branch_taken": taken},
-                    )
-                )
-                node_id = node.if_true if taken else node.if_false
-                continue
-            if isinstance(node, ValidationNode):
-                problem = node.check(ctx)
-                notes.append(
-                    NewEvent(
-                        type=EventType.VERIFICATION_RECORDED,
-                        payload={"node": node.id, "outcome": "PASS" if problem is None else "FAIL", "detail": problem},
-                    )
-                )
-                if problem is not None and node.on_fail is None:
-                    return self._fail(f"validation {node.id} failed: {problem}", notes)
-                node_id = node.on_pass if problem is None else node.on_fail
-                continue
-            if isinstance(node, TimerNode):
-                answer = ctx.state.last_answer
-                if answer is not None and awaiting == node.id and answer.verdict == "timer_fired":
-                    awaiting = None
-                    node_id = node.next
-                    continue
-                decision = ControlDecision(
-                    type=DecisionType.REQUEST_USER_INPUT, question=f"waiting {node.seconds:g} s ({node.id})"
-                )
-                return Proposal(
-                    signal=decision,
-                    source=SignalSource.WORKFLOW_NODE,
-                    visible_actions=frozenset(),
-                    memo={"node": node.id, "awaiting": node.id, "calls": ctx.state.memo.get("calls", {})},
-                    notes=notes,
-                    wait=WaitSpec(kind=RequestKind.TIMER, expires_in_s=node.seconds),
-                )
-            if isinstance(node, HumanNode):
-                answer = ctx.state.last_answer
-                if answer is not None and awaiting == node.id:
-                    awaiting = None  # the answer is consumed; a later visit asks afresh
-                    node_id = {
-                        "approved": node.on_approved,
-                        "rejected": node.on_rejected,
-                        "replied": node.on_replied,
-                    }.get(answer.verdict)
-                    continue
-                question = node.question(ctx) if callable(node.question) else node.question
-                decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
-                memo = {"node": node.id, "awaiting": node.id, "calls": ctx.state.memo.get("calls", {})}
-                return Proposal(
-                    signal=decision,
-                    source=SignalSource.WORKFLOW_NODE,
-                    visible_actions=frozenset(),
-                    memo=memo,
-                    notes=notes,
-                )
-            if isinstance(node, FinishNode):
-                return self._finish(ctx, node.reason, notes)
-            if isinstance(node, FailNode):
-                return self._fail(node.reason, notes)
-            return self._act(ctx, node, notes)
+            step = self._visit(ctx, node, notes, awaiting)
+            if isinstance(step, Proposal):
+                return step
+            node_id, awaiting = step
         raise UserError("workflow rules route in a cycle", code="INVALID_WORKFLOW")
+
+    def _visit(
+        self, ctx: DecisionContext, node: Node, notes: list[NewEvent], awaiting: str | None
+    ) -> Proposal | tuple[str | None, str | None]:
+        """A proposal for the Runtime, or where the walk goes next (node id, the wait still awaited)."""
+        if isinstance(node, RuleNode):
+            return self._rule(ctx, node, notes), awaiting
+        if isinstance(node, ValidationNode):
+            return self._validation(ctx, node, notes, awaiting)
+        if isinstance(node, TimerNode):
+            return self._timer(ctx, node, notes, awaiting)
+        if isinstance(node, HumanNode):
+            return self._human(ctx, node, notes, awaiting)
+        if isinstance(node, FinishNode):
+            return self._finish(ctx, node.reason, notes)
+        if isinstance(node, FailNode):
+            return self._fail(node.reason, notes)
+        return self._act(ctx, node, notes)
+
+    @staticmethod
+    def _rule(ctx: DecisionContext, node: RuleNode, notes: list[NewEvent]) -> str:
+        taken = bool(node.predicate(ctx))
+        notes.append(
+            NewEvent(
+                type=EventType.BRANCH_TAKEN,
+                payload={"node": node.id, "branch": node.branch, "branch_taken": taken},
+            )
+        )
+        return node.if_true if taken else node.if_false
+
+    def _validation(
+        self, ctx: DecisionContext, node: ValidationNode, notes: list[NewEvent], awaiting: str | None
+    ) -> Proposal | tuple[str | None, str | None]:
+        problem = node.check(ctx)
+        notes.append(
+            NewEvent(
+                type=EventType.VERIFICATION_RECORDED,
+                payload={"node": node.id, "outcome": "PASS" if problem is None else "FAIL", "detail": problem},
+            )
+        )
+        if problem is not None and node.on_fail is None:
+            return self._fail(f"validation {node.id} failed: {problem}", notes)
+        return (node.on_pass if problem is None else node.on_fail), awaiting
+
+    @staticmethod
+    def _timer(
+        ctx: DecisionContext, node: TimerNode, notes: list[NewEvent], awaiting: str | None
+    ) -> Proposal | tuple[str | None, str | None]:
+        answer = ctx.state.last_answer
+        if answer is not None and awaiting == node.id and answer.verdict == AnswerVerdict.TIMER_FIRED:
+            return node.next, None
+        decision = ControlDecision(
+            type=DecisionType.REQUEST_USER_INPUT, question=f"waiting {node.seconds:g} s ({node.id})"
+        )
+        return Proposal(
+            signal=decision,
+            source=SignalSource.WORKFLOW_NODE,
+            visible_actions=frozenset(),
+            memo={"node": node.id, "awaiting": node.id, "calls": ctx.state.memo.get("calls", {})},
+            notes=notes,
+            wait=WaitSpec(kind=RequestKind.TIMER, expires_in_s=node.seconds),
+        )
+
+    @staticmethod
+    def _human(
+        ctx: DecisionContext, node: HumanNode, notes: list[NewEvent], awaiting: str | None
+    ) -> Proposal | tuple[str | None, str | None]:
+        answer = ctx.state.last_answer
+        if answer is not None and awaiting == node.id:
+            # The answer is consumed (a later visit asks afresh) and routes on its verdict.
+            routes = {
+                AnswerVerdict.APPROVED: node.on_approved,
+                AnswerVerdict.REJECTED: node.on_rejected,
+                AnswerVerdict.REPLIED: node.on_replied,
+            }
+            return routes.get(answer.verdict), None
+        question = node.question(ctx) if callable(node.question) else node.question
+        decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
+        memo = {"node": node.id, "awaiting": node.id, "calls": ctx.state.memo.get("calls", {})}
+        return Proposal(
+            signal=decision,
+            source=SignalSource.WORKFLOW_NODE,
+            visible_actions=frozenset(),
+            memo=memo,
+            notes=notes,
+        )
 
     def _act(self, ctx: DecisionContext, node: ToolNode | ModelNode, notes: list[NewEvent]) -> Proposal:
         usage: tuple[Usage, ...] = ()

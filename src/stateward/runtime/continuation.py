@@ -105,6 +105,125 @@ def check_answer_size(text: str | None, by: str, run_id: str, request_id: str, l
         raise _refuse("ANSWER_TOO_LARGE", f"the answerer's name is over {MAX_ANSWERER_BYTES} bytes", run_id, request_id)
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """One answer being checked against the request it names (the open one the run waits on)."""
+
+    run_id: str
+    request_id: str
+    verdict: str
+    text: str | None
+    who: Answerer
+    now: datetime
+    pending: PendingRequest
+
+
+Refusal = tuple[str, str]  # (code, message)
+
+
+def _verdict_fits_kind(a: _Asked) -> Refusal | None:
+    allowed = _VERDICTS_BY_KIND[a.pending.kind]
+    if a.verdict in allowed:
+        return None
+    return "WRONG_ANSWER_KIND", f"a {a.pending.kind} request takes {sorted(allowed)}, not {a.verdict!r}"
+
+
+def _names_an_option(a: _Asked) -> Refusal | None:
+    options = a.pending.options
+    if not options or (a.text or "").strip().lower() in {o.lower() for o in options}:
+        return None
+    return "UNKNOWN_OPTION", f"{a.request_id} takes one of {list(options)}, not {a.text!r}"
+
+
+def _digest_matches(a: _Asked) -> Refusal | None:
+    guarded = a.pending.guarded_action
+    if a.who.digest is None or (guarded is not None and guarded.digest == a.who.digest):
+        return None
+    return "ACTION_DIGEST_MISMATCH", f"{a.request_id} guards a different action than the one presented"
+
+
+def _role_held(a: _Asked) -> Refusal | None:
+    role = a.pending.approver_role
+    if role is None or role in a.who.roles:
+        return None
+    return "ROLE_NOT_ALLOWED", f"{a.request_id} needs an answerer with role {role!r}"
+
+
+def _not_expired(a: _Asked) -> Refusal | None:
+    expires = a.pending.expires_at
+    if expires is None or a.now < expires:
+        return None
+    return "REQUEST_EXPIRED", f"{a.request_id} expired at {expires.isoformat()}"
+
+
+def _answerer_named(a: _Asked) -> Refusal | None:
+    return None if a.who.by.strip() else ("ANSWERER_REQUIRED", "an answer must say who gave it")
+
+
+# The checks an answer to the open request passes, in order, like the gateway's admission stages.
+ANSWER_CHECKS = (_verdict_fits_kind, _names_an_option, _digest_matches, _role_held, _not_expired, _answerer_named)
+
+
+def _earlier_answer(first: RequestAnswer, verdict: str, text: str | None, run_id: str) -> None:
+    """A request already closed or answered: the identical answer is a no-op, anything else is refused."""
+    request_id = first.request_id
+    if first.verdict is AnswerVerdict.CLOSED:
+        raise _refuse("REQUEST_CLOSED", f"{request_id} was closed ({first.text or 'run ended'})", run_id, request_id)
+    if first.verdict != verdict or (text or None) != (first.text or None):
+        raise _refuse(
+            "REQUEST_ALREADY_ANSWERED",
+            f"{request_id} was already {first.verdict} by {first.by} at {first.at.isoformat()}",
+            run_id,
+            request_id,
+        )
+
+
+def _open_request(state: RunState, run_id: str, request_id: str) -> PendingRequest:
+    """The request the run waits on, which must be the one answered."""
+    if state.status.is_terminal:
+        raise _refuse("RUN_ENDED", f"run {run_id} is {state.status.value}", run_id, request_id)
+    pending = state.pending
+    if state.status is not RunStatus.WAITING_FOR_USER or pending is None or pending.request_id != request_id:
+        raise _refuse(
+            "STALE_REQUEST", f"{request_id} is not the request run {run_id} is waiting on", run_id, request_id
+        )
+    return pending
+
+
+def _answer_events(
+    state: RunState, resumed: RunState, pending: PendingRequest, answer: RequestAnswer
+) -> list[NewEvent]:
+    guarded = pending.guarded_action
+    events = [
+        NewEvent(
+            type=EventType.REQUEST_ANSWERED,
+            payload={
+                "request_id": answer.request_id,
+                "verdict": answer.verdict.value,
+                "by": answer.by,
+                "at": answer.at.isoformat(),
+                "text": answer.text,
+                "guarded_digest": None if guarded is None else guarded.digest,
+            },
+        ),
+        NewEvent(
+            type=EventType.STATE_TRANSITION,
+            payload={
+                "state_before": state.status.value,
+                "state_after": resumed.status.value,
+                "reason": f"request_{answer.verdict.value}",
+            },
+        ),
+        NewEvent(
+            type=EventType.RUN_RESUMED, payload={"request_id": answer.request_id, "usage": state.usage.model_dump()}
+        ),
+    ]
+    refusal = refusal_observation(pending, answer)
+    if refusal is not None:
+        events.insert(1, NewEvent(type=EventType.ACTION_REFUSED, payload={"observation": refusal}))
+    return events
+
+
 def answer_request(
     store: Store,
     run_id: str,
@@ -129,87 +248,17 @@ def answer_request(
         # A request of another tenant is reported exactly like a missing one: nothing leaks.
         raise _refuse("UNKNOWN_REQUEST", f"run {run_id} has no request {request_id!r}", run_id, request_id)
     if record.answer is not None:
-        first = record.answer
-        if first.verdict is AnswerVerdict.CLOSED:
-            raise _refuse(
-                "REQUEST_CLOSED", f"{request_id} was closed ({first.text or 'run ended'})", run_id, request_id
-            )
-        if first.verdict != verdict or (text or None) != (first.text or None):
-            raise _refuse(
-                "REQUEST_ALREADY_ANSWERED",
-                f"{request_id} was already {first.verdict} by {first.by} at {first.at.isoformat()}",
-                run_id,
-                request_id,
-            )
-        return AnswerResult(state=state, already_answered=True, answer=first)
-    if state.status.is_terminal:
-        raise _refuse("RUN_ENDED", f"run {run_id} is {state.status.value}", run_id, request_id)
-    pending = state.pending
-    if state.status is not RunStatus.WAITING_FOR_USER or pending is None or pending.request_id != request_id:
-        raise _refuse(
-            "STALE_REQUEST", f"{request_id} is not the request run {run_id} is waiting on", run_id, request_id
-        )
-    allowed = _VERDICTS_BY_KIND[pending.kind]
-    if verdict not in allowed:
-        raise _refuse(
-            "WRONG_ANSWER_KIND",
-            f"a {pending.kind} request takes {sorted(allowed)}, not {verdict!r}",
-            run_id,
-            request_id,
-        )
-    if pending.options and (text or "").strip().lower() not in {o.lower() for o in pending.options}:
-        raise _refuse(
-            "UNKNOWN_OPTION", f"{request_id} takes one of {list(pending.options)}, not {text!r}", run_id, request_id
-        )
-    guarded = pending.guarded_action
-    if who.digest is not None and (guarded is None or guarded.digest != who.digest):
-        raise _refuse(
-            "ACTION_DIGEST_MISMATCH",
-            f"{request_id} guards a different action than the one presented",
-            run_id,
-            request_id,
-        )
-    if pending.approver_role is not None and pending.approver_role not in who.roles:
-        raise _refuse(
-            "ROLE_NOT_ALLOWED",
-            f"{request_id} needs an answerer with role {pending.approver_role!r}",
-            run_id,
-            request_id,
-        )
-    if pending.expires_at is not None and now >= pending.expires_at:
-        raise _refuse(
-            "REQUEST_EXPIRED", f"{request_id} expired at {pending.expires_at.isoformat()}", run_id, request_id
-        )
-    if not who.by.strip():
-        raise _refuse("ANSWERER_REQUIRED", "an answer must say who gave it", run_id, request_id)
+        _earlier_answer(record.answer, verdict, text, run_id)
+        return AnswerResult(state=state, already_answered=True, answer=record.answer)
+    asked = _Asked(run_id, request_id, verdict, text, who, now, _open_request(state, run_id, request_id))
+    for check in ANSWER_CHECKS:
+        refused = check(asked)
+        if refused is not None:
+            raise _refuse(*refused, run_id, request_id)
 
-    answer = RequestAnswer(request_id=request_id, verdict=verdict, text=text, by=who.by, at=now)
+    answer = RequestAnswer(request_id=request_id, verdict=AnswerVerdict(verdict), text=text, by=who.by, at=now)
     resumed = resumed_state(state, answer)
-    events = [
-        NewEvent(
-            type=EventType.REQUEST_ANSWERED,
-            payload={
-                "request_id": request_id,
-                "verdict": verdict,
-                "by": who.by,
-                "at": now.isoformat(),
-                "text": text,
-                "guarded_digest": None if guarded is None else guarded.digest,
-            },
-        ),
-        NewEvent(
-            type=EventType.STATE_TRANSITION,
-            payload={
-                "state_before": state.status.value,
-                "state_after": resumed.status.value,
-                "reason": f"request_{verdict}",
-            },
-        ),
-        NewEvent(type=EventType.RUN_RESUMED, payload={"request_id": request_id, "usage": state.usage.model_dump()}),
-    ]
-    refusal = refusal_observation(pending, answer)
-    if refusal is not None:
-        events.insert(1, NewEvent(type=EventType.ACTION_REFUSED, payload={"observation": refusal}))
+    events = _answer_events(state, resumed, asked.pending, answer)
     faults.point("approval_before_commit")
     try:
         store.commit_step(run_id, seq, StepWrite(state=resumed, events=events, close_request=answer))

@@ -310,28 +310,38 @@ def _check(
             return None, (exc.code, exc.message)
     else:
         decision = signal
+    return decision, _storable(decision, agent) or _precondition(decision, state, agent, visible)
+
+
+def _storable(decision: ControlDecision, agent: Agent) -> tuple[str, str] | None:
+    """Values the runtime cannot store are refused at the door, whoever built the decision."""
     found = non_finite_path(decision.args)  # a decision built around the constructor's own check
     if found is not None:
-        return decision, ("NON_FINITE_NUMBER", f"{found} is not a finite number")
-    if decision.type is DecisionType.REQUEST_USER_INPUT and len(decision.question or "") > agent.max_question_chars:
-        return decision, (
-            "QUESTION_TOO_LARGE",
-            f"a question may hold {agent.max_question_chars} characters, not {len(decision.question or '')}",
-        )
+        return "NON_FINITE_NUMBER", f"{found} is not a finite number"
+    asked = len(decision.question or "")
+    if decision.type is DecisionType.REQUEST_USER_INPUT and asked > agent.max_question_chars:
+        return "QUESTION_TOO_LARGE", f"a question may hold {agent.max_question_chars} characters, not {asked}"
+    return None
+
+
+def _precondition(
+    decision: ControlDecision, state: RunState, agent: Agent, visible: frozenset[str]
+) -> tuple[str, str] | None:
+    """Step 2: what each decision type requires of the run's state and the agent's policies."""
     if decision.type is DecisionType.EXECUTE_TOOL:
         if not decision.action:
-            return decision, ("tool_decision_without_action", "EXECUTE_TOOL names no action")
+            return "tool_decision_without_action", "EXECUTE_TOOL names no action"
         if decision.action not in visible:
-            return decision, ("action_not_visible", f"{decision.action!r} is not visible at this step")
+            return "action_not_visible", f"{decision.action!r} is not visible at this step"
     if decision.type is DecisionType.REQUEST_USER_INPUT:
         check: WaitCheck = agent.wait_policy(decision, state)
         if check.rejected is not None:
-            return decision, (check.rejected, f"wait refused: {check.rejected}")
+            return check.rejected, f"wait refused: {check.rejected}"
     if decision.type is DecisionType.FINISH:
         finish = agent.finish_policy(decision, state)
         if finish.rejected is not None:
-            return decision, (finish.rejected, f"finish refused: {finish.rejected}")
-    return decision, None
+            return finish.rejected, f"finish refused: {finish.rejected}"
+    return None
 
 
 def _reject(
