@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.decision import ControlDecision, SignalSource
 from stateward.core.events import NewEvent
 from stateward.core.state import GuardedAction, RequestKind, RunState
-from stateward.models.base import ActionSpec, ModelReply, Usage
+from stateward.models.base import ActionSpec, ModelReply, ModelRequest, Usage
 
 
 class Observation(BaseModel):
@@ -26,6 +26,58 @@ class Observation(BaseModel):
     result: Any = None
     error_code: str | None = None
     artifacts: list[str] = Field(default_factory=list)
+
+
+class ObservationLog(Sequence[Observation]):
+    """A run's observations in order, each kept with its JSON form and that form's length, both made
+    once when it is recorded: a model request then carries the history by reference, and no step
+    re-serializes what earlier steps observed (that made a long run's loop quadratic).
+
+    Append-only. As a Sequence it is the view a controller sees: indexing and a tail slice cost what
+    they touch, never the whole history.
+    """
+
+    def __init__(self, observations: Iterable[Observation] = ()):
+        self._items: list[Observation] = []
+        self._json: list[dict[str, Any]] = []
+        self._chars = 0
+        for observation in observations:
+            self.record(observation)
+
+    @classmethod
+    def of(cls, observations: Sequence[Observation]) -> ObservationLog:
+        """``observations`` itself if it is a log, else a log of them (serializing each once)."""
+        return observations if isinstance(observations, ObservationLog) else cls(observations)
+
+    def record(self, observation: Observation) -> None:
+        self._items.append(observation)
+        self._json.append(observation.model_dump(mode="json"))
+        self._chars += len(observation.model_dump_json())
+
+    def json_forms(self) -> list[dict[str, Any]]:
+        """Every observation's JSON form, in a new list holding the cached dicts (not copies of them)."""
+        return self._json[:]
+
+    @property
+    def json_chars(self) -> int:
+        """Total length of the observations' compact JSON forms."""
+        return self._chars
+
+    @overload
+    def __getitem__(self, index: int) -> Observation: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Observation]: ...
+    def __getitem__(self, index: int | slice) -> Observation | list[Observation]:
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Observation]:
+        return iter(self._items)
+
+    def __reversed__(self) -> Iterator[Observation]:
+        return reversed(self._items)
 
 
 class SignalFailure(BaseModel):
@@ -77,6 +129,11 @@ class DecisionContext:
 
     def specs(self, names: Sequence[str]) -> list[ActionSpec]:
         return [self.actions[n] for n in names if n in self.actions]
+
+    def request(self, **fields: Any) -> ModelRequest:
+        """A ModelRequest carrying the whole observation history by reference (see ObservationLog)."""
+        log = ObservationLog.of(self.observations)
+        return ModelRequest.with_history(log.json_forms(), log.json_chars, **fields)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, provider_rejection
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.events import EventType, NewEvent
-from stateward.models.base import Model, ModelRequest, Usage
+from stateward.models.base import Model, Usage
 
 PLAN_INSTRUCTIONS = (
     'Reply with one JSON object {"steps": [...]} and nothing else. A step is '
@@ -94,11 +94,10 @@ class PlanAndExecuteController:
         notes: list[NewEvent] = []
         if needs_plan:
             reply = self.planner.complete(
-                ModelRequest(
+                ctx.request(
                     purpose="plan",
                     goal=ctx.state.goal,
                     inventory=list(ctx.inventory),
-                    observations=[o.model_dump(mode="json") for o in ctx.observations],
                     visible_actions=ctx.specs(tuple(ctx.actions)),
                     facts=ctx.facts(),
                     instructions=PLAN_INSTRUCTIONS,

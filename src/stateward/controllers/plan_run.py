@@ -306,11 +306,10 @@ class PlanRunController:
             gaps = verdict.model_dump(mode="json")
         visible = (*(t for t in self.config.research_tools if t in ctx.actions), READINESS_TOOL)
         reply = self.worker.complete(
-            ModelRequest(
+            ctx.request(
                 purpose="decide",
                 goal=f"research for {contract.stage}: {self.config.goal.objective}",
                 inventory=list(ctx.inventory),
-                observations=[o.model_dump(mode="json") for o in ctx.observations],
                 visible_actions=ctx.specs(visible),
                 facts={"readiness_contract": contract.model_dump(mode="json"), "readiness_gaps": gaps},
                 instructions=ITEM_INSTRUCTIONS,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from stateward.controllers.base import DecisionContext, Observation, Proposal, SignalFailure, provider_rejection
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
-from stateward.models.base import Model, ModelRequest
+from stateward.models.base import Model
 
 NO_PROGRESS = "no_progress"
 DEFAULT_MAX_REPEATS = 3
@@ -44,11 +44,10 @@ class ReActController:
             stop = ControlDecision(type=DecisionType.FAIL, reason=NO_PROGRESS)
             return Proposal(signal=stop, source=SignalSource.CONTROLLER, visible_actions=frozenset(visible))
         reply = self.model.complete(
-            ModelRequest(
+            ctx.request(
                 purpose="decide",
                 goal=ctx.state.goal,
                 inventory=list(ctx.inventory),
-                observations=[o.model_dump(mode="json") for o in ctx.observations],
                 visible_actions=ctx.specs(visible),
                 facts=ctx.facts(),
                 instructions=DECIDE_INSTRUCTIONS,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 
 class ActionSpec(BaseModel):
@@ -33,6 +33,43 @@ class ModelRequest(BaseModel):
     instructions: str = ""
     # Set by the runtime's corrective-message policy: providers append it as a user message naming the error.
     correction: str | None = None
+    # The observations list as attached by ``with_history`` and the length of its JSON: see ``json_chars``.
+    _history: _KnownSize | None = PrivateAttr(default=None)
+
+    @classmethod
+    def with_history(cls, observations: list[dict[str, Any]], json_chars: int, **fields: Any) -> ModelRequest:
+        """A request whose observations are already JSON forms, attached as given: validating (copying)
+        the whole history again on every step is what made a long run's loop quadratic.
+
+        ``json_chars`` is the total length of the observations' compact JSON, so ``json_chars()`` of the
+        request never serializes the history either. The dicts are shared: treat them as read-only.
+        """
+        request = cls(**fields).model_copy(update={"observations": observations})
+        request._history = _KnownSize(observations, json_chars)
+        return request
+
+    def json_chars(self) -> int:
+        """``len(self.model_dump_json())``, without serializing a history whose length is already known."""
+        known = self._history
+        if known is None or known.observations is not self.observations:  # e.g. replaced by model_copy
+            return len(self.model_dump_json())
+        rest = len(self.model_copy(update={"observations": []}).model_dump_json())
+        return rest + known.chars + max(len(self.observations) - 1, 0)  # the commas between them
+
+
+class _KnownSize:
+    """A request's cached history size: a cache, not content, so it never makes two requests unequal."""
+
+    __slots__ = ("chars", "observations")
+
+    def __init__(self, observations: list[dict[str, Any]], chars: int):
+        self.observations = observations
+        self.chars = chars
+
+    def __eq__(self, other: object) -> bool:
+        return other is None or isinstance(other, _KnownSize)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class Usage(BaseModel):

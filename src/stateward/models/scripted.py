@@ -36,6 +36,6 @@ class ScriptedModel:
         text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False)
         return ModelReply(
             text=text,
-            usage=Usage(input_tokens=len(request.model_dump_json()) // 4, output_tokens=len(text) // 4),
+            usage=Usage(input_tokens=request.json_chars() // 4, output_tokens=len(text) // 4),
             model=self.name,
         )

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
-from stateward.controllers.base import DecisionContext, Observation, Proposal
+from stateward.controllers.base import DecisionContext, Observation, ObservationLog, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
@@ -59,7 +59,7 @@ class _Run(_Head):
     agent: Agent
     gateway: ToolGateway
     actions: Mapping[str, ActionSpec]
-    observations: list[Observation] = field(default_factory=list)
+    observations: ObservationLog = field(default_factory=ObservationLog)
 
 
 class ActionSpecs(Mapping[str, ActionSpec]):
@@ -259,7 +259,7 @@ class Driver:
             state = done.state
             events.extend(done.events)
             write.update(artifacts=done.artifacts, attempts=done.attempts, open_request=done.pending)
-            run.observations.append(done.observation)
+            run.observations.record(done.observation)
         if state.status is not RunStatus.RUNNING:
             events.append(exit_event(state))
             write["checkpoint"] = "wait" if state.status is RunStatus.WAITING_FOR_USER else "terminal"
@@ -408,12 +408,13 @@ class Driver:
         )
         raise exc
 
-    def _observations(self, run_id: str) -> list[Observation]:
-        return [
+    def _observations(self, run_id: str) -> ObservationLog:
+        """Read once per drive; each step then records its own observation."""
+        return ObservationLog(
             Observation.model_validate(ev.payload["observation"])
             for ev in self.store.read_events(run_id)
             if ev.type in _OBSERVED
-        ]
+        )
 
 
 _OBSERVED = (EventType.TOOL_ATTEMPTED, EventType.ACTION_REFUSED)

@@ -1,0 +1,238 @@
+"""Does the whole ReAct loop get slower per step as the run grows? A scripted model calls a no-op tool N times.
+
+Each run is a real Runtime driving a ReActController over one no-op tool on a SQLite store at
+``synchronous=FULL`` (WAL already wrapped, as in a database in use), for N = 100, 1,000 and 10,000 tool
+steps (``--quick``: up to 1,000). A step is timed from one model call to the next: decide (the model
+request), handle, the tool through the gateway, the commit. Targets: mean ms/step at the largest N /
+at 100 <= 1.2x; ms/step at 100 / the store's own ``commit_step`` at FULL (timed in blocks between the
+runs) <= 3x. The floor beside it is what a step cannot avoid: the commit plus the tool's timeout thread
+(every handler call runs in its own thread, see tools/execution.py). A cProfile of a 1,000-step run at
+NORMAL shows what remains and counts the pydantic ``model_dump`` calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import itertools
+import pstats
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchkit import (
+    StepDriver,
+    Target,
+    emit,
+    machine,
+    mean_us,
+    median_us,
+    step_write,
+    table,
+    targets_table,
+    time_calls,
+    warm_store,
+)
+from stateward import Agent, Budget, Runtime, ToolRegistry, tool
+from stateward.controllers.react import ReActController
+from stateward.core.state import AgentRef
+from stateward.models.base import ModelRequest
+from stateward.models.scripted import ScriptedModel
+from stateward.store.sqlite import SQLiteStore
+from stateward.tools.execution import run_with_timeout
+
+SIZES = (100, 1_000, 10_000)
+QUICK_MAX = 1_000
+REPEATS = {100: 5, 1_000: 2}  # runs per size (median of the runs); larger sizes run once
+COMMIT_BLOCK = 200  # commit_step calls timed between two runs
+THREAD_CALLS = 1000
+PROFILED_N = 1_000
+TARGET_GROWTH = 1.2
+TARGET_COMMIT = 3.0
+
+
+def loop_agent(n: int, stamps: list[tuple[int, int]]) -> Agent:
+    """A ReAct agent whose script calls ``noop`` until it has seen ``n`` observations, then finishes."""
+
+    @tool(description="Do nothing.")
+    def noop(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    model: ScriptedModel
+
+    def policy(request: ModelRequest) -> dict[str, Any]:
+        stamps.append((time.perf_counter_ns(), time.process_time_ns()))
+        model.calls.clear()  # a test's request history would keep every request of the run alive
+        seen = len(request.observations)
+        if seen >= n:
+            return {"type": "FINISH", "reason": "done"}
+        return {"type": "EXECUTE_TOOL", "action": "noop", "args": {"i": seen}}
+
+    model = ScriptedModel(policy)
+    return Agent(
+        name="loop",
+        controller=ReActController(model),
+        tools=ToolRegistry([noop]),
+        ref=AgentRef(name="bench:loop"),
+        budget=Budget(max_steps=n + 1),
+    )
+
+
+def loop_run(tmp: Path, n: int, index: int, synchronous: str = "FULL") -> dict[str, float]:
+    """One run of ``n`` tool steps: mean and median µs per step (model call to model call), and the
+    mean CPU µs per step of the whole process (a busy machine inflates wall time much more)."""
+    path = tmp / f"loop-{n}-{index}.db"
+    warm = warm_store(path)
+    runtime = Runtime(SQLiteStore(path, synchronous=synchronous))
+    stamps: list[tuple[int, int]] = []
+    try:
+        state = runtime.start(loop_agent(n, stamps), "call noop until done")
+        assert state.usage.tool_attempts == n, state
+    finally:
+        runtime.close()
+        warm.close()
+    steps = [b[0] - a[0] for a, b in itertools.pairwise(stamps)]
+    cpu = (stamps[-1][1] - stamps[0][1]) / (len(stamps) - 1)
+    return {"mean_us": mean_us(steps), "median_us": median_us(steps), "cpu_us": cpu / 1000}
+
+
+def commit_block(driver: StepDriver, samples: list[int]) -> None:
+    samples += time_calls(driver.step, COMMIT_BLOCK)
+
+
+def thread_floor_us() -> float:
+    """Median µs of running a no-op handler under the gateway's timeout (a fresh thread per call)."""
+    time_calls(lambda: run_with_timeout(lambda: None, 30.0), 50)
+    return median_us(time_calls(lambda: run_with_timeout(lambda: None, 30.0), THREAD_CALLS))
+
+
+def measure(tmp: Path, sizes: tuple[int, ...]) -> tuple[dict[int, dict[str, float]], list[int]]:
+    """Each size's runs (median of run means and medians), with commit_step blocks between them."""
+    writes = [step_write(i) for i in range(1, 501)]
+    warm = warm_store(tmp / "commit.db")
+    driver = StepDriver(tmp / "commit.db", "FULL", writes)
+    commits: list[int] = []
+    out: dict[int, dict[str, float]] = {}
+    try:
+        time_calls(driver.step, 30)
+        for n in sizes:
+            runs = []
+            for r in range(REPEATS.get(n, 1)):
+                commit_block(driver, commits)
+                runs.append(loop_run(tmp, n, r))
+            commit_block(driver, commits)
+            out[n] = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+    finally:
+        driver.close()
+        warm.close()
+    return out, commits
+
+
+def profile_run(tmp: Path, n: int) -> dict[str, Any]:
+    """cProfile of one ``n``-step run at NORMAL: top self times and the pydantic dump calls."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    loop_run(tmp, n, 99, synchronous="NORMAL")
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    rows = []
+    dumps = 0
+    for (file, line, fn), (_cc, calls, tottime, cumtime, _callers) in raw.items():
+        if fn in ("model_dump", "model_dump_json"):
+            dumps += calls
+        rows.append((tottime, calls, cumtime, f"{Path(file).name}:{line}({fn})"))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    top = [
+        {"function": name, "calls": calls, "self_ms": round(t * 1000, 1), "share": round(t / total, 3)}
+        for t, calls, _cum, name in rows[:15]
+    ]
+    return {"steps": n, "model_dump_calls": dumps, "total_ms": round(total * 1000, 1), "top_self": top}
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--quick", action="store_true", help=f"stop at N = {QUICK_MAX:,} (for CI)")
+    parser.add_argument("--sizes", help="comma-separated N to run instead (the first is the baseline)")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse()
+    sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else SIZES
+    if args.quick:
+        sizes = tuple(n for n in sizes if n <= QUICK_MAX)
+    with tempfile.TemporaryDirectory(prefix="bench_loop_") as name:
+        tmp = Path(name)
+        runs, commits = measure(tmp, sizes)
+        thread_us = thread_floor_us()
+        profile = profile_run(tmp, min(PROFILED_N, max(sizes)))
+    commit_us = median_us(commits)
+    first, last = sizes[0], sizes[-1]
+    floor_us = commit_us + thread_us
+    growth = runs[last]["mean_us"] / runs[first]["mean_us"]
+    targets = [
+        Target(f"mean ms/step at N={last:,} / at N={first:,}", growth, TARGET_GROWTH),
+        Target(f"ms/step at N={first:,} / commit_step at FULL", runs[first]["mean_us"] / commit_us, TARGET_COMMIT),
+    ]
+    result = {
+        "benchmark": "loop",
+        "machine": machine(),
+        "steps_us": {str(n): {k: round(v, 1) for k, v in r.items()} for n, r in runs.items()},
+        "commit_step_full_us": round(commit_us, 1),
+        "timeout_thread_us": round(thread_us, 1),
+        "floor_us": round(floor_us, 1),
+        "floor_ratio": round(floor_us / commit_us, 3),
+        "median_growth": round(runs[last]["median_us"] / runs[first]["median_us"], 3),
+        "cpu_growth": round(runs[last]["cpu_us"] / runs[first]["cpu_us"], 3),
+        "profile_normal": profile,
+        "targets": [t.as_dict() for t in targets],
+    }
+    emit(args.json, result, _tables(result, targets))
+
+
+def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
+    commit = result["commit_step_full_us"]
+    rows = [
+        [
+            f"{int(n):,}",
+            f"{r['mean_us'] / 1000:.3f}",
+            f"{r['median_us'] / 1000:.3f}",
+            f"{r['cpu_us'] / 1000:.3f}",
+            f"{r['mean_us'] / commit:.2f}x",
+        ]
+        for n, r in result["steps_us"].items()
+    ]
+    floor = [
+        ["commit_step at FULL (µs, median)", commit],
+        ["a handler under its timeout thread (µs, median)", result["timeout_thread_us"]],
+        ["floor = commit + thread (µs)", result["floor_us"]],
+        ["floor / commit_step", f"{result['floor_ratio']:.2f}x"],
+        ["median ms/step, largest N / smallest", f"{result['median_growth']:.2f}x"],
+        ["CPU ms/step, largest N / smallest", f"{result['cpu_growth']:.2f}x"],
+    ]
+    prof = result["profile_normal"]
+    prof_rows = [[p["function"], p["calls"], p["self_ms"], f"{p['share'] * 100:.1f}%"] for p in prof["top_self"]]
+    return [
+        table(
+            "the ReAct loop at FULL: ms per step (model call to model call)",
+            ("N", "mean", "median", "CPU mean", "mean / commit"),
+            rows,
+        ),
+        table("the floor beside it", ("measure", "value"), floor),
+        table(
+            f"cProfile of a {prof['steps']:,}-step run at NORMAL ({prof['total_ms']} ms;"
+            f" model_dump calls: {prof['model_dump_calls']:,}), top self time",
+            ("function", "calls", "self ms", "share"),
+            prof_rows,
+        ),
+        targets_table(targets),
+    ]
+
+
+if __name__ == "__main__":
+    main()

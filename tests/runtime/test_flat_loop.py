@@ -1,0 +1,131 @@
+"""The loop stays flat as a run grows: no step re-serializes the history earlier steps observed.
+
+Counted, never timed: pydantic dump calls over a whole run must grow linearly with its steps, and each
+model request must carry the observations recorded before it by reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from stateward import Agent, Budget, RunStatus, ToolRegistry, tool
+from stateward.controllers.base import Observation, ObservationLog
+from stateward.controllers.react import ReActController
+from stateward.core.state import AgentRef
+from stateward.models.base import ActionSpec, ModelRequest
+from stateward.models.scripted import ScriptedModel
+from stateward.testing import temporary_runtime
+
+STEPS = 200
+DUMPS_PER_STEP = 10  # a step dumps a handful of models; a quadratic loop does STEPS / 2 per step on average
+
+
+def noop_agent(steps: int) -> tuple[Agent, ScriptedModel]:
+    @tool(description="Do nothing.")
+    def noop(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    def policy(request: ModelRequest) -> dict[str, Any]:
+        seen = len(request.observations)
+        if seen >= steps:
+            return {"type": "FINISH", "reason": "done"}
+        return {"type": "EXECUTE_TOOL", "action": "noop", "args": {"i": seen}}
+
+    model = ScriptedModel(policy)
+    agent = Agent(
+        name="noop",
+        controller=ReActController(model),
+        tools=ToolRegistry([noop]),
+        ref=AgentRef(name="tests:none"),
+        budget=Budget(max_steps=steps + 1),
+    )
+    return agent, model
+
+
+@pytest.fixture
+def dumps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every pydantic ``model_dump``/``model_dump_json`` call, by model class name."""
+    calls: list[str] = []
+    dump, dump_json = BaseModel.model_dump, BaseModel.model_dump_json
+
+    def counted_dump(self: BaseModel, *args: Any, **kwargs: Any) -> Any:
+        calls.append(type(self).__name__)
+        return dump(self, *args, **kwargs)
+
+    def counted_dump_json(self: BaseModel, *args: Any, **kwargs: Any) -> str:
+        calls.append(type(self).__name__)
+        return dump_json(self, *args, **kwargs)
+
+    monkeypatch.setattr(BaseModel, "model_dump", counted_dump)
+    monkeypatch.setattr(BaseModel, "model_dump_json", counted_dump_json)
+    yield calls
+
+
+def test_a_runs_serialization_work_grows_linearly_with_its_steps(tmp_path: Path, dumps: list[str]) -> None:
+    agent, _ = noop_agent(STEPS)
+    runtime = temporary_runtime(tmp_path)
+    try:
+        state = runtime.start(agent, "call noop until done")
+    finally:
+        runtime.close()
+    assert (state.status, state.usage.tool_attempts) == (RunStatus.COMPLETED, STEPS)
+    assert len(dumps) <= DUMPS_PER_STEP * STEPS, f"{len(dumps)} dumps for {STEPS} steps"
+    assert dumps.count("Observation") <= 4 * STEPS  # a few times when recorded, never again by a later step
+
+
+def test_each_request_carries_earlier_observations_by_reference(tmp_path: Path) -> None:
+    agent, model = noop_agent(5)
+    runtime = temporary_runtime(tmp_path)
+    try:
+        runtime.start(agent, "call noop until done")
+    finally:
+        runtime.close()
+    requests = model.calls
+    assert [len(r.observations) for r in requests] == [0, 1, 2, 3, 4, 5]  # each a snapshot of its step
+    first, last = requests[1].observations[0], requests[-1].observations[0]
+    assert first is last
+    assert first == {
+        "step": 1,
+        "action": "noop",
+        "args": {"i": 0},
+        "status": "SUCCESS",
+        "result": {"i": 0},
+        "error_code": None,
+        "artifacts": [],
+    }
+
+
+def test_a_resumed_drive_shows_the_model_the_same_history(tmp_path: Path) -> None:
+    """The log rebuilt from the store at a drive's start matches what the drive that recorded it held."""
+    observations = [
+        Observation(step=1, action="search", args={"q": "naïve €"}, status="SUCCESS", result=[1.5, {"k": None}]),
+        Observation(step=2, action="read", status="FAILED", error_code="TIMEOUT", artifacts=["a:v1"]),
+    ]
+    log = ObservationLog(observations)
+    assert log.json_forms() == [o.model_dump(mode="json") for o in observations]
+    assert list(log) == observations
+    assert log[-1:] == observations[-1:]
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_a_requests_size_is_known_without_serializing_its_history(count: int) -> None:
+    log = ObservationLog(
+        Observation(step=i, action="look", args={"q": "ünïcode ✓", "n": i}, status="SUCCESS", result={"x": 0.1 * i})
+        for i in range(count)
+    )
+    fields: dict[str, Any] = {
+        "purpose": "decide",
+        "goal": "find it",
+        "visible_actions": [ActionSpec(name="look", input_schema={"type": "object"})],
+        "facts": {"artifacts": {"brief": "brief:v1"}},
+    }
+    request = ModelRequest.with_history(log.json_forms(), log.json_chars, **fields)
+    assert request.json_chars() == len(request.model_dump_json())
+    assert request == ModelRequest(observations=log.json_forms(), **fields)
+    changed = request.model_copy(update={"observations": [{"other": "list"}]})  # the known size no longer applies
+    assert changed.json_chars() == len(changed.model_dump_json())
