@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         ToolCallError,
         UserError,
     )
+    from stateward.core.events import Event
     from stateward.core.state import AgentRef, ApprovalScope, Grant, PendingRequest, RunState, is_run_suspended
     from stateward.core.status import RunStatus, TransitionKind
     from stateward.models.base import Model, ModelReply, ModelRequest
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from stateward.runtime.agent_registry import AgentRegistry
     from stateward.runtime.continuation import AnswerResult
     from stateward.runtime.runtime import Runtime
+    from stateward.store.paging import RequestPage, RequestRow, RunPage
+    from stateward.store.records import ArtifactRecord, RunRow
     from stateward.tools.registry import ToolRegistry
     from stateward.tools.spec import ToolContext, ToolSpec, tool
 
@@ -52,6 +55,12 @@ _EXPORTS: dict[str, str] = {
     "AgentRef": "stateward.core.state",
     "AgentRegistry": "stateward.runtime.agent_registry",
     "ApprovalScope": "stateward.core.state",
+    "ArtifactRecord": "stateward.store.records",
+    "Event": "stateward.core.events",
+    "RequestPage": "stateward.store.paging",
+    "RequestRow": "stateward.store.paging",
+    "RunPage": "stateward.store.paging",
+    "RunRow": "stateward.store.records",
     "FailNode": "stateward.controllers.workflow",
     "Grant": "stateward.core.state",
     "AnswerResult": "stateward.runtime.continuation",
@@ -105,11 +114,13 @@ __all__ = (
     "AgentRegistry",
     "AnswerResult",
     "ApprovalScope",
+    "ArtifactRecord",
     "Budget",
     "ControlDecision",
     "DecisionContext",
     "DecisionParseError",
     "DecisionType",
+    "Event",
     "FailNode",
     "FinishNode",
     "Grant",
@@ -124,10 +135,14 @@ __all__ = (
     "PlanAndExecuteController",
     "Proposal",
     "ReActController",
+    "RequestPage",
     "RequestRefusedError",
+    "RequestRow",
     "RuleNode",
     "RunError",
     "RunNotFoundError",
+    "RunPage",
+    "RunRow",
     "RunState",
     "RunStatus",
     "Runtime",
