@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from stateward.core.canonical import canonical_json
 from stateward.core.errors import RunError, StatewardError, UserError
 from stateward.core.state import AgentRef
 from stateward.runtime.agent import Agent
@@ -64,10 +63,9 @@ class RegisteredAgent:
             return False
         if _takes_params_dict(self.factory):
             return True
+        by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         return any(
-            p.kind is inspect.Parameter.VAR_KEYWORD
-            or (p.name == param and p.kind is not inspect.Parameter.POSITIONAL_ONLY and p.kind is not p.VAR_POSITIONAL)
-            for p in parameters
+            p.kind is inspect.Parameter.VAR_KEYWORD or (p.name == param and p.kind in by_name) for p in parameters
         )
 
     def refusal(self, params: Mapping[str, Any]) -> str | None:
@@ -189,7 +187,8 @@ class AgentRegistry:
                 )
             given[MODEL_PARAM] = model_spec
         try:
-            given = json.loads(canonical_json(given))  # exactly what the store keeps and a worker reads back
+            # Exactly what the store keeps and a worker reads back (key order kept; NaN refused).
+            given = json.loads(json.dumps(given, allow_nan=False, ensure_ascii=False))
         except (TypeError, ValueError) as exc:
             raise _invalid_params(name, f"params must be JSON values: {exc}") from None
         why = entry.refusal(given)
