@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         ToolCallError,
         UserError,
     )
+    from stateward.core.events import Event
     from stateward.core.state import AgentRef, ApprovalScope, Grant, PendingRequest, RunState, is_run_suspended
     from stateward.core.status import RunStatus, TransitionKind
     from stateward.models.base import Model, ModelReply, ModelRequest
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from stateward.runtime.agent_registry import AgentRegistry
     from stateward.runtime.continuation import AnswerResult
     from stateward.runtime.runtime import Runtime
+    from stateward.store.paging import RequestPage, RequestRow, RunPage
+    from stateward.store.records import ArtifactRecord, RunRow
     from stateward.tools.breaker import BreakerPolicy
     from stateward.tools.errors import (
         RateLimited,
@@ -68,12 +71,14 @@ _EXPORTS: dict[str, str] = {
     "AgentRegistry": "stateward.runtime.agent_registry",
     "AnswerResult": "stateward.runtime.continuation",
     "ApprovalScope": "stateward.core.state",
+    "ArtifactRecord": "stateward.store.records",
     "BreakerPolicy": "stateward.tools.breaker",
     "Budget": "stateward.core.budget",
     "ControlDecision": "stateward.core.decision",
     "DecisionContext": "stateward.controllers.base",
     "DecisionParseError": "stateward.core.errors",
     "DecisionType": "stateward.core.decision",
+    "Event": "stateward.core.events",
     "FailNode": "stateward.controllers.workflow",
     "FinishNode": "stateward.controllers.workflow",
     "Grant": "stateward.core.state",
@@ -91,11 +96,15 @@ _EXPORTS: dict[str, str] = {
     "RateLimited": "stateward.tools.errors",
     "ReActController": "stateward.controllers.react",
     "RedactionRules": "stateward.tools.redaction",
+    "RequestPage": "stateward.store.paging",
     "RequestRefusedError": "stateward.core.errors",
+    "RequestRow": "stateward.store.paging",
     "RetryPolicy": "stateward.tools.retry",
     "RuleNode": "stateward.controllers.workflow",
     "RunError": "stateward.core.errors",
     "RunNotFoundError": "stateward.core.errors",
+    "RunPage": "stateward.store.paging",
+    "RunRow": "stateward.store.records",
     "RunState": "stateward.core.state",
     "RunStatus": "stateward.core.status",
     "Runtime": "stateward.runtime.runtime",
@@ -133,12 +142,14 @@ __all__ = (
     "AgentRegistry",
     "AnswerResult",
     "ApprovalScope",
+    "ArtifactRecord",
     "BreakerPolicy",
     "Budget",
     "ControlDecision",
     "DecisionContext",
     "DecisionParseError",
     "DecisionType",
+    "Event",
     "FailNode",
     "FinishNode",
     "Grant",
@@ -156,11 +167,15 @@ __all__ = (
     "RateLimited",
     "ReActController",
     "RedactionRules",
+    "RequestPage",
     "RequestRefusedError",
+    "RequestRow",
     "RetryPolicy",
     "RuleNode",
     "RunError",
     "RunNotFoundError",
+    "RunPage",
+    "RunRow",
     "RunState",
     "RunStatus",
     "Runtime",

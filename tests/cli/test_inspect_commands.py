@@ -148,3 +148,40 @@ def test_table_cells_are_inert_and_never_read_as_markup(tmp_path: Path) -> None:
     out = _text("runs", "list", "--db", str(db))
     assert "[bold red]gave up[/bold red] \\x1b[31m\\u202e" in out  # piped: the table is not folded
     assert "\x1b" not in out and "\u202e" not in out
+
+
+# -- listing runs a page at a time --------------------------------------------------------------------------
+def test_runs_list_pages_with_a_cursor_and_filters(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    runtime = Runtime.open(str(db))
+    try:
+        made = [runtime.start(build_agent("react"), GOAL, tenant=t).run_id for t in ("acme", "globex", "acme")]
+        runtime.approve(made[0], "approval_001", by="alice")
+    finally:
+        runtime.close()
+    code, first = _cli("runs", "list", "--limit", "2", "--db", str(db))
+    assert code == 0 and set(first) == {"runs", "next_cursor"} and len(first["runs"]) == 2
+    assert {"run_id", "tenant", "agent", "status", "created_at", "updated_at"} <= set(first["runs"][0])
+    code, rest = _cli("runs", "list", "--limit", "2", "--cursor", first["next_cursor"], "--db", str(db))
+    assert [r["run_id"] for r in first["runs"] + rest["runs"]] == made[::-1] and rest["next_cursor"] is None
+    code, acme = _cli("runs", "list", "--tenant", "acme", "--status", "WAITING_FOR_USER", "--db", str(db))
+    assert [r["run_id"] for r in acme["runs"]] == [made[2]]
+    code, blog = _cli("runs", "list", "--agent", "blog", "--status", "COMPLETED", "--db", str(db))
+    assert [r["run_id"] for r in blog["runs"]] == [made[0]]
+    assert "more: --cursor " in _text("runs", "list", "--limit", "1", "--db", str(db))
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--cursor", "bogus"], "INVALID_CURSOR"),
+        (["--status", "WAITING"], "INVALID_FILTER"),
+    ],
+)
+def test_runs_list_refuses_a_bad_cursor_or_filter_by_name(tmp_path: Path, args: list[str], code: str) -> None:
+    db = tmp_path / "a.db"
+    _two_waiting_runs(db)
+    before = db.read_bytes()
+    exit_code, out = _cli("runs", "list", *args, "--db", str(db))
+    assert (exit_code, out["error"]["code"]) == (3, code)
+    assert db.read_bytes() == before

@@ -202,3 +202,51 @@ def test_a_store_of_schema_one_migrates_to_agent_names(tmp_path: Path) -> None:
     side = store.get_side_effect("k")
     assert side is not None and side.grant_id is None
     store.close()
+
+
+# -- a new run's agent by name (what `stateward run NAME` does) ---------------------------------------------
+def test_create_builds_a_new_runs_agent_whose_ref_carries_exactly_its_params() -> None:
+    registry = AgentRegistry()
+
+    @registry.agent("expenses", version="3")
+    def make(limit: int = 100, model_spec: str | None = None) -> Agent:
+        return finishing_agent(limit=limit)
+
+    agent = registry.create("expenses", {"limit": 7}, model_spec="openai:m")
+    assert agent.ref == AgentRef(name="expenses", version="3", params={"limit": 7, "model_spec": "openai:m"})
+    assert registry.create("expenses").ref == AgentRef(name="expenses", version="3", params={})
+    for params, code in (
+        ({"limit": 1, "colour": "red"}, "INVALID_AGENT_PARAMS"),
+        ({"limit": float("nan")}, "INVALID_AGENT_PARAMS"),
+    ):
+        with pytest.raises(RunError) as err:
+            registry.create("expenses", params)
+        assert err.value.code == code
+    with pytest.raises(RunError) as err:
+        registry.create("expenses", {"model_spec": "openai:a"}, model_spec="openai:b")
+    assert err.value.code == "INVALID_AGENT_PARAMS"
+
+
+def test_a_model_reaches_only_factories_that_take_one() -> None:
+    registry = AgentRegistry()
+    got: list[dict[str, Any]] = []
+    registry.register("no-model", lambda limit=1: finishing_agent())
+    registry.register("any", lambda **params: finishing_agent())
+    registry.register("dict", lambda params: got.append(params) or finishing_agent())
+    with pytest.raises(RunError) as err:
+        registry.create("no-model", model_spec="openai:m")
+    assert err.value.code == "MODEL_NOT_SUPPORTED"
+    assert registry.create("any", model_spec="openai:m").agent_ref.params == {"model_spec": "openai:m"}
+    registry.create("dict", {"a": 1}, model_spec="openai:m")
+    assert got == [{"a": 1, "model_spec": "openai:m"}]
+    with pytest.raises(UserError) as bad:
+        registry.create("any", model_spec="no-spec")
+    assert bad.value.code == "INVALID_MODEL_SPEC"
+
+
+def test_the_builtin_factories_show_their_own_signatures_without_being_imported_to_list() -> None:
+    builtins = {entry.name: entry for entry in builtin_agents()}
+    assert builtins["blog"].accepts("model_spec") and builtins["payment-migration"].accepts("model_spec")
+    assert not builtins["chaos-ledger"].accepts("model_spec")
+    assert builtins["blog"].refusal({"colour": "red"}) is not None
+    assert builtins["blog"].refusal({"controller": "workflow"}) is None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from stateward.core.canonical import sha256_hex
-from stateward.core.errors import RunError, StaleLeaseError, StoreError
+from stateward.core.errors import RunError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import (
     AgentRef,
@@ -31,6 +31,7 @@ from stateward.core.state import (
 from stateward.core.status import RunStatus
 from stateward.store.base import PayloadLimits, Store
 from stateward.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
+from stateward.store.paging import RunPage
 from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
 from stateward.tools.ports import BreakerPosition, BreakerState, SideEffectRecord
 from stateward.tools.types import AttemptRecord
@@ -44,8 +45,8 @@ RUN = "run_a"
 
 # -- builders -----------------------------------------------------------------------------------------
 def make_state(run_id: str = RUN, **update: Any) -> RunState:
-    fields: dict[str, Any] = {"goal": "conformance", **update}
-    return RunState(run_id=run_id, agent=AgentRef(name="tests.store:agent"), **fields)
+    fields: dict[str, Any] = {"goal": "conformance", "agent": AgentRef(name="tests.store:agent"), **update}
+    return RunState(run_id=run_id, **fields)
 
 
 def ev(n: int = 0, kind: EventType = EventType.TOOL_ATTEMPTED, **payload: Any) -> NewEvent:
@@ -318,6 +319,176 @@ def test_list_runs_names_only_live_lease_owners(store: Store) -> None:
     time.sleep(0.05)
     owners = {r.run_id: r.lease_owner for r in store.list_runs()}
     assert owners == {"run_live": "worker-a", "run_gone": None}
+
+
+# == listing a page at a time ============================================================================
+def run_ids(page: RunPage) -> list[str]:
+    return [r.run_id for r in page.items]
+
+
+def every_page(store: Store, size: int, between: Callable[[int], object] = lambda n: None, **filters: Any) -> list[str]:
+    """Every run a paged listing returns, calling ``between(page_number)`` after each page."""
+    seen: list[str] = []
+    cursor: str | None = None
+    for number in range(1, 100):
+        page = store.page_runs(limit=size, cursor=cursor, **filters)
+        assert len(page.items) <= size
+        seen += run_ids(page)
+        cursor = page.next_cursor
+        if cursor is None:
+            return seen
+        between(number)
+    raise AssertionError("the listing never ended")
+
+
+def test_paging_lists_each_run_once_newest_first_while_runs_are_created(store: Store) -> None:
+    for i in range(25):
+        start(store, f"run_{i:02d}")
+    expected = run_ids(store.page_runs(limit=1000))
+    assert sorted(expected) == [f"run_{i:02d}" for i in range(25)]
+    created = {r.run_id: r.created_at for r in store.page_runs(limit=1000).items}
+    assert expected == sorted(expected, key=lambda run_id: (created[run_id], run_id), reverse=True)
+
+    seen = every_page(store, 10, between=lambda n: [start(store, f"run_new_{n}_{i}") for i in range(3)])
+    assert seen == expected  # each once, same order; runs created meanwhile are newer than any cursor
+    newest = run_ids(store.page_runs(limit=1000))
+    assert len(newest) == 31 and newest[6:] == expected  # the runs created meanwhile come first in a new listing
+
+
+def test_a_full_last_page_has_no_next_cursor_only_if_nothing_follows(store: Store) -> None:
+    for i in range(4):
+        start(store, f"run_{i}")
+    first = store.page_runs(limit=2)
+    assert first.next_cursor is not None
+    second = store.page_runs(limit=2, cursor=first.next_cursor)
+    assert len(second.items) == 2 and second.next_cursor is None
+    assert store.page_runs(limit=4).next_cursor is None
+    assert store.page_runs(status="FAILED") == RunPage(items=[], next_cursor=None)
+
+
+def test_run_filters_combine_and_page(store: Store) -> None:
+    for i in range(12):
+        start(
+            store,
+            f"run_{i:02d}",
+            tenant="acme" if i % 2 else "globex",
+            agent=AgentRef(name="payer" if i % 3 else "writer"),
+            status=RunStatus.WAITING_FOR_USER if i % 4 else RunStatus.RUNNING,
+        )
+    everything = store.page_runs(limit=1000).items
+    cases: list[dict[str, Any]] = [
+        {"tenant": "acme"},
+        {"agent": "writer"},
+        {"status": "WAITING_FOR_USER"},
+        {"tenant": "acme", "agent": "payer"},
+        {"tenant": "globex", "status": RunStatus.RUNNING, "agent": "writer"},
+        {"tenant": "nobody"},
+    ]
+    for filters in cases:
+        wanted = [
+            r.run_id
+            for r in everything
+            if all(str(getattr(r, key)) == (v.value if isinstance(v, RunStatus) else v) for key, v in filters.items())
+        ]
+        assert every_page(store, 2, **filters) == wanted, filters
+    assert {r.tenant for r in store.page_runs(tenant="acme").items} == {"acme"}
+
+
+def test_a_status_change_moves_a_run_between_status_listings(store: Store) -> None:
+    start(store)
+    step(store, state=make_state(status=RunStatus.COMPLETED))
+    assert run_ids(store.page_runs(status="COMPLETED")) == [RUN]
+    assert run_ids(store.page_runs(status="RUNNING")) == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code"),
+    [
+        pytest.param({"cursor": "not-a-cursor"}, "INVALID_CURSOR", id="garbage"),
+        pytest.param({"cursor": ""}, "INVALID_CURSOR", id="empty"),
+        pytest.param({"cursor": "x" * 5000}, "INVALID_CURSOR", id="huge"),
+        pytest.param({"cursor": "eyJzIjoiYSIsImsiOlsiYSJdfQ"}, "INVALID_CURSOR", id="well-formed-but-forged"),
+        pytest.param({"limit": 0}, "INVALID_PAGE_SIZE", id="limit-0"),
+        pytest.param({"limit": 1001}, "INVALID_PAGE_SIZE", id="limit-over-max"),
+        pytest.param({"limit": True}, "INVALID_PAGE_SIZE", id="limit-bool"),
+        pytest.param({"status": "WAITING"}, "INVALID_FILTER", id="unknown-status"),
+    ],
+)
+def test_a_bad_listing_argument_is_named_and_changes_nothing(
+    store: Store, backend: Backend, arguments: dict[str, Any], code: str
+) -> None:
+    start(store)
+    before = durable(store, backend)
+    with pytest.raises(UserError) as err:
+        store.page_runs(**arguments)
+    assert err.value.code == code
+    assert durable(store, backend) == before
+
+
+def test_a_cursor_works_only_with_the_filters_it_was_issued_for(store: Store) -> None:
+    for i in range(3):
+        start(store, f"run_{i}", tenant="acme")
+    cursor = store.page_runs(tenant="acme", limit=1).next_cursor
+    assert cursor is not None
+    assert run_ids(store.page_runs(tenant="acme", limit=1, cursor=cursor)) == ["run_1"]
+    for other in ({}, {"tenant": "globex"}, {"tenant": "acme", "agent": "x"}):
+        with pytest.raises(UserError) as err:
+            store.page_runs(cursor=cursor, **other)
+        assert err.value.code == "INVALID_CURSOR"
+    with pytest.raises(UserError) as err:
+        store.page_requests(cursor=cursor)
+    assert err.value.code == "INVALID_CURSOR"
+
+
+def test_requests_page_by_run_and_tenant_open_only_by_default(store: Store) -> None:
+    for run_id, tenant in (("run_a", "acme"), ("run_b", "globex"), ("run_c", "acme")):
+        start(store, run_id, tenant=tenant)
+        step(store, run_id, open_request=request("approval_001"))
+        step(store, run_id, open_request=request("approval_002"))
+    step(store, "run_a", close_request=answer("approval_001"))
+
+    def listed(**filters: Any) -> list[tuple[str, str, str]]:
+        out: list[tuple[str, str, str]] = []
+        cursor: str | None = None
+        while True:
+            page = store.page_requests(limit=1, cursor=cursor, **filters)
+            out += [(r.run_id, r.request.request_id, r.tenant) for r in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                return out
+
+    assert listed() == [
+        ("run_a", "approval_002", "acme"),
+        ("run_b", "approval_001", "globex"),
+        ("run_b", "approval_002", "globex"),
+        ("run_c", "approval_001", "acme"),
+        ("run_c", "approval_002", "acme"),
+    ]
+    assert listed(tenant="acme") == [
+        ("run_a", "approval_002", "acme"),
+        ("run_c", "approval_001", "acme"),
+        ("run_c", "approval_002", "acme"),
+    ]
+    assert listed(run_id="run_a", open_only=False) == [
+        ("run_a", "approval_001", "acme"),
+        ("run_a", "approval_002", "acme"),
+    ]
+    assert listed(run_id="run_b", tenant="acme") == []
+    closed = store.page_requests(run_id="run_a", open_only=False).items[0]
+    assert closed.answer == answer("approval_001") and closed.request == request("approval_001")
+    for bad in ({"limit": 0}, {"cursor": "nope"}):
+        with pytest.raises(UserError):
+            store.page_requests(**bad)
+
+
+def test_read_events_stops_at_the_limit(store: Store) -> None:
+    start(store)
+    step(store, events=3)
+    step(store, events=2)
+    assert [e.seq for e in store.read_events(RUN, 0, 2)] == [1, 2]
+    assert [e.seq for e in store.read_events(RUN, 2, 2)] == [3, 4]
+    assert [e.seq for e in store.read_events(RUN, 4, 10)] == [5, 6]
+    assert store.read_events(RUN, 6, 10) == []
 
 
 # == snapshots ===========================================================================================
@@ -711,6 +882,7 @@ def test_a_write_without_a_hold_clears_it(store: Store) -> None:
     step(store)
     claimed = store.claim_next("w", ttl_s=30)
     assert claimed is not None and claimed.run_id == RUN
+    assert [r.run_id for r in store.page_runs(status="RUNNING", agent="tests.store:agent").items] == [RUN]
 
 
 def test_a_hold_does_not_stop_an_explicit_lease(store: Store) -> None:
@@ -1024,6 +1196,7 @@ def test_a_store_of_schema_1_migrates_and_keeps_its_runs(backend: Backend) -> No
     assert backend.schema_version() == len(migrations_of(backend))
     claimed = store.claim_next("w", ttl_s=30)
     assert claimed is not None and claimed.run_id == RUN
+    assert [r.run_id for r in store.page_runs(status="RUNNING", agent="tests.store:agent").items] == [RUN]
 
 
 def test_stores_opened_at_once_on_a_new_database_all_work(backend: Backend) -> None:

@@ -89,3 +89,34 @@ def test_a_file_that_is_not_sqlite_is_store_corrupt_and_the_connection_is_closed
         SQLiteStore(path)
     assert err.value.code == "STORE_CORRUPT"
     assert path.read_bytes() == b"plain text, not a database " * 200
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [
+        {},
+        {"tenant": "acme"},
+        {"agent": "tests:layout", "status": "RUNNING"},
+        {"status": "WAITING_FOR_USER"},
+    ],
+)
+def test_a_page_of_runs_reads_an_index_in_order_never_sorts_every_run(tmp_path: Path, listing: dict[str, str]) -> None:
+    """The first and later pages are index range scans: their cost does not grow with the number of runs."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        for i in range(3):
+            store.create_run(_state(f"run_{i}"), [NewEvent(type=EventType.RUN_STARTED)])
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)  # the SQL the store runs, values bound
+        cursor = store.page_runs(limit=1, **listing).next_cursor
+        store.page_runs(limit=1, cursor=cursor, **listing)
+        store.page_requests(tenant="acme", limit=1)
+        store._db.set_trace_callback(None)
+        selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+        assert len(selects) == 3
+        for sql in selects:
+            plan = " | ".join(row[3] for row in store._db.execute("EXPLAIN QUERY PLAN " + sql))
+            assert "TEMP B-TREE" not in plan and "USING INDEX" in plan, plan
+            assert "SCAN runs" not in plan or "USING INDEX runs_by_created" in plan, plan
+    finally:
+        store.close()

@@ -55,6 +55,14 @@ DbOpt = Annotated[
     str, typer.Option("--db", envvar="STATEWARD_DB", help="SQLite path or postgresql:// URL (default ./stateward.db).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Model spec (openai[+json]:<name>, anthropic[+json|+json_schema]:<name>, replay:<path>); reaches the"
+        " agent as its model_spec param. Default: the agent's own (the demos' scripted models).",
+    ),
+]
 
 
 def _runtime(db: str, *, create: bool = False) -> Runtime:
@@ -81,6 +89,50 @@ def agents_list(as_json: JsonOpt = False) -> None:
         print_table("agents", ["name", "version", "source", "description"], rows)
 
 
+@app.command("run")
+def run_agent(
+    name: Annotated[str, typer.Argument(help="A registered agent name (see `stateward agents list`).")],
+    goal: Annotated[str, typer.Option("--goal", help="What the run is to achieve.")],
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            help="k=v (repeatable): a factory param, v read as JSON where it parses (5, true, null, '\"x\"', {...}),"
+            " else as text.",
+        ),
+    ] = None,
+    model: ModelOpt = None,
+    db: DbOpt = DEFAULT_DB,
+    tenant: Annotated[str, typer.Option("--tenant", help="The tenant the run belongs to.")] = "default",
+    no_drive: Annotated[bool, typer.Option("--no-drive", help="Only submit the run; a worker drives it.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a run of any registered agent; returns when it stops (e.g. waiting for an approval).
+
+    The agent is built here from its params first (INVALID_AGENT_PARAMS, MODEL_NOT_SUPPORTED or
+    AGENT_NOT_REGISTERED before anything is written); the run stores its name and exactly these params.
+    """
+    from stateward.cli.run_cmd import parse_params
+    from stateward.runtime.agent_registry import process_agents
+    from stateward.runtime.runtime import Runtime
+    from stateward.runtime.summary import run_summary
+
+    with reported_errors(as_json):
+        registry = process_agents()
+        agent = registry.create(name, parse_params(param or []), model_spec=model)
+        runtime = Runtime.open(db, create=True, agents=registry)
+        state = runtime.submit(agent, goal, tenant=tenant) if no_drive else runtime.start(agent, goal, tenant=tenant)
+        out = run_summary(runtime.store, state)
+    out["pending_request_id"] = None if state.pending is None else state.pending.request_id
+    out["agent_ref"] = state.agent.model_dump(mode="json")
+    if as_json:
+        emit_json(out)
+        return
+    print_summary(out)
+    if state.pending is not None:
+        typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
+
+
 # -- demos ----------------------------------------------------------------------------------------
 @demo_app.command("stop-signal")
 def demo_stop_signal(
@@ -105,6 +157,7 @@ def demo_blog(
     max_steps: Annotated[int, typer.Option(min=1, help="Step budget of the run.")] = 12,
     materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
     no_drive: Annotated[bool, typer.Option("--no-drive", help="Only submit the run; a worker drives it.")] = False,
+    model: ModelOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start the blog-brief agent; returns when the run stops (normally waiting for approval)."""
@@ -112,7 +165,7 @@ def demo_blog(
     from stateward.demos.blog_fixtures import GOAL
 
     with reported_errors(as_json):
-        agent = build_agent(controller, max_steps=max_steps, materials=materials)
+        agent = build_agent(controller, max_steps=max_steps, materials=materials, model_spec=model)
         runtime = _runtime(db, create=True)
         state = runtime.submit(agent, GOAL) if no_drive else runtime.start(agent, GOAL)
     out = {
@@ -138,14 +191,16 @@ def demo_payment_migration(
     approve: Annotated[
         bool, typer.Option("--approve", help="Approve the delivery in-process (as demo-reviewer) and finish.")
     ] = False,
+    model: ModelOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the 18-item payment SDK migration plan; it stops for approval before delivering the report."""
     from stateward.demos.payment.agent import build_agent, goal, summary
 
     with reported_errors(as_json):
+        agent = build_agent(model_spec=model)
         runtime = _runtime(db, create=True)
-        state = runtime.start(build_agent(), goal().objective)
+        state = runtime.start(agent, goal().objective)
         if approve and state.pending is not None:
             state = runtime.approve(state.run_id, state.pending.request_id, by="demo-reviewer").state
         out = summary(runtime.store, state)
@@ -193,30 +248,52 @@ def runs_show(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> 
 
 @runs_app.command("list")
 def runs_list(
-    db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False, limit: Annotated[int, typer.Option(min=1, max=1_000_000)] = 100
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+    status: Annotated[
+        str | None, typer.Option("--status", help="Only runs in this status (e.g. WAITING_FOR_USER).")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's runs.")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Only runs of this registered agent name.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Runs per page (1-1000).")] = 100,
+    cursor: Annotated[str | None, typer.Option("--cursor", help="next_cursor of the previous page.")] = None,
 ) -> None:
-    """Runs in the store, newest first."""
+    """Runs in the store, newest first, a page at a time (filters combine; --cursor continues a listing).
+
+    JSON: {"runs": [...], "next_cursor": "..." | null}; pass next_cursor back with the same filters.
+    """
     with reported_errors(as_json):
-        rows = [r.model_dump(mode="json") for r in _runtime(db).store.list_runs(limit)]
+        page = _runtime(db).list_runs(status=status, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
+    rows = [r.model_dump(mode="json") for r in page.items]
     if as_json:
-        emit_json(rows)
-    else:
-        print_table("runs", ("run_id", "agent", "status", "terminal_reason", "updated_at"), rows)
+        emit_json({"runs": rows, "next_cursor": page.next_cursor})
+        return
+    print_table("runs", ("run_id", "tenant", "agent", "status", "terminal_reason", "updated_at"), rows)
+    if page.next_cursor is not None:
+        typer.echo(f"more: --cursor {page.next_cursor}")
 
 
 @requests_app.command("list")
 def requests_list(
-    db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False, run_id: Annotated[str | None, typer.Option("--run")] = None
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+    run_id: Annotated[str | None, typer.Option("--run")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only requests of this tenant's runs.")] = None,
 ) -> None:
     """Open pending requests (the approval inbox), each with the exact action an answer admits."""
     from stateward.cli.output import pending_lines
+    from stateward.store.paging import MAX_PAGE_SIZE, RequestRow
 
     with reported_errors(as_json):
         runtime = _runtime(db)
-        if run_id is not None:
-            runtime.get(run_id)  # an unknown run is an error here as everywhere, not an empty inbox
-        records = runtime.store.list_requests(run_id, open_only=True)
-        tenants = {r: runtime.store.load_run(r).tenant for r in dict.fromkeys(rec.run_id for rec in records)}
+        records: list[RequestRow] = []
+        cursor: str | None = None
+        while True:  # the whole inbox, read a bounded page at a time
+            page = runtime.list_requests(run_id=run_id, tenant=tenant, limit=MAX_PAGE_SIZE, cursor=cursor)
+            records += page.items
+            cursor = page.next_cursor
+            if cursor is None:
+                break
     rows: list[dict[str, Any]] = [
         {
             "run_id": r.run_id,
@@ -231,7 +308,7 @@ def requests_list(
             "asked_by": r.request.asked_by,
             "model_text": r.request.model_text,
             "expires_at": None if r.request.expires_at is None else r.request.expires_at.isoformat(),
-            "tenant": tenants[r.run_id],
+            "tenant": r.tenant,
             "created_at": r.request.created_at.isoformat(),
         }
         for r in records

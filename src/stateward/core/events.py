@@ -43,6 +43,8 @@ class EventType(StrEnum):
 
 
 class Event(BaseModel):
+    """One recorded event of a run: type and payload, numbered in order (seq), with the writing lease version."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str

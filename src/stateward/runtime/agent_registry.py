@@ -8,19 +8,26 @@ builds an agent comes from the process's own configuration, in this order:
 3. ``STATEWARD_AGENTS`` / ``--agents``: comma-separated ``module:attr`` of :class:`AgentRegistry` objects.
 
 A name that none of them registered is refused (``AGENT_NOT_REGISTERED``) and nothing is imported.
+
+A new run's agent is made by :meth:`AgentRegistry.create` (``stateward run NAME --param k=v --model
+SPEC``): its params must be JSON the factory accepts (``INVALID_AGENT_PARAMS``), and a model spec
+becomes the reserved param ``model_spec`` — passed only to a factory that declares it (or takes
+``**params`` or one ``params`` dict); any other factory refuses it (``MODEL_NOT_SUPPORTED``). The run
+stores exactly those params, so every process rebuilds the same agent.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from stateward.core.errors import RunError, UserError
+from stateward.core.errors import RunError, StatewardError, UserError
 from stateward.core.state import AgentRef
 from stateward.runtime.agent import Agent
 
@@ -28,6 +35,7 @@ ENTRY_POINT_GROUP = "stateward.agents"
 ENV_VAR = "STATEWARD_AGENTS"
 
 AgentFactory = Callable[..., Agent]
+MODEL_PARAM = "model_spec"  # the param a model spec (``--model``) reaches a factory as
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,31 @@ class RegisteredAgent:
         if _takes_params_dict(self.factory):
             return self.factory(dict(params))
         return self.factory(**params)
+
+    def accepts(self, param: str) -> bool:
+        """Whether the factory can be given ``param``: by name, through ``**params``, or in its ``params`` dict."""
+        try:
+            parameters = inspect.signature(self.factory).parameters.values()
+        except (TypeError, ValueError):
+            return False
+        if _takes_params_dict(self.factory):
+            return True
+        by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return any(
+            p.kind is inspect.Parameter.VAR_KEYWORD or (p.name == param and p.kind in by_name) for p in parameters
+        )
+
+    def refusal(self, params: Mapping[str, Any]) -> str | None:
+        """Why the factory's signature cannot take ``params`` (unknown or missing ones), or None."""
+        if _takes_params_dict(self.factory):
+            return None
+        try:
+            inspect.signature(self.factory).bind(**params)
+        except TypeError as exc:
+            return str(exc)
+        except ValueError:
+            return None  # no signature to check against: calling the factory decides
+        return None
 
 
 def _takes_params_dict(factory: AgentFactory) -> bool:
@@ -130,6 +163,52 @@ class AgentRegistry:
         entry = self._entry(name)
         return AgentRef(name=name, version=entry.version, params=dict(params or {}))
 
+    def create(self, name: str, params: Mapping[str, Any] | None = None, *, model_spec: str | None = None) -> Agent:
+        """A new run's agent: ``name`` built from JSON ``params`` exactly as any process will rebuild it.
+
+        ``model_spec`` joins the params as ``model_spec`` if the factory accepts it (MODEL_NOT_SUPPORTED
+        otherwise; INVALID_MODEL_SPEC if it is no spec). Params that are not JSON, that the factory's
+        signature does not take, or that make it raise are INVALID_AGENT_PARAMS (a named error the
+        factory raises keeps its code). The agent's ``ref`` carries exactly the params it was built with.
+        """
+        entry = self._entry(name)
+        given = dict(params or {})
+        if model_spec is not None:
+            from stateward.models.config import parse_spec
+
+            parse_spec(model_spec)
+            if given.get(MODEL_PARAM, model_spec) != model_spec:
+                raise _invalid_params(name, f"--model and param {MODEL_PARAM} disagree")
+            if not entry.accepts(MODEL_PARAM):
+                raise RunError(
+                    f"agent {name!r} takes no model (its factory has no {MODEL_PARAM} parameter)",
+                    code="MODEL_NOT_SUPPORTED",
+                    details={"agent": name},
+                )
+            given[MODEL_PARAM] = model_spec
+        try:
+            # Exactly what the store keeps and a worker reads back (key order kept; NaN refused).
+            given = json.loads(json.dumps(given, allow_nan=False, ensure_ascii=False))
+        except (TypeError, ValueError) as exc:
+            raise _invalid_params(name, f"params must be JSON values: {exc}") from None
+        why = entry.refusal(given)
+        if why is not None:
+            raise _invalid_params(name, why)
+        try:
+            agent = entry.build(given)
+        except StatewardError:
+            raise
+        except Exception as exc:
+            raise _invalid_params(name, f"{type(exc).__name__}: {exc}") from exc
+        if not isinstance(agent, Agent):
+            raise RunError(
+                f"the factory of agent {name!r} returned {type(agent).__name__}, not an Agent",
+                code="AGENT_UNAVAILABLE",
+                details={"agent": name},
+            )
+        agent.ref = AgentRef(name=name, version=entry.version, params=given)
+        return agent
+
     def build(self, ref: AgentRef) -> Agent:
         """Rebuild a run's agent from its stored reference; only registered names are ever built."""
         entry = self._entry(ref.name)
@@ -161,15 +240,36 @@ class AgentRegistry:
         return entry
 
 
+def _invalid_params(name: str, why: str) -> RunError:
+    return RunError(
+        f"agent {name!r} does not take these params: {why}"[:1000],
+        code="INVALID_AGENT_PARAMS",
+        details={"agent": name},
+    )
+
+
+class _LazyFactory:
+    """A built-in factory imported when first built (or inspected), so listing agents imports no demo."""
+
+    def __init__(self, module: str, attr: str):
+        self._module = module
+        self._attr = attr
+        self.__name__ = attr
+
+    def _target(self) -> AgentFactory:
+        factory: AgentFactory = getattr(importlib.import_module(self._module), self._attr)
+        return factory
+
+    def __call__(self, **params: Any) -> Agent:
+        return self._target()(**params)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self._target())
+
+
 def _lazy(module: str, attr: str) -> AgentFactory:
-    """A built-in factory imported when first built, so listing agents imports no demo."""
-
-    def build(**params: Any) -> Agent:
-        factory: AgentFactory = getattr(importlib.import_module(module), attr)
-        return factory(**params)
-
-    build.__name__ = attr
-    return build
+    return _LazyFactory(module, attr)
 
 
 def builtin_agents() -> AgentRegistry:

@@ -18,8 +18,8 @@ from typing import Any
 
 from stateward.core.budget import Budget
 from stateward.core.canonical import sha256_hex
-from stateward.core.errors import RunError, StatewardError, UserError
-from stateward.core.events import EventType, NewEvent
+from stateward.core.errors import RunError, RunNotFoundError, StatewardError, UserError
+from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.setback import without_retry
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
@@ -31,12 +31,15 @@ from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
 from stateward.store.base import Store, open_store
-from stateward.store.records import Lease, StepWrite
+from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
+from stateward.store.records import ArtifactRecord, Lease, StepWrite
 from stateward.tools.gateway import ToolGateway
 from stateward.tools.ports import SideEffectStatus
 
 Clock = Callable[[], datetime]
 IN_FLIGHT = (SideEffectStatus.STARTED.value, SideEffectStatus.UNKNOWN_OUTCOME.value)
+DEFAULT_EVENT_PAGE = 1000
+MAX_EVENT_PAGE = 10_000
 
 __all__ = ["Runtime", "action_specs", "new_run_id"]
 
@@ -163,6 +166,83 @@ class Runtime:
         if agent is None:
             agent = self._agents[state.run_id] = self.agents.build(state.agent)
         return agent
+
+    # -- inspection -----------------------------------------------------------------------------
+    # Every listing is a bounded page. ``tenant`` scopes a read the way the service does: another
+    # tenant's run looks exactly like an unknown one (RUN_NOT_FOUND).
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        tenant: str | None = None,
+        agent: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """Runs newest first, filters combined; pass ``page.next_cursor`` back (same filters) for the next page.
+
+        A run created between two pages never shifts them: each run is listed once. INVALID_CURSOR,
+        INVALID_PAGE_SIZE (1 to 1000) or INVALID_FILTER (an unknown status) for a bad argument.
+        """
+        status_value = None if status is None else status.value if isinstance(status, RunStatus) else status
+        return self.store.page_runs(status=status_value, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
+
+    def list_requests(
+        self,
+        *,
+        run_id: str | None = None,
+        tenant: str | None = None,
+        open_only: bool = True,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> RequestPage:
+        """Pending requests (open ones unless ``open_only=False``) in (run_id, request_id) order, a page at a time.
+
+        Naming a run that does not exist (or is another tenant's) is RUN_NOT_FOUND, not an empty inbox.
+        """
+        if run_id is not None:
+            self._visible(run_id, tenant)
+        return self.store.page_requests(run_id=run_id, tenant=tenant, open_only=open_only, limit=limit, cursor=cursor)
+
+    def events(
+        self, run_id: str, after: int = 0, *, limit: int = DEFAULT_EVENT_PAGE, tenant: str | None = None
+    ) -> list[Event]:
+        """The run's events numbered above ``after``, in order, at most ``limit`` (1 to 10,000).
+
+        The last event's ``seq`` is the ``after`` of the next call; an empty list means none yet.
+        """
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise UserError(f"after must be an event number >= 0, not {after!r}"[:200], code="INVALID_CURSOR")
+        size = page_size(limit, MAX_EVENT_PAGE)
+        self._visible(run_id, tenant)
+        return self.store.read_events(run_id, after, size)
+
+    def artifacts(self, run_id: str, *, tenant: str | None = None) -> list[ArtifactRecord]:
+        """Every version of every artifact of the run, by name then version."""
+        self._visible(run_id, tenant)
+        return self.store.list_artifacts(run_id)
+
+    def artifact(
+        self, run_id: str, name: str, version: int | None = None, *, tenant: str | None = None
+    ) -> ArtifactRecord:
+        """One artifact version (the latest without ``version``); ARTIFACT_NOT_FOUND if there is none."""
+        self._visible(run_id, tenant)
+        found = self.store.get_artifact(run_id, name, version)
+        if found is None:
+            which = name if version is None else f"{name}:v{version}"
+            raise RunError(
+                f"run {run_id} has no artifact {which}",
+                code="ARTIFACT_NOT_FOUND",
+                details={"run_id": run_id, "name": name, "version": version},
+            )
+        return found
+
+    def _visible(self, run_id: str, tenant: str | None) -> None:
+        """RUN_NOT_FOUND unless the run exists and, with ``tenant``, belongs to it."""
+        if tenant is None:
+            self.store.last_seq(run_id)
+        elif self.store.load_run(run_id).tenant != tenant:
+            raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
 
     # -- driving --------------------------------------------------------------------------------
     def drive(self, run_id: str) -> RunState:

@@ -27,9 +27,38 @@ LAST_SEQ = "SELECT last_seq FROM runs WHERE run_id=%s"
 GET_CONTROL = "SELECT control FROM runs WHERE run_id=%s"
 SET_CONTROL = "UPDATE runs SET control=%s WHERE run_id=%s"
 RUN_GUARD_ROW = "SELECT last_seq, lease_owner, lease_version FROM runs WHERE run_id=%s"
-LIST_RUNS = """SELECT run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,
-    CASE WHEN lease_expires_at > extract(epoch from clock_timestamp()) THEN lease_owner END
-    FROM runs ORDER BY created_at DESC, run_id LIMIT %s"""
+RUN_COLUMNS = """run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,
+    CASE WHEN lease_expires_at > extract(epoch from clock_timestamp()) THEN lease_owner END"""
+LIST_RUNS = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC, run_id DESC LIMIT %s"
+
+
+def page_runs(columns: list[str], after: bool) -> str:
+    """A page of runs newest first: ``columns`` equal their parameters, ``after`` starts past a cursor's key."""
+    where = [f"{column}=%s" for column in columns]
+    if after:
+        where.append("(created_at, run_id) < (%s::timestamptz, %s)")
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    return f"SELECT {RUN_COLUMNS} FROM runs{clause} ORDER BY created_at DESC, run_id DESC LIMIT %s"
+
+
+def page_requests(*, run_id: bool, tenant: bool, open_only: bool, after: bool) -> str:
+    """A page of requests in (run_id, request_id) order, each flag adding its condition."""
+    where = [
+        cond
+        for cond, on in (
+            ("p.run_id=%s", run_id),
+            ("r.tenant=%s", tenant),
+            ("p.answer IS NULL", open_only),
+            ("(p.run_id, p.request_id) > (%s, %s)", after),
+        )
+        if on
+    ]
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    return (
+        "SELECT p.run_id, p.body, p.answer, r.tenant, p.request_id"
+        f" FROM pending_requests AS p JOIN runs AS r ON r.run_id=p.run_id{clause}"
+        " ORDER BY p.run_id, p.request_id LIMIT %s"
+    )
 
 
 def step_update(*, leased: bool, clear_control: bool) -> str:
@@ -49,7 +78,8 @@ def step_update(*, leased: bool, clear_control: bool) -> str:
 
 # -- step contents ----------------------------------------------------------------------------------
 INSERT_EVENT = "INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (%s,%s,%s,%s,%s,%s)"
-READ_EVENTS = "SELECT seq, type, payload, lease_version, at FROM events WHERE run_id=%s AND seq>%s ORDER BY seq"
+READ_EVENTS = """SELECT seq, type, payload, lease_version, at FROM events WHERE run_id=%s AND seq>%s
+    ORDER BY seq LIMIT %s"""
 CLOSE_REQUEST = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL"
 CLOSE_ALL_REQUESTS = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND answer IS NULL"
 OPEN_REQUEST = "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (%s,%s,%s,NULL)"

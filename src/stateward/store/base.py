@@ -11,6 +11,7 @@ from typing import Protocol
 from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, NewEvent
 from stateward.core.state import RunState
+from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage
 from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
 from stateward.tools.ports import GatewayStore, SideEffectRecord
 
@@ -73,9 +74,38 @@ class Store(GatewayStore, Protocol):
 
     def last_seq(self, run_id: str) -> int: ...
 
-    def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]: ...
+    def read_events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        """The run's events numbered above ``after_seq`` in order, at most ``limit`` of them (None: all)."""
+        ...
 
-    def list_runs(self, limit: int = 100) -> list[RunRow]: ...
+    def list_runs(self, limit: int = 100) -> list[RunRow]:
+        """The newest runs, unfiltered (see :meth:`page_runs` for filters and paging)."""
+        ...
+
+    def page_runs(
+        self,
+        *,
+        status: str | None = None,
+        tenant: str | None = None,
+        agent: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """One page of runs newest first, filters combined (see ``store/paging.py``); INVALID_CURSOR,
+        INVALID_PAGE_SIZE or INVALID_FILTER for a bad argument."""
+        ...
+
+    def page_requests(
+        self,
+        *,
+        run_id: str | None = None,
+        tenant: str | None = None,
+        open_only: bool = True,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> RequestPage:
+        """One page of pending requests (open ones by default) in (run_id, request_id) order."""
+        ...
 
     def get_request(self, run_id: str, request_id: str) -> PendingRecord | None: ...
 

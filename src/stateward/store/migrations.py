@@ -92,6 +92,18 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN not_before REAL",
         "CREATE INDEX runs_due ON runs(status, not_before) WHERE not_before IS NOT NULL",
     ],
+    # 3: listings page by keyset, newest first on (created_at, run_id), each filter with its own index
+    # so a first page reads a page of index entries whatever the number of runs; the status index
+    # gains the same key (one index still, so a status change rewrites no more than before). Open
+    # requests have their own partial index, as in PostgreSQL.
+    [
+        "CREATE INDEX runs_by_created ON runs(created_at, run_id)",
+        "DROP INDEX runs_by_status",
+        "CREATE INDEX runs_by_status ON runs(status, created_at, run_id)",
+        "CREATE INDEX runs_by_tenant ON runs(tenant, created_at, run_id)",
+        "CREATE INDEX runs_by_agent ON runs(agent, created_at, run_id)",
+        "CREATE INDEX pending_requests_open ON pending_requests(run_id, request_id) WHERE answer IS NULL",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -168,5 +180,13 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         _AGENT_NAMES,
         "ALTER TABLE runs ADD COLUMN not_before DOUBLE PRECISION",
         "CREATE INDEX runs_due ON runs(status, not_before) WHERE not_before IS NOT NULL",
+    ],  # 3: keyset listings newest first on (created_at, run_id), one direction so a row comparison
+    # bounds an index scan; runs_by_status stays (status, updated_at, run_id) for claim_next.
+    [
+        "DROP INDEX runs_by_created",
+        "CREATE INDEX runs_by_created ON runs(created_at, run_id)",
+        "CREATE INDEX runs_by_status_created ON runs(status, created_at, run_id)",
+        "CREATE INDEX runs_by_tenant ON runs(tenant, created_at, run_id)",
+        "CREATE INDEX runs_by_agent ON runs(agent, created_at, run_id)",
     ],
 ]

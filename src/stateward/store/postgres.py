@@ -25,6 +25,18 @@ from stateward.core.state import PendingRequest, RunState
 from stateward.store import _pg_sql as q
 from stateward.store.base import PayloadLimits, refused_write
 from stateward.store.migrations import POSTGRES_MIGRATIONS
+from stateward.store.paging import (
+    DEFAULT_PAGE_SIZE,
+    RequestPage,
+    RunPage,
+    decode_cursor,
+    decode_run_cursor,
+    encode_cursor,
+    page_size,
+    request_filters,
+    request_row,
+    run_filters,
+)
 from stateward.store.records import (
     ArtifactRecord,
     Checkpoint,
@@ -322,9 +334,9 @@ class PostgresStore:
                 )
         return out
 
-    def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]:
+    def read_events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         with self._conn() as conn:
-            rows = conn.execute(q.READ_EVENTS, (run_id, after_seq)).fetchall()
+            rows = conn.execute(q.READ_EVENTS, (run_id, after_seq, limit)).fetchall()
         return [
             Event(
                 run_id=run_id,
@@ -340,20 +352,62 @@ class PostgresStore:
     def list_runs(self, limit: int = 100) -> list[RunRow]:
         with self._conn() as conn:
             rows = conn.execute(q.LIST_RUNS, (limit,)).fetchall()
-        return [
-            RunRow(
-                run_id=r[0],
-                tenant=r[1],
-                agent=r[2],
-                status=r[3],
-                terminal_reason=r[4],
-                last_seq=r[5],
-                created_at=r[6],
-                updated_at=r[7],
-                lease_owner=r[8],
-            )
-            for r in rows
-        ]
+        return [_run_row(r) for r in rows]
+
+    def page_runs(
+        self,
+        *,
+        status: str | None = None,
+        tenant: str | None = None,
+        agent: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> RunPage:
+        size = page_size(limit)
+        filters = run_filters(status, tenant, agent)
+        columns = [column for column, value in filters.items() if value is not None]
+        params: list[Any] = [filters[column] for column in columns]
+        if cursor is not None:
+            created, last_id = decode_run_cursor(cursor, filters)
+            params += [datetime.fromisoformat(created), last_id]
+        with self._conn() as conn:
+            rows = conn.execute(q.page_runs(columns, cursor is not None), (*params, size + 1)).fetchall()
+        more = len(rows) > size
+        items = [_run_row(r) for r in rows[:size]]
+        last = items[-1] if more else None
+        return RunPage(
+            items=items,
+            next_cursor=None
+            if last is None
+            else encode_cursor("runs", filters, [last.created_at.isoformat(), last.run_id]),
+        )
+
+    def page_requests(
+        self,
+        *,
+        run_id: str | None = None,
+        tenant: str | None = None,
+        open_only: bool = True,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> RequestPage:
+        size = page_size(limit)
+        filters = request_filters(run_id, tenant, open_only)
+        params: list[Any] = [value for value in (run_id, tenant) if value is not None]
+        if cursor is not None:
+            params += decode_cursor(cursor, "requests", filters, 2)
+        sql = q.page_requests(
+            run_id=run_id is not None, tenant=tenant is not None, open_only=bool(open_only), after=cursor is not None
+        )
+        with self._conn() as conn:
+            rows = conn.execute(sql, (*params, size + 1)).fetchall()
+        more = len(rows) > size
+        rows = rows[:size]
+        items = [request_row(r[0], r[1], r[2], r[3]) for r in rows]
+        last = rows[-1] if more else None
+        return RequestPage(
+            items=items, next_cursor=None if last is None else encode_cursor("requests", filters, [last[0], last[4]])
+        )
 
     # -- leases ---------------------------------------------------------------------------------
     def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> Lease:
@@ -473,6 +527,20 @@ class PostgresStore:
                 )
             except pg_errors.UniqueViolation:
                 raise approval_consumed(record) from None
+
+
+def _run_row(r: tuple[Any, ...]) -> RunRow:
+    return RunRow(
+        run_id=r[0],
+        tenant=r[1],
+        agent=r[2],
+        status=r[3],
+        terminal_reason=r[4],
+        last_seq=r[5],
+        created_at=r[6],
+        updated_at=r[7],
+        lease_owner=r[8],
+    )
 
 
 def _pending(run_id: str, body: str, answer: str | None) -> PendingRecord:

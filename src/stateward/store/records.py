@@ -12,6 +12,8 @@ from stateward.tools.types import AttemptRecord
 
 
 class ArtifactRecord(BaseModel):
+    """A stored artifact version: name, version, media type, content and its sha256 (never overwritten)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
@@ -119,6 +121,8 @@ class Checkpoint(BaseModel):
 
 
 class RunRow(BaseModel):
+    """One run as listings show it: id, tenant, agent, status, terminal reason, last event, lease owner, times."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str

@@ -21,6 +21,18 @@ from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
 from stateward.store.base import PayloadLimits, refused_write, utf8_size_over
 from stateward.store.migrations import SQLITE_MIGRATIONS
+from stateward.store.paging import (
+    DEFAULT_PAGE_SIZE,
+    RequestPage,
+    RunPage,
+    decode_cursor,
+    decode_run_cursor,
+    encode_cursor,
+    page_size,
+    request_filters,
+    request_row,
+    run_filters,
+)
 from stateward.store.records import (
     ArtifactRecord,
     Checkpoint,
@@ -575,12 +587,13 @@ class SQLiteStore:
             for seq, ev in enumerate(events, start=1)
         ]
 
-    def read_events(self, run_id: str, after_seq: int = 0) -> list[Event]:
+    def read_events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        # Each batch holds at least one event after ``after_seq``: ``limit`` batches hold enough.
         with self._lock:
             rows = self._db.execute(
                 "SELECT seq, count, events, lease_version, at FROM event_batches"
-                " WHERE run_key=(SELECT run_key FROM runs WHERE run_id=?) AND seq>? ORDER BY seq",
-                (run_id, after_seq),
+                " WHERE run_key=(SELECT run_key FROM runs WHERE run_id=?) AND seq>? ORDER BY seq LIMIT ?",
+                (run_id, after_seq, -1 if limit is None else limit),
             ).fetchall()
         out = []
         for last, count, batch, lease, micros in rows:
@@ -590,30 +603,65 @@ class SQLiteStore:
                     out.append(
                         Event(run_id=run_id, seq=seq, type=EventType(kind), payload=payload, lease_version=lease, at=at)
                     )
-        return out
+        return out if limit is None else out[:limit]
+
+    _RUN_COLUMNS = (
+        "run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,"
+        " CASE WHEN lease_expires_at > ? THEN lease_owner END"
+    )
 
     def list_runs(self, limit: int = 100) -> list[RunRow]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,"
-                " CASE WHEN lease_expires_at > ? THEN lease_owner END"
-                " FROM runs ORDER BY created_at DESC, run_id LIMIT ?",
+                f"SELECT {self._RUN_COLUMNS} FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ?",
                 (time.time(), limit),
             ).fetchall()
-        return [
-            RunRow(
-                run_id=r[0],
-                tenant=r[1],
-                agent=r[2],
-                status=r[3],
-                terminal_reason=r[4],
-                last_seq=r[5],
-                created_at=datetime.fromisoformat(r[6]),
-                updated_at=datetime.fromtimestamp(r[7], UTC),
-                lease_owner=r[8],
-            )
-            for r in rows
-        ]
+        return [self._run_row(r) for r in rows]
+
+    def page_runs(
+        self,
+        *,
+        status: str | None = None,
+        tenant: str | None = None,
+        agent: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> RunPage:
+        size = page_size(limit)
+        filters = run_filters(status, tenant, agent)
+        where = [f"{column}=?" for column, value in filters.items() if value is not None]
+        params: list[Any] = [time.time(), *(value for value in filters.values() if value is not None)]
+        if cursor is not None:
+            where.append("(created_at, run_id) < (?, ?)")
+            params += decode_run_cursor(cursor, filters)
+        sql = f"SELECT {self._RUN_COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._lock:
+            rows = self._db.execute(
+                sql + " ORDER BY created_at DESC, run_id DESC LIMIT ?", (*params, size + 1)
+            ).fetchall()
+        more = len(rows) > size
+        rows = rows[:size]
+        last = rows[-1] if more else None
+        return RunPage(
+            items=[self._run_row(r) for r in rows],
+            next_cursor=None if last is None else encode_cursor("runs", filters, [last[6], last[0]]),
+        )
+
+    @staticmethod
+    def _run_row(r: tuple[Any, ...]) -> RunRow:
+        return RunRow(
+            run_id=r[0],
+            tenant=r[1],
+            agent=r[2],
+            status=r[3],
+            terminal_reason=r[4],
+            last_seq=r[5],
+            created_at=datetime.fromisoformat(r[6]),
+            updated_at=datetime.fromtimestamp(r[7], UTC),
+            lease_owner=r[8],
+        )
 
     # -- pending requests -----------------------------------------------------------------------
     def get_request(self, run_id: str, request_id: str) -> PendingRecord | None:
@@ -635,6 +683,47 @@ class SQLiteStore:
         with self._lock:
             rows = self._db.execute(sql + " ORDER BY run_id, request_id", params).fetchall()
         return [self._pending(r[0], r[1], r[2]) for r in rows]
+
+    def page_requests(
+        self,
+        *,
+        run_id: str | None = None,
+        tenant: str | None = None,
+        open_only: bool = True,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> RequestPage:
+        size = page_size(limit)
+        filters = request_filters(run_id, tenant, open_only)
+        where: list[str] = []
+        params: list[Any] = []
+        if run_id is not None:
+            where.append("p.run_id=?")
+            params.append(run_id)
+        if tenant is not None:
+            where.append("r.tenant=?")
+            params.append(tenant)
+        if open_only:
+            where.append("p.answer IS NULL")
+        if cursor is not None:
+            where.append("(p.run_id, p.request_id) > (?, ?)")
+            params += decode_cursor(cursor, "requests", filters, 2)
+        sql = (
+            "SELECT p.run_id, p.body, p.answer, r.tenant, p.request_id"
+            # CROSS JOIN keeps requests the outer loop: their index gives the order; a tenant's runs do not.
+            " FROM pending_requests AS p CROSS JOIN runs AS r ON r.run_id=p.run_id"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY p.run_id, p.request_id LIMIT ?", (*params, size + 1)).fetchall()
+        more = len(rows) > size
+        rows = rows[:size]
+        items = [request_row(r[0], r[1], r[2], r[3]) for r in rows]
+        last = rows[-1] if more else None
+        return RequestPage(
+            items=items, next_cursor=None if last is None else encode_cursor("requests", filters, [last[0], last[4]])
+        )
 
     @staticmethod
     def _pending(run_id: str, body: str, answer: str | None) -> PendingRecord:

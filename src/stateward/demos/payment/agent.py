@@ -24,6 +24,7 @@ from stateward.core.state import AgentRef, GuardedAction, RunState
 from stateward.demos.payment import reports
 from stateward.demos.payment.scripts import GOAL_RESOURCE, PLAN_RESOURCE, planner_policy, resource_text, worker_policy
 from stateward.demos.payment.tools import RECEIPT_ARTIFACT, REPORT_ARTIFACT, make_tools
+from stateward.models.base import Model
 from stateward.models.scripted import ScriptedModel
 from stateward.planning.budget import BudgetLimits
 from stateward.planning.goal import GoalContract, load_goal
@@ -80,10 +81,13 @@ def approval_action(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
     return deliver_guard(ref)
 
 
-def build_agent(max_steps: int = 200, delivery_log: dict[str, dict[str, str]] | None = None) -> Agent:
+def build_agent(
+    max_steps: int = 200, delivery_log: dict[str, dict[str, str]] | None = None, model_spec: str | None = None
+) -> Agent:
     """The agent for one run. ``max_steps`` is JSON, so another process rebuilds it from the AgentRef.
 
-    ``delivery_log`` (tests only, not part of the ref) replaces the simulated delivery target.
+    ``model_spec`` (``--model``) drives both the planner and the worker with that model instead of the
+    scripted ones. ``delivery_log`` (tests only, not part of the ref) replaces the simulated delivery target.
     """
     domain = make_tools(delivery_log=delivery_log)
     tools = ToolRegistry([*domain, *plan_run_tools()])
@@ -96,16 +100,21 @@ def build_agent(max_steps: int = 200, delivery_log: dict[str, dict[str, str]] | 
         approval_action=approval_action,
         capabilities=frozenset(tools.names()),
     )
-    controller = PlanRunController(
-        ScriptedModel(planner_policy, name="scripted-planner"),
-        ScriptedModel(worker_policy, name="scripted-worker"),
-        config,
-    )
+    planner: Model = ScriptedModel(planner_policy, name="scripted-planner")
+    worker: Model = ScriptedModel(worker_policy, name="scripted-worker")
+    if model_spec is not None:
+        from stateward.models.config import model_from_spec
+
+        planner = worker = model_from_spec(model_spec)
+    controller = PlanRunController(planner, worker, config)
+    params: dict[str, Any] = {"max_steps": max_steps}
+    if model_spec is not None:
+        params["model_spec"] = model_spec
     return Agent(
         name="payment-migration",
         controller=controller,
         tools=tools,
-        ref=AgentRef(name=NAME, params={"max_steps": max_steps}),
+        ref=AgentRef(name=NAME, params=params),
         finish_policy=plan_finish_policy,
         budget=Budget(max_steps=max_steps),
     )

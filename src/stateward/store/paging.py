@@ -1,0 +1,148 @@
+"""Listing runs and requests a page at a time: filters, page sizes and opaque keyset cursors.
+
+Both stores page the same way. Runs come newest first, ordered by ``(created_at, run_id)``
+descending; requests in byte order of ``(run_id, request_id)``. A cursor carries the key of the last
+item of a page, so the next page starts strictly after it: runs created between two fetches never
+shift a page, and every run that existed when the first page was read is listed exactly once.
+
+A cursor is bound to the filters it was issued for; one presented with other filters, or one that is
+not a cursor at all, is ``INVALID_CURSOR``. A page holds 1 to :data:`MAX_PAGE_SIZE` items
+(``INVALID_PAGE_SIZE`` otherwise): nothing is listed unbounded.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from stateward.core.canonical import canonical_json, sha256_hex
+from stateward.core.errors import UserError
+from stateward.core.state import PendingRequest
+from stateward.core.status import RunStatus
+from stateward.store.records import PendingRecord, RequestAnswer, RunRow
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+MAX_CURSOR_CHARS = 2048
+
+
+class RunPage(BaseModel):
+    """One page of runs, newest first; ``next_cursor`` is None on the last page."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: list[RunRow]
+    next_cursor: str | None = None
+
+
+class RequestRow(PendingRecord):
+    """A pending request with the tenant of its run."""
+
+    tenant: str
+
+
+class RequestPage(BaseModel):
+    """One page of pending requests in ``(run_id, request_id)`` order; ``next_cursor`` is None on the last page."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: list[RequestRow]
+    next_cursor: str | None = None
+
+
+def page_size(limit: object, maximum: int = MAX_PAGE_SIZE) -> int:
+    """``limit`` if it is a whole number from 1 to ``maximum``; else INVALID_PAGE_SIZE."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
+        raise UserError(
+            f"a page holds 1 to {maximum} items, not {limit!r}",
+            code="INVALID_PAGE_SIZE",
+            details={"limit": repr(limit)[:40], "max": maximum},
+        )
+    return limit
+
+
+def run_status_filter(status: RunStatus | str | None) -> str | None:
+    """A status filter as stored; a value that is no RunStatus is INVALID_FILTER (a typo lists nothing)."""
+    if status is None:
+        return None
+    try:
+        return RunStatus(status).value
+    except ValueError:
+        raise UserError(
+            f"unknown run status {str(status)[:40]!r}; one of {', '.join(s.value for s in RunStatus)}",
+            code="INVALID_FILTER",
+            details={"status": str(status)[:40]},
+        ) from None
+
+
+def _scope(kind: str, filters: Mapping[str, Any]) -> str:
+    return sha256_hex(canonical_json({"kind": kind, **filters}))[:16]
+
+
+def encode_cursor(kind: str, filters: Mapping[str, Any], key: list[str]) -> str:
+    """An opaque cursor: the last key of a page and the filters it belongs to (URL-safe, no padding)."""
+    raw = json.dumps({"s": _scope(kind, filters), "k": key}, separators=(",", ":"), ensure_ascii=False)
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, kind: str, filters: Mapping[str, Any], arity: int) -> list[str]:
+    """The key a cursor carries, if it was issued for exactly these filters; else INVALID_CURSOR."""
+    try:
+        if not isinstance(cursor, str) or not cursor or len(cursor) > MAX_CURSOR_CHARS:
+            raise ValueError("not a cursor of this store")
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        body = json.loads(raw.decode())
+        key = body["k"] if isinstance(body, dict) else None
+        if not isinstance(key, list) or len(key) != arity or not all(isinstance(part, str) for part in key):
+            raise ValueError("not a cursor of this store")
+        if body.get("s") != _scope(kind, filters):
+            raise ValueError("issued for other filters")
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        why = str(exc) if str(exc) == "issued for other filters" else "not a cursor of this store"
+        raise UserError(
+            f"invalid {kind} cursor: {why}; start again without a cursor",
+            code="INVALID_CURSOR",
+            details={"kind": kind},
+        ) from None
+    return [str(part) for part in key]
+
+
+RunFilters = dict[str, str | None]
+
+
+def run_filters(status: RunStatus | str | None, tenant: str | None, agent: str | None) -> RunFilters:
+    """The filters of a run listing as the stores apply them (column -> value; None: any)."""
+    return {"status": run_status_filter(status), "tenant": tenant, "agent": agent}
+
+
+def request_filters(run_id: str | None, tenant: str | None, open_only: bool) -> dict[str, Any]:
+    return {"run_id": run_id, "tenant": tenant, "open_only": bool(open_only)}
+
+
+def decode_run_cursor(cursor: str, filters: RunFilters) -> list[str]:
+    """``[created_at, run_id]`` of the last run of a page (its time checked, so every store refuses alike)."""
+    key = decode_cursor(cursor, "runs", filters, 2)
+    try:
+        datetime.fromisoformat(key[0])
+    except ValueError:
+        raise UserError(
+            "invalid runs cursor: not a cursor of this store; start again without a cursor",
+            code="INVALID_CURSOR",
+            details={"kind": "runs"},
+        ) from None
+    return key
+
+
+def request_row(run_id: str, body: str, answer: str | None, tenant: str) -> RequestRow:
+    return RequestRow(
+        run_id=run_id,
+        request=PendingRequest.model_validate_json(body),
+        answer=None if answer is None else RequestAnswer.model_validate_json(answer),
+        tenant=tenant,
+    )
