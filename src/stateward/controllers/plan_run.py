@@ -72,6 +72,7 @@ from stateward.planning.termination import (
     FailureFact,
     TerminationDecision,
     TerminationReason,
+    TerminationRecord,
     TerminationSnapshot,
 )
 from stateward.planning.termination import evaluate as evaluate_termination
@@ -171,12 +172,7 @@ class PlanRunController:
             else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
         )
         if memo.plan is None:
-            stopped = self._stopped_before_planning(ctx, memo)
-            if stopped is not None:
-                return stopped
-            if self.config.readiness is not None and not self._ready(ctx, memo):
-                return self._research(ctx, memo)
-            return self._make_plan(ctx, memo)
+            return self._before_plan(ctx, memo)
         notes: list[NewEvent] = []
         if memo.handoff_request is not None:
             outcome = self._after_handoff(ctx, memo, notes)
@@ -204,20 +200,44 @@ class PlanRunController:
             )
         )
         if verdict.stops and memo.delivery is None:
-            notes.append(NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json")))
-            if verdict.decision is TerminationDecision.FAIL:
-                return self._propose(
-                    ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes
-                )
-            if verdict.decision is TerminationDecision.HANDOFF:
-                return self._handoff(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
-            if verdict.decision is TerminationDecision.DEGRADE:
-                return self._deliver_partial(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
+            stopped = self._stop(ctx, memo, notes, verdict, states)
+            if stopped is not None:
+                return stopped
         if memo.delivery == "partial" or memo.delivery == "accepted":
             return self._propose(
                 ControlDecision(type=DecisionType.FINISH, reason=f"delivery {memo.delivery}"), memo, notes
             )
         return self._schedule(ctx, memo, notes, states)
+
+    def _before_plan(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
+        """No plan yet: stop if the goal already rules it out, research until ready, then plan."""
+        stopped = self._stopped_before_planning(ctx, memo)
+        if stopped is not None:
+            return stopped
+        if self.config.readiness is not None and not self._ready(ctx, memo):
+            return self._research(ctx, memo)
+        return self._make_plan(ctx, memo)
+
+    def _stop(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        verdict: TerminationRecord,
+        states: dict[str, WorkItemState],
+    ) -> Proposal | None:
+        """The termination service said stop: fail, hand off or deliver what is done (a PAUSE is the
+        Runtime's, not the controller's)."""
+        notes.append(NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json")))
+        if verdict.decision is TerminationDecision.FAIL:
+            return self._propose(
+                ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes
+            )
+        if verdict.decision is TerminationDecision.HANDOFF:
+            return self._handoff(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
+        if verdict.decision is TerminationDecision.DEGRADE:
+            return self._deliver_partial(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
+        return None
 
     def _stopped_before_planning(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal | None:
         """Research spends budget too: the goal's constraints hold there as well. With no plan yet there

@@ -107,67 +107,96 @@ def states_digest(states: Mapping[str, WorkItemState]) -> str:
     return sha256_hex(canonical_json({k: v.value for k, v in states.items()}))
 
 
+# A rule's finding: (decision, reason, detail, constraint ids).
+Finding = tuple[TerminationDecision, TerminationReason, str, tuple[str, ...]]
+
+
+def _goal_rules(s: TerminationSnapshot, p: TerminationPolicy) -> Finding | None:
+    """Hard constraints first, then the goal's failure criteria."""
+    if s.goal is None or s.facts is None:
+        return None
+    hard = [v for v in check_constraints(s.goal, s.facts) if v.hard]
+    if hard:
+        blocking = any(v.effect is ViolationEffect.BLOCK for v in hard)
+        return (
+            TerminationDecision.FAIL if blocking else TerminationDecision.HANDOFF,
+            TerminationReason.HARD_CONSTRAINT_VIOLATED,
+            "; ".join(v.message for v in hard),
+            tuple(v.constraint_id for v in hard),
+        )
+    failures = assess_goal(s.goal, s.facts).failures
+    if failures:
+        detail = f"failure criteria met: {', '.join(failures)}"
+        return TerminationDecision.FAIL, TerminationReason.GOAL_FAILURE_CRITERION, detail, failures
+    return None
+
+
+def _pause_rule(s: TerminationSnapshot, p: TerminationPolicy) -> Finding | None:
+    if not s.pause_requested:
+        return None
+    return TerminationDecision.PAUSE, TerminationReason.PAUSE_REQUESTED, "pause requested", ()
+
+
+def _repeated_failure_rule(s: TerminationSnapshot, p: TerminationPolicy) -> Finding | None:
+    if not s.failures:
+        return None
+    last = s.failures[-1]
+    run = 0
+    for f in reversed(s.failures):
+        if f != last:
+            break
+        run += 1
+    if run < p.max_identical_failures:
+        return None
+    detail = f"{last.action} failed with {last.error_code} {run} times in a row"
+    return TerminationDecision.HANDOFF, TerminationReason.REPEATED_FAILURE, detail, ()
+
+
+def _budget_rule(s: TerminationSnapshot, p: TerminationPolicy) -> Finding | None:
+    if s.budget is None:
+        return None
+    # Using up replans only forbids another replan; the plan in hand may still run to the end.
+    exhausted = [d for d in s.budget.exhausted() if d != "replans"]
+    if not exhausted and s.next_estimate is not None:
+        exhausted = [str(x["dimension"]) for x in s.budget.remaining().shortfalls(s.next_estimate)]
+    if not exhausted:
+        return None
+    detail = f"budget exhausted or insufficient for the next work: {', '.join(exhausted)}"
+    return TerminationDecision.DEGRADE, TerminationReason.BUDGET_EXHAUSTED, detail, ()
+
+
+def _no_progress_rule(s: TerminationSnapshot, p: TerminationPolicy) -> Finding | None:
+    if s.no_progress_streak < p.max_no_progress_streak:
+        return None
+    detail = f"{s.no_progress_streak} local loops in a row stopped without progress"
+    return TerminationDecision.DEGRADE, TerminationReason.NO_PROGRESS, detail, ()
+
+
+def _stall_rule(s: TerminationSnapshot, p: TerminationPolicy) -> Finding | None:
+    window = s.state_history[-(p.stall_evaluations + 1) :]
+    if len(window) != p.stall_evaluations + 1 or len({states_digest(h) for h in window}) != 1:
+        return None
+    unfinished = [k for k, v in window[-1].items() if v not in _FINISHED]
+    if not unfinished:
+        return None
+    detail = f"no work item changed state for {p.stall_evaluations} evaluations; open: {', '.join(unfinished)}"
+    return TerminationDecision.HANDOFF, TerminationReason.PLAN_STALLED, detail, ()
+
+
+# In precedence order: the first rule with a finding decides.
+RULES = (_goal_rules, _pause_rule, _repeated_failure_rule, _budget_rule, _no_progress_rule, _stall_rule)
+
+
 def evaluate(snapshot: TerminationSnapshot, policy: TerminationPolicy | None = None) -> TerminationRecord:
     """The one termination decision for ``snapshot``; see the module docstring for the precedence."""
     p = policy or TerminationPolicy()
-    s = snapshot
-
-    def record(
-        decision: TerminationDecision, reason: TerminationReason, detail: str, ids: tuple[str, ...] = ()
-    ) -> TerminationRecord:
-        return TerminationRecord(decision=decision, reason=reason, detail=detail, at_step=s.step, constraint_ids=ids)
-
-    if s.goal is not None and s.facts is not None:
-        hard = [v for v in check_constraints(s.goal, s.facts) if v.hard]
-        if hard:
-            blocking = any(v.effect is ViolationEffect.BLOCK for v in hard)
-            return record(
-                TerminationDecision.FAIL if blocking else TerminationDecision.HANDOFF,
-                TerminationReason.HARD_CONSTRAINT_VIOLATED,
-                "; ".join(v.message for v in hard),
-                tuple(v.constraint_id for v in hard),
+    for rule in RULES:
+        found = rule(snapshot, p)
+        if found is not None:
+            decision, reason, detail, ids = found
+            return TerminationRecord(
+                decision=decision, reason=reason, detail=detail, at_step=snapshot.step, constraint_ids=ids
             )
-        failures = assess_goal(s.goal, s.facts).failures
-        if failures:
-            return record(
-                TerminationDecision.FAIL,
-                TerminationReason.GOAL_FAILURE_CRITERION,
-                f"failure criteria met: {', '.join(failures)}",
-                failures,
-            )
-
-    if s.pause_requested:
-        return record(TerminationDecision.PAUSE, TerminationReason.PAUSE_REQUESTED, "pause requested")
-
-    if s.failures:
-        last = s.failures[-1]
-        run = 0
-        for f in reversed(s.failures):
-            if f != last:
-                break
-            run += 1
-        if run >= p.max_identical_failures:
-            detail = f"{last.action} failed with {last.error_code} {run} times in a row"
-            return record(TerminationDecision.HANDOFF, TerminationReason.REPEATED_FAILURE, detail)
-
-    if s.budget is not None:
-        # Using up replans only forbids another replan; the plan in hand may still run to the end.
-        exhausted = [d for d in s.budget.exhausted() if d != "replans"]
-        if not exhausted and s.next_estimate is not None:
-            exhausted = [str(x["dimension"]) for x in s.budget.remaining().shortfalls(s.next_estimate)]
-        if exhausted:
-            detail = f"budget exhausted or insufficient for the next work: {', '.join(exhausted)}"
-            return record(TerminationDecision.DEGRADE, TerminationReason.BUDGET_EXHAUSTED, detail)
-
-    if s.no_progress_streak >= p.max_no_progress_streak:
-        detail = f"{s.no_progress_streak} local loops in a row stopped without progress"
-        return record(TerminationDecision.DEGRADE, TerminationReason.NO_PROGRESS, detail)
-
-    window = s.state_history[-(p.stall_evaluations + 1) :]
-    if len(window) == p.stall_evaluations + 1 and len({states_digest(h) for h in window}) == 1:
-        unfinished = [k for k, v in window[-1].items() if v not in _FINISHED]
-        if unfinished:
-            detail = f"no work item changed state for {p.stall_evaluations} evaluations; open: {', '.join(unfinished)}"
-            return record(TerminationDecision.HANDOFF, TerminationReason.PLAN_STALLED, detail)
-
-    return record(TerminationDecision.CONTINUE, TerminationReason.OK, "")
+    return TerminationRecord(
+        decision=TerminationDecision.CONTINUE, reason=TerminationReason.OK, detail="", at_step=snapshot.step
+    )
