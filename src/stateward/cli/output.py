@@ -37,11 +37,6 @@ def reported_errors(as_json: bool) -> Iterator[None]:
         yield
     except StatewardError as exc:
         _report(exc, as_json)
-    except Exception as exc:
-        failure = _store_failure(exc)
-        if failure is None:
-            raise
-        _report(failure, as_json)
 
 
 def _report(exc: StatewardError, as_json: bool) -> NoReturn:
@@ -53,16 +48,6 @@ def _report(exc: StatewardError, as_json: bool) -> NoReturn:
     else:
         sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
     raise SystemExit(code) from None
-
-
-def _store_failure(exc: Exception) -> StatewardError | None:
-    """A SQLite error met after the store opened (a page found corrupt, a lock never released)."""
-    sqlite3 = sys.modules.get("sqlite3")  # loaded if a SQLite store was opened; never imported here
-    if sqlite3 is None or not isinstance(exc, sqlite3.Error):
-        return None
-    from stateward.store.sqlite import store_error
-
-    return store_error(exc)
 
 
 def print_table(

@@ -60,6 +60,24 @@ def store_error(exc: sqlite3.Error, path: str | None = None) -> StoreError:
     return StoreError(f"{where}{text}", code="STORE_UNAVAILABLE")
 
 
+class _Guarded:
+    """The store's lock. A SQLite error that leaves a locked section leaves as a named StoreError
+    (STORE_BUSY / STORE_CORRUPT / STORE_UNAVAILABLE), so no caller ever sees the driver's own errors."""
+
+    def __init__(self, path: str):
+        self._lock = threading.RLock()
+        self._path = path
+
+    def __enter__(self) -> _Guarded:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise store_error(exc, self._path) from exc
+
+
 def _step_updates(fenced: bool, clear_control: bool) -> tuple[str, str]:
     """The two UPDATEs of a step: status unchanged (the common case), then any status."""
     fence = " AND lease_owner=? AND lease_version=?" if fenced else " AND (lease_owner IS NULL OR lease_expires_at<?)"
@@ -197,7 +215,7 @@ class SQLiteStore:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {self.path}: {exc}", code="STORE_UNAVAILABLE") from exc
-        self._lock = threading.RLock()
+        self._lock = _Guarded(self.path)
         # Most WAL checkpoints run on a background connection, off the step path; SQLite's own
         # autocheckpoint stays as the backstop that lets the WAL restart under continuous writes.
         self._checkpointer = WalCheckpointer(self.path)
@@ -795,8 +813,8 @@ class SQLiteStore:
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
         # An upsert, not INSERT OR REPLACE: REPLACE would delete the row holding the same grant.
-        try:
-            with self._tx() as db:
+        with self._tx() as db:
+            try:
                 db.execute(
                     "INSERT INTO side_effects(idempotency_key, run_id, tool, status, body, grant_id)"
                     " VALUES (?,?,?,?,?,?) ON CONFLICT(idempotency_key) DO UPDATE SET run_id=excluded.run_id,"
@@ -810,5 +828,5 @@ class SQLiteStore:
                         record.grant_id,
                     ),
                 )
-        except sqlite3.IntegrityError:
-            raise approval_consumed(record) from None
+            except sqlite3.IntegrityError:
+                raise approval_consumed(record) from None
