@@ -49,6 +49,25 @@ MAX_IDEMPOTENCY_KEY_CHARS = 200
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422)}
 
 
+_bearer = HTTPBearer(auto_error=False, description="An API key from `stateward keys create`.")
+
+
+def principal(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    """The caller, from the Authorization header only."""
+    header = None if credentials is None else f"{credentials.scheme} {credentials.credentials}"
+    keys: KeyStore = request.app.state.keys
+    return authenticate(keys, header)
+
+
+Caller = Annotated[Principal, Depends(principal)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, description="A replay returns the first outcome."),
+]
+
+
 @dataclass(frozen=True)
 class ApiSettings:
     """The service's bounds: request body size and how long one event stream lives."""
@@ -91,13 +110,7 @@ def create_app(
     settings = settings or ApiSettings()
     keys = key_store(runtime)
     app = FastAPI(title="stateward", version="1", summary="The model proposes, the runtime decides.")
-    bearer = HTTPBearer(auto_error=False, description="An API key from `stateward keys create`.")
-
-    def principal(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
-        header = None if credentials is None else f"{credentials.scheme} {credentials.credentials}"
-        return authenticate(keys, header)
-
-    Caller = Annotated[Principal, Depends(principal)]
+    app.state.keys = keys
 
     @app.exception_handler(StatewardError)
     def _named(_: Request, exc: StatewardError) -> JSONResponse:
@@ -122,10 +135,14 @@ def create_app(
         return Health(status="ok")
 
     @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": ErrorBody}})
-    def readyz() -> Health:
-        """The store answers (a listing of one run)."""
-        runtime.list_runs(limit=1)
-        return Health(status="ready")
+    def readyz() -> Response:
+        """The store answers (a listing of one run); 503 STORE_UNAVAILABLE otherwise."""
+        try:
+            runtime.list_runs(limit=1)
+        except Exception as exc:  # any failure of the store means "not ready", never a 500
+            message = f"the store does not answer: {type(exc).__name__}"
+            return JSONResponse(error_body("STORE_UNAVAILABLE", message), status_code=503)
+        return JSONResponse(Health(status="ready").model_dump())
 
     v1 = APIRouter(prefix="/v1", responses=_ERRORS)
 
@@ -274,11 +291,6 @@ def create_app(
             )
             return _replayed(kept, fingerprint)
         return Response(body, media_type="application/json")
-
-    IdempotencyKey = Annotated[
-        str | None,
-        Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, description="A replay returns the first outcome."),
-    ]
 
     @v1.post("/runs/{run_id}/requests/{request_id}/approve", response_model=AnswerOutcome, tags=["requests"])
     def approve(

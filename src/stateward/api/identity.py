@@ -29,7 +29,7 @@ class Role(StrEnum):
     """What a key may do over HTTP; ``admin`` implies every other. Other role names a key holds are
     domain roles, matched against a request's ``approver_role``."""
 
-    VIEWER = "viewer"  # read runs, events, the inbox
+    VIEWER = "viewer"  # read runs and events (every other role reads too)
     SUBMITTER = "submitter"  # start runs
     APPROVER = "approver"  # answer requests whose approver_role the key holds (or that need none)
     OPERATOR = "operator"  # pause, resume, cancel
@@ -52,6 +52,9 @@ class Principal(BaseModel):
         return f"{self.name} [{self.key_id}]"
 
     def has(self, role: Role) -> bool:
+        """Admin implies every role, and every role of the service implies reading (viewer)."""
+        if role is Role.VIEWER:
+            return any(r.value in self.roles for r in Role)
         return role.value in self.roles or Role.ADMIN.value in self.roles
 
 
