@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -30,6 +30,7 @@ from stateward.core.state import (
 )
 from stateward.core.status import RunStatus
 from stateward.store.base import PayloadLimits, Store
+from stateward.store.keys import ApiKeyRecord, KeyStore, StoredResponse
 from stateward.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 from stateward.store.paging import RunPage
 from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
@@ -1205,3 +1206,58 @@ def test_stores_opened_at_once_on_a_new_database_all_work(backend: Backend) -> N
     assert backend.schema_version() == len(migrations_of(backend))
     start(backend.opened[0])
     assert all(s.last_seq(RUN) == 1 for s in backend.opened)
+
+
+# -- the HTTP service's keys and idempotent responses (schema 4) ---------------------------------------
+def api_key(key_id: str = "0123456789abcdef", **update: Any) -> ApiKeyRecord:
+    fields: dict[str, Any] = {
+        "name": "alice",
+        "tenant": "acme",
+        "roles": ("approver", "finance"),
+        "secret_sha256": sha256_hex("secret"),
+        "created_at": T0,
+        **update,
+    }
+    return ApiKeyRecord(key_id=key_id, **fields)
+
+
+def test_an_api_key_round_trips_and_its_id_is_taken_once(store: Store) -> None:
+    keys = cast(KeyStore, store)
+    keys.add_api_key(api_key())
+    assert keys.get_api_key("0123456789abcdef") == api_key()
+    assert keys.get_api_key("ffffffffffffffff") is None
+    assert code_of(lambda: keys.add_api_key(api_key(name="mallory"))) == "KEY_EXISTS"
+    assert keys.get_api_key("0123456789abcdef") == api_key()
+
+
+def test_api_keys_list_oldest_first_bounded(store: Store) -> None:
+    keys = cast(KeyStore, store)
+    for i in range(3):
+        keys.add_api_key(api_key(f"{i:016x}", created_at=T0 + timedelta(seconds=10 - i)))
+    assert [k.key_id for k in keys.list_api_keys()] == [f"{i:016x}" for i in (2, 1, 0)]
+    assert len(keys.list_api_keys(limit=2)) == 2
+
+
+def test_revoking_a_key_keeps_the_first_revocation_and_an_unknown_key_is_named(store: Store) -> None:
+    keys = cast(KeyStore, store)
+    keys.add_api_key(api_key())
+    first = keys.revoke_api_key("0123456789abcdef", T0 + timedelta(hours=1))
+    assert first.revoked_at == T0 + timedelta(hours=1)
+    assert keys.revoke_api_key("0123456789abcdef", T0 + timedelta(hours=2)).revoked_at == first.revoked_at
+    assert keys.get_api_key("0123456789abcdef") == first
+    assert code_of(lambda: keys.revoke_api_key("ffffffffffffffff", T0)) == "KEY_NOT_FOUND"
+
+
+def test_the_first_response_to_an_idempotency_key_is_kept_per_tenant(store: Store) -> None:
+    keys = cast(KeyStore, store)
+
+    def response(tenant: str, body: str) -> StoredResponse:
+        return StoredResponse(
+            tenant=tenant, idempotency_key="k1", fingerprint=body, status_code=200, body=body, created_at=T0
+        )
+
+    assert keys.recall_response("acme", "k1") is None
+    assert keys.remember_response(response("acme", "first")).body == "first"
+    assert keys.remember_response(response("acme", "second")).body == "first"
+    assert keys.remember_response(response("globex", "theirs")).body == "theirs"
+    assert keys.recall_response("acme", "k1") == response("acme", "first")

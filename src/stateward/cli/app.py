@@ -40,6 +40,7 @@ app.add_typer(agents_app, name="agents")
 LAZY_GROUPS = {
     "plan": ("stateward.cli.plan_cmd", "Validate plan documents."),
     "eval": ("stateward.cli.eval_cmd", "Evaluate real models against the runtime, honestly reported."),
+    "keys": ("stateward.cli.keys_cmd", "API keys of the HTTP service (stored hashed; secrets shown once)."),
 }
 
 
@@ -510,6 +511,30 @@ def worker(
         emit_json(counts)
     if stats.stopped_on_crashes or (not stopped_by_signal and stats.troubled):
         raise typer.Exit(EXIT_RUNS_TROUBLED)
+
+
+@app.command("serve")
+def serve(
+    db: DbOpt = DEFAULT_DB,
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to bind.")] = 8080,
+) -> None:
+    """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
+
+    Answers record and return at once; run `stateward worker` on the same store to drive runs. Needs
+    the `serve` extra (pip install 'stateward[serve]').
+    """
+    with reported_errors(False):
+        try:
+            from stateward.api.serve import serve as run_service
+        except ImportError as exc:
+            from stateward.core.errors import UserError
+
+            raise UserError(
+                f"the HTTP service needs FastAPI and uvicorn ({exc}); pip install 'stateward[serve]'",
+                code="CONFIGURATION_ERROR",
+            ) from None
+        run_service(db, host=host, port=port)
 
 
 @app.command("chaos")

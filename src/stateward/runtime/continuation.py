@@ -191,21 +191,21 @@ def _open_request(state: RunState, run_id: str, request_id: str) -> PendingReque
 
 
 def _answer_events(
-    state: RunState, resumed: RunState, pending: PendingRequest, answer: RequestAnswer
+    state: RunState, resumed: RunState, pending: PendingRequest, answer: RequestAnswer, roles: frozenset[str]
 ) -> list[NewEvent]:
     guarded = pending.guarded_action
+    answered: dict[str, Any] = {
+        "request_id": answer.request_id,
+        "verdict": answer.verdict.value,
+        "by": answer.by,
+        "at": answer.at.isoformat(),
+        "text": answer.text,
+        "guarded_digest": None if guarded is None else guarded.digest,
+    }
+    if roles:  # the roles the answerer held (an authenticated principal's, over HTTP)
+        answered["roles"] = sorted(roles)
     events = [
-        NewEvent(
-            type=EventType.REQUEST_ANSWERED,
-            payload={
-                "request_id": answer.request_id,
-                "verdict": answer.verdict.value,
-                "by": answer.by,
-                "at": answer.at.isoformat(),
-                "text": answer.text,
-                "guarded_digest": None if guarded is None else guarded.digest,
-            },
-        ),
+        NewEvent(type=EventType.REQUEST_ANSWERED, payload=answered),
         NewEvent(
             type=EventType.STATE_TRANSITION,
             payload={
@@ -258,7 +258,7 @@ def answer_request(
 
     answer = RequestAnswer(request_id=request_id, verdict=AnswerVerdict(verdict), text=text, by=who.by, at=now)
     resumed = resumed_state(state, answer)
-    events = _answer_events(state, resumed, asked.pending, answer)
+    events = _answer_events(state, resumed, asked.pending, answer, who.roles)
     faults.point("approval_before_commit")
     try:
         store.commit_step(run_id, seq, StepWrite(state=resumed, events=events, close_request=answer))

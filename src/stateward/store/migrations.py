@@ -104,6 +104,26 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "CREATE INDEX runs_by_agent ON runs(agent, created_at, run_id)",
         "CREATE INDEX pending_requests_open ON pending_requests(run_id, request_id) WHERE answer IS NULL",
     ],
+    # 4: the HTTP service's identities (API keys: the SHA-256 of the secret, never the secret) and the
+    # first response to each Idempotency-Key of a tenant, so a replayed answer returns it.
+    [
+        """CREATE TABLE api_keys (
+            key_id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            roles TEXT NOT NULL,
+            secret_sha256 TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            revoked_at TEXT)""",
+        """CREATE TABLE api_responses (
+            tenant TEXT NOT NULL,
+            idempotency_key TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            status_code INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (tenant, idempotency_key))""",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -188,5 +208,24 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         "CREATE INDEX runs_by_status_created ON runs(status, created_at, run_id)",
         "CREATE INDEX runs_by_tenant ON runs(tenant, created_at, run_id)",
         "CREATE INDEX runs_by_agent ON runs(agent, created_at, run_id)",
+    ],
+    # 4: API keys and idempotent responses, as in SQLite.
+    [
+        """CREATE TABLE api_keys (
+            key_id TEXT COLLATE "C" PRIMARY KEY,
+            name TEXT NOT NULL,
+            tenant TEXT COLLATE "C" NOT NULL,
+            roles TEXT NOT NULL,
+            secret_sha256 TEXT NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL,
+            revoked_at TIMESTAMPTZ)""",
+        """CREATE TABLE api_responses (
+            tenant TEXT COLLATE "C" NOT NULL,
+            idempotency_key TEXT COLLATE "C" NOT NULL,
+            fingerprint TEXT NOT NULL,
+            status_code INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (tenant, idempotency_key))""",
     ],
 ]
