@@ -1,9 +1,10 @@
 """A real MCP server for the tests, written with the official SDK and started as a subprocess.
 
-``python mcp_server_fixture.py LEDGER stdio`` or ``... LEDGER http PORT``. Its tools:
-``search`` (read-only), ``send_email`` (appends one line, keyed by the caller's idempotency key, to the
-ledger file), ``crash_after_send`` (appends, then the whole process exits mid-call) and ``fail`` (an
-``isError`` result), ``shout`` (a long text) and ``odd name!`` (an unusable name). The ledger is the test's view of the world's side effects.
+``python mcp_server_fixture.py LEDGER stdio`` or ``... LEDGER http PORT``. Its tools: ``search``
+(read-only), ``send_email`` (appends one line, keyed by the caller's idempotency key, to the ledger
+file), ``crash_after_send`` (appends, then the whole process exits mid-call), ``fail`` (an ``isError``
+result), ``shout`` (a long text) and ``odd name!`` (an unusable name). The ledger is the test's view
+of the world's side effects.
 """
 
 from __future__ import annotations

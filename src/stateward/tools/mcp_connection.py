@@ -185,7 +185,11 @@ class McpServer:
             return self._loop
 
     def _submit(self, coro: Coroutine[Any, Any, _T], timeout_s: float) -> _T:
-        running = self._running()
+        try:
+            running = self._running()
+        except UserError:
+            coro.close()  # never scheduled
+            raise
         future = asyncio.run_coroutine_threadsafe(coro, running.loop)
         try:
             return future.result(timeout_s + _GRACE_S)
