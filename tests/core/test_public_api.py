@@ -14,7 +14,14 @@ import pytest
 
 import stateward
 
-PUBLIC_MODULES = ("stateward", "stateward.planning", "stateward.models", "stateward.testing", "stateward.tools")
+PUBLIC_MODULES = (
+    "stateward",
+    "stateward.planning",
+    "stateward.models",
+    "stateward.testing",
+    "stateward.tools",
+    "stateward.tools.mcp",
+)
 SNAPSHOT = Path(__file__).with_name("public_api.json")
 
 
