@@ -56,9 +56,11 @@ if TYPE_CHECKING:
         ServiceUnavailable,
         ToolFailure,
         ToolInvalidArgument,
+        ToolOutcomeUnknown,
         ToolPermissionDenied,
         ToolTimeout,
     )
+    from stateward.tools.mcp import McpServer, McpTool, mcp_tools
     from stateward.tools.redaction import RedactionRules
     from stateward.tools.registry import ToolRegistry
     from stateward.tools.retry import RetryPolicy
@@ -85,6 +87,8 @@ _EXPORTS: dict[str, str] = {
     "HumanNode": "stateward.controllers.workflow",
     "IllegalTransitionError": "stateward.core.errors",
     "LookupStatus": "stateward.tools.types",
+    "McpServer": "stateward.tools.mcp",
+    "McpTool": "stateward.tools.mcp",
     "Model": "stateward.models.base",
     "ModelNode": "stateward.controllers.workflow",
     "ModelReply": "stateward.models.base",
@@ -119,6 +123,7 @@ _EXPORTS: dict[str, str] = {
     "ToolFailure": "stateward.tools.errors",
     "ToolInvalidArgument": "stateward.tools.errors",
     "ToolNode": "stateward.controllers.workflow",
+    "ToolOutcomeUnknown": "stateward.tools.errors",
     "ToolPermissionDenied": "stateward.tools.errors",
     "ToolRegistry": "stateward.tools.registry",
     "ToolSpec": "stateward.tools.spec",
@@ -132,6 +137,7 @@ _EXPORTS: dict[str, str] = {
     "compensation": "stateward.controllers.workflow",
     "guard": "stateward.runtime.agent",
     "is_run_suspended": "stateward.core.state",
+    "mcp_tools": "stateward.tools.mcp",
     "parse_decision": "stateward.core.decision",
     "tool": "stateward.tools.spec",
 }
@@ -156,6 +162,8 @@ __all__ = (
     "HumanNode",
     "IllegalTransitionError",
     "LookupStatus",
+    "McpServer",
+    "McpTool",
     "Model",
     "ModelNode",
     "ModelReply",
@@ -190,6 +198,7 @@ __all__ = (
     "ToolFailure",
     "ToolInvalidArgument",
     "ToolNode",
+    "ToolOutcomeUnknown",
     "ToolPermissionDenied",
     "ToolRegistry",
     "ToolSpec",
@@ -203,6 +212,7 @@ __all__ = (
     "compensation",
     "guard",
     "is_run_suspended",
+    "mcp_tools",
     "parse_decision",
     "tool",
 )

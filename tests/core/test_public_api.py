@@ -21,6 +21,7 @@ PUBLIC_MODULES = (
     "stateward.models",
     "stateward.testing",
     "stateward.tools",
+    "stateward.tools.mcp",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.json")
 

@@ -6,6 +6,7 @@ from .errors import (
     ServiceUnavailable,
     ToolFailure,
     ToolInvalidArgument,
+    ToolOutcomeUnknown,
     ToolPermissionDenied,
     ToolTimeout,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "ToolGateway",
     "ToolInvalidArgument",
     "ToolOutcome",
+    "ToolOutcomeUnknown",
     "ToolPermissionDenied",
     "ToolRegistry",
     "ToolSpec",

@@ -24,6 +24,13 @@ class ToolTimeout(ToolFailure):
     default_code = ToolErrorCode.TIMEOUT.value
 
 
+class ToolOutcomeUnknown(ToolFailure):
+    """The request reached the remote side, which then went away (a server died mid-call): whether it
+    acted is unknown. Treated like a timeout: a side effect is reconciled, never repeated blindly."""
+
+    default_code = ToolErrorCode.UNKNOWN_OUTCOME.value
+
+
 class RateLimited(ToolFailure):
     """The remote side refused for now; ``retry_after_s`` is its Retry-After, if it sent one."""
 

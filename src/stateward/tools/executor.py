@@ -23,7 +23,7 @@ from .breaker import CircuitBreaker
 from .execution import run_with_timeout
 from .ports import GatewayStore, SideEffectRecord, SideEffectStatus
 from .results import Shaped, shape_result
-from .retry import backoff_delay, classify, is_retryable
+from .retry import OUTCOME_UNKNOWN, backoff_delay, classify, is_retryable
 from .spec import ToolContext
 from .stages import CallState, has_budget
 from .types import (
@@ -98,7 +98,7 @@ class Executor:
             if res.code is None:
                 return self._success(st, res.value, action, res.artifacts, res.shaped)
             message = res.message or res.code.value
-            if res.code is ToolErrorCode.TIMEOUT and spec.side_effect:
+            if res.code in OUTCOME_UNKNOWN and spec.side_effect:
                 return self._reconcile(st, message)
             if res.code is ToolErrorCode.SCHEMA_MISMATCH:
                 return self._failure(st, res.code, message, RuntimeAction.BLOCK)
@@ -171,9 +171,9 @@ class Executor:
             self._journal(st, SideEffectStatus.SUCCEEDED, _envelope(res.shaped, res.artifacts))
         elif res.code is ToolErrorCode.SCHEMA_MISMATCH:
             self._journal(st, COMPLETED_INVALID)
-        elif res.code is not ToolErrorCode.TIMEOUT:
+        elif res.code not in OUTCOME_UNKNOWN:
             self._journal(st, SideEffectStatus.FAILED)
-        # TIMEOUT: reconciliation marks the entry UNKNOWN_OUTCOME
+        # TIMEOUT / UNKNOWN_OUTCOME: reconciliation marks the entry UNKNOWN_OUTCOME
 
     # -- UNKNOWN_OUTCOME -------------------------------------------------------------------------
     def _reconcile(self, st: CallState, reason: str) -> ToolOutcome:
@@ -229,7 +229,7 @@ class Executor:
         res = self._attempt(st)
         if res.code is None:
             return self._success(st, res.value, RuntimeAction.RETRY_ONCE, res.artifacts, res.shaped)
-        if res.code is ToolErrorCode.TIMEOUT:
+        if res.code in OUTCOME_UNKNOWN:
             return self._reconcile(st, res.message or "timeout")
         action = RuntimeAction.BLOCK if res.code is ToolErrorCode.SCHEMA_MISMATCH else RuntimeAction.RETRY_ONCE
         return self._failure(st, res.code, res.message or res.code.value, action)

@@ -13,7 +13,16 @@ from .errors import RateLimited, ToolFailure
 from .types import ToolErrorCode
 
 # Failure classes that count towards opening a circuit (the service looks unhealthy).
-BREAKER_FAILURES = frozenset({ToolErrorCode.SERVICE_UNAVAILABLE, ToolErrorCode.TIMEOUT, ToolErrorCode.EXECUTION_ERROR})
+BREAKER_FAILURES = frozenset(
+    {
+        ToolErrorCode.SERVICE_UNAVAILABLE,
+        ToolErrorCode.TIMEOUT,
+        ToolErrorCode.EXECUTION_ERROR,
+        ToolErrorCode.UNKNOWN_OUTCOME,
+    }
+)
+# The handler may have acted but did not say: a side effect goes to reconciliation, never to a retry.
+OUTCOME_UNKNOWN = frozenset({ToolErrorCode.TIMEOUT, ToolErrorCode.UNKNOWN_OUTCOME})
 
 
 class RetryPolicy(BaseModel):
@@ -43,13 +52,13 @@ def classify(exc: BaseException) -> ToolErrorCode:
 def is_retryable(code: ToolErrorCode, *, side_effect: bool) -> bool:
     """RATE_LIMITED and SERVICE_UNAVAILABLE are refusals without action: safe to repeat.
 
-    A TIMEOUT is repeated only for side-effect-free tools; a side-effecting one goes to
+    A TIMEOUT (or an UNKNOWN_OUTCOME) is repeated only for side-effect-free tools; a side-effecting one goes to
     reconciliation instead. Everything else is final (PERMISSION_DENIED, INVALID_ARGUMENT,
     SCHEMA_MISMATCH, EXECUTION_ERROR, ...).
     """
     if code in (ToolErrorCode.RATE_LIMITED, ToolErrorCode.SERVICE_UNAVAILABLE):
         return True
-    return code is ToolErrorCode.TIMEOUT and not side_effect
+    return code in OUTCOME_UNKNOWN and not side_effect
 
 
 def backoff_delay(policy: RetryPolicy, retry_number: int, exc: BaseException | None = None) -> float | None:

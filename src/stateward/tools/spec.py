@@ -1,11 +1,15 @@
 """How a tool is declared: a typed Python function plus the policy the gateway enforces around it.
 
 Schemas come from the type hints (pydantic), so the model sees exactly what the gateway will accept,
-and the runtime never needs a second, hand-written description of a tool.
+and the runtime never needs a second, hand-written description of a tool. A tool described by someone
+else (an MCP server) brings a JSON Schema instead (``input_json_schema``): its handler is then called
+as ``handler(arguments=<dict>, context=<ToolContext>)`` and its arguments are validated by
+``jsonschema``, with the same INVALID_ARGUMENT field errors.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import typing
 from collections.abc import Callable
@@ -18,6 +22,7 @@ from pydantic_core import to_jsonable_python
 from stateward.core.errors import UserError
 from stateward.core.state import ApprovalScope
 
+from . import json_args
 from .breaker import BreakerPolicy
 from .errors import (
     RateLimited,
@@ -30,6 +35,9 @@ from .errors import (
 from .redaction import RedactionRules, rules_from
 from .retry import RetryPolicy
 from .types import ArtifactDraft, LookupStatus
+
+if typing.TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "BreakerPolicy",
@@ -85,6 +93,7 @@ class _Shape:
     input_model: type[BaseModel]
     context_param: str | None
     output: TypeAdapter[Any] | None
+    json_validator: Validator | None = None  # set for a tool whose input is a JSON Schema
 
 
 def _introspect(name: str, handler: Callable[..., Any]) -> _Shape:
@@ -130,6 +139,7 @@ class ToolSpec(BaseModel):
     health_check: Callable[[], bool] | None = None
     lookup: LookupFn | None = None
     available: bool = True
+    input_json_schema: dict[str, Any] | None = None  # instead of the handler's signature (e.g. an MCP tool)
 
     _shape: _Shape = PrivateAttr()
     _lookup_keywords: frozenset[str] = PrivateAttr(default=frozenset())
@@ -143,16 +153,24 @@ class ToolSpec(BaseModel):
         return data
 
     def model_post_init(self, context: Any, /) -> None:
-        self._shape = _introspect(self.name, self.handler)
+        if self.input_json_schema is not None:
+            validator = json_args.compile_schema(self.name, self.input_json_schema)
+            self._shape = _Shape(json_args.JsonArgs, "context", None, validator)
+        else:
+            self._shape = _introspect(self.name, self.handler)
         if self.lookup is not None:
             self._lookup_keywords = frozenset(inspect.signature(self.lookup).parameters)
 
     def input_schema(self) -> dict[str, Any]:
         """JSON schema of the arguments a caller must send (the ToolContext parameter is excluded)."""
+        if self.input_json_schema is not None:
+            return copy.deepcopy(self.input_json_schema)
         return self._shape.input_model.model_json_schema()
 
     def validate_args(self, args: dict[str, Any]) -> BaseModel:
         """Raises pydantic.ValidationError on bad input."""
+        if self._shape.json_validator is not None:
+            return json_args.validate(self.name, self._shape.json_validator, args)
         return self._shape.input_model.model_validate(args)
 
     @staticmethod
@@ -161,6 +179,8 @@ class ToolSpec(BaseModel):
         return validated.model_dump(mode="json")
 
     def handler_kwargs(self, validated: BaseModel, context: ToolContext) -> dict[str, Any]:
+        if isinstance(validated, json_args.JsonArgs):
+            return {"arguments": validated.root, "context": context}
         kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
         if self._shape.context_param is not None:
             kwargs[self._shape.context_param] = context
