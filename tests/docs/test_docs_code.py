@@ -90,7 +90,8 @@ def page_params() -> list[object]:
 
 
 def run_python(block: Block, module: types.ModuleType) -> None:
-    code = compile(block.code, block.where, "exec")
+    # Padded so a traceback names the line of the Markdown file.
+    code = compile("\n" * block.line + block.code, f"docs/{block.page}", "exec")
     exec(code, module.__dict__)
 
 
