@@ -1,0 +1,1 @@
+"""The tutorial's expense-reimbursement agent, three ways, as runnable programs (see docs/tutorial/)."""
