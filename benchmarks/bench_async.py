@@ -56,9 +56,7 @@ AGENTS = AgentRegistry()
 def build() -> Agent:
     """A ReAct agent whose every model call waits LATENCY_S without blocking."""
     model = AsyncScriptedModel(policy, latency_s=LATENCY_S)
-    return Agent(
-        name=NAME, controller=ReActController(model), tools=ToolRegistry([quote]), budget=Budget(max_steps=10)
-    )
+    return Agent(name=NAME, controller=ReActController(model), tools=ToolRegistry([quote]), budget=Budget(max_steps=10))
 
 
 def measure(db: Path, runs: int, concurrency: int, synchronous: str) -> dict[str, Any]:

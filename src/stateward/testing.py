@@ -10,7 +10,14 @@ from stateward.runtime.runtime import Runtime
 from stateward.store.sqlite import SQLiteStore
 from stateward.tools.memory_store import InMemoryGatewayStore
 
-__all__ = ("AsyncScriptedModel", "InMemoryGatewayStore", "RecordingModel", "ReplayModel", "ScriptedModel", "temporary_runtime")
+__all__ = (
+    "AsyncScriptedModel",
+    "InMemoryGatewayStore",
+    "RecordingModel",
+    "ReplayModel",
+    "ScriptedModel",
+    "temporary_runtime",
+)
 
 
 def temporary_runtime(directory: str | Path) -> Runtime:

@@ -43,7 +43,9 @@ from stateward.tools.ports import SideEffectStatus
 Clock = Callable[[], datetime]
 IN_FLIGHT = (SideEffectStatus.STARTED.value, SideEffectStatus.UNKNOWN_OUTCOME.value)
 DEFAULT_EVENT_PAGE = 1000
-STORE_THREADS = 8  # the async entry points' store calls run on this many threads
+# The async entry points' store calls run on this many threads: the SQLite store serializes on one
+# connection (more threads only contend for it), and two keep a PostgreSQL round trip overlapping another.
+STORE_THREADS = 2
 MAX_EVENT_PAGE = 10_000
 
 __all__ = ["Runtime", "action_specs", "new_run_id"]

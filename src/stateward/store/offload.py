@@ -40,6 +40,7 @@ class OffloadedStore:
                 return attr(*args, **kwargs)
             return blocking(functools.partial(attr, *args, **kwargs), executor)
 
+        self.__dict__[name] = call  # made once per method: later calls skip __getattr__
         return call
 
 
