@@ -47,6 +47,9 @@ AGENTS = textwrap.dedent("""
 """)
 
 
+WORKER_ARGS = ("--idle-exit", "1", "--poll", "0.05", "--json", "--db")
+
+
 def test_worker_async_drives_every_run_once_and_prints_its_counts(tmp_path: Path) -> None:
     (tmp_path / "stamp_agents.py").write_text(AGENTS)
     db, stamps = tmp_path / "runs.db", tmp_path / "stamps.txt"
@@ -64,8 +67,7 @@ def test_worker_async_drives_every_run_once_and_prints_its_counts(tmp_path: Path
     runtime = Runtime(SQLiteStore(db), agents=stamp_agents.registry)
     ids = [runtime.submit(stamp_agents.registry.create("stamper"), f"stamp {i}").run_id for i in range(20)]
     proc = subprocess.run(
-        [sys.executable, "-m", "stateward.cli.main", "worker", "--async", "--concurrency", "10"]
-        + ["--db", str(db), "--idle-exit", "1", "--poll", "0.05", "--json"],
+        [sys.executable, "-m", "stateward.cli.main", "worker", "--async", "--concurrency", "10", *WORKER_ARGS, str(db)],
         capture_output=True,
         text=True,
         env=env,

@@ -29,14 +29,16 @@ from stateward import (
     ToolRegistry,
     tool,
 )
+from stateward.core.bridge import run_bridged
 from stateward.core.events import EventType
 from stateward.core.state import is_run_suspended
 from stateward.models.base import ModelReply, ModelRequest
 from stateward.models.errors import AuthFailedError, ServiceUnavailableError
 from stateward.runtime.async_worker import AsyncWorker
 from stateward.store.sqlite import SQLiteStore
-from stateward.testing import AsyncScriptedModel, ScriptedModel
-from stateward.tools.types import LookupStatus
+from stateward.testing import AsyncScriptedModel, InMemoryGatewayStore, ScriptedModel
+from stateward.tools import CallContext, ToolCall, ToolGateway
+from stateward.tools.types import LookupStatus, ToolErrorCode, ToolOutcome
 
 
 def call_once_then_finish(action: str, args: dict[str, Any]) -> Any:
@@ -135,16 +137,32 @@ def test_a_hanging_side_effect_free_async_tool_times_out_per_its_retry_policy(rt
     assert attempt["observation"]["status"] == "FAILED" and attempt["observation"]["error_code"] == "TIMEOUT"
 
 
-def test_a_timeout_error_the_async_handler_raises_itself_is_its_error_not_a_deadline(rt: Runtime) -> None:
+@pytest.mark.parametrize("bridged", [True, False], ids=["async-runtime", "sync-runtime"])
+def test_a_timeout_error_the_async_handler_raises_itself_is_its_error_not_the_deadline(bridged: bool) -> None:
     @tool(timeout_s=5, retry=RetryPolicy(max_attempts=1))
     async def flaky() -> dict[str, int]:
         """Fails at once with its own TimeoutError."""
         raise TimeoutError("upstream said so")
 
-    state = asyncio.run(rt.astart(react(AsyncScriptedModel(call_once_then_finish("flaky", {})), flaky), "try"))
-    [attempt] = tool_events(rt, state.run_id)
-    assert attempt["observation"]["error_code"] == "TIMEOUT"
-    assert attempt["handler_calls"] == 1
+    @tool(timeout_s=0.05, retry=RetryPolicy(max_attempts=1))
+    async def stuck() -> dict[str, int]:
+        """Never answers."""
+        await asyncio.sleep(30)
+        return {}
+
+    gateway = ToolGateway(ToolRegistry([flaky, stuck]), InMemoryGatewayStore())
+
+    def invoke(name: str) -> ToolOutcome:
+        return gateway.invoke(ToolCall(tool=name, args={}), CallContext(run_id="run-1", step=1))
+
+    def both() -> tuple[ToolOutcome, ToolOutcome]:
+        return invoke("flaky"), invoke("stuck")
+
+    own, deadline = asyncio.run(run_bridged(both)) if bridged else both()
+    assert own.error_code is deadline.error_code is ToolErrorCode.TIMEOUT
+    assert own.error is not None and "upstream said so" in own.error
+    assert deadline.error is not None and deadline.error.startswith("no answer within 0.05s")
+    assert "TimeoutError" not in deadline.error
 
 
 def test_async_models_and_tools_work_under_the_sync_runtime(rt: Runtime) -> None:
