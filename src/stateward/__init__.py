@@ -43,9 +43,10 @@ if TYPE_CHECKING:
     from stateward.core.events import Event
     from stateward.core.state import AgentRef, ApprovalScope, Grant, PendingRequest, RunState, is_run_suspended
     from stateward.core.status import RunStatus, TransitionKind
-    from stateward.models.base import Model, ModelReply, ModelRequest
+    from stateward.models.base import AsyncModel, Model, ModelReply, ModelRequest
     from stateward.runtime.agent import Agent, WaitCheck, guard
     from stateward.runtime.agent_registry import AgentRegistry
+    from stateward.runtime.async_worker import AsyncWorker
     from stateward.runtime.continuation import AnswerResult
     from stateward.runtime.runtime import Runtime
     from stateward.store.paging import RequestPage, RequestRow, RunPage
@@ -74,6 +75,8 @@ _EXPORTS: dict[str, str] = {
     "AnswerResult": "stateward.runtime.continuation",
     "ApprovalScope": "stateward.core.state",
     "ArtifactRecord": "stateward.store.records",
+    "AsyncModel": "stateward.models.base",
+    "AsyncWorker": "stateward.runtime.async_worker",
     "BreakerPolicy": "stateward.tools.breaker",
     "Budget": "stateward.core.budget",
     "ControlDecision": "stateward.core.decision",
@@ -149,6 +152,8 @@ __all__ = (
     "AnswerResult",
     "ApprovalScope",
     "ArtifactRecord",
+    "AsyncModel",
+    "AsyncWorker",
     "BreakerPolicy",
     "Budget",
     "ControlDecision",

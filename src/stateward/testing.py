@@ -5,12 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from stateward.models.recording import RecordingModel, ReplayModel
-from stateward.models.scripted import ScriptedModel
+from stateward.models.scripted import AsyncScriptedModel, ScriptedModel
 from stateward.runtime.runtime import Runtime
 from stateward.store.sqlite import SQLiteStore
 from stateward.tools.memory_store import InMemoryGatewayStore
 
-__all__ = ("InMemoryGatewayStore", "RecordingModel", "ReplayModel", "ScriptedModel", "temporary_runtime")
+__all__ = (
+    "AsyncScriptedModel",
+    "InMemoryGatewayStore",
+    "RecordingModel",
+    "ReplayModel",
+    "ScriptedModel",
+    "temporary_runtime",
+)
 
 
 def temporary_runtime(directory: str | Path) -> Runtime:

@@ -455,6 +455,10 @@ def cancel(
 def worker(
     db: DbOpt = DEFAULT_DB,
     concurrency: Annotated[int, typer.Option(min=1, help="Runs driven at once by this process.")] = 1,
+    use_async: Annotated[
+        bool,
+        typer.Option("--async", help="Drive the runs as tasks of one event loop (async models and tools awaited)."),
+    ] = False,
     lease_ttl: Annotated[float, typer.Option(help="Lease TTL in seconds (>= 3 x heartbeat).")] = 30.0,
     heartbeat: Annotated[float, typer.Option(help="Lease renewal interval in seconds.")] = 10.0,
     idle_exit: Annotated[float | None, typer.Option(help="Exit after this many idle seconds.")] = None,
@@ -488,6 +492,7 @@ def worker(
     import signal
 
     from stateward.cli.output import EXIT_RUNS_TROUBLED
+    from stateward.runtime.async_worker import AsyncWorker
     from stateward.runtime.leases import LeasePolicy
     from stateward.runtime.recovery import RecoveryPolicy
     from stateward.runtime.runtime import Runtime
@@ -498,10 +503,12 @@ def worker(
             positive_seconds("--idle-exit", idle_exit)
         recovery = RecoveryPolicy(step_crash_retries=crash_retries, base_delay_s=retry_delay)
         runtime = Runtime.open(db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat), recovery=recovery)
-        w = Worker(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every, max_crashes=max_crashes)
+        kind = AsyncWorker if use_async else Worker
+        w = kind(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every, max_crashes=max_crashes)
     signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
     signal.signal(signal.SIGINT, lambda *_: w.stop.set())
-    typer.echo(f"worker {runtime.owner}: {concurrency} slot(s) on {db}", err=True)
+    mode = " (async, one event loop)" if use_async else ""
+    typer.echo(f"worker {runtime.owner}: {concurrency} slot(s){mode} on {db}", err=True)
     stats = w.run(idle_exit_s=idle_exit)
     stopped_by_signal = w.stop.is_set() and not stats.stopped_on_crashes
     runtime.close()

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, provider_rejection
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.events import EventType, NewEvent
-from stateward.models.base import Model, Usage
+from stateward.models.base import AnyModel, Usage, complete
 
 PLAN_INSTRUCTIONS = (
     'Reply with one JSON object {"steps": [...]} and nothing else. A step is '
@@ -81,7 +81,7 @@ class PlanAndExecuteController:
 
     mode = "plan_and_execute"
 
-    def __init__(self, planner: Model):
+    def __init__(self, planner: AnyModel):
         self.planner = planner
 
     def decide(self, ctx: DecisionContext) -> Proposal:
@@ -93,7 +93,8 @@ class PlanAndExecuteController:
         usage: tuple[Usage, ...] = ()
         notes: list[NewEvent] = []
         if needs_plan:
-            reply = self.planner.complete(
+            reply = complete(
+                self.planner,
                 ctx.request(
                     purpose="plan",
                     goal=ctx.state.goal,
@@ -101,7 +102,7 @@ class PlanAndExecuteController:
                     visible_actions=ctx.specs(tuple(ctx.actions)),
                     facts=ctx.facts(),
                     instructions=PLAN_INSTRUCTIONS,
-                )
+                ),
             )
             usage = (reply.usage,)
             parsed = provider_rejection(reply) or parse_step_plan(reply.text, set(ctx.actions))

@@ -40,7 +40,7 @@ from stateward.core.decision import ControlDecision, DecisionType, SignalSource,
 from stateward.core.errors import DecisionParseError, RunError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import GuardedAction, RequestKind
-from stateward.models.base import Model, ModelRequest, Usage
+from stateward.models.base import AnyModel, ModelRequest, Usage, complete
 from stateward.planning.budget import BudgetAmount, BudgetError, BudgetLedger, BudgetLimits
 from stateward.planning.delivery import (
     AttemptSummary,
@@ -159,7 +159,7 @@ class PlanRunController:
 
     mode = "plan_run"
 
-    def __init__(self, planner: Model, worker: Model, config: PlanRunConfig):
+    def __init__(self, planner: AnyModel, worker: AnyModel, config: PlanRunConfig):
         self.planner = planner
         self.worker = worker
         self.config = config
@@ -252,7 +252,8 @@ class PlanRunController:
 
     # -- planning ---------------------------------------------------------------------------------
     def _make_plan(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
-        reply = self.planner.complete(
+        reply = complete(
+            self.planner,
             ModelRequest(
                 purpose="plan",
                 goal=self.config.goal.objective,
@@ -260,7 +261,7 @@ class PlanRunController:
                 visible_actions=ctx.specs(tuple(ctx.actions)),
                 facts={"goal": self.config.goal.model_dump(mode="json")},
                 instructions=PLAN_INSTRUCTIONS,
-            )
+            ),
         )
         rejected = provider_rejection(reply)
         if rejected is not None:
@@ -325,7 +326,8 @@ class PlanRunController:
             )
             gaps = verdict.model_dump(mode="json")
         visible = (*(t for t in self.config.research_tools if t in ctx.actions), READINESS_TOOL)
-        reply = self.worker.complete(
+        reply = complete(
+            self.worker,
             ctx.request(
                 purpose="decide",
                 goal=f"research for {contract.stage}: {self.config.goal.objective}",
@@ -333,7 +335,7 @@ class PlanRunController:
                 visible_actions=ctx.specs(visible),
                 facts={"readiness_contract": contract.model_dump(mode="json"), "readiness_gaps": gaps},
                 instructions=ITEM_INSTRUCTIONS,
-            )
+            ),
         )
         note = NewEvent(type=EventType.READINESS_EVALUATED, payload={"stage": contract.stage, "verdict": gaps})
         return Proposal(
@@ -474,7 +476,8 @@ class PlanRunController:
             for w, s in states.items()
             if s in (WorkItemState.FAILED, WorkItemState.BLOCKED) and w in memo.items
         }
-        reply = self.planner.complete(
+        reply = complete(
+            self.planner,
             ModelRequest(
                 purpose="replan",
                 goal=self.config.goal.objective,
@@ -484,7 +487,7 @@ class PlanRunController:
                 facts={"plan": plan.model_dump(mode="json"), "failed": failed, "verified": list(memo.verified)},
                 instructions="Reply with one JSON plan patch: base_version, reason, evidence_ids, changed/added/"
                 "removed items and kept_completed.",
-            )
+            ),
         )
         memo.ledger = memo.ledger.charge(BudgetAmount(replans=1, model_calls=1))
         try:
@@ -585,7 +588,8 @@ class PlanRunController:
             return self.decide_with(ctx, memo, notes)
         visible = (*(c for c in item.required_capabilities if c in ctx.actions), OUTPUT_TOOL)
         mine = [o for o in ctx.observations if o.step in run.steps]
-        reply = self.worker.complete(
+        reply = complete(
+            self.worker,
             ModelRequest(
                 purpose="decide",
                 goal=f"{item.work_item_id}: {item.title}",
@@ -599,7 +603,7 @@ class PlanRunController:
                     "remaining_steps": run.tracker.remaining_steps(),
                 },
                 instructions=ITEM_INSTRUCTIONS,
-            )
+            ),
         )
         run.model_calls += 1
         rejected = provider_rejection(reply)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from stateward.controllers.base import DecisionContext, Observation, Proposal, SignalFailure, provider_rejection
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
-from stateward.models.base import Model
+from stateward.models.base import AnyModel, complete
 
 NO_PROGRESS = "no_progress"
 DEFAULT_MAX_REPEATS = 3
@@ -31,7 +31,7 @@ class ReActController:
     mode = "react"
 
     def __init__(
-        self, model: Model, *, actions: Sequence[str] | None = None, max_repeats: int | None = DEFAULT_MAX_REPEATS
+        self, model: AnyModel, *, actions: Sequence[str] | None = None, max_repeats: int | None = DEFAULT_MAX_REPEATS
     ):
         """``max_repeats``: identical calls with identical outcomes in a row that end the run (None: never)."""
         self.model = model
@@ -43,7 +43,8 @@ class ReActController:
         if self.max_repeats is not None and repeating(ctx.observations, self.max_repeats):
             stop = ControlDecision(type=DecisionType.FAIL, reason=NO_PROGRESS)
             return Proposal(signal=stop, source=SignalSource.CONTROLLER, visible_actions=frozenset(visible))
-        reply = self.model.complete(
+        reply = complete(
+            self.model,
             ctx.request(
                 purpose="decide",
                 goal=ctx.state.goal,
@@ -52,7 +53,7 @@ class ReActController:
                 facts=ctx.facts(),
                 instructions=DECIDE_INSTRUCTIONS,
                 correction=ctx.state.correction,
-            )
+            ),
         )
         signal: str | SignalFailure = provider_rejection(reply) or reply.text
         return Proposal(

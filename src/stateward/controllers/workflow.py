@@ -19,7 +19,7 @@ from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import UserError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AnswerVerdict, RequestKind
-from stateward.models.base import Model, ModelRequest, Usage
+from stateward.models.base import AnyModel, ModelRequest, Usage, complete
 
 ArgsFn = Callable[[DecisionContext], dict[str, Any]]
 
@@ -148,7 +148,7 @@ class WorkflowController:
 
     mode = "workflow"
 
-    def __init__(self, nodes: Sequence[Node], *, model: Model | None = None, start: str | None = None):
+    def __init__(self, nodes: Sequence[Node], *, model: AnyModel | None = None, start: str | None = None):
         self.nodes = {n.id: n for n in nodes}
         if len(self.nodes) != len(nodes):
             raise UserError("workflow node ids must be unique", code="INVALID_WORKFLOW")
@@ -280,7 +280,8 @@ class WorkflowController:
         else:
             if self.model is None:
                 raise UserError(f"node {node.id} needs a model", code="INVALID_WORKFLOW")
-            reply = self.model.complete(
+            reply = complete(
+                self.model,
                 ModelRequest(
                     purpose="content",
                     goal=ctx.state.goal,
@@ -289,7 +290,7 @@ class WorkflowController:
                     visible_actions=ctx.specs((node.tool,)),
                     facts=ctx.facts(),
                     instructions=node.instructions,
-                )
+                ),
             )
             usage = (reply.usage,)
             rejected = provider_rejection(reply)

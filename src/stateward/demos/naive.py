@@ -17,7 +17,7 @@ from stateward.controllers.workflow import HumanNode, ModelNode, RuleNode, ToolN
 from stateward.core.decision import DecisionType, parse_decision
 from stateward.core.state import AgentRef, RunState
 from stateward.demos import blog, blog_fixtures
-from stateward.models.base import ModelRequest
+from stateward.models.base import ModelRequest, complete
 from stateward.runtime.runtime import action_specs
 from stateward.tools.gateway import ToolGateway
 from stateward.tools.memory_store import InMemoryGatewayStore
@@ -175,7 +175,7 @@ def naive_workflow(materials: str = "default") -> NaiveRun:
             h.invoke(node.tool, dict(node.args(h.context()) if callable(node.args) else node.args))
             node_id = node.next
         elif isinstance(node, ModelNode) and controller.model is not None:
-            reply = controller.model.complete(h.request("content", node.inputs(h.context())))
+            reply = complete(controller.model, h.request("content", node.inputs(h.context())))
             h.run.model_calls += 1
             args = json.loads(reply.text)
             h.invoke(node.tool, args if isinstance(args, dict) else {})

@@ -12,17 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stateward.models.anthropic import AnthropicModel
-    from stateward.models.base import ActionSpec, Model, ModelReply, ModelRequest, Usage
+    from stateward.models.base import ActionSpec, AsyncModel, Model, ModelReply, ModelRequest, Usage
     from stateward.models.config import model_from_spec, parse_spec
     from stateward.models.errors import ModelCallError
     from stateward.models.openai_compat import OpenAICompatibleModel
     from stateward.models.recording import RecordingModel, ReplayModel
     from stateward.models.retrying import RetryingModel
-    from stateward.models.scripted import ScriptedModel
+    from stateward.models.scripted import AsyncScriptedModel, ScriptedModel
 
 _EXPORTS: dict[str, str] = {
     "ActionSpec": "stateward.models.base",
     "AnthropicModel": "stateward.models.anthropic",
+    "AsyncModel": "stateward.models.base",
+    "AsyncScriptedModel": "stateward.models.scripted",
     "Model": "stateward.models.base",
     "ModelCallError": "stateward.models.errors",
     "ModelReply": "stateward.models.base",
@@ -40,6 +42,8 @@ _EXPORTS: dict[str, str] = {
 __all__ = (
     "ActionSpec",
     "AnthropicModel",
+    "AsyncModel",
+    "AsyncScriptedModel",
     "Model",
     "ModelCallError",
     "ModelReply",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from stateward.core.bridge import blocking, in_bridge, resolve, run_coroutine
 
 
 class ActionSpec(BaseModel):
@@ -118,3 +120,33 @@ class Model(Protocol):
     name: str
 
     def complete(self, request: ModelRequest) -> ModelReply: ...
+
+
+@runtime_checkable
+class AsyncModel(Protocol):
+    """A model whose call is a coroutine (e.g. over ``AsyncOpenAI``): the async Runtime awaits it on its
+    event loop while other runs go on; the synchronous Runtime runs it on a loop of its own."""
+
+    name: str
+
+    async def acomplete(self, request: ModelRequest) -> ModelReply: ...
+
+
+AnyModel = Model | AsyncModel
+
+
+def complete(model: AnyModel, request: ModelRequest) -> ModelReply:
+    """The one way controllers call a model, sync or async, under either Runtime.
+
+    Under the async Runtime an ``acomplete`` is awaited natively and a blocking ``complete`` runs on a
+    thread; under the synchronous one a ``complete`` is called as always and an ``acomplete`` is run
+    to completion on a loop of its own.
+    """
+    if in_bridge():
+        if isinstance(model, AsyncModel):
+            return resolve(model.acomplete(request))
+        sync_model = model
+        return blocking(lambda: sync_model.complete(request))
+    if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
+        return run_coroutine(model.acomplete(request))
+    return model.complete(request)

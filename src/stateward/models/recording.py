@@ -15,7 +15,7 @@ from typing import Any
 
 from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.core.errors import UserError
-from stateward.models.base import Model, ModelReply, ModelRequest
+from stateward.models.base import AnyModel, ModelReply, ModelRequest, complete
 from stateward.models.errors import (
     AuthFailedError,
     ContextLengthExceededError,
@@ -49,7 +49,7 @@ def request_key(request: ModelRequest) -> str:
 class RecordingModel:
     """Passes calls through to ``inner`` and appends each exchange (errors included) to ``path``."""
 
-    def __init__(self, inner: Model, path: str | Path):
+    def __init__(self, inner: AnyModel, path: str | Path):
         self.inner = inner
         self.name = inner.name
         self.path = Path(path)
@@ -69,7 +69,7 @@ class RecordingModel:
             "request": request.model_dump(mode="json"),
         }
         try:
-            reply = self.inner.complete(request)
+            reply = complete(self.inner, request)
         except ModelCallError as exc:
             self._append({**entry, "error": {"code": exc.code, "message": exc.message, "details": exc.details}})
             raise

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from stateward.models.base import Model, ModelReply, ModelRequest, model_attempt_sink
+from stateward.models.base import AnyModel, ModelReply, ModelRequest, complete, model_attempt_sink
 from stateward.models.errors import ModelCallError
 
 
@@ -36,7 +36,7 @@ class RetryingModel:
 
     def __init__(
         self,
-        inner: Model,
+        inner: AnyModel,
         max_attempts: int = 3,
         *,
         sleep: Callable[[float], None] = time.sleep,
@@ -63,7 +63,7 @@ class RetryingModel:
         attempt = 1
         while True:
             try:
-                return self.inner.complete(request)
+                return complete(self.inner, request)
             except ModelCallError as exc:
                 will_retry = exc.retryable and attempt < self.max_attempts
                 delay = self.delay_for(attempt, exc) if will_retry else 0.0

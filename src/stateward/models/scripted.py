@@ -6,13 +6,18 @@ process continues exactly where the script says, without replaying call counts.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from stateward.core.errors import UserError
 from stateward.models.base import ModelReply, ModelRequest, Usage
 
 Policy = Callable[[ModelRequest], "str | dict[str, Any]"]
+AsyncPolicy = Callable[[ModelRequest], "str | dict[str, Any] | Awaitable[str | dict[str, Any]]"]
 
 
 class ScriptedModel:
@@ -32,10 +37,39 @@ class ScriptedModel:
 
     def complete(self, request: ModelRequest) -> ModelReply:
         self.calls.append(request)
+        return scripted_reply(request, self._policy(request), self.name)
+
+
+def scripted_reply(request: ModelRequest, out: str | dict[str, Any], model: str) -> ModelReply:
+    """A policy's answer as the reply a provider would give (token counts estimated from lengths)."""
+    text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False)
+    return ModelReply(
+        text=text,
+        usage=Usage(input_tokens=request.json_chars() // 4, output_tokens=len(text) // 4),
+        model=model,
+    )
+
+
+class AsyncScriptedModel:
+    """:class:`ScriptedModel` as an async model: ``await acomplete(request)``, after ``latency_s`` of
+    non-blocking waiting (a provider's round trip). The policy may be a plain or an ``async`` function.
+
+    Under the async Runtime the wait is an ``await`` on the event loop, so many runs wait at once; it
+    is what ``benchmarks/bench_async.py`` drives. ``calls`` keeps every request, for assertions."""
+
+    def __init__(self, policy: AsyncPolicy, *, name: str = "scripted-async", latency_s: float = 0.0):
+        if not (math.isfinite(latency_s) and latency_s >= 0):
+            raise UserError(f"latency_s must be a finite number >= 0 (got {latency_s})", code="INVALID_MODEL_CONFIG")
+        self.name = name
+        self.latency_s = latency_s
+        self._policy = policy
+        self.calls: list[ModelRequest] = []
+
+    async def acomplete(self, request: ModelRequest) -> ModelReply:
+        self.calls.append(request)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         out = self._policy(request)
-        text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False)
-        return ModelReply(
-            text=text,
-            usage=Usage(input_tokens=request.json_chars() // 4, output_tokens=len(text) // 4),
-            model=self.name,
-        )
+        if inspect.isawaitable(out):
+            out = await out
+        return scripted_reply(request, out, self.name)

@@ -107,7 +107,10 @@ class Driver:
         policy: LeasePolicy,
         faults: FaultInjector = NO_FAULTS,
         recovery: RecoveryPolicy | None = None,
+        keeper: type[LeaseKeeper] = LeaseKeeper,
     ):
+        """``keeper``: what renews the lease while a run is driven (a task on the loop for the async Runtime)."""
+        self.keeper = keeper
         self.store = store
         self.clock = clock
         self.policy = policy
@@ -131,7 +134,7 @@ class Driver:
         process cannot build is a setback for a ``claimed`` run (a worker's) and the caller's error
         otherwise: an answer or a resume from a process without the agent says nothing about workers.
         """
-        keeper = LeaseKeeper(self.store, lease, self.policy, self.faults)
+        keeper = self.keeper(self.store, lease, self.policy, self.faults)
         try:
             state, seq = self.store.load_run_at(lease.run_id)
             if state.status not in DRIVABLE:

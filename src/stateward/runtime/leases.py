@@ -7,12 +7,15 @@ its next write — and even if it does not, the store rejects that write by its 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import threading
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from stateward.core.bridge import resolve
 from stateward.core.errors import StaleLeaseError, StatewardError, UserError
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.store.base import Store
@@ -52,8 +55,11 @@ class LeaseKeeper:
         self._policy = policy
         self._lease = lease
         self._lost: StaleLeaseError | None = None
+        self._start()
+
+    def _start(self) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"lease-{lease.run_id}", daemon=True)
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{self._lease.run_id}", daemon=True)
         self._thread.start()
 
     @property
@@ -66,19 +72,53 @@ class LeaseKeeper:
             raise self._lost
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._policy.heartbeat_s):
-            try:
-                self._faults.point("lease_renewal")
-                self._lease = self._store.renew_lease(self._lease, self._policy.ttl_s)
-            except StaleLeaseError as exc:
-                log.error("lease lost: %s", exc)
-                self._lost = exc
-                return
-            except StatewardError as exc:  # the store was unreachable: try again next beat
-                log.warning("lease renewal failed: %s", exc)
+        while not self._stop.wait(self._policy.heartbeat_s) and self._renew():
+            pass
+
+    def _renew(self) -> bool:
+        """One renewal; False once the lease is lost (no further beats)."""
+        try:
+            self._faults.point("lease_renewal")
+            self._lease = self._store.renew_lease(self._lease, self._policy.ttl_s)
+        except StaleLeaseError as exc:
+            log.error("lease lost: %s", exc)
+            self._lost = exc
+            return False
+        except StatewardError as exc:  # the store was unreachable: try again next beat
+            log.warning("lease renewal failed: %s", exc)
+        return True
 
     def stop(self, *, release: bool = True) -> None:
         self._stop.set()
         self._thread.join()
+        if release and self._lost is None:
+            self._store.release_lease(self._lease)
+
+
+class AsyncLeaseKeeper(LeaseKeeper):
+    """The same heartbeat as a task on the running event loop (no thread per run): what the async
+    Runtime's driver uses. Each renewal (the same ``_renew``) runs on the loop's default executor.
+
+    Made and stopped from code running bridged on that loop (see core/bridge.py).
+    """
+
+    def _start(self) -> None:
+        self._renewing: asyncio.Future[bool] | None = None
+        self._task = asyncio.get_running_loop().create_task(self._abeat(), name=f"lease-{self._lease.run_id}")
+
+    async def _abeat(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._policy.heartbeat_s)
+            self._renewing = asyncio.ensure_future(loop.run_in_executor(None, self._renew))
+            if not await asyncio.shield(self._renewing):
+                return
+
+    def stop(self, *, release: bool = True) -> None:
+        self._task.cancel()
+        renewing = self._renewing
+        if renewing is not None and not renewing.done():
+            with contextlib.suppress(Exception):  # its outcome is recorded by _renew itself
+                resolve(renewing)  # never release under a renewal still in flight
         if release and self._lost is None:
             self._store.release_lease(self._lease)

@@ -7,12 +7,14 @@ while nobody holds the lease or leave a request the holder honours at its next s
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import socket
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,12 +27,14 @@ from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
+from stateward.runtime.aio import counterpart
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, transition_event
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
-from stateward.runtime.leases import LeasePolicy
+from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
 from stateward.store.base import Store, open_store
+from stateward.store.offload import offloaded
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
 from stateward.store.records import ArtifactRecord, Lease, StepWrite
 from stateward.tools.gateway import ToolGateway
@@ -39,6 +43,9 @@ from stateward.tools.ports import SideEffectStatus
 Clock = Callable[[], datetime]
 IN_FLIGHT = (SideEffectStatus.STARTED.value, SideEffectStatus.UNKNOWN_OUTCOME.value)
 DEFAULT_EVENT_PAGE = 1000
+# The async entry points' store calls run on this many threads: the SQLite store serializes on one
+# connection (more threads only contend for it), and two keep a PostgreSQL round trip overlapping another.
+STORE_THREADS = 2
 MAX_EVENT_PAGE = 10_000
 
 __all__ = ["Runtime", "action_specs", "new_run_id"]
@@ -84,6 +91,9 @@ class Runtime:
         self.recovery = recovery or RecoveryPolicy()
         self.driver = Driver(store, clock, self.lease_policy, faults, self.recovery)
         self._agents: dict[str, Agent] = {}
+        self._origin = self  # a bridged view shares its origin's registry and agents
+        self._view: Runtime | None = None
+        self._store_pool: ThreadPoolExecutor | None = None
 
     @classmethod
     def open(cls, url: str = "stateward.db", *, create: bool = True, **kwargs: Any) -> Runtime:
@@ -93,12 +103,30 @@ class Runtime:
     @property
     def agents(self) -> AgentRegistry:
         """The agents this process may rebuild from stored runs."""
-        if self._registry is None:
-            self._registry = process_agents()
-        return self._registry
+        origin = self._origin
+        if origin._registry is None:
+            origin._registry = process_agents()
+        return origin._registry
 
     def close(self) -> None:
-        self.store.close()
+        origin = self._origin
+        if origin._store_pool is not None:
+            origin._store_pool.shutdown(wait=True)
+        origin.store.close()
+
+    def bridged(self) -> Runtime:
+        """This Runtime as its async entry points run it: the same agents, policies and store, with
+        store calls from the event loop's thread offloaded to a small thread pool."""
+        origin = self._origin
+        if origin._view is None:
+            pool = origin._store_pool = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="stateward-store")
+            view = copy.copy(origin)
+            view.store = offloaded(origin.store, pool)
+            view.driver = Driver(
+                view.store, origin.clock, origin.lease_policy, origin.faults, origin.recovery, keeper=AsyncLeaseKeeper
+            )
+            origin._view = view
+        return origin._view
 
     # -- starting and reading -------------------------------------------------------------------
     def submit(
@@ -463,3 +491,15 @@ class Runtime:
                 if outcome == "timer_fired":
                     self.drive(run_id)
         return [request_id for _, request_id, _ in expired]
+
+    # -- async counterparts (runtime/aio.py): the same code, async models and tools awaited natively -
+    asubmit = counterpart(submit)
+    astart = counterpart(start)
+    adrive = counterpart(drive)
+    adrive_leased = counterpart(drive_leased)
+    aapprove = counterpart(approve)
+    areject = counterpart(reject)
+    areply = counterpart(reply)
+    apause = counterpart(pause)
+    acancel = counterpart(cancel)
+    aresume = counterpart(resume)

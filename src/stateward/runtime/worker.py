@@ -23,6 +23,7 @@ from stateward.core.setback import Setback, SetbackKind
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
 from stateward.runtime.runtime import Runtime
+from stateward.store.records import Lease
 
 log = logging.getLogger("stateward.worker")
 
@@ -134,15 +135,26 @@ class Worker:
 
     def _once(self, owner: str) -> bool:
         """Claim one runnable run and drive it to its next stop; False when there was none."""
+        lease = self._claim(owner)
+        if lease is None:
+            return False
+        self._drive(lease)
+        return True
+
+    def _claim(self, owner: str) -> Lease | None:
+        """Lease one runnable run (counted), or None: there was none, or the store refused (counted)."""
         try:
             lease = self.runtime.store.claim_next(owner, self.runtime.lease_policy.ttl_s)
         except StatewardError as exc:
             log.warning("claim failed: %s", exc)
             self.stats.add("errors")
-            return False
-        if lease is None:
-            return False
-        self.stats.add("claimed")
+            return None
+        if lease is not None:
+            self.stats.add("claimed")
+        return lease
+
+    def _drive(self, lease: Lease) -> None:
+        """Drive a claimed run to its next stop; a lost lease or a store refusal is counted, not raised."""
         try:
             self.runtime.drive_leased(lease, self.stop, on_setback=self._setback)
         except StaleLeaseError as exc:
@@ -152,7 +164,6 @@ class Worker:
         except StatewardError as exc:
             log.error("run %s failed to drive: %s", lease.run_id, exc)
             self.stats.add("errors")
-        return True
 
     def _setback(self, setback: Setback, state: RunState) -> None:
         """Count what a run met here; stop the worker once ``max_crashes`` steps crashed."""

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from stateward.core.errors import StatewardError
 
 from .breaker import CircuitBreaker
-from .execution import run_with_timeout
+from .execution import call_handler
 from .ports import GatewayStore, SideEffectRecord, SideEffectStatus
 from .results import Shaped, shape_result
 from .retry import OUTCOME_UNKNOWN, backoff_delay, classify, is_retryable
@@ -140,7 +140,7 @@ class Executor:
         )
         kwargs = spec.handler_kwargs(st.validated, tctx)
         started = time.perf_counter()
-        fin = run_with_timeout(lambda: spec.handler(**kwargs), spec.timeout_s, name=spec.name)
+        fin = call_handler(spec.handler, kwargs, spec.timeout_s, name=spec.name)
         duration_ms = (time.perf_counter() - started) * 1000
         res = self._classify(st, fin.value, fin.error, fin.timed_out)
         res.artifacts = tctx.artifacts

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from stateward.core import bridge
 from stateward.core.canonical import action_digest
 from stateward.core.errors import ToolCallError
 
@@ -45,7 +46,7 @@ class ToolGateway:
         registry: ToolRegistry,
         store: GatewayStore,
         *,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = bridge.sleep,  # asyncio.sleep under the async Runtime
         clock: Callable[[], float] = time.time,
     ):
         self.registry = registry

@@ -19,6 +19,7 @@ from typing import Any, Literal, overload
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, create_model, model_validator
 from pydantic_core import to_jsonable_python
 
+from stateward.core.bridge import resolve
 from stateward.core.errors import UserError
 from stateward.core.state import ApprovalScope
 
@@ -204,7 +205,10 @@ class ToolSpec(BaseModel):
         """
         assert self.lookup is not None
         offered = {"run_id": run_id, "fencing_token": fencing_token}
-        return self.lookup(key, **{k: v for k, v in offered.items() if k in self._lookup_keywords})
+        found = self.lookup(key, **{k: v for k, v in offered.items() if k in self._lookup_keywords})
+        if inspect.isawaitable(found):  # an ``async def`` lookup, awaited like an async handler
+            found = resolve(found)
+        return found
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)

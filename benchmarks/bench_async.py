@@ -1,0 +1,132 @@
+"""Async throughput: RUNS runs whose model call waits 100 ms, one AsyncWorker at concurrency 100 vs 1.
+
+Each run is a ReAct agent over an async scripted model (``AsyncScriptedModel(latency_s=0.1)``: an
+``await asyncio.sleep(0.1)`` per call, standing in for a provider's round trip) and one ``async def``
+tool: the model calls the tool once, then finishes — two model calls, one tool call, three durable
+steps per run. The runs are submitted first (not timed); then one in-process ``AsyncWorker`` (one
+process, one event loop) claims and drives them, building each agent by its registered name as a
+worker process would. runs/s = RUNS / (worker start -> the last run's ``run_exited`` event).
+The two concurrencies are measured in the same run, each on a fresh SQLite file (WAL; ``synchronous``
+NORMAL by default, ``--synchronous FULL`` for an fsync per commit). The ratio's floor is 50x; it is
+printed, never asserted. ``--runs 40`` is a quick mode (about 10 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchkit import machine, machine_line, table
+from stateward import Agent, AgentRegistry, ReActController, Runtime, ToolRegistry, tool
+from stateward.core.budget import Budget
+from stateward.core.events import EventType
+from stateward.models.base import ModelRequest
+from stateward.runtime.async_worker import AsyncWorker
+from stateward.store.sqlite import SQLiteStore
+from stateward.testing import AsyncScriptedModel
+
+RUNS = 200
+LATENCY_S = 0.1
+CONCURRENCIES = (100, 1)
+FLOOR = 50.0
+NAME = "bench-async"
+
+
+@tool
+async def quote(sku: str) -> dict[str, Any]:
+    """The price of a SKU (an async call that answers at once)."""
+    return {"sku": sku, "cents": 1200}
+
+
+def policy(request: ModelRequest) -> dict[str, Any]:
+    if request.observations:
+        return {"type": "FINISH", "reason": "quoted"}
+    return {"type": "EXECUTE_TOOL", "action": "quote", "args": {"sku": "SKU-1"}}
+
+
+AGENTS = AgentRegistry()
+
+
+@AGENTS.agent(NAME)
+def build() -> Agent:
+    """A ReAct agent whose every model call waits LATENCY_S without blocking."""
+    model = AsyncScriptedModel(policy, latency_s=LATENCY_S)
+    return Agent(name=NAME, controller=ReActController(model), tools=ToolRegistry([quote]), budget=Budget(max_steps=10))
+
+
+def measure(db: Path, runs: int, concurrency: int, synchronous: str) -> dict[str, Any]:
+    submitter = Runtime(SQLiteStore(db, synchronous=synchronous), agents=AGENTS)
+    ids = [submitter.submit(build(), goal=f"quote SKU-1 ({i})").run_id for i in range(runs)]
+    submitter.close()
+    runtime = Runtime(SQLiteStore(db, synchronous=synchronous), agents=AGENTS)  # builds agents by name
+    worker = AsyncWorker(runtime, concurrency=concurrency, poll_s=0.05)
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    stats = worker.run(idle_exit_s=0.5)
+    wall_s = time.perf_counter() - t0
+    ended = []
+    statuses: dict[str, int] = {}
+    for run_id in ids:
+        state = runtime.get(run_id)
+        statuses[state.status.value] = statuses.get(state.status.value, 0) + 1
+        last = runtime.events(run_id, after=max(0, runtime.store.last_seq(run_id) - 1))[-1]
+        assert last.type is EventType.RUN_EXITED, last.type
+        ended.append(last.at)
+    runtime.close()
+    elapsed = (max(ended) - started).total_seconds()
+    return {
+        "concurrency": concurrency,
+        "runs": runs,
+        "seconds": round(elapsed, 3),
+        "runs_per_s": round(runs / elapsed, 2),
+        "worker_wall_s": round(wall_s, 3),
+        "statuses": statuses,
+        "claimed": stats.claimed,
+        "errors": stats.errors + stats.loop_errors + stats.stale_leases,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"runs per measurement (default {RUNS})")
+    parser.add_argument("--synchronous", default="NORMAL", choices=("NORMAL", "FULL"), help="SQLite synchronous")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench_async_") as tmp:
+        for c in CONCURRENCIES:
+            results[c] = measure(Path(tmp) / f"c{c}.db", args.runs, c, args.synchronous)
+    ratio = results[CONCURRENCIES[0]]["runs_per_s"] / results[CONCURRENCIES[-1]]["runs_per_s"]
+    ideal = args.runs * 2 * LATENCY_S  # every model wait in sequence, nothing else
+    out = {
+        "benchmark": "async",
+        "machine": machine(),
+        "synchronous": args.synchronous,
+        "model_latency_s": LATENCY_S,
+        "results": [results[c] for c in CONCURRENCIES],
+        "ratio": round(ratio, 2),
+        "floor": FLOOR,
+        "met": ratio >= FLOOR,
+        "serial_floor_s": round(ideal, 2),
+    }
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    rows = [
+        [r["concurrency"], r["runs"], f"{r['seconds']:.2f}", f"{r['runs_per_s']:.1f}", r["statuses"], r["errors"]]
+        for r in out["results"]
+    ]
+    print(table("one AsyncWorker, one event loop", ("concurrency", "runs", "s", "runs/s", "statuses", "errors"), rows))
+    verdict = "met" if out["met"] else "MISSED"
+    print(f"throughput ratio (concurrency {CONCURRENCIES[0]} / 1): {ratio:.1f}x  (floor >= {FLOOR:g}x: {verdict})")
+    print(f"model waits alone at concurrency 1: {ideal:.1f} s; SQLite synchronous={args.synchronous}")
+    print(machine_line(out["machine"]), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Where the runtime's one, synchronous implementation meets an event loop.
+
+The Runtime's semantics (budget check -> decide -> handle -> act -> persist; the gateway's journal,
+retries, breaker and reconciliation) are written once, as plain synchronous code. The async entry
+points do not copy that code into ``async def`` twins that could drift: :func:`run_bridged` runs the
+same code inside a greenlet on the event loop's thread, and each I/O boundary (a model call, a tool
+handler, a store call, a backoff sleep) goes through :func:`resolve`, which suspends the greenlet and
+awaits the coroutine natively on the loop. Many runs thus interleave in one loop at their awaits,
+exactly as coroutines would. Outside a bridge ``resolve`` runs the coroutine to completion on a loop
+of its own, so an async model or tool also works under the synchronous Runtime.
+
+This is the technique SQLAlchemy's asyncio layer uses (``greenlet_spawn`` / ``await_only``). No I/O
+happens here; the module only decides where an awaitable is awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import Executor
+from typing import Any, ParamSpec, TypeVar
+
+import greenlet
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+__all__ = ["blocking", "in_bridge", "resolve", "run_bridged", "run_coroutine", "sleep"]
+
+
+class _Bridged(greenlet.greenlet):
+    """A greenlet running synchronous runtime code on behalf of the coroutine that is its parent."""
+
+
+def in_bridge() -> bool:
+    """Whether the calling code runs inside :func:`run_bridged` (so ``resolve`` awaits on the loop)."""
+    return isinstance(greenlet.getcurrent(), _Bridged)
+
+
+async def run_bridged(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run synchronous ``fn`` on this loop's thread; every ``resolve`` inside it is awaited here."""
+    child = _Bridged(fn, greenlet.getcurrent())
+    child.gr_context = contextvars.copy_context()  # the task's context vars, e.g. a telemetry span
+    result: Any = child.switch(*args, **kwargs)
+    while not child.dead:
+        try:
+            value = await result
+        except BaseException:  # handed to the code that awaited it, which may catch it
+            result = child.throw(*sys.exc_info())
+        else:
+            result = child.switch(value)
+    return result  # type: ignore[no-any-return]
+
+
+def resolve(awaitable: Awaitable[T]) -> T:
+    """The awaitable's result: awaited on the loop inside a bridge, else on a loop of its own."""
+    current = greenlet.getcurrent()
+    if isinstance(current, _Bridged):
+        parent = current.parent
+        assert parent is not None
+        return parent.switch(awaitable)  # type: ignore[no-any-return]
+    return run_coroutine(_awaited(awaitable))
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code outside any bridge.
+
+    On a thread without a running loop that is ``asyncio.run``; a thread that already runs one (sync
+    API called from async code) cannot block on it, so the coroutine gets a helper thread of its own.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            box["value"] = context.run(asyncio.run, coro)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    helper = threading.Thread(target=target, name="stateward-coroutine", daemon=True)
+    helper.start()
+    helper.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def blocking(fn: Callable[[], T], executor: Executor | None = None) -> T:
+    """Call blocking ``fn``: directly outside a bridge; inside one, on ``executor`` (the loop's default
+    when None) with the caller's context vars, so the loop keeps serving other runs meanwhile."""
+    if not in_bridge():
+        return fn()
+    context = contextvars.copy_context()
+    loop = asyncio.get_running_loop()
+    return resolve(loop.run_in_executor(executor, context.run, fn))
+
+
+def sleep(seconds: float) -> None:
+    """``time.sleep`` outside a bridge; inside one, ``asyncio.sleep``: a backoff never stalls the loop."""
+    if in_bridge():
+        resolve(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)

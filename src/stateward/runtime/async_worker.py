@@ -1,0 +1,114 @@
+"""A worker that drives many runs at once in one event loop.
+
+It is :class:`~stateward.runtime.worker.Worker` with coroutines instead of threads: the same claim,
+the same drive (bridged: see core/bridge.py), the same setback counting, stop and sweeps. One claimer
+leases runnable runs while fewer than ``concurrency`` are in flight; each claimed run is driven in its
+own task, so a run waiting on its model or an ``async def`` tool costs the others nothing. Leases are
+renewed by a heartbeat task per run (AsyncLeaseKeeper); ``stop`` (SIGTERM) ends claiming, and the
+runs in flight stop at their next step boundary, left RUNNING for any worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from stateward.core.bridge import run_bridged
+from stateward.runtime.runtime import Runtime
+from stateward.runtime.worker import Worker, WorkerStats, positive_seconds
+from stateward.store.records import Lease
+
+log = logging.getLogger("stateward.worker")
+
+__all__ = ["AsyncWorker"]
+
+
+class AsyncWorker(Worker):
+    """Claims runnable runs and drives up to ``concurrency`` of them at once in one event loop.
+
+    ``run()`` runs its own loop (the CLI's ``stateward worker --async``); ``arun()`` works inside one
+    that is already running. Stats, ``stop``, ``max_crashes`` and the sweeps are the threaded worker's.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        concurrency: int = 100,
+        poll_s: float = 0.2,
+        expire_every_s: float = 5.0,
+        observer: Callable[[str, str], None] | None = None,
+        max_crashes: int | None = None,
+    ):
+        """As :class:`Worker`; ``runtime`` is used through its bridged view (store calls off the loop)."""
+        super().__init__(
+            runtime.bridged(),
+            concurrency=concurrency,
+            poll_s=poll_s,
+            expire_every_s=expire_every_s,
+            observer=observer,
+            max_crashes=max_crashes,
+        )
+
+    def run(self, *, idle_exit_s: float | None = None) -> WorkerStats:
+        """Work in a new event loop until ``stop`` is set or, with ``idle_exit_s``, until idle that long."""
+        return asyncio.run(self.arun(idle_exit_s=idle_exit_s))
+
+    async def arun(self, *, idle_exit_s: float | None = None) -> WorkerStats:
+        """Work in the running event loop until ``stop`` is set or idle ``idle_exit_s`` seconds."""
+        if idle_exit_s is not None:
+            positive_seconds("the idle exit", idle_exit_s)
+        owner = f"{self.runtime.owner}/async"
+        slots = asyncio.Semaphore(self.concurrency)
+        in_flight: set[asyncio.Task[None]] = set()
+        sweeper = asyncio.create_task(self._asweep(), name="stateward-sweep")
+        idle_since = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                await slots.acquire()
+                lease = None if self.stop.is_set() else await self._aclaim(owner)
+                if lease is None:
+                    slots.release()
+                    if in_flight:
+                        idle_since = time.monotonic()
+                    elif idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
+                        break
+                    await asyncio.sleep(self.poll_s)
+                    continue
+                idle_since = time.monotonic()
+                task = asyncio.create_task(self._adrive(lease, slots), name=f"stateward-run-{lease.run_id}")
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+        finally:
+            if in_flight:  # each stops at its next step boundary once ``stop`` is set
+                await asyncio.gather(*in_flight, return_exceptions=True)
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+        return self.stats
+
+    async def _asweep(self) -> None:
+        """Expired requests, due timers and due model retries every ``expire_every_s`` (never fatal)."""
+        while not self.stop.is_set():
+            await run_bridged(self._sweep)
+            await asyncio.sleep(self.expire_every_s)
+
+    async def _aclaim(self, owner: str) -> Lease | None:
+        try:
+            return await run_bridged(self._claim, owner)
+        except Exception:  # a bug of ours, not a run's: count it, keep working
+            log.exception("async worker: unexpected error while claiming; going on")
+            self.stats.add("loop_errors")
+            return None
+
+    async def _adrive(self, lease: Lease, slots: asyncio.Semaphore) -> None:
+        try:
+            await run_bridged(self._drive, lease)
+        except Exception:
+            log.exception("async worker: unexpected error driving run %s; going on", lease.run_id)
+            self.stats.add("loop_errors")
+        finally:
+            slots.release()
