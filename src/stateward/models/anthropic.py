@@ -4,6 +4,10 @@ Modes: ``tools`` (visible actions plus ``request_user_input`` and ``finish`` as 
 block becomes one decision), ``json`` (no tools; the reply text is parsed by the Runtime) and
 ``json_schema`` (``json`` plus ``output_config.format``, where the server supports structured output).
 Plan and content requests never use tools. The SDK's own retries are off: ``RetryingModel`` retries.
+
+``complete`` uses the SDK's sync client, ``acomplete`` its ``AsyncAnthropic`` client (made on first use,
+one per event loop, with the same options); both build the request, map the reply, apply the size
+limit, classify errors and count usage with the same code.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from anthropic.types import Message, MessageParam
 
 from stateward.models import mapping, prompt
 from stateward.models.base import ModelReply, ModelRequest
-from stateward.models.errors import RejectionCode
-from stateward.models.provider import Prices, classify_sdk_error, make_usage
+from stateward.models.errors import ModelCallError, RejectionCode
+from stateward.models.provider import PerLoopClient, Prices, classify_sdk_error, make_usage
 
 AnthropicMode = Literal["tools", "json", "json_schema"]
 
@@ -49,12 +53,21 @@ class AnthropicModel:
         self.max_reply_bytes = max_reply_bytes
         self.provider = provider
         self._secret = api_key
-        self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
+        options: dict[str, Any] = {"api_key": api_key, "base_url": base_url, "timeout": timeout_s, "max_retries": 0}
+        self._client = anthropic.Anthropic(**options)
         # Close the connection pool when this model goes away, even inside a reference cycle: left to the
         # garbage collector, a pooled socket can be finalized before its pool and leak.
         self._closer = weakref.finalize(self, self._client.close)
+        # The same options; the factory holds them, not ``self``, so it never keeps the model alive.
+        self._async = PerLoopClient(lambda: anthropic.AsyncAnthropic(**options))
 
     def close(self) -> None:
+        """Close the sync client's connections (an async client is closed by ``aclose``)."""
+        self._closer()
+
+    async def aclose(self) -> None:
+        """Close the async client made on the running loop, if any, and the sync client."""
+        await self._async.aclose()
         self._closer()
 
     def __repr__(self) -> str:  # never show the key
@@ -67,7 +80,8 @@ class AnthropicModel:
             blocks.append({"type": "text", "text": correction})
         return [{"role": "user", "content": blocks}]
 
-    def complete(self, request: ModelRequest) -> ModelReply:
+    def _create_args(self, request: ModelRequest) -> tuple[bool, dict[str, Any]]:
+        """Whether tools are native for this request, and the ``messages.create`` arguments."""
         native = self.mode == "tools" and request.purpose == "decide"
         extra: dict[str, Any] = {}
         if native:
@@ -80,21 +94,41 @@ class AnthropicModel:
             extra["output_config"] = {
                 "format": {"type": "json_schema", "schema": mapping.response_schema(request, self.max_string)[1]}
             }
+        args = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "system": prompt.system_text(request, native_tools=native),
+            "messages": self._messages(request, native),
+        }
+        return native, {**args, **extra}
+
+    def _failure(self, exc: anthropic.AnthropicError) -> ModelCallError:
+        return classify_sdk_error(exc, anthropic, provider=self.provider, secrets=[self._secret])
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        _, args = self._create_args(request)
         started = time.monotonic()
         try:
             # The raw body too: the SDK decodes tool inputs with a lenient reader (a repeated key is
             # silently dropped, NaN accepted), so they are read strictly from the body as well.
-            raw = self._client.messages.with_raw_response.create(
-                model=self.model,
-                max_tokens=self.max_tokens,
-                system=prompt.system_text(request, native_tools=native),
-                messages=self._messages(request, native),
-                **extra,
-            )
+            raw = self._client.messages.with_raw_response.create(**args)
             response = raw.parse()
             body = raw.text()
         except anthropic.AnthropicError as exc:
-            raise classify_sdk_error(exc, anthropic, provider=self.provider, secrets=[self._secret]) from None
+            raise self._failure(exc) from None
+        return self._reply(response, request, (time.monotonic() - started) * 1000, body)
+
+    async def acomplete(self, request: ModelRequest) -> ModelReply:
+        """``complete`` over ``AsyncAnthropic``: the same request, reply mapping, limits and errors."""
+        _, args = self._create_args(request)
+        client = self._async.get()
+        started = time.monotonic()
+        try:
+            raw = await client.messages.with_raw_response.create(**args)  # the raw body too, as in ``complete``
+            response = await raw.parse()
+            body = await raw.text()
+        except anthropic.AnthropicError as exc:
+            raise self._failure(exc) from None
         return self._reply(response, request, (time.monotonic() - started) * 1000, body)
 
     def _reply(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextvars
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
@@ -138,15 +140,25 @@ AnyModel = Model | AsyncModel
 def complete(model: AnyModel, request: ModelRequest) -> ModelReply:
     """The one way controllers call a model, sync or async, under either Runtime.
 
-    Under the async Runtime an ``acomplete`` is awaited natively and a blocking ``complete`` runs on a
-    thread; under the synchronous one a ``complete`` is called as always and an ``acomplete`` is run
-    to completion on a loop of its own.
+    Under the async Runtime an ``acomplete`` is awaited natively (preferred when a model has both) and
+    a blocking ``complete`` runs on a thread; under the synchronous one a ``complete`` is called as
+    always (preferred when a model has both) and an ``acomplete`` is run to completion on a loop of its own.
     """
     if in_bridge():
         if isinstance(model, AsyncModel):
-            return resolve(model.acomplete(request))
+            return resolve(_in_this_context(model.acomplete(request)))
         sync_model = model
         return blocking(lambda: sync_model.complete(request))
     if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
         return run_coroutine(model.acomplete(request))
     return model.complete(request)
+
+
+def _in_this_context(coro: Coroutine[Any, Any, ModelReply]) -> asyncio.Task[ModelReply]:
+    """``coro`` as a task of the running loop that sees the calling (bridged) code's context vars.
+
+    Awaited as it is, the coroutine would run in the context of the task driving the bridge, which
+    does not see what the step set meanwhile, e.g. :data:`model_attempt_sink`: a wrapper awaited
+    natively would then report no failed attempt. Cancelling the awaiting task cancels this one too.
+    """
+    return asyncio.get_running_loop().create_task(coro, context=contextvars.copy_context())

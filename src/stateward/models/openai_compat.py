@@ -6,6 +6,10 @@ one tool call becomes one decision. ``json_schema``: for servers that cannot cal
 constrained by ``response_format: json_schema`` and its text goes to the Runtime's strict parser.
 Plan and content requests always use the JSON-schema mode. The SDK's own retries are off:
 ``RetryingModel`` retries, so that every attempt can be recorded.
+
+``complete`` uses the SDK's sync client, ``acomplete`` its ``AsyncOpenAI`` client (made on first use,
+one per event loop, with the same options); both build the request, map the reply, apply the size
+limit, classify errors and count usage with the same code.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from stateward.models import mapping, prompt
 from stateward.models.base import ModelReply, ModelRequest
-from stateward.models.errors import RejectionCode
-from stateward.models.provider import Prices, classify_sdk_error, make_usage
+from stateward.models.errors import ModelCallError, RejectionCode
+from stateward.models.provider import PerLoopClient, Prices, classify_sdk_error, make_usage
 
 OpenAIMode = Literal["tools", "json_schema"]
 
@@ -55,12 +59,26 @@ class OpenAICompatibleModel:
         self.prices = prices
         self.provider = provider
         self._secret = api_key
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
+        self._options: dict[str, Any] = {
+            "api_key": api_key,
+            "base_url": base_url,
+            "timeout": timeout_s,
+            "max_retries": 0,
+        }
+        self._client = openai.OpenAI(**self._options)
         # Close the connection pool when this model goes away, even inside a reference cycle: left to the
         # garbage collector, a pooled socket can be finalized before its pool and leak.
         self._closer = weakref.finalize(self, self._client.close)
+        options = self._options  # not ``self``: the factory must not keep the model alive
+        self._async = PerLoopClient(lambda: openai.AsyncOpenAI(**options))
 
     def close(self) -> None:
+        """Close the sync client's connections (an async client is closed by ``aclose``)."""
+        self._closer()
+
+    async def aclose(self) -> None:
+        """Close the async client made on the running loop, if any, and the sync client."""
+        await self._async.aclose()
         self._closer()
 
     def __repr__(self) -> str:  # never show the key
@@ -76,7 +94,8 @@ class OpenAICompatibleModel:
             messages.append({"role": "user", "content": correction})
         return messages
 
-    def complete(self, request: ModelRequest) -> ModelReply:
+    def _create_args(self, request: ModelRequest) -> tuple[bool, dict[str, Any]]:
+        """Whether tools are native for this request, and the ``chat.completions.create`` arguments."""
         native = self.mode == "tools" and request.purpose == "decide"
         extra: dict[str, Any] = {}
         if native:
@@ -97,13 +116,31 @@ class OpenAICompatibleModel:
             }
         if self.temperature is not None:
             extra["temperature"] = self.temperature
+        args = {"model": self.model, "messages": self._messages(request, native), "max_tokens": self.max_tokens}
+        return native, {**args, **extra}
+
+    def _failure(self, exc: openai.OpenAIError) -> ModelCallError:
+        return classify_sdk_error(exc, openai, provider=self.provider, secrets=[self._secret])
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        native, args = self._create_args(request)
         started = time.monotonic()
         try:
-            response = self._client.chat.completions.create(
-                model=self.model, messages=self._messages(request, native), max_tokens=self.max_tokens, **extra
-            )
+            response = self._client.chat.completions.create(**args)
         except openai.OpenAIError as exc:
-            raise classify_sdk_error(exc, openai, provider=self.provider, secrets=[self._secret]) from None
+            raise self._failure(exc) from None
+        latency_ms = (time.monotonic() - started) * 1000
+        return self._reply(response, request, native, latency_ms)
+
+    async def acomplete(self, request: ModelRequest) -> ModelReply:
+        """``complete`` over ``AsyncOpenAI``: the same request, reply mapping, limits and errors."""
+        native, args = self._create_args(request)
+        client = self._async.get()
+        started = time.monotonic()
+        try:
+            response = await client.chat.completions.create(**args)
+        except openai.OpenAIError as exc:
+            raise self._failure(exc) from None
         latency_ms = (time.monotonic() - started) * 1000
         return self._reply(response, request, native, latency_ms)
 

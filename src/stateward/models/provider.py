@@ -1,10 +1,13 @@
-"""What both SDK-backed providers share: usage and cost, and turning SDK exceptions into named errors."""
+"""What both SDK-backed providers share: usage and cost, turning SDK exceptions into named errors, and
+their async clients (one per event loop)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from stateward.models.base import Usage
 from stateward.models.errors import (
@@ -84,3 +87,42 @@ def classify_sdk_error(
     return ProviderError(
         scrub(f"{provider} call failed: {type(exc).__name__}: {exc}", secrets)[:1000], provider=provider
     )
+
+
+class _AsyncClient(Protocol):
+    def close(self) -> Awaitable[None]: ...
+
+
+C = TypeVar("C", bound=_AsyncClient)
+
+
+class PerLoopClient(Generic[C]):
+    """An SDK's async client, made on first use for the running event loop.
+
+    An async client's pooled connections belong to the loop they were opened on, so a call on another
+    loop (a second ``asyncio.run``) gets a fresh client; the previous one is left to the SDK's own
+    finalizer.
+    """
+
+    def __init__(self, make: Callable[[], C]):
+        self._make = make
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: C | None = None
+
+    def get(self) -> C:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._client is None or self._loop is not loop:
+                self._client, self._loop = self._make(), loop
+            return self._client
+
+    async def aclose(self) -> None:
+        """Close the client of the running loop, if one was made."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._client if self._loop is loop else None
+            if client is not None:
+                self._client, self._loop = None, None
+        if client is not None:
+            await client.close()

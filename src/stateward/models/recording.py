@@ -13,9 +13,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from stateward.core import bridge
 from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.core.errors import UserError
-from stateward.models.base import AnyModel, ModelReply, ModelRequest, complete
+from stateward.models.base import AnyModel, AsyncModel, ModelReply, ModelRequest, complete
 from stateward.models.errors import (
     AuthFailedError,
     ContextLengthExceededError,
@@ -47,16 +48,27 @@ def request_key(request: ModelRequest) -> str:
 
 
 class RecordingModel:
-    """Passes calls through to ``inner`` and appends each exchange (errors included) to ``path``."""
+    """Passes calls through to ``inner`` and appends each exchange (errors included) to ``path``.
+
+    Over an inner model with ``acomplete`` it is an AsyncModel too: the same code run in a bridge, the
+    inner call awaited natively and the file appended to off the event loop."""
 
     def __init__(self, inner: AnyModel, path: str | Path):
         self.inner = inner
         self.name = inner.name
         self.path = Path(path)
         self._lock = threading.Lock()
+        if isinstance(inner, AsyncModel):  # only then: an AsyncModel is what has an ``acomplete``
+            self.acomplete = self._acomplete
+
+    async def _acomplete(self, request: ModelRequest) -> ModelReply:
+        return await bridge.run_bridged(self.complete, request)
 
     def _append(self, entry: dict[str, Any]) -> None:
         line = json.dumps(entry, ensure_ascii=False, sort_keys=True)
+        bridge.blocking(lambda: self._write(line))  # a plain call outside a bridge
+
+    def _write(self, line: str) -> None:
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as fh:

@@ -2,16 +2,19 @@
 
 A failed call may still have reached the provider (and cost money), so ``on_attempt`` hears about every
 failed attempt *before* the next one is made; the Runtime can record it in the same run.
+
+Over a model with ``acomplete`` the wrapper has one too: the same retry loop, run in a bridge
+(``stateward.core.bridge``) so the inner call is awaited natively and the backoff is ``asyncio.sleep``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from stateward.models.base import AnyModel, ModelReply, ModelRequest, complete, model_attempt_sink
+from stateward.core import bridge
+from stateward.models.base import AnyModel, AsyncModel, ModelReply, ModelRequest, complete, model_attempt_sink
 from stateward.models.errors import ModelCallError
 
 
@@ -32,14 +35,19 @@ class AttemptRecord(BaseModel):
 
 
 class RetryingModel:
-    """Wraps a Model; retries RATE_LIMITED / SERVICE_UNAVAILABLE / TIMEOUT with backoff, honours Retry-After."""
+    """Wraps a Model; retries RATE_LIMITED / SERVICE_UNAVAILABLE / TIMEOUT with backoff, honours Retry-After.
+
+    ``sleep`` waits out a backoff; the default, ``stateward.core.bridge.sleep``, is ``time.sleep``
+    outside a bridge and ``asyncio.sleep`` inside one. Over an inner model with ``acomplete`` the
+    wrapper is an AsyncModel too, whose ``acomplete`` runs the same retry loop on the caller's loop.
+    """
 
     def __init__(
         self,
         inner: AnyModel,
         max_attempts: int = 3,
         *,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = bridge.sleep,
         on_attempt: Callable[[AttemptRecord], None] | None = None,
         base_delay_s: float = 1.0,
         max_delay_s: float = 30.0,
@@ -53,6 +61,12 @@ class RetryingModel:
         self._on_attempt = on_attempt
         self.base_delay_s = base_delay_s
         self.max_delay_s = max_delay_s
+        if isinstance(inner, AsyncModel):  # only then: an AsyncModel is what has an ``acomplete``
+            self.acomplete = self._acomplete
+
+    async def _acomplete(self, request: ModelRequest) -> ModelReply:
+        """``complete``'s loop in a bridge: the inner ``acomplete`` and the backoff are awaited here."""
+        return await bridge.run_bridged(self.complete, request)
 
     def delay_for(self, attempt: int, error: ModelCallError) -> float:
         """Exponential backoff, but never shorter than the provider's Retry-After."""
