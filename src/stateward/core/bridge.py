@@ -62,6 +62,11 @@ def resolve(awaitable: Awaitable[T]) -> T:
     if isinstance(current, _Bridged):
         parent = current.parent
         assert parent is not None
+        if asyncio.iscoroutine(awaitable):
+            # Awaited as it is, the coroutine would run in the context of the task driving the bridge,
+            # which does not see what the bridged code set meanwhile (a model-attempt sink, a span):
+            # run it as a task of this context instead. Cancelling the awaiting task cancels it too.
+            awaitable = asyncio.get_running_loop().create_task(awaitable, context=contextvars.copy_context())
         return parent.switch(awaitable)  # type: ignore[no-any-return]
     return run_coroutine(_awaited(awaitable))
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
@@ -146,19 +144,10 @@ def complete(model: AnyModel, request: ModelRequest) -> ModelReply:
     """
     if in_bridge():
         if isinstance(model, AsyncModel):
-            return resolve(_in_this_context(model.acomplete(request)))
+            return resolve(model.acomplete(request))
         sync_model = model
         return blocking(lambda: sync_model.complete(request))
     if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
         return run_coroutine(model.acomplete(request))
     return model.complete(request)
 
-
-def _in_this_context(coro: Coroutine[Any, Any, ModelReply]) -> asyncio.Task[ModelReply]:
-    """``coro`` as a task of the running loop that sees the calling (bridged) code's context vars.
-
-    Awaited as it is, the coroutine would run in the context of the task driving the bridge, which
-    does not see what the step set meanwhile, e.g. :data:`model_attempt_sink`: a wrapper awaited
-    natively would then report no failed attempt. Cancelling the awaiting task cancels this one too.
-    """
-    return asyncio.get_running_loop().create_task(coro, context=contextvars.copy_context())
