@@ -125,8 +125,10 @@ class Driver:
         *,
         claimed: bool = False,
         on_setback: SetbackObserver | None = None,
+        max_steps: int | None = None,
     ) -> RunState:
-        """Step the leased run until it stops; always release the lease (unless it was lost).
+        """Step the leased run until it stops (or ``max_steps`` steps were taken); always release the
+        lease (unless it was lost).
 
         ``stop`` (a worker shutting down) ends the loop after the current step, leaving the run
         RUNNING for another worker. A step that raises is recorded on the run and retried later
@@ -147,7 +149,11 @@ class Driver:
                     raise
                 self._agent_unavailable(head, keeper.lease, exc)
                 return head.state
+            taken = 0
             while run.state.status in DRIVABLE and not (stop is not None and stop.is_set()):
+                if max_steps is not None and taken >= max_steps:
+                    break
+                taken += 1
                 keeper.check()
                 try:
                     self._next(run, keeper.lease)

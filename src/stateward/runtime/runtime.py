@@ -283,6 +283,23 @@ class Runtime:
             return state
         return self.driver.drive(lease, self.agent_for)
 
+    def step(self, run_id: str) -> RunState:
+        """One step, for callers who drive runs themselves: one decision (or one honoured pause or
+        cancel request), validated and persisted in one transaction, under the run's lease.
+
+        A run that is not RUNNING or PAUSING is returned as it is; a run another process is driving
+        is refused with LEASE_HELD (a step is asked for explicitly, unlike ``drive``).
+        """
+        state = self.store.load_run(run_id)
+        if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
+            return state
+        lease = self._try_lease(run_id)
+        if lease is None:
+            raise RunError(
+                f"run {run_id} is being driven by another process", code="LEASE_HELD", details={"run_id": run_id}
+            )
+        return self.driver.drive(lease, self.agent_for, max_steps=1)
+
     def drive_leased(
         self, lease: Lease, stop: threading.Event | None = None, *, on_setback: SetbackObserver | None = None
     ) -> RunState:
