@@ -119,7 +119,8 @@ class PlanRunMemo(BaseModel):
     history: list[dict[str, WorkItemState]] = Field(default_factory=list)
     delivery: str | None = None  # "accepted" | "partial"
     research_steps: int = 0
-    handoff_request: str | None = None
+    handoff_request: str | None = None  # kept for snapshots written before awaiting_handoff
+    awaiting_handoff: bool = False  # a handoff was asked: the next handoff answer is this run's choice
     deviations: list[str] = Field(default_factory=list)  # soft constraints already recorded as not holding
 
 
@@ -174,7 +175,7 @@ class PlanRunController:
         if memo.plan is None:
             return self._before_plan(ctx, memo)
         notes: list[NewEvent] = []
-        if memo.handoff_request is not None:
+        if memo.awaiting_handoff or memo.handoff_request is not None:
             outcome = self._after_handoff(ctx, memo, notes)
             if outcome is not None:
                 return outcome
@@ -838,7 +839,7 @@ class PlanRunController:
                 budget=memo.ledger,
             ),
         )
-        memo.handoff_request = f"approval_{ctx.state.requests_issued + 1:03d}"
+        memo.awaiting_handoff = True  # the Runtime mints the request id; the answer says its kind
         notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
         decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
         return self._propose(decision, memo, notes, wait=WaitSpec(kind=RequestKind.HANDOFF, options=package.option_ids))
@@ -854,10 +855,14 @@ class PlanRunController:
     def _after_handoff(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal | None:
         """A person chose an option: it is the only way a handed-off run moves on."""
         answer = ctx.state.last_answer
-        if answer is None or not answer.answers(memo.handoff_request):
+        if answer is None:
+            return None
+        # Escalation keeps the kind, so an escalated handoff's answer is taken as well.
+        taken = answer.kind is RequestKind.HANDOFF if memo.awaiting_handoff else answer.answers(memo.handoff_request)
+        if not taken:
             return None
         choice = (answer.text or "").strip().lower()
-        memo.handoff_request = None
+        memo.handoff_request, memo.awaiting_handoff = None, False
         notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload={"option": choice, "by": answer.by}))
         if choice == "cancel":
             return self._propose(ControlDecision(type=DecisionType.FAIL, reason="cancelled_at_handoff"), memo, notes)

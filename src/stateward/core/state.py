@@ -153,6 +153,7 @@ class Answer(BaseModel):
     at: datetime
     guarded_action: GuardedAction | None = None
     replaces: str | None = None  # answered an escalation of this request: a controller waiting on it takes it
+    kind: RequestKind | None = None  # the answered request's kind (None in snapshots written before it was kept)
 
     def answers(self, request_id: str | None) -> bool:
         """Whether this answers ``request_id``, directly or through an escalation that replaced it."""

@@ -323,6 +323,7 @@ def resumed_state(state: RunState, answer: RequestAnswer) -> RunState:
                 at=answer.at,
                 guarded_action=pending.guarded_action,
                 replaces=pending.replaces,
+                kind=pending.kind,
             ),
         }
     )
