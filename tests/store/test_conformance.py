@@ -1118,6 +1118,26 @@ def test_a_side_effect_record_round_trips_and_is_replaced(store: Store) -> None:
     assert store.get_side_effect("k1") == done
 
 
+def test_a_superseded_holder_may_not_start_a_side_effect(store: Store) -> None:
+    """The journal's STARTED write is fenced like a step: a holder whose lease was taken over is refused
+    before its handler runs, so it cannot land a call the new holder already checked the journal for."""
+    start(store)
+    first = store.acquire_lease(RUN, "w1", 30.0)
+    store.release_lease(first)
+    second = store.acquire_lease(RUN, "w2", 30.0)
+    assert second.version > first.version
+    late = side_effect("k1").model_copy(update={"fencing_token": first.version})
+    with pytest.raises(StaleLeaseError):
+        store.put_side_effect(late)
+    assert store.get_side_effect("k1") is None
+    current = side_effect("k1").model_copy(update={"fencing_token": second.version})
+    store.put_side_effect(current)
+    # Only the start is fenced: what a superseded call later learned is still written (it is the truth).
+    store.put_side_effect(late.model_copy(update={"status": "SUCCEEDED", "result": {"ok": 1}}))
+    done = store.get_side_effect("k1")
+    assert done is not None and done.status == "SUCCEEDED"
+
+
 def test_one_single_use_grant_is_held_by_one_call(store: Store) -> None:
     """Journalling a guarded call's start consumes its approval: a second key may not hold the same grant."""
     first = side_effect("k1").model_copy(update={"grant_id": "approval_001"})

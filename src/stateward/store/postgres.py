@@ -47,7 +47,13 @@ from stateward.store.records import (
     RunRow,
     StepWrite,
 )
-from stateward.tools.ports import BreakerState, SideEffectRecord, approval_consumed
+from stateward.tools.ports import (
+    BreakerState,
+    SideEffectRecord,
+    approval_consumed,
+    stale_journal_start,
+    superseded,
+)
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, PoolClosed)
@@ -513,7 +519,11 @@ class PostgresStore:
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
         """Its own transaction, committed at once: it must survive a crash of the step."""
-        with self._conn() as conn:
+        with self._conn() as conn, conn.transaction():
+            held = conn.execute("SELECT lease_version FROM runs WHERE run_id=%s FOR SHARE", (record.run_id,)).fetchone()
+            current = None if held is None else int(held[0])
+            if current is not None and superseded(record, current):
+                raise stale_journal_start(record, current)
             try:
                 conn.execute(
                     q.PUT_SIDE_EFFECT,

@@ -43,7 +43,13 @@ from stateward.store.records import (
     RunRow,
     StepWrite,
 )
-from stateward.tools.ports import BreakerState, SideEffectRecord, approval_consumed
+from stateward.tools.ports import (
+    BreakerState,
+    SideEffectRecord,
+    approval_consumed,
+    stale_journal_start,
+    superseded,
+)
 
 
 def _now() -> str:
@@ -815,6 +821,10 @@ class SQLiteStore:
     def put_side_effect(self, record: SideEffectRecord) -> None:
         # An upsert, not INSERT OR REPLACE: REPLACE would delete the row holding the same grant.
         with self._tx() as db:
+            held = db.execute("SELECT lease_version FROM runs WHERE run_id=?", (record.run_id,)).fetchone()
+            current = None if held is None else int(held[0])
+            if current is not None and superseded(record, current):
+                raise stale_journal_start(record, current)
             try:
                 db.execute(
                     "INSERT INTO side_effects(idempotency_key, run_id, tool, status, body, grant_id)"

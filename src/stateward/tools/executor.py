@@ -318,6 +318,7 @@ class Executor:
                 result=result,
                 updated_at=datetime.now(UTC),
                 grant_id=st.once_grant,
+                fencing_token=st.ctx.fencing_token,
             )
         )
 

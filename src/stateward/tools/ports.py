@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from stateward.core.errors import RunError
+from stateward.core.errors import RunError, StaleLeaseError
 
 
 class BreakerPosition(StrEnum):
@@ -55,6 +55,7 @@ class SideEffectRecord(BaseModel):
     result: Any = None
     updated_at: datetime
     grant_id: str | None = None  # the ONCE approval this call consumed: the store lets one key hold it
+    fencing_token: int | None = None  # the writer's lease version: a STARTED write of a superseded holder is refused
 
 
 class GatewayStore(Protocol):
@@ -83,4 +84,23 @@ def approval_consumed(record: SideEffectRecord) -> RunError:
         f"approval {record.grant_id} of run {record.run_id} was already used by another call",
         code="APPROVAL_CONSUMED",
         details={"run_id": record.run_id, "grant": record.grant_id, "tool": record.tool},
+    )
+
+
+def stale_journal_start(record: SideEffectRecord, current: int) -> StaleLeaseError:
+    """A holder whose lease was taken over may not start a side effect: the new holder decides."""
+    return StaleLeaseError(
+        f"run {record.run_id} is held with lease version {current}; a call under {record.fencing_token} may not start",
+        code="STALE_LEASE",
+        details={"run_id": record.run_id, "fencing_token": record.fencing_token, "lease_version": current},
+    )
+
+
+def superseded(record: SideEffectRecord, lease_version: int | None) -> bool:
+    """Whether ``record`` starts a call under a lease the run no longer holds."""
+    return (
+        record.status == SideEffectStatus.STARTED
+        and record.fencing_token is not None
+        and lease_version is not None
+        and lease_version > record.fencing_token
     )
