@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stateward.api.app import ApiSettings, create_app
+from stateward.api.web.session import SessionSettings
 from stateward.runtime.runtime import Runtime
 
 
@@ -12,7 +13,7 @@ def serve(db: str, *, host: str = "127.0.0.1", port: int = 8080, settings: ApiSe
 
     runtime = Runtime.open(db, create=False)
     try:
-        app = create_app(runtime, settings)
+        app = create_app(runtime, settings or ApiSettings(sessions=SessionSettings.from_env()))
         uvicorn.run(app, host=host, port=port, log_level="info", access_log=True, server_header=False)
     finally:
         runtime.close()
