@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from stateward.api.answers import Asked, answerable_role, may_answer, record_answer, visible_run
 from stateward.api.answers import key_store as key_store  # re-exported: the CLI and tests import it from here
+from stateward.api.caller import Caller
 from stateward.api.errors import error_body, status_of
-from stateward.api.identity import Principal, Role, authenticate, require
+from stateward.api.identity import Principal, Role, require
 from stateward.api.limits import BodyLimit
 from stateward.api.schemas import (
     AnswerOutcome,
@@ -43,6 +43,7 @@ from stateward.api.web.headers import SecurityHeaders
 from stateward.api.web.pages import PREFIX as INBOX_PREFIX
 from stateward.api.web.pages import mount_inbox
 from stateward.api.web.session import Sessions, SessionSettings
+from stateward.api.webhook_routes import webhook_routes
 from stateward.core.errors import RunError, StatewardError, UserError
 from stateward.core.state import RequestKind, RunState
 from stateward.runtime.runtime import Runtime
@@ -54,19 +55,6 @@ MAX_IDEMPOTENCY_KEY_CHARS = 200
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422)}
 
 
-_bearer = HTTPBearer(auto_error=False, description="An API key from `stateward keys create`.")
-
-
-def principal(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Principal:
-    """The caller, from the Authorization header only."""
-    header = None if credentials is None else f"{credentials.scheme} {credentials.credentials}"
-    keys: KeyStore = request.app.state.keys
-    return authenticate(keys, header)
-
-
-Caller = Annotated[Principal, Depends(principal)]
 IdempotencyKey = Annotated[
     str | None,
     Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, description="A replay returns the first outcome."),
@@ -105,6 +93,7 @@ def create_app(
     _run_routes(v1, runtime, settings, clock)
     _request_routes(v1, runtime, settings, clock)
     _control_routes(v1, runtime, settings, clock)
+    webhook_routes(v1, runtime)
     app.include_router(v1)
     mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
     app.add_middleware(SecurityHeaders, prefix=INBOX_PREFIX)
