@@ -26,7 +26,7 @@ def serve(
     try:
         app = create_app(runtime, settings or ApiSettings(sessions=SessionSettings.from_env()))
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.
-        dispatcher = WebhookDispatcher(webhook_store(runtime), webhooks)
+        dispatcher = WebhookDispatcher(webhook_store(runtime), webhooks or DeliveryPolicy.from_env())
         dispatcher.start()
         uvicorn.run(app, host=host, port=port, log_level="info", access_log=True, server_header=False)
     finally:

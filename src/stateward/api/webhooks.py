@@ -17,10 +17,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import httpx
@@ -56,10 +57,32 @@ class DeliveryPolicy:
         if self.claim_lease_s <= self.timeout_s:
             raise UserError("the claim lease must outlast one request's timeout", code="CONFIGURATION_ERROR")
 
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DeliveryPolicy:
+        """``STATEWARD_WEBHOOK_POLL_S``, ``STATEWARD_WEBHOOK_BACKOFF_S`` and ``STATEWARD_WEBHOOK_MAX_ATTEMPTS``
+        over the defaults."""
+        env = os.environ if env is None else env
+        fields: dict[str, float | int] = {}
+        try:
+            for name, field_name, kind in _ENV_FIELDS:
+                raw = env.get(name, "").strip()
+                if raw:
+                    fields[field_name] = kind(raw)
+        except ValueError:
+            raise UserError(f"{name} must be a number", code="CONFIGURATION_ERROR") from None
+        return cls(**fields)  # type: ignore[arg-type]
+
     def backoff(self, attempts: int, jitter: float) -> float:
         """Seconds before attempt ``attempts + 1``: doubling from ``base_backoff_s``, capped, jittered ±20%."""
         delay = min(self.max_backoff_s, self.base_backoff_s * 2.0 ** max(0, attempts - 1))
         return delay * (0.8 + 0.4 * jitter)
+
+
+_ENV_FIELDS: tuple[tuple[str, str, type[float] | type[int]], ...] = (
+    ("STATEWARD_WEBHOOK_POLL_S", "poll_s", float),
+    ("STATEWARD_WEBHOOK_BACKOFF_S", "base_backoff_s", float),
+    ("STATEWARD_WEBHOOK_MAX_ATTEMPTS", "max_attempts", int),
+)
 
 
 def sign(secret: str, timestamp: int, body: str) -> str:
