@@ -306,10 +306,10 @@ def _control_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
     # -- pause / resume / cancel ---------------------------------------------------------------
     @v1.post("/runs/{run_id}/pause", response_model=RunSummary, tags=["control"])
     def pause(run_id: str, who: Caller) -> RunSummary:
-        """Ask the run to pause at its holder's next step boundary."""
+        """Ask the run to pause at its holder's next step boundary, recorded as the caller's."""
         require(who, Role.OPERATOR)
         visible_run(runtime, run_id, who.tenant)
-        return _summary(runtime, runtime.pause(run_id))
+        return _summary(runtime, runtime.pause(run_id, by=who.subject))
 
     @v1.post("/runs/{run_id}/resume", response_model=RunSummary, tags=["control"])
     def resume(run_id: str, who: Caller) -> RunSummary:

@@ -411,18 +411,20 @@ def reply(
 
 # -- lifecycle ------------------------------------------------------------------------------------
 def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> None:
+    from stateward.runtime.control import ControlRequest
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
         runtime = _runtime(db)
         if action == "pause":
-            state = runtime.pause(run_id)
+            state = runtime.pause(run_id, by=by)
         elif action == "resume":
             state = runtime.resume(run_id, by=by)
         else:
             state = runtime.cancel(run_id, by=by)
         summary = run_summary(runtime.store, state)
-        summary["control"] = runtime.store.get_control(run_id)
+        control = ControlRequest.decode(runtime.store.get_control(run_id))
+        summary["control"] = None if control is None else control.kind
     if as_json:
         emit_json(summary)
     else:
@@ -430,9 +432,11 @@ def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> Non
 
 
 @app.command("pause")
-def pause(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
-    """RUNNING -> PAUSING -> PAUSED with a checkpoint (at the driving worker's next step)."""
-    _lifecycle("pause", run_id, db, as_json, "operator")
+def pause(
+    run_id: str, db: DbOpt = DEFAULT_DB, by: ByOpt = os.environ.get("USER", "operator"), as_json: JsonOpt = False
+) -> None:
+    """RUNNING -> PAUSING -> PAUSED with a checkpoint (at the driving worker's next step), recorded as ``by``'s."""
+    _lifecycle("pause", run_id, db, as_json, by)
 
 
 @app.command("resume")

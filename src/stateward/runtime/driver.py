@@ -23,6 +23,7 @@ from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import ActionSpec, model_attempt_sink
 from stateward.models.errors import ModelCallError
 from stateward.runtime.agent import Agent
+from stateward.runtime.control import UNKNOWN_ASKER, ControlRequest
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
@@ -181,11 +182,11 @@ class Driver:
 
     def _next(self, run: _Run, lease: Lease) -> None:
         """Honour a pause or cancel request, or take one step."""
-        control = self.store.get_control(run.state.run_id)
-        if control == "cancel":
-            self._cancel(run, lease, by="operator")
-        elif control == "pause" or run.state.status is RunStatus.PAUSING:
-            self._pause(run, lease)
+        control = ControlRequest.decode(self.store.get_control(run.state.run_id))
+        if control is not None and control.kind == "cancel":
+            self._cancel(run, lease, by=control.by)
+        elif control is not None or run.state.status is RunStatus.PAUSING:
+            self._pause(run, lease, by=control.by if control is not None else UNKNOWN_ASKER)
         else:
             self.step(run, lease)
 
@@ -321,18 +322,19 @@ class Driver:
             ),
         )
 
-    def _pause(self, run: _Head, lease: Lease) -> None:
-        """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint."""
+    def _pause(self, run: _Head, lease: Lease, *, by: str) -> None:
+        """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint;
+        both transitions name who asked."""
         before = run.state
         events: list[NewEvent] = []
         state = before
         if state.status is RunStatus.RUNNING:
             state = state.model_copy(update={"status": next_status(state.status, TransitionKind.PAUSE)})
-            events.append(transition_event(before, state, reason="pause_requested"))
+            events.append(transition_event(before, state, reason="pause_requested", by=by))
         paused = state.model_copy(
             update={"status": next_status(state.status, TransitionKind.PAUSED), "terminal_reason": "paused"}
         )
-        events += [transition_event(state, paused, reason="paused"), exit_event(paused)]
+        events += [transition_event(state, paused, reason="paused", by=by), exit_event(paused)]
         self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
 
     def _cancel(self, run: _Head, lease: Lease, *, by: str) -> None:
@@ -355,12 +357,12 @@ class Driver:
 
     def _agent_unavailable(self, run: _Head, lease: Lease, exc: Exception) -> None:
         """A worker cannot build the run's agent: cancel or pause as asked, else back off, then park."""
-        control = self.store.get_control(run.state.run_id)
-        if control == "cancel":
-            self._cancel(run, lease, by="operator")
+        control = ControlRequest.decode(self.store.get_control(run.state.run_id))
+        if control is not None and control.kind == "cancel":
+            self._cancel(run, lease, by=control.by)
             return
-        if control == "pause" or run.state.status is RunStatus.PAUSING:
-            self._pause(run, lease)
+        if control is not None or run.state.status is RunStatus.PAUSING:
+            self._pause(run, lease, by=control.by if control is not None else UNKNOWN_ASKER)
             return
         log.warning("run %s: cannot build its agent: %s", run.state.run_id, exc)
         self._hold_or_park(run, lease, SetbackKind.AGENT_UNAVAILABLE, exc)

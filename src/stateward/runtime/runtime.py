@@ -29,6 +29,7 @@ from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
+from stateward.runtime.control import ControlRequest
 from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, transition_event
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
@@ -376,8 +377,9 @@ class Runtime:
         return dataclasses.replace(result, state=state)
 
     # -- pause / resume / cancel ----------------------------------------------------------------
-    def pause(self, run_id: str) -> RunState:
-        """RUNNING -> PAUSING -> PAUSED, with a checkpoint, at the holder's next step boundary."""
+    def pause(self, run_id: str, *, by: str = "operator") -> RunState:
+        """RUNNING -> PAUSING -> PAUSED, with a checkpoint, at the holder's next step boundary; the
+        transitions record ``by`` whichever process honours the request."""
         state = self.store.load_run(run_id)
         if state.status is RunStatus.PAUSED:
             return state
@@ -387,7 +389,7 @@ class Runtime:
                 code="NOT_PAUSABLE",
                 details={"run_id": run_id, "status": state.status.value},
             )
-        self.store.set_control(run_id, "pause")
+        self.store.set_control(run_id, ControlRequest("pause", by).encode())
         return self.drive(run_id)
 
     def cancel(self, run_id: str, *, by: str = "operator") -> RunState:
@@ -399,7 +401,7 @@ class Runtime:
                 code="RUN_ENDED",
                 details={"run_id": run_id, "status": state.status.value},
             )
-        self.store.set_control(run_id, "cancel")
+        self.store.set_control(run_id, ControlRequest("cancel", by).encode())
         lease = self._try_lease(run_id)
         if lease is None:
             return state  # the holder cancels at its next step
