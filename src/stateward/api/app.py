@@ -25,6 +25,7 @@ from stateward.api.caller import Caller
 from stateward.api.errors import error_body, status_of
 from stateward.api.identity import Principal, Role, require
 from stateward.api.limits import BodyLimit
+from stateward.api.oidc import OidcSettings, OidcVerifier
 from stateward.api.schemas import (
     AnswerOutcome,
     ApproveOrReject,
@@ -65,13 +66,15 @@ IdempotencyKey = Annotated[
 class ApiSettings:
     """The service's bounds (request body size, how long one event stream lives) and its browser sessions.
 
-    ``inbox_poll_s`` is how often an open run page reloads its timeline.
+    ``inbox_poll_s`` is how often an open run page reloads its timeline; ``oidc`` names an issuer whose
+    bearer JWTs are accepted besides API keys.
     """
 
     max_body_bytes: int = 64 * 1024
     stream: StreamLimits = field(default_factory=StreamLimits)
     sessions: SessionSettings = field(default_factory=SessionSettings)
     inbox_poll_s: float = 1.0
+    oidc: OidcSettings | None = None  # accept an issuer's JWTs besides API keys
 
 
 def _utcnow() -> datetime:
@@ -87,6 +90,7 @@ def create_app(
     keys = key_store(runtime)
     app = FastAPI(title="stateward", version="1", summary="The model proposes, the runtime decides.")
     app.state.keys = keys
+    app.state.oidc = None if settings.oidc is None else OidcVerifier(settings.oidc)
     _error_handlers(app)
     _health_routes(app, runtime)
     v1 = APIRouter(prefix="/v1", responses=_ERRORS)

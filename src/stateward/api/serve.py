@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stateward.api.app import ApiSettings, create_app
+from stateward.api.oidc import OidcSettings
 from stateward.api.web.session import SessionSettings
 from stateward.api.webhook_routes import webhook_store
 from stateward.api.webhooks import DeliveryPolicy, WebhookDispatcher
@@ -24,7 +25,9 @@ def serve(
     runtime = Runtime.open(db, create=False)
     dispatcher: WebhookDispatcher | None = None
     try:
-        app = create_app(runtime, settings or ApiSettings(sessions=SessionSettings.from_env()))
+        app = create_app(
+            runtime, settings or ApiSettings(sessions=SessionSettings.from_env(), oidc=OidcSettings.from_env())
+        )
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.
         dispatcher = WebhookDispatcher(webhook_store(runtime), webhooks or DeliveryPolicy.from_env())
         dispatcher.start()
