@@ -284,7 +284,7 @@ class PostgresStore(OutboxMethods):
             conn.execute(q.CLOSE_ALL_REQUESTS, (write.close_all_requests.model_dump_json(), run_id))
         if write.open_request is not None:
             opened = write.open_request
-            conn.execute(q.OPEN_REQUEST, (run_id, opened.request_id, opened.model_dump_json()))
+            conn.execute(q.OPEN_REQUEST, (run_id, opened.request_id, opened.model_dump_json(), write.state.tenant))
         with conn.cursor() as cur:
             if write.artifacts:
                 cur.executemany(

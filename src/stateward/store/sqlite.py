@@ -463,8 +463,8 @@ class SQLiteStore(OutboxMethods):
                 )
             if write.open_request is not None:
                 db.execute(
-                    "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (?,?,?,NULL)",
-                    (run_id, write.open_request.request_id, write.open_request.model_dump_json()),
+                    "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (?,?,?,NULL,?)",
+                    (run_id, write.open_request.request_id, write.open_request.model_dump_json(), write.state.tenant),
                 )
             for art in write.artifacts:
                 db.execute(
@@ -730,7 +730,7 @@ class SQLiteStore(OutboxMethods):
             where.append("p.run_id=?")
             params.append(run_id)
         if tenant is not None:
-            where.append("r.tenant=?")
+            where.append("p.tenant=?")  # the request's own copy of its run's tenant: its index orders the page
             params.append(tenant)
         if open_only:
             where.append("p.answer IS NULL")
