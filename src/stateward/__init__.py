@@ -11,8 +11,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stateward.controllers.base import DecisionContext, Observation, Proposal
-    from stateward.controllers.plan_execute import PlanAndExecuteController
+    from stateward.controllers.base import (
+        Controller,
+        DecisionContext,
+        FinishCheck,
+        Observation,
+        Proposal,
+        SignalFailure,
+    )
+    from stateward.controllers.plan_execute import AwaitStep, FinishStep, PlanAndExecuteController, parse_step_plan
     from stateward.controllers.react import ReActController
     from stateward.controllers.workflow import (
         FailNode,
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
         compensation,
     )
     from stateward.core.budget import Budget, Usage
+    from stateward.core.canonical import action_digest
     from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
     from stateward.core.errors import (
         DecisionParseError,
@@ -40,15 +48,25 @@ if TYPE_CHECKING:
         ToolCallError,
         UserError,
     )
-    from stateward.core.events import Event
-    from stateward.core.state import AgentRef, ApprovalScope, Grant, PendingRequest, RunState, is_run_suspended
+    from stateward.core.events import Event, EventType
+    from stateward.core.inert import inert
+    from stateward.core.state import (
+        AgentRef,
+        ApprovalScope,
+        Grant,
+        GuardedAction,
+        PendingRequest,
+        RequestKind,
+        RunState,
+        is_run_suspended,
+    )
     from stateward.core.status import RunStatus, TransitionKind
     from stateward.models.base import AsyncModel, Model, ModelReply, ModelRequest
     from stateward.runtime.agent import Agent, WaitCheck, guard
     from stateward.runtime.agent_registry import AgentRegistry
     from stateward.runtime.async_worker import AsyncWorker
     from stateward.runtime.continuation import AnswerResult
-    from stateward.runtime.runtime import Runtime
+    from stateward.runtime.runtime import Runtime, action_specs
     from stateward.store.paging import RequestPage, RequestRow, RunPage
     from stateward.store.records import ArtifactRecord, RunRow
     from stateward.tools.breaker import BreakerPolicy
@@ -69,6 +87,18 @@ if TYPE_CHECKING:
     from stateward.tools.types import LookupStatus
 
 _EXPORTS: dict[str, str] = {
+    "inert": "stateward.core.inert",
+    "action_specs": "stateward.runtime.runtime",
+    "action_digest": "stateward.core.canonical",
+    "RequestKind": "stateward.core.state",
+    "GuardedAction": "stateward.core.state",
+    "EventType": "stateward.core.events",
+    "parse_step_plan": "stateward.controllers.plan_execute",
+    "FinishStep": "stateward.controllers.plan_execute",
+    "AwaitStep": "stateward.controllers.plan_execute",
+    "FinishCheck": "stateward.controllers.base",
+    "Controller": "stateward.controllers.base",
+    "SignalFailure": "stateward.controllers.base",
     "Agent": "stateward.runtime.agent",
     "AgentRef": "stateward.core.state",
     "AgentRegistry": "stateward.runtime.agent_registry",
@@ -154,16 +184,22 @@ __all__ = (
     "ArtifactRecord",
     "AsyncModel",
     "AsyncWorker",
+    "AwaitStep",
     "BreakerPolicy",
     "Budget",
     "ControlDecision",
+    "Controller",
     "DecisionContext",
     "DecisionParseError",
     "DecisionType",
     "Event",
+    "EventType",
     "FailNode",
+    "FinishCheck",
     "FinishNode",
+    "FinishStep",
     "Grant",
+    "GuardedAction",
     "HumanNode",
     "IllegalTransitionError",
     "LookupStatus",
@@ -180,6 +216,7 @@ __all__ = (
     "RateLimited",
     "ReActController",
     "RedactionRules",
+    "RequestKind",
     "RequestPage",
     "RequestRefusedError",
     "RequestRow",
@@ -193,6 +230,7 @@ __all__ = (
     "RunStatus",
     "Runtime",
     "ServiceUnavailable",
+    "SignalFailure",
     "SignalSource",
     "StaleLeaseError",
     "StatewardError",
@@ -214,11 +252,15 @@ __all__ = (
     "ValidationNode",
     "WaitCheck",
     "WorkflowController",
+    "action_digest",
+    "action_specs",
     "compensation",
     "guard",
+    "inert",
     "is_run_suspended",
     "mcp_tools",
     "parse_decision",
+    "parse_step_plan",
     "tool",
 )
 

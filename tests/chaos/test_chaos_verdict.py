@@ -14,9 +14,9 @@ from stateward.chaos.harness import ChaosConfig, Harness
 from stateward.chaos.verify import MUST_BE_ZERO, broken
 from stateward.core.errors import UserError
 from stateward.core.status import RunStatus
-from stateward.demos.blog import build_agent
-from stateward.demos.blog_fixtures import GOAL
 from stateward.runtime.runtime import Runtime
+from stateward_demos.blog import build_agent
+from stateward_demos.blog_fixtures import GOAL
 
 
 def _report(**changes: Any) -> dict[str, Any]:

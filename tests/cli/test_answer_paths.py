@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from stateward.cli.answers import run_fast
 from stateward.cli.app import app
-from stateward.demos.blog import build_agent
-from stateward.demos.blog_fixtures import GOAL
 from stateward.runtime.runtime import Runtime
+from stateward_demos.blog import build_agent
+from stateward_demos.blog_fixtures import GOAL
 
 
 def _suspended_run(db: Path) -> str:

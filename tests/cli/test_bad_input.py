@@ -18,10 +18,10 @@ from stateward.cli.output import reported_errors
 from stateward.core.errors import StoreError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef, RunState
-from stateward.demos.blog import build_agent
-from stateward.demos.blog_fixtures import GOAL
 from stateward.runtime.runtime import Runtime
 from stateward.store.sqlite import SQLiteStore
+from stateward_demos.blog import build_agent
+from stateward_demos.blog_fixtures import GOAL
 
 
 def _cli(*args: str | bytes, cwd: Path) -> tuple[int, Any, str]:

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from stateward.cli.app import app
 from stateward.core.status import RunStatus
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import build_agent
-from stateward.demos.blog_fixtures import GOAL
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
 from stateward.runtime.runtime import Runtime
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import build_agent
+from stateward_demos.blog_fixtures import GOAL
 
 
 def _cli(*args: str) -> tuple[int, Any]:

@@ -169,7 +169,8 @@ def test_agents_list_shows_the_builtins_and_the_operators_registry(tmp_path: Pat
     assert {"blog", "payment-migration", "chaos-ledger", "payer", "plain"} <= set(by_name)
     assert by_name["payer"]["source"] == "payer_agents:agents" and by_name["payer"]["version"] == "1"
     assert by_name["payer"]["description"].startswith("Pays one invoice")
-    assert by_name["blog"]["source"] == "builtin"
+    assert by_name["blog"]["source"].startswith("entry point stateward-demos")
+    assert by_name["chaos-ledger"]["source"] == "builtin"
 
 
 def test_the_blog_demo_and_a_builtin_by_name_accept_a_model(tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ import pytest
 
 from stateward import RunStatus, Runtime
 from stateward.core.state import AgentRef
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import build_agent
 from stateward.store.sqlite import SQLiteStore
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import build_agent
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 CRASHY = textwrap.dedent("""
     import dataclasses
     from stateward import AgentRegistry
-    from stateward.demos.blog import build_agent
+    from stateward_demos.blog import build_agent
 
     class Raising:
         mode = "react"

@@ -17,11 +17,13 @@ import stateward
 PUBLIC_MODULES = (
     "stateward",
     "stateward.api",
+    "stateward.cli.plugins",
     "stateward.planning",
     "stateward.models",
     "stateward.testing",
     "stateward.tools",
     "stateward.tools.mcp",
+    "stateward.verify",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.json")
 

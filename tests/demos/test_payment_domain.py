@@ -15,9 +15,6 @@ from typing import Any
 
 import pytest
 
-from stateward.demos.payment import facts
-from stateward.demos.payment.reports import REQUIRED_SECTIONS, artifact_v1, artifact_v2, check_context, report_v2
-from stateward.demos.payment.tools import make_tools
 from stateward.tools import (
     CallContext,
     InMemoryGatewayStore,
@@ -29,6 +26,9 @@ from stateward.tools import (
     ToolOutcome,
 )
 from stateward.verify import CheckSuite, CheckVerdict, failures
+from stateward_demos.payment import facts
+from stateward_demos.payment.reports import REQUIRED_SECTIONS, artifact_v1, artifact_v2, check_context, report_v2
+from stateward_demos.payment.tools import make_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 

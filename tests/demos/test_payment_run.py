@@ -16,17 +16,17 @@ import pytest
 from typer.testing import CliRunner
 
 from stateward import RunStatus, Runtime
-from stateward.cli.app import app
 from stateward.core.canonical import action_digest
 from stateward.core.events import EventType
 from stateward.core.state import RunState
-from stateward.demos.payment import tools as payment_tools
-from stateward.demos.payment.agent import NAME, build_agent, deliver_guard, goal, plan, summary, verify_report
-from stateward.demos.payment.reports import report_v1, report_v2
 from stateward.planning.validator import Verdict, validate_plan
 from stateward.store.sqlite import SQLiteStore
 from stateward.tools import CallContext, InMemoryGatewayStore, OutcomeStatus, ToolCall, ToolGateway
 from stateward.verify import CheckVerdict, Report, failures
+from stateward_demos.cli import app as demo_app
+from stateward_demos.payment import tools as payment_tools
+from stateward_demos.payment.agent import NAME, build_agent, deliver_guard, goal, plan, summary, verify_report
+from stateward_demos.payment.reports import report_v1, report_v2
 
 ROOT = Path(__file__).resolve().parents[2]
 V1, V2 = "migration-assessment:v1", "migration-assessment:v2"
@@ -51,7 +51,7 @@ def payloads(runtime: Runtime, run_id: str, kind: EventType) -> list[dict[str, A
 
 def comparable(runtime: Runtime, state: RunState) -> dict[str, Any]:
     """A run's summary without what differs between two runs of the same script (ids, receipt ids)."""
-    out = summary(runtime.store, state)
+    out = summary(runtime, state)
     out.pop("run_id")
     receipt = out.pop("delivery_receipt")
     out["delivered"] = None if receipt is None else receipt["delivered"]
@@ -59,7 +59,7 @@ def comparable(runtime: Runtime, state: RunState) -> dict[str, Any]:
 
 
 def test_the_packaged_plan_and_goal_are_the_examples_and_validate() -> None:
-    package = resources.files("stateward.demos.payment")
+    package = resources.files("stateward_demos.payment")
     for name, example in (("plan.json", "payment_migration.json"), ("goal.json", "payment_migration.goal.json")):
         packaged = json.loads(package.joinpath(name).read_text(encoding="utf-8"))
         assert packaged == json.loads((ROOT / "examples/plans" / example).read_text())
@@ -200,7 +200,7 @@ def test_a_run_moved_across_runtimes_completes_just_the_same(
 def test_cli_runs_the_demo_and_approves_in_process(tmp_path: Path, delivery_log: dict[str, dict[str, str]]) -> None:
     cli = CliRunner()
     db = str(tmp_path / "cli.db")
-    stopped = cli.invoke(app, ["demo", "payment-migration", "--db", db, "--json"])
+    stopped = cli.invoke(demo_app, ["payment-migration", "--db", db, "--json"])
     assert stopped.exit_code == 0, stopped.output
     out = json.loads(stopped.output)
     assert out["status"] == "WAITING_FOR_USER" and out["pending_request_id"]
@@ -210,6 +210,6 @@ def test_cli_runs_the_demo_and_approves_in_process(tmp_path: Path, delivery_log:
         {"artifact": V1, "outcome": "REPAIR_ONCE"},
         {"artifact": V2, "outcome": "ACCEPT"},
     ]
-    finished = cli.invoke(app, ["demo", "payment-migration", "--db", db, "--approve"])
+    finished = cli.invoke(demo_app, ["payment-migration", "--db", db, "--approve"])
     assert finished.exit_code == 0, finished.output
     assert "COMPLETED" in finished.output and "delivery-receipt" in finished.output and V2 in finished.output

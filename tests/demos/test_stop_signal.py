@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stateward.demos.stop_signal import compare
+from stateward_demos.stop_signal import compare
 
 EXPECTED = [
     ("react", "naive", "budget_exhausted", "RUNNING", True, 8, 4, 0),

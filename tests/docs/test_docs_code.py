@@ -32,7 +32,9 @@ import stateward
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 EXAMPLES = ROOT / "examples"
-PUBLIC_MODULES = {"stateward", "stateward.planning", "stateward.models", "stateward.testing", "stateward.tools"}
+DEMOS = ROOT / "demos" / "src"
+# The public modules are the ones the public API snapshot pins (tests/core/public_api.json).
+PUBLIC_MODULES = set(json.loads((ROOT / "tests" / "core" / "public_api.json").read_text()))
 FENCE = re.compile(r"^```([\w+-]*)([^\n]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 CONTINUES = re.compile(r"<!--\s*docs-test:\s*continues\s+(\S+)\s*-->")
 TITLE = re.compile(r'title="([^"]*)"')
@@ -174,13 +176,15 @@ def private_imports(source: str) -> set[str]:
 
 def example_sources() -> dict[str, str]:
     docs = {b.where: b.code for p in pages() for b in blocks(p) if b.lang == "python"}
-    files = {f.relative_to(ROOT).as_posix(): f.read_text() for f in EXAMPLES.rglob("*.py")}
+    files = {
+        f.relative_to(ROOT).as_posix(): f.read_text() for folder in (EXAMPLES, DEMOS) for f in folder.rglob("*.py")
+    }
     return {**docs, **files}
 
 
 def test_docs_and_examples_import_only_public_modules() -> None:
     sources = example_sources()
-    assert any(k.startswith("examples/") for k in sources) and any(k.startswith("docs/") for k in sources)
+    assert all(any(k.startswith(f"{where}/") for k in sources) for where in ("examples", "docs", "demos"))
     offenders = {where: sorted(private_imports(src)) for where, src in sources.items() if private_imports(src)}
     assert offenders == {}
 

@@ -17,12 +17,12 @@ import pytest
 
 from stateward import Runtime
 from stateward.core.events import Event
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import MODES, build_agent
-from stateward.demos.payment.agent import build_agent as build_payment_agent
-from stateward.demos.payment.agent import goal as payment_goal
-from stateward.demos.refund import run_refund_scenarios
 from stateward.testing import temporary_runtime
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import MODES, build_agent
+from stateward_demos.payment.agent import build_agent as build_payment_agent
+from stateward_demos.payment.agent import goal as payment_goal
+from stateward_demos.refund import run_refund_scenarios
 
 HERE = Path(__file__).parent
 UPDATE = os.environ.get("STATEWARD_UPDATE_GOLDEN") == "1"

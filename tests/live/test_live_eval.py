@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from stateward.cli.eval_cmd import app
 from stateward.core.events import EventType
-from stateward.demos.blog import MODES
-from stateward.demos.live_eval import run_live_eval
 from stateward.models.local_server import LocalServer
 from stateward.runtime.runtime import Runtime
+from stateward_demos.blog import MODES
+from stateward_demos.eval_cmd import app
+from stateward_demos.live_eval import run_live_eval
 
 pytestmark = [pytest.mark.live_model, pytest.mark.slow]
 

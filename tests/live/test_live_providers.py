@@ -15,7 +15,6 @@ from stateward.controllers.plan_execute import PLAN_INSTRUCTIONS, parse_step_pla
 from stateward.controllers.react import DECIDE_INSTRUCTIONS
 from stateward.core.decision import parse_decision
 from stateward.core.errors import DecisionParseError
-from stateward.demos import blog, blog_fixtures
 from stateward.models.anthropic import AnthropicModel
 from stateward.models.base import ActionSpec, ModelReply, ModelRequest
 from stateward.models.config import model_from_spec
@@ -23,6 +22,7 @@ from stateward.models.errors import ModelCallError, RejectionCode
 from stateward.models.local_server import LocalServer, free_port
 from stateward.models.openai_compat import OpenAICompatibleModel
 from stateward.models.recording import RecordingModel, ReplayModel
+from stateward_demos import blog, blog_fixtures
 
 pytestmark = [pytest.mark.live_model, pytest.mark.slow]
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from stateward.cli.eval_cmd import app
-from stateward.demos import blog, blog_fixtures
-from stateward.demos.live_eval import run_live_eval
 from stateward.models.recording import RecordingModel
 from stateward.runtime.runtime import Runtime
+from stateward_demos import blog, blog_fixtures
+from stateward_demos.eval_cmd import app
+from stateward_demos.live_eval import run_live_eval
 
 
 def _record_scripted_runs(tmp_path: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -123,10 +124,11 @@ def test_registries_load_from_the_environment_and_entry_points(tmp_path: Path, m
     monkeypatch.syspath_prepend(str(tmp_path))
 
     from_env = process_agents(env={"STATEWARD_AGENTS": "ops_agents:registry"}, use_entry_points=False)
-    assert {"blog", "payment-migration", "chaos-ledger", "expenses"} <= set(from_env.names())
+    assert {"chaos-ledger", "expenses"} <= set(from_env.names())
+    assert "blog" not in from_env.names(), "the demos' agents come from their package's entry point"
 
     from_entry_points = process_agents(env={})
-    assert "billing" in from_entry_points.names()
+    assert {"billing", "blog", "payment-migration"} <= set(from_entry_points.names())
     entry = next(e for e in from_entry_points if e.name == "billing")
     assert "entry point" in entry.source
     assert isinstance(from_entry_points.build(AgentRef(name="billing")), Agent)
@@ -244,9 +246,36 @@ def test_a_model_reaches_only_factories_that_take_one() -> None:
     assert bad.value.code == "INVALID_MODEL_SPEC"
 
 
-def test_the_builtin_factories_show_their_own_signatures_without_being_imported_to_list() -> None:
-    builtins = {entry.name: entry for entry in builtin_agents()}
+def test_lazy_factories_show_their_own_signatures_without_being_imported_to_list() -> None:
+    builtins = {entry.name: entry for entry in process_agents(env={})}
     assert builtins["blog"].accepts("model_spec") and builtins["payment-migration"].accepts("model_spec")
     assert not builtins["chaos-ledger"].accepts("model_spec")
     assert builtins["blog"].refusal({"colour": "red"}) is not None
     assert builtins["blog"].refusal({"controller": "workflow"}) is None
+
+
+def test_listing_the_demos_agents_imports_none_of_them() -> None:
+    probe = (
+        "import sys\n"
+        "from stateward import AgentRegistry\n"
+        "from stateward.runtime.agent_registry import process_agents\n"
+        "names = process_agents(env={}).names()\n"
+        "assert {'blog', 'payment-migration'} <= set(names), names\n"
+        "loaded = [m for m in sys.modules if m.startswith('stateward_demos.')]\n"
+        "print(sorted(set(loaded) - {'stateward_demos.registry'}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_lazy_factory_names_a_bad_target_when_registered_and_a_missing_one_when_built() -> None:
+    registry = AgentRegistry()
+    for target in ("no_colon", ":attr", "module:"):
+        with pytest.raises(UserError) as bad:
+            registry.register_lazy("x", target)
+        assert bad.value.code == "INVALID_AGENT"
+    registry.register_lazy("gone", "stateward_no_such_module:build")
+    with pytest.raises(UserError) as missing:
+        registry.create("gone")
+    assert missing.value.code == "INVALID_AGENTS_SOURCE"

@@ -8,10 +8,10 @@ import pytest
 
 from stateward import RequestRefusedError, RunStatus, Runtime, is_run_suspended
 from stateward.core.events import EventType
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import MODES, build_agent, scripted_models
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import MODES, build_agent, scripted_models
 
 WAIT_TAIL = ["signal_received", "runtime_validated", "state_transition", "pending_recorded", "run_exited"]
 

@@ -9,10 +9,10 @@ from stateward import Agent, ControlDecision, DecisionType, RunStatus, Runtime, 
 from stateward.controllers.base import DecisionContext, Proposal
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import build_agent
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import build_agent
 
 
 def _sloppy(times: int) -> ScriptedModel:

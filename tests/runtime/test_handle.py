@@ -11,8 +11,8 @@ from stateward.controllers.base import Signal
 from stateward.core.budget import Usage
 from stateward.core.events import EventType
 from stateward.core.state import AgentRef, RunState
-from stateward.demos.blog import build_agent
 from stateward.runtime.transition import Transition, handle
+from stateward_demos.blog import build_agent
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 AGENT = build_agent("react")

@@ -11,8 +11,8 @@ from stateward import ControlDecision, DecisionType, IllegalTransitionError, Run
 from stateward.controllers.base import Signal
 from stateward.core.state import AgentRef, RunState
 from stateward.core.status import TRANSITIONS
-from stateward.demos.blog import build_agent
 from stateward.runtime.transition import handle
+from stateward_demos.blog import build_agent
 
 AGENT = build_agent("react")
 LEGAL = {(before, after) for (before, _), after in TRANSITIONS.items()}

@@ -17,8 +17,8 @@ from stateward import (
     Runtime,
     UserError,
 )
-from stateward.demos.blog import build_agent
-from stateward.demos.blog_fixtures import GOAL
+from stateward_demos.blog import build_agent
+from stateward_demos.blog_fixtures import GOAL
 
 
 @pytest.fixture

@@ -14,14 +14,14 @@ import pytest
 
 from stateward import RequestRefusedError, RunError, RunStatus, Runtime, StaleLeaseError, UserError
 from stateward.core.events import EventType, NewEvent
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import build_agent
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.worker import Worker
 from stateward.store.records import StepWrite
 from stateward.store.sqlite import SQLiteStore
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import build_agent
 
 
 class FakeClock:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from stateward import RunStatus, Runtime
 from stateward.core.events import EventType
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import build_agent
 from stateward.models.base import ModelReply, ModelRequest
 from stateward.models.errors import AuthFailedError, ServiceUnavailableError
 from stateward.models.retrying import RetryingModel
 from stateward.models.scripted import ScriptedModel
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import build_agent
 
 
 class Flaky:

@@ -15,8 +15,6 @@ from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.events import EventType
 from stateward.core.setback import SetbackKind
 from stateward.core.state import AgentRef
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import build_agent
 from stateward.models.base import ModelReply, ModelRequest
 from stateward.models.errors import RateLimitedError, ServiceUnavailableError
 from stateward.models.retrying import RetryingModel
@@ -27,6 +25,8 @@ from stateward.runtime.recovery import MAX_MESSAGE, RecoveryPolicy
 from stateward.runtime.worker import Worker
 from stateward.store.sqlite import SQLiteStore
 from stateward.tools import ToolRegistry, tool
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import build_agent
 
 FAST = RecoveryPolicy(
     step_crash_retries=2, agent_unavailable_retries=2, base_delay_s=0.05, outage_base_delay_s=60, max_delay_s=0.2

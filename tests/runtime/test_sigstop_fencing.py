@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from stateward import RunStatus, Runtime
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import build_agent
 from stateward.runtime.leases import LeasePolicy
 from stateward.store.sqlite import SQLiteStore
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import build_agent
 
 pytestmark = pytest.mark.slow
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from stateward import RunStatus, Runtime, is_run_suspended
-from stateward.demos import blog_fixtures as fx
-from stateward.demos.blog import MODES, build_agent
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.worker import Worker, WorkerStats
 from stateward.store.postgres import PostgresStore
+from stateward_demos import blog_fixtures as fx
+from stateward_demos.blog import MODES, build_agent
 
 if TYPE_CHECKING:
     from tests.store.conftest import Backend

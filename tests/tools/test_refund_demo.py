@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
-from stateward.cli.app import app
-from stateward.demos.refund import run_refund_scenarios
+from stateward_demos.cli import app as demo_app
+from stateward_demos.refund import run_refund_scenarios
 
 EXPECTED = [
     ("unknown_tool", "UNKNOWN_TOOL", None, "REJECT", "REJECTED", 0),
@@ -27,11 +27,11 @@ def test_rows_match_the_expected_table() -> None:
 
 
 def test_the_command_prints_every_scenario_as_a_table_and_as_json() -> None:
-    table = CliRunner().invoke(app, ["demo", "refund"])
+    table = CliRunner().invoke(demo_app, ["refund"])
     assert table.exit_code == 0
     for scenario, *_ in EXPECTED:
         assert scenario in table.stdout
     assert "AWAIT_RECONCILIATION" in table.stdout and "null" in table.stdout
-    as_json = CliRunner().invoke(app, ["demo", "refund", "--json"])
+    as_json = CliRunner().invoke(demo_app, ["refund", "--json"])
     assert as_json.exit_code == 0
     assert [tuple(row[k] for k in KEYS) for row in json.loads(as_json.stdout)] == EXPECTED

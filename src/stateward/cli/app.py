@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from stateward.runtime.runtime import Runtime
+    pass
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
+from stateward.cli.plugins import DbOpt, JsonOpt, ModelOpt, load_group, open_runtime, plugin_groups
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -25,10 +26,8 @@ app = typer.Typer(
         " `stateward.agents` entry points. A run whose agent is not registered is refused, never imported."
     ),
 )
-demo_app = typer.Typer(no_args_is_help=True, help="Runnable demonstrations on offline fixtures.")
 runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
 requests_app = typer.Typer(no_args_is_help=True, help="Pending requests waiting for a person.")
-app.add_typer(demo_app, name="demo")
 app.add_typer(runs_app, name="runs")
 app.add_typer(requests_app, name="requests")
 agents_app = typer.Typer(no_args_is_help=True, help="Agents this process may build (by registered name).")
@@ -39,38 +38,33 @@ app.add_typer(agents_app, name="agents")
 # `stateward approve` does not pay for the planner or the model SDKs.
 LAZY_GROUPS = {
     "plan": ("stateward.cli.plan_cmd", "Validate plan documents."),
-    "eval": ("stateward.cli.eval_cmd", "Evaluate real models against the runtime, honestly reported."),
     "keys": ("stateward.cli.keys_cmd", "API keys of the HTTP service (stored hashed; secrets shown once)."),
 }
 
 
-def _mount(names: set[str]) -> None:
+def _builtin_names() -> set[str]:
+    commands = {
+        c.name or (c.callback.__name__.replace("_", "-") if c.callback else "") for c in app.registered_commands
+    }
+    return commands | {g.name or "" for g in app.registered_groups} | set(LAZY_GROUPS)
+
+
+def _mount(first: str | None) -> None:
+    """Mount the lazy group or the plugin group (see :mod:`stateward.cli.plugins`) that ``first`` names;
+    every one of them when no command is named (``stateward --help``)."""
     import importlib
 
-    for name in sorted(names & set(LAZY_GROUPS)):
+    builtin = _builtin_names()
+    if first is not None and first in builtin and first not in LAZY_GROUPS:
+        return
+    for name in sorted(LAZY_GROUPS if first is None else {first} & set(LAZY_GROUPS)):
         module, help_text = LAZY_GROUPS[name]
         app.add_typer(importlib.import_module(module).app, name=name, help=help_text)
-
-
-DbOpt = Annotated[
-    str, typer.Option("--db", envvar="STATEWARD_DB", help="SQLite path or postgresql:// URL (default ./stateward.db).")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        help="Model spec (openai[+json]:<name>, anthropic[+json|+json_schema]:<name>, replay:<path>); reaches the"
-        " agent as its model_spec param. Default: the agent's own (the demos' scripted models).",
-    ),
-]
-
-
-def _runtime(db: str, *, create: bool = False) -> Runtime:
-    """Only commands that start runs create a database; the rest refuse a path that holds none."""
-    from stateward.runtime.runtime import Runtime
-
-    return Runtime.open(db, create=create)
+    if first in LAZY_GROUPS:
+        return
+    for name, entry_point in sorted(plugin_groups(builtin).items()):
+        if first is None or name == first:
+            app.add_typer(load_group(entry_point), name=name)
 
 
 # -- agents ---------------------------------------------------------------------------------------
@@ -134,104 +128,6 @@ def run_agent(
         typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
 
 
-# -- demos ----------------------------------------------------------------------------------------
-@demo_app.command("stop-signal")
-def demo_stop_signal(
-    as_json: JsonOpt = False,
-    materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
-) -> None:
-    """Naive loops vs the Runtime, for ReAct, plan-and-execute and workflow."""
-    from stateward.demos.stop_signal import COLUMNS, compare
-
-    with reported_errors(as_json), tempfile.TemporaryDirectory() as tmp:
-        rows = compare(Path(tmp), materials)
-    if as_json:
-        emit_json(rows)
-    else:
-        print_table("Who stops the run? (naive rows are counter-examples)", COLUMNS, rows)
-
-
-@demo_app.command("blog")
-def demo_blog(
-    controller: Annotated[str, typer.Option(help="react | plan_and_execute | workflow")] = "react",
-    db: DbOpt = DEFAULT_DB,
-    max_steps: Annotated[int, typer.Option(min=1, help="Step budget of the run.")] = 12,
-    materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
-    no_drive: Annotated[bool, typer.Option("--no-drive", help="Only submit the run; a worker drives it.")] = False,
-    model: ModelOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Start the blog-brief agent; returns when the run stops (normally waiting for approval)."""
-    from stateward.demos.blog import build_agent
-    from stateward.demos.blog_fixtures import GOAL
-
-    with reported_errors(as_json):
-        agent = build_agent(controller, max_steps=max_steps, materials=materials, model_spec=model)
-        runtime = _runtime(db, create=True)
-        state = runtime.submit(agent, GOAL) if no_drive else runtime.start(agent, GOAL)
-    out = {
-        "run_id": state.run_id,
-        "status": state.status.value,
-        "pending_request_id": None if state.pending is None else state.pending.request_id,
-    }
-    if as_json:
-        emit_json(out)
-        return
-    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
-    if state.pending is not None:
-        from stateward.core.inert import inert
-
-        who = "stateward asks" if state.pending.asked_by == "runtime" else "model says"
-        typer.echo(f"  {state.pending.request_id}: {who}: {inert(state.pending.question)}")
-        typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
-
-
-@demo_app.command("payment-migration")
-def demo_payment_migration(
-    db: DbOpt = DEFAULT_DB,
-    approve: Annotated[
-        bool, typer.Option("--approve", help="Approve the delivery in-process (as demo-reviewer) and finish.")
-    ] = False,
-    model: ModelOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Run the 18-item payment SDK migration plan; it stops for approval before delivering the report."""
-    from stateward.demos.payment.agent import build_agent, goal, summary
-
-    with reported_errors(as_json):
-        agent = build_agent(model_spec=model)
-        runtime = _runtime(db, create=True)
-        state = runtime.start(agent, goal().objective)
-        if approve and state.pending is not None:
-            state = runtime.approve(state.run_id, state.pending.request_id, by="demo-reviewer").state
-        out = summary(runtime.store, state)
-    if as_json:
-        emit_json(out)
-        return
-    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
-    if out["pending_request_id"] is not None:
-        action = out["pending_action"] or {}
-        typer.echo(f"  pending {out['pending_request_id']}: {action.get('tool')} {action.get('args')}")
-        typer.echo(f"  answer with: stateward approve {out['run_id']} {out['pending_request_id']} --db {db}")
-    typer.echo("  artifacts: " + ", ".join(f"{a['name']}:v{a['version']}" for a in out["artifacts"]))
-    typer.echo("  verification: " + " -> ".join(f"{v['artifact']} {v['outcome']}" for v in out["verifications"]))
-    typer.echo("  budget used: " + ", ".join(f"{k}={v}" for k, v in out["budget_used"].items()))
-    if out["delivery_receipt"] is not None:
-        typer.echo(f"  delivery-receipt: {out['delivery_receipt']}")
-
-
-@demo_app.command("refund")
-def demo_refund(as_json: JsonOpt = False) -> None:
-    """refund_order through the Tool Gateway: refusals, timeouts and reconciliation."""
-    from stateward.demos.refund import COLUMNS, run_refund_scenarios
-
-    rows = run_refund_scenarios()
-    if as_json:
-        emit_json(rows)
-    else:
-        print_table("Refund through the Tool Gateway", COLUMNS, rows)
-
-
 # -- runs -----------------------------------------------------------------------------------------
 @runs_app.command("show")
 def runs_show(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
@@ -239,7 +135,7 @@ def runs_show(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> 
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
-        runtime = _runtime(db)
+        runtime = open_runtime(db)
         summary = run_summary(runtime.store, runtime.get(run_id))
     if as_json:
         emit_json(summary)
@@ -264,7 +160,7 @@ def runs_list(
     JSON: {"runs": [...], "next_cursor": "..." | null}; pass next_cursor back with the same filters.
     """
     with reported_errors(as_json):
-        page = _runtime(db).list_runs(status=status, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
+        page = open_runtime(db).list_runs(status=status, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
     rows = [r.model_dump(mode="json") for r in page.items]
     if as_json:
         emit_json({"runs": rows, "next_cursor": page.next_cursor})
@@ -286,7 +182,7 @@ def requests_list(
     from stateward.store.paging import MAX_PAGE_SIZE, RequestRow
 
     with reported_errors(as_json):
-        runtime = _runtime(db)
+        runtime = open_runtime(db)
         records: list[RequestRow] = []
         cursor: str | None = None
         while True:  # the whole inbox, read a bounded page at a time
@@ -329,7 +225,7 @@ def requests_list(
 def trace(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
     """A run's events in order."""
     with reported_errors(as_json):
-        runtime = _runtime(db)
+        runtime = open_runtime(db)
         runtime.get(run_id)
         events = runtime.store.read_events(run_id)
     rows = [{"seq": e.seq, "type": e.type.value, "at": e.at.isoformat(), "payload": e.payload} for e in events]
@@ -415,7 +311,7 @@ def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> Non
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
-        runtime = _runtime(db)
+        runtime = open_runtime(db)
         if action == "pause":
             state = runtime.pause(run_id, by=by)
         elif action == "resume":
@@ -585,7 +481,7 @@ def chaos(
 def requests_expire(db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
     """Apply each agent's expiry policy (fail / cancel / escalate) to expired requests."""
     with reported_errors(as_json):
-        expired = _runtime(db).expire_requests()
+        expired = open_runtime(db).expire_requests()
     if as_json:
         emit_json({"expired": expired})
     else:
@@ -600,7 +496,8 @@ def run() -> None:
     import sys
 
     first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
-    _mount({first} if first in LAZY_GROUPS else set() if first is not None else set(LAZY_GROUPS))
+    with reported_errors("--json" in sys.argv[1:]):
+        _mount(first)
     if "--json" not in sys.argv[1:]:
         app()
         return

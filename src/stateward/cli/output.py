@@ -27,6 +27,7 @@ EXIT_RUNS_TROUBLED = 5
 
 
 def emit_json(value: Any) -> None:
+    """Print ``value`` as indented JSON on stdout (what every ``--json`` prints)."""
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
@@ -56,6 +57,7 @@ def print_table(
     rows: Sequence[dict[str, Any]],
     fmt: Callable[[Any], str] = lambda v: "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v),
 ) -> None:
+    """Print ``rows`` as a Rich table with these ``columns`` (booleans and None as JSON spells them)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text

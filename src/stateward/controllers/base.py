@@ -169,6 +169,8 @@ class Proposal:
 
 
 class Controller(Protocol):
+    """Proposes the next move from a run's state; never changes the run (only the Runtime does)."""
+
     mode: str
 
     def decide(self, ctx: DecisionContext) -> Proposal: ...

@@ -31,12 +31,16 @@ class ToolStep(BaseModel):
 
 
 class AwaitStep(BaseModel):
+    """A plan step asking a person something; the Runtime, not the plan, decides whether the run waits."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["await_approval"]
     question: str
 
 
 class FinishStep(BaseModel):
+    """The plan's last step: propose to finish (the agent's finish policy still decides)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["finish"]
     reason: str = "plan complete"

@@ -106,6 +106,8 @@ class ItemRun(BaseModel):
 
 
 class PlanRunMemo(BaseModel):
+    """A plan run's working memory in the run's state: its plan, each item's progress and its ledger."""
+
     model_config = ConfigDict(extra="forbid")
 
     plan: Plan | None = None

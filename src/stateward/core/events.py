@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class EventType(StrEnum):
+    """What an event records; the stable names that appear in traces, golden logs and the HTTP stream."""
+
     RUN_STARTED = "run_started"
     MODEL_CALL_FAILED = "model_call_failed"
     SIGNAL_RECEIVED = "signal_received"

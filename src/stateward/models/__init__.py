@@ -12,15 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stateward.models.anthropic import AnthropicModel
-    from stateward.models.base import ActionSpec, AsyncModel, Model, ModelReply, ModelRequest, Usage
+    from stateward.models.base import ActionSpec, AsyncModel, Model, ModelReply, ModelRequest, Usage, complete
     from stateward.models.config import model_from_spec, parse_spec
     from stateward.models.errors import ModelCallError
+    from stateward.models.local_server import start_local_server
     from stateward.models.openai_compat import OpenAICompatibleModel
     from stateward.models.recording import RecordingModel, ReplayModel
     from stateward.models.retrying import RetryingModel
     from stateward.models.scripted import AsyncScriptedModel, ScriptedModel
 
 _EXPORTS: dict[str, str] = {
+    "start_local_server": "stateward.models.local_server",
+    "complete": "stateward.models.base",
     "ActionSpec": "stateward.models.base",
     "AnthropicModel": "stateward.models.anthropic",
     "AsyncModel": "stateward.models.base",
@@ -54,8 +57,10 @@ __all__ = (
     "RetryingModel",
     "ScriptedModel",
     "Usage",
+    "complete",
     "model_from_spec",
     "parse_spec",
+    "start_local_server",
 )
 
 

@@ -123,11 +123,18 @@ from stateward.planning.validator import (
 )
 
 if TYPE_CHECKING:
-    from stateward.controllers.plan_run import ApprovalAction, PlanRunConfig, PlanRunController, start_item_guard
+    from stateward.controllers.plan_run import (
+        ApprovalAction,
+        PlanRunConfig,
+        PlanRunController,
+        PlanRunMemo,
+        start_item_guard,
+    )
     from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
 
 # The plan-run engine is a controller: it imports this package, so it is resolved lazily.
 _ENGINE: dict[str, str] = {
+    "PlanRunMemo": "stateward.controllers.plan_run",
     "ApprovalAction": "stateward.controllers.plan_run",
     "PlanRunConfig": "stateward.controllers.plan_run",
     "PlanRunController": "stateward.controllers.plan_run",
@@ -192,6 +199,7 @@ __all__ = [
     "PlanPatchError",
     "PlanRunConfig",
     "PlanRunController",
+    "PlanRunMemo",
     "Predicate",
     "ProgressConfig",
     "ProgressSignal",

@@ -3,7 +3,7 @@
 A run's row names its agent (``AgentRef``: name, version, JSON parameters), never code. The code that
 builds an agent comes from the process's own configuration, in this order:
 
-1. the agents stateward ships (the demos),
+1. the agents the library ships (the ledger agent of ``stateward chaos``),
 2. Python entry points in the group ``stateward.agents`` (an installed package registers its agents),
 3. ``STATEWARD_AGENTS`` / ``--agents``: comma-separated ``module:attr`` of :class:`AgentRegistry` objects.
 
@@ -121,6 +121,23 @@ class AgentRegistry:
         if not callable(factory):
             raise UserError(f"the factory of agent {name!r} is not callable", code="INVALID_AGENT")
         self._add(RegisteredAgent(name, factory, version, source, description))
+
+    def register_lazy(
+        self,
+        name: str,
+        target: str,
+        *,
+        version: str | None = None,
+        description: str = "",
+        source: str = "code",
+    ) -> None:
+        """Register the factory at ``target`` (``"module:attr"``) without importing it: the module loads
+        when a run of ``name`` is first built or its parameters inspected, so a registry of many agents
+        (a package's entry point) costs nothing to list."""
+        module, sep, attr = target.partition(":")
+        if not sep or not module or not attr:
+            raise UserError(f"a lazy factory must be 'module:attr', not {target!r}"[:300], code="INVALID_AGENT")
+        self.register(name, _LazyFactory(module, attr), version=version, description=description, source=source)
 
     def agent(self, name: str, *, version: str | None = None) -> Callable[[AgentFactory], AgentFactory]:
         """Decorator form of :meth:`register`."""
@@ -249,7 +266,7 @@ def _invalid_params(name: str, why: str) -> RunError:
 
 
 class _LazyFactory:
-    """A built-in factory imported when first built (or inspected), so listing agents imports no demo."""
+    """A factory imported when first built (or inspected), so listing agents imports none of them."""
 
     def __init__(self, module: str, attr: str):
         self._module = module
@@ -257,7 +274,13 @@ class _LazyFactory:
         self.__name__ = attr
 
     def _target(self) -> AgentFactory:
-        factory: AgentFactory = getattr(importlib.import_module(self._module), self._attr)
+        try:
+            factory: AgentFactory = getattr(importlib.import_module(self._module), self._attr)
+        except (ImportError, AttributeError) as exc:
+            raise UserError(
+                f"cannot load the agent factory {self._module}:{self._attr}: {type(exc).__name__}: {exc}",
+                code="INVALID_AGENTS_SOURCE",
+            ) from exc
         return factory
 
     def __call__(self, **params: Any) -> Agent:
@@ -268,25 +291,19 @@ class _LazyFactory:
         return inspect.signature(self._target())
 
 
-def _lazy(module: str, attr: str) -> AgentFactory:
-    return _LazyFactory(module, attr)
-
-
 def builtin_agents() -> AgentRegistry:
-    """The agents stateward ships: the demos of the README."""
+    """The agents the library itself ships: the ledger agent `stateward chaos` drives.
+
+    The demos' agents (blog, payment-migration, expenses) come from the ``stateward-demos`` package's
+    ``stateward.agents`` entry point, like any installed package's.
+    """
     registry = AgentRegistry()
-    shipped = (
-        ("blog", "stateward.demos.blog", "build_agent", "the blog-brief agent of `stateward demo blog`"),
-        (
-            "payment-migration",
-            "stateward.demos.payment.agent",
-            "build_agent",
-            "the Payment SDK migration assessment (plan run)",
-        ),
-        ("chaos-ledger", "stateward.chaos.agent", "build_agent", "the ledger agent `stateward chaos` drives"),
+    registry.register_lazy(
+        "chaos-ledger",
+        "stateward.chaos.agent:build_agent",
+        description="the ledger agent `stateward chaos` drives",
+        source="builtin",
     )
-    for name, module, attr, description in shipped:
-        registry.register(name, _lazy(module, attr), description=description, source="builtin")
     return registry
 
 

@@ -97,6 +97,7 @@ class ActionSpecs(Mapping[str, ActionSpec]):
 
 
 def action_specs(agent: Agent) -> ActionSpecs:
+    """The actions the agent's model may propose (its tools' schemas), as the model request offers them."""
     return ActionSpecs(agent)
 
 

@@ -28,6 +28,8 @@ class _Frozen(BaseModel):
 
 
 class CheckVerdict(StrEnum):
+    """How one check ended: PASS, FAIL, or UNKNOWN when the evidence cannot decide (never read as PASS)."""
+
     PASS = "PASS"
     FAIL = "FAIL"
     UNKNOWN = "UNKNOWN"  # evidence insufficient to judge; never treated as PASS
@@ -49,6 +51,8 @@ class CheckResult(_Frozen):
 
 
 class SensitivePattern(_Frozen):
+    """A named pattern of content that must not appear in a delivered artifact (a key, a token)."""
+
     name: str
     pattern: str
 
@@ -106,6 +110,7 @@ def _result(name: str, problems: Sequence[str], ok: str = "", **flags: bool) -> 
 
 
 def check_schema(artifact: ArtifactVersion, ctx: CheckContext) -> CheckResult:
+    """Fail an artifact whose content does not parse as the report schema."""
     try:
         artifact.report()
     except ValidationError as exc:
@@ -117,6 +122,7 @@ def check_schema(artifact: ArtifactVersion, ctx: CheckContext) -> CheckResult:
 
 
 def check_required_sections(artifact: ArtifactVersion, ctx: CheckContext) -> CheckResult:
+    """Fail a report that lacks a section its output spec requires."""
     report = _parse(artifact)
     if report is None:
         return _unknown("required_sections")
@@ -161,6 +167,7 @@ def check_claim_evidence(artifact: ArtifactVersion, ctx: CheckContext) -> CheckR
 
 
 def check_evidence_exists(artifact: ArtifactVersion, ctx: CheckContext) -> CheckResult:
+    """Fail a report whose claims cite evidence the run never recorded."""
     report = _parse(artifact)
     if report is None:
         return _unknown("evidence_exists")
@@ -185,6 +192,7 @@ def check_coverage(artifact: ArtifactVersion, ctx: CheckContext) -> CheckResult:
 
 
 def check_duplicate_ids(artifact: ArtifactVersion, ctx: CheckContext) -> CheckResult:
+    """Fail a report that uses one id for two different findings."""
     report = _parse(artifact)
     if report is None:
         return _unknown("duplicate_ids")
@@ -242,6 +250,8 @@ DEFAULT_CHECKS: tuple[CheckFn, ...] = (
 
 
 class ModelJudgement(_Frozen):
+    """What a model check returned: a verdict and its reasons, parsed strictly from the model's text."""
+
     verdict: CheckVerdict
     detail: str = Field(default="", max_length=2000)
 

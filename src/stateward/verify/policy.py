@@ -26,6 +26,8 @@ from stateward.verify.checks import CheckResult, CheckVerdict
 
 
 class VerificationOutcome(StrEnum):
+    """The policy's verdict on an artifact version: accept it, repair it once, deliver degraded, or hand off."""
+
     ACCEPT = "ACCEPT"
     REPAIR_ONCE = "REPAIR_ONCE"
     DEGRADED_DELIVERY = "DEGRADED_DELIVERY"
@@ -33,6 +35,8 @@ class VerificationOutcome(StrEnum):
 
 
 class PolicyDecision(BaseModel):
+    """What the verification policy decided for one artifact version, and why."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     outcome: VerificationOutcome

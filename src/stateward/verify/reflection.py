@@ -32,6 +32,8 @@ class ReflectionRound(BaseModel):
 
 
 class ReflectionOutcome(BaseModel):
+    """How a bounded reflection ended: the rounds it took and the last verified version, if any."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     final: ArtifactVersion

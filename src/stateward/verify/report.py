@@ -21,6 +21,8 @@ class _Frozen(BaseModel):
 
 
 class ReportSection(_Frozen):
+    """One titled section of a report, with the claims it makes."""
+
     section_id: str = Field(min_length=1)
     title: str = ""
     body: str = ""
@@ -37,12 +39,16 @@ class Claim(_Frozen):
 
 
 class BreakingChange(_Frozen):
+    """One breaking change of the SDK, with the evidence that documents it."""
+
     change_id: str = Field(min_length=1)
     title: str = ""
     evidence_ids: tuple[str, ...] = ()
 
 
 class CallSite(_Frozen):
+    """One place in a repository that calls a changed API, with the evidence that found it."""
+
     call_site_id: str = Field(min_length=1)
     repository: str = Field(min_length=1)
     module: str = ""
@@ -51,6 +57,8 @@ class CallSite(_Frozen):
 
 
 class ModuleRisk(_Frozen):
+    """The migration risk of one module, with the evidence it was assessed from."""
+
     module: str = Field(min_length=1)
     repository: str = ""
     risk: FindingRisk
@@ -58,11 +66,15 @@ class ModuleRisk(_Frozen):
 
 
 class CoverageStatus(StrEnum):
+    """Whether a repository was analysed or could not be reached (a listed gap, not an omission)."""
+
     ANALYZED = "ANALYZED"
     NOT_ACCESSIBLE = "NOT_ACCESSIBLE"  # explicitly listed as a gap: part of the result, not an omission
 
 
 class RepositoryCoverage(_Frozen):
+    """One expected repository and whether the report covers it."""
+
     repository: str = Field(min_length=1)
     status: CoverageStatus
     note: str = ""

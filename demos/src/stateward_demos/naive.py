@@ -11,17 +11,27 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from stateward.controllers.base import DecisionContext, Observation, SignalFailure
-from stateward.controllers.plan_execute import AwaitStep, FinishStep, parse_step_plan
-from stateward.controllers.workflow import HumanNode, ModelNode, RuleNode, ToolNode
-from stateward.core.decision import DecisionType, parse_decision
-from stateward.core.state import AgentRef, RunState
-from stateward.demos import blog, blog_fixtures
-from stateward.models.base import ModelRequest, complete
-from stateward.runtime.runtime import action_specs
-from stateward.tools.gateway import ToolGateway
-from stateward.tools.memory_store import InMemoryGatewayStore
-from stateward.tools.types import CallContext, OutcomeStatus, ToolCall
+from stateward import (
+    AgentRef,
+    AwaitStep,
+    DecisionContext,
+    DecisionType,
+    FinishStep,
+    HumanNode,
+    ModelNode,
+    ModelRequest,
+    Observation,
+    RuleNode,
+    RunState,
+    SignalFailure,
+    ToolNode,
+    action_specs,
+    parse_decision,
+    parse_step_plan,
+)
+from stateward.models import complete
+from stateward.tools import CallContext, InMemoryGatewayStore, OutcomeStatus, ToolCall, ToolGateway
+from stateward_demos import blog, blog_fixtures
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The migration-assessment reports of the scenario: v1 (as first drafted) and v2 (after one repair).
 
-Both are built from :mod:`stateward.demos.payment.facts`, so every number and evidence id is what the
+Both are built from :mod:`stateward_demos.payment.facts`, so every number and evidence id is what the
 tools show. v1 carries the two defects ``tests/verify/conftest.py`` uses: it *states* 36 call sites while
 listing 37, and its high-risk claim ``c2`` cites no evidence. v2 fixes exactly those and passes every
 check in :data:`stateward.verify.DEFAULT_CHECKS` against :func:`check_context`.
@@ -11,15 +11,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Final
 
-from stateward.demos.payment import facts
-from stateward.demos.payment import fixtures as fx
-from stateward.demos.payment.risk import score
-from stateward.planning.delivery import Confidence, FindingRisk
-from stateward.verify.checks import CheckContext
-from stateward.verify.report import (
+from stateward.planning import Confidence, FindingRisk
+from stateward.verify import (
     ArtifactVersion,
     BreakingChange,
     CallSite,
+    CheckContext,
     Claim,
     CoverageStatus,
     ModuleRisk,
@@ -28,6 +25,9 @@ from stateward.verify.report import (
     RepositoryCoverage,
     StatedCounts,
 )
+from stateward_demos.payment import facts
+from stateward_demos.payment import fixtures as fx
+from stateward_demos.payment.risk import score
 
 TITLE: Final = "Payment SDK v2 migration assessment"
 ARTIFACT: Final = "migration-assessment"

@@ -1,7 +1,7 @@
 """The research tools of the payment migration scenario, named exactly as the plan's required capabilities.
 
 Reads are side-effect free and return JSON-able dicts whose every fact carries an ``evidence_id`` (see
-:mod:`stateward.demos.payment.facts` for the scheme), so the report can cite what the agent actually saw.
+:mod:`stateward_demos.payment.facts` for the scheme), so the report can cite what the agent actually saw.
 Refusals are classified exceptions, not error values: an unknown repository is INVALID_ARGUMENT, an
 unreadable one PERMISSION_DENIED - except ``check_repository_access``, whose whole job is to *report*
 NO_ACCESS, so it answers instead of raising.
@@ -21,14 +21,11 @@ from typing import Annotated, Any, Final
 
 from pydantic import Field, ValidationError
 
-from stateward.demos.payment import facts
-from stateward.demos.payment import fixtures as fx
-from stateward.demos.payment.risk import score
-from stateward.tools.errors import ToolInvalidArgument, ToolPermissionDenied
-from stateward.tools.registry import ToolRegistry
-from stateward.tools.spec import ToolContext, tool
-from stateward.tools.types import LookupStatus
-from stateward.verify.report import Report
+from stateward import LookupStatus, ToolContext, ToolInvalidArgument, ToolPermissionDenied, ToolRegistry, tool
+from stateward.verify import Report
+from stateward_demos.payment import facts
+from stateward_demos.payment import fixtures as fx
+from stateward_demos.payment.risk import score
 
 REPORT_ARTIFACT: Final = "migration-assessment"
 RECEIPT_ARTIFACT: Final = "delivery-receipt"

@@ -10,21 +10,30 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from stateward.controllers.base import Controller, DecisionContext, FinishCheck
-from stateward.core.budget import Budget
-from stateward.core.decision import ControlDecision
-from stateward.core.errors import UserError
-from stateward.core.state import AgentRef, RequestKind, RunState
-from stateward.demos import blog_fixtures as fx
-from stateward.models.base import Model
-from stateward.models.scripted import ScriptedModel
-from stateward.runtime.agent import Agent, WaitCheck, guard
-from stateward.tools.errors import ToolInvalidArgument
-from stateward.tools.registry import ToolRegistry
-from stateward.tools.spec import ToolContext, tool
+from stateward import (
+    Agent,
+    AgentRef,
+    Budget,
+    ControlDecision,
+    Controller,
+    DecisionContext,
+    FinishCheck,
+    Model,
+    RequestKind,
+    RunState,
+    ToolContext,
+    ToolInvalidArgument,
+    ToolRegistry,
+    UserError,
+    WaitCheck,
+    guard,
+    tool,
+)
+from stateward.models import ScriptedModel
+from stateward_demos import blog_fixtures as fx
 
 if TYPE_CHECKING:
-    from stateward.controllers.workflow import WorkflowController
+    from stateward import WorkflowController
 
 MODES = ("react", "plan_and_execute", "workflow")
 NAME = "blog"  # registered by stateward.runtime.agent_registry.builtin_agents
@@ -96,14 +105,7 @@ def _brief_question(ctx: DecisionContext) -> str:
 
 
 def workflow_nodes(model: Model, inventory: list[str]) -> WorkflowController:
-    from stateward.controllers.workflow import (
-        FinishNode,
-        HumanNode,
-        ModelNode,
-        RuleNode,
-        ToolNode,
-        WorkflowController,
-    )
+    from stateward import FinishNode, HumanNode, ModelNode, RuleNode, ToolNode, WorkflowController
 
     second = inventory[1] if len(inventory) > 1 else inventory[0]
     return WorkflowController(
@@ -164,18 +166,18 @@ def build_agent(
     chosen = fx.MATERIAL_SETS[materials]
     inventory = list(chosen)
     if model is None and model_spec is not None:
-        from stateward.models.config import model_from_spec
+        from stateward.models import model_from_spec
 
         model = model_from_spec(model_spec)
     signal_model = model or scripted_models()[controller]
     # Only the chosen controller is imported: a process resuming one run pays for one.
     ctrl: Controller
     if controller == "react":
-        from stateward.controllers.react import ReActController
+        from stateward import ReActController
 
         ctrl = ReActController(signal_model)
     elif controller == "plan_and_execute":
-        from stateward.controllers.plan_execute import PlanAndExecuteController
+        from stateward import PlanAndExecuteController
 
         ctrl = PlanAndExecuteController(signal_model)
     else:

@@ -13,11 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stateward.core.errors import UserError
-from stateward.core.events import Event, EventType
-from stateward.core.state import RunState, is_run_suspended
-from stateward.demos import blog, blog_fixtures
-from stateward.runtime.runtime import Runtime
+from stateward import Event, EventType, RunState, Runtime, UserError, is_run_suspended
+from stateward_demos import blog, blog_fixtures
 
 ROW_COLUMNS = (
     "mode",

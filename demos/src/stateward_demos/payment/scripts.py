@@ -5,7 +5,7 @@ observations of its current attempt, the refs of earlier outputs, the verifier's
 call counts, so a run resumed in another process continues exactly where it stopped. For each work item
 it calls the item's domain tools the way a careful assistant would and writes the item's output from
 what those tools returned. Items without tools (RULE / VERIFICATION / MODEL items that only combine
-earlier outputs) build their output from :mod:`stateward.demos.payment.facts` - the same facts the
+earlier outputs) build their output from :mod:`stateward_demos.payment.facts` - the same facts the
 earlier items recorded, which a live worker would be handed as its inputs.
 """
 
@@ -16,12 +16,12 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any, Final
 
-from stateward.demos.payment import facts, reports
-from stateward.demos.payment import fixtures as fx
-from stateward.demos.payment.risk import HEAVY_USE
-from stateward.demos.payment.tools import REPORT_ARTIFACT
-from stateward.models.base import ModelRequest
+from stateward import ModelRequest
 from stateward.verify import CheckSuite
+from stateward_demos.payment import facts, reports
+from stateward_demos.payment import fixtures as fx
+from stateward_demos.payment.risk import HEAVY_USE
+from stateward_demos.payment.tools import REPORT_ARTIFACT
 
 Decision = dict[str, Any]
 Step = Callable[[ModelRequest], Decision]
@@ -34,7 +34,7 @@ GUIDE_QUERY: Final = "migration guide"
 
 def resource_text(name: str) -> str:
     """A JSON document shipped inside the package (works from an installed wheel, not just a checkout)."""
-    return resources.files("stateward.demos.payment").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("stateward_demos.payment").joinpath(name).read_text(encoding="utf-8")
 
 
 def planner_policy(req: ModelRequest) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from stateward.planning.delivery import FindingRisk
+from stateward.planning import FindingRisk
 
 
 @dataclass(frozen=True)

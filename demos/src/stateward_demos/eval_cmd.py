@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from stateward.cli.output import emit_json, print_table, reported_errors
+from stateward.cli.plugins import emit_json, print_table, reported_errors
 
 app = typer.Typer(no_args_is_help=True, help="Live evaluation of controllers driven by a real model.")
 
@@ -28,7 +28,7 @@ def _local_server(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    from stateward.models.local_server import start_local_server
+    from stateward.models import start_local_server
 
     # SIGTERM (e.g. from `timeout`) would end this process without unwinding and orphan the server.
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -81,7 +81,7 @@ def stop_signal(
 
     Exits 1 if the Runtime ever continued past a refused decision.
     """
-    from stateward.demos.live_eval import ROW_COLUMNS, run_live_eval
+    from stateward_demos.live_eval import ROW_COLUMNS, run_live_eval
 
     modes = [m.strip() for m in controllers.split(",") if m.strip()]
     with reported_errors(as_json), _local_server(local_server), tempfile.TemporaryDirectory() as tmp:

@@ -9,10 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stateward.core.state import RunState
-from stateward.demos import blog, blog_fixtures, naive
-from stateward.runtime.runtime import Runtime
-from stateward.store.sqlite import SQLiteStore
+from stateward import RunState, Runtime
+from stateward_demos import blog, blog_fixtures, naive
 
 COLUMNS = (
     "mode",
@@ -58,7 +56,7 @@ def compare(db_dir: Path, materials: str = "default") -> list[dict[str, Any]]:
         naive.naive_plan_and_execute(materials).row(),
         naive.naive_workflow(materials).row(),
     ]
-    runtime = Runtime(SQLiteStore(db_dir / "stop-signal.db"))
+    runtime = Runtime.open(str(db_dir / "stop-signal.db"))
     try:
         for mode in blog.MODES:
             agent = blog.build_agent(mode, max_steps=BUDGET_STEPS, materials=materials)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stateward.models.base import ModelRequest
+from stateward import ModelRequest
 
 GOAL = (
     "Write a grounded technical article brief about retry storms from the local materials, then stop "

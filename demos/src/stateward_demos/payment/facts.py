@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
 
-from stateward.demos.payment import fixtures as fx
-from stateward.demos.payment.risk import RiskInputs
+from stateward_demos.payment import fixtures as fx
+from stateward_demos.payment.risk import RiskInputs
 
 INVENTORY_EVIDENCE = f"ev:inventory:{fx.GROUP}"
 _MODULE_PATH = re.compile(r"^src/(?P<pkg>[a-z_]+)/(?P<name>[a-z_]+)\.py$")

@@ -15,24 +15,37 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from stateward.controllers.plan_run import PlanRunConfig, PlanRunController, PlanRunMemo
-from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
-from stateward.core.budget import Budget
-from stateward.core.canonical import action_digest
-from stateward.core.events import EventType
-from stateward.core.state import AgentRef, GuardedAction, RunState
-from stateward.demos.payment import reports
-from stateward.demos.payment.scripts import GOAL_RESOURCE, PLAN_RESOURCE, planner_policy, resource_text, worker_policy
-from stateward.demos.payment.tools import RECEIPT_ARTIFACT, REPORT_ARTIFACT, make_tools
-from stateward.models.base import Model
-from stateward.models.scripted import ScriptedModel
-from stateward.planning.budget import BudgetLimits
-from stateward.planning.goal import GoalContract, load_goal
-from stateward.planning.plan import Plan, WorkItem, load_plan
-from stateward.runtime.agent import Agent
-from stateward.store.base import Store
-from stateward.tools.registry import ToolRegistry
+from stateward import (
+    Agent,
+    AgentRef,
+    Budget,
+    Event,
+    EventType,
+    GuardedAction,
+    Model,
+    RunState,
+    Runtime,
+    ToolRegistry,
+    action_digest,
+)
+from stateward.models import ScriptedModel
+from stateward.planning import (
+    BudgetLimits,
+    GoalContract,
+    Plan,
+    PlanRunConfig,
+    PlanRunController,
+    PlanRunMemo,
+    WorkItem,
+    load_goal,
+    load_plan,
+    plan_finish_policy,
+    plan_run_tools,
+)
 from stateward.verify import ArtifactVersion, CheckResult, CheckSuite, CheckVerdict, Report
+from stateward_demos.payment import reports
+from stateward_demos.payment.scripts import GOAL_RESOURCE, PLAN_RESOURCE, planner_policy, resource_text, worker_policy
+from stateward_demos.payment.tools import RECEIPT_ARTIFACT, REPORT_ARTIFACT, make_tools
 
 NAME: Final = "payment-migration"  # registered by stateward.runtime.agent_registry.builtin_agents
 DELIVER_TOOL: Final = "deliver_report"
@@ -103,7 +116,7 @@ def build_agent(
     planner: Model = ScriptedModel(planner_policy, name="scripted-planner")
     worker: Model = ScriptedModel(worker_policy, name="scripted-worker")
     if model_spec is not None:
-        from stateward.models.config import model_from_spec
+        from stateward.models import model_from_spec
 
         planner = worker = model_from_spec(model_spec)
     controller = PlanRunController(planner, worker, config)
@@ -120,21 +133,22 @@ def build_agent(
     )
 
 
-def summary(store: Store, state: RunState) -> dict[str, Any]:
+def summary(runtime: Runtime, state: RunState) -> dict[str, Any]:
     """What the demo prints, read back from the store: the record, not what the script meant to do."""
     pending = state.pending
     action = pending.guarded_action if pending is not None else None
     ledger = state.memo.get("ledger", {})
-    receipt = store.get_artifact(state.run_id, RECEIPT_ARTIFACT)
+    events = _all_events(runtime, state.run_id)
+    receipts = [a for a in runtime.artifacts(state.run_id) if a.name == RECEIPT_ARTIFACT]
     return {
         "run_id": state.run_id,
         "status": state.status.value,
         "pending_request_id": None if pending is None else pending.request_id,
         "pending_action": None if action is None else {"tool": action.tool, "args": action.args},
-        "artifacts": [{"name": a.name, "version": a.version} for a in store.list_artifacts(state.run_id)],
+        "artifacts": [{"name": a.name, "version": a.version} for a in runtime.artifacts(state.run_id)],
         "verifications": [
             {"artifact": e.payload["artifact"], "outcome": e.payload["outcome"]}
-            for e in store.read_events(state.run_id)
+            for e in events
             if e.type is EventType.VERIFICATION_RECORDED
         ],
         "budget_used": {
@@ -144,8 +158,16 @@ def summary(store: Store, state: RunState) -> dict[str, Any]:
         },
         "constraint_deviations": [
             {"constraint_id": e.payload["constraint_id"], "message": e.payload["message"]}
-            for e in store.read_events(state.run_id)
+            for e in events
             if e.type is EventType.CONSTRAINT_DEVIATION_RECORDED
         ],
-        "delivery_receipt": None if receipt is None else json.loads(receipt.content),
+        "delivery_receipt": None if not receipts else json.loads(receipts[-1].content),
     }
+
+
+def _all_events(runtime: Runtime, run_id: str) -> list[Event]:
+    """Every event of the run, page by page."""
+    events: list[Event] = []
+    while page := runtime.events(run_id, after=events[-1].seq if events else 0):
+        events += page
+    return events

@@ -1,0 +1,118 @@
+"""``stateward demo ...``: the demonstrations, mounted into the ``stateward`` command by entry point."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stateward import inert
+from stateward.cli.plugins import (
+    DEFAULT_DB,
+    DbOpt,
+    JsonOpt,
+    ModelOpt,
+    emit_json,
+    open_runtime,
+    print_table,
+    reported_errors,
+)
+
+app = typer.Typer(no_args_is_help=True, help="Runnable demonstrations on offline fixtures.")
+
+
+@app.command("stop-signal")
+def demo_stop_signal(
+    as_json: JsonOpt = False,
+    materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
+) -> None:
+    """Naive loops vs the Runtime, for ReAct, plan-and-execute and workflow."""
+    from stateward_demos.stop_signal import COLUMNS, compare
+
+    with reported_errors(as_json), tempfile.TemporaryDirectory() as tmp:
+        rows = compare(Path(tmp), materials)
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("Who stops the run? (naive rows are counter-examples)", COLUMNS, rows)
+
+
+@app.command("blog")
+def demo_blog(
+    controller: Annotated[str, typer.Option(help="react | plan_and_execute | workflow")] = "react",
+    db: DbOpt = DEFAULT_DB,
+    max_steps: Annotated[int, typer.Option(min=1, help="Step budget of the run.")] = 12,
+    materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
+    no_drive: Annotated[bool, typer.Option("--no-drive", help="Only submit the run; a worker drives it.")] = False,
+    model: ModelOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start the blog-brief agent; returns when the run stops (normally waiting for approval)."""
+    from stateward_demos.blog import build_agent
+    from stateward_demos.blog_fixtures import GOAL
+
+    with reported_errors(as_json):
+        agent = build_agent(controller, max_steps=max_steps, materials=materials, model_spec=model)
+        runtime = open_runtime(db, create=True)
+        state = runtime.submit(agent, GOAL) if no_drive else runtime.start(agent, GOAL)
+    out = {
+        "run_id": state.run_id,
+        "status": state.status.value,
+        "pending_request_id": None if state.pending is None else state.pending.request_id,
+    }
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
+    if state.pending is not None:
+        who = "stateward asks" if state.pending.asked_by == "runtime" else "model says"
+        typer.echo(f"  {state.pending.request_id}: {who}: {inert(state.pending.question)}")
+        typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
+
+
+@app.command("payment-migration")
+def demo_payment_migration(
+    db: DbOpt = DEFAULT_DB,
+    approve: Annotated[
+        bool, typer.Option("--approve", help="Approve the delivery in-process (as demo-reviewer) and finish.")
+    ] = False,
+    model: ModelOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the 18-item payment SDK migration plan; it stops for approval before delivering the report."""
+    from stateward_demos.payment.agent import build_agent, goal, summary
+
+    with reported_errors(as_json):
+        agent = build_agent(model_spec=model)
+        runtime = open_runtime(db, create=True)
+        state = runtime.start(agent, goal().objective)
+        if approve and state.pending is not None:
+            state = runtime.approve(state.run_id, state.pending.request_id, by="demo-reviewer").state
+        out = summary(runtime, state)
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
+    if out["pending_request_id"] is not None:
+        action = out["pending_action"] or {}
+        typer.echo(f"  pending {out['pending_request_id']}: {action.get('tool')} {action.get('args')}")
+        typer.echo(f"  answer with: stateward approve {out['run_id']} {out['pending_request_id']} --db {db}")
+    typer.echo("  artifacts: " + ", ".join(f"{a['name']}:v{a['version']}" for a in out["artifacts"]))
+    typer.echo("  verification: " + " -> ".join(f"{v['artifact']} {v['outcome']}" for v in out["verifications"]))
+    typer.echo("  budget used: " + ", ".join(f"{k}={v}" for k, v in out["budget_used"].items()))
+    if out["delivery_receipt"] is not None:
+        typer.echo(f"  delivery-receipt: {out['delivery_receipt']}")
+
+
+@app.command("refund")
+def demo_refund(as_json: JsonOpt = False) -> None:
+    """refund_order through the Tool Gateway: refusals, timeouts and reconciliation."""
+    from stateward_demos.refund import COLUMNS, run_refund_scenarios
+
+    rows = run_refund_scenarios()
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("Refund through the Tool Gateway", COLUMNS, rows)

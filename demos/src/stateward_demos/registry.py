@@ -1,0 +1,18 @@
+"""The demos' agents, registered with stateward through the ``stateward.agents`` entry point.
+
+Lazy: listing agents (``stateward agents list``) or answering a request imports none of the demos.
+"""
+
+from __future__ import annotations
+
+from stateward import AgentRegistry
+
+AGENTS = AgentRegistry()
+AGENTS.register_lazy(
+    "blog", "stateward_demos.blog:build_agent", description="the blog-brief agent of `stateward demo blog`"
+)
+AGENTS.register_lazy(
+    "payment-migration",
+    "stateward_demos.payment.agent:build_agent",
+    description="the Payment SDK migration assessment (plan run)",
+)

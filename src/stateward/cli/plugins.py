@@ -1,0 +1,95 @@
+"""Command-line plugins: installed packages add command groups to ``stateward``.
+
+A package declares a Typer app under the entry-point group ``stateward.cli``; its name is the group's
+name on the command line (``stateward demo ...`` comes from the ``stateward-demos`` package this
+repository ships beside the library). A group is imported only when its name is the command being run
+(or for ``--help``), so a plugin never slows ``stateward approve``. A name that a built-in command
+already uses is refused (``CLI_PLUGIN_CONFLICT``) rather than shadowed.
+
+The helpers below are what a plugin command needs to behave like the built-in ones: the same
+``--db`` / ``--json`` / ``--model`` options, the same JSON and table output, the same error reporting.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from stateward.cli import DEFAULT_DB
+from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
+from stateward.core.errors import UserError
+
+if TYPE_CHECKING:
+    from stateward.runtime.runtime import Runtime
+
+__all__ = [
+    "DEFAULT_DB",
+    "ENTRY_POINT_GROUP",
+    "DbOpt",
+    "JsonOpt",
+    "ModelOpt",
+    "emit_json",
+    "load_group",
+    "open_runtime",
+    "plugin_groups",
+    "print_summary",
+    "print_table",
+    "reported_errors",
+]
+
+ENTRY_POINT_GROUP = "stateward.cli"
+
+DbOpt = Annotated[
+    str, typer.Option("--db", envvar="STATEWARD_DB", help="SQLite path or postgresql:// URL (default ./stateward.db).")
+]
+"""``--db``: the store a command works on (also ``STATEWARD_DB``)."""
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+"""``--json``: machine-readable output, errors included."""
+
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Model spec (openai[+json]:<name>, anthropic[+json|+json_schema]:<name>, replay:<path>); reaches the"
+        " agent as its model_spec param. Default: the agent's own (the demos' scripted models).",
+    ),
+]
+"""``--model``: a model spec (see :func:`stateward.models.parse_spec`), passed to agents as ``model_spec``."""
+
+
+def open_runtime(db: str, *, create: bool = False) -> Runtime:
+    """A Runtime on ``db``. Only commands that start runs create a database; the rest refuse a path
+    that holds none (``STORE_NOT_FOUND``), so a typo never leaves an empty store behind."""
+    from stateward.runtime.runtime import Runtime
+
+    return Runtime.open(db, create=create)
+
+
+def plugin_groups(taken: set[str]) -> dict[str, EntryPoint]:
+    """The installed command groups by name; ``taken`` are the names built-in commands use."""
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in taken:
+            raise UserError(
+                f"the command-line plugin {ep.value!r} wants the name {ep.name!r}, which a built-in command uses",
+                code="CLI_PLUGIN_CONFLICT",
+            )
+        found[ep.name] = ep
+    return found
+
+
+def load_group(entry_point: EntryPoint) -> typer.Typer:
+    """Import one plugin's Typer app; a plugin that fails to import or is not a Typer app is named."""
+    try:
+        group = entry_point.load()
+    except Exception as exc:
+        raise UserError(
+            f"cannot load the command-line plugin {entry_point.value!r}: {type(exc).__name__}: {exc}",
+            code="CLI_PLUGIN_BROKEN",
+        ) from exc
+    if not isinstance(group, typer.Typer):
+        raise UserError(f"{entry_point.value} is a {type(group).__name__}, not a typer.Typer", code="CLI_PLUGIN_BROKEN")
+    return group

@@ -1,1 +1,0 @@
-"""Runnable demonstrations built only on stateward's public API."""
