@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -59,7 +60,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_fifty_concurrent_answers_to_one_request_give_one_outcome_and_one_execution(store_url: str) -> None:
     runtime = Runtime(open_store(store_url), agents=agents)
     try:
-        state = runtime.submit(runtime.agents.create("payer", {"invoice": "INV-RACE"}), "pay", tenant="acme")
+        invoice = f"INV-RACE-{uuid.uuid4().hex[:8]}"
+        state = runtime.submit(runtime.agents.create("payer", {"invoice": invoice}), "pay", tenant="acme")
         run = runtime.drive(state.run_id).run_id
         tokens = [
             mint_key(key_store(runtime), tenant="acme", name=f"p{i}", roles=["approver"], now=datetime.now(UTC))[1]
@@ -92,7 +94,7 @@ def test_fifty_concurrent_answers_to_one_request_give_one_outcome_and_one_execut
         assert (recorded["by"], recorded["verdict"]) == (winner["by"], winner["verdict"])
         final = runtime.drive(run)
         expected = ("COMPLETED", 1) if winner["verdict"] == "approved" else ("FAILED", 0)
-        assert (final.status.value, PAID.count("INV-RACE")) == expected
+        assert (final.status.value, PAID.count(invoice)) == expected
         assert final.usage.approvals_consumed == expected[1]
     finally:
         runtime.close()
