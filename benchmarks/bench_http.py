@@ -44,6 +44,7 @@ REQUESTS = 100_000
 TENANTS = 100
 PAGE = 50
 PAGE_SAMPLES = 300
+MEASURED = "t042"  # the tenant whose first page is timed
 TARGETS = {"answer p50 http/library": 5.0, "inbox p99 at N / at N/100": 2.0, "inbox p99 http/library": 5.0}
 
 
@@ -123,14 +124,16 @@ def answer_latency(runtime: Runtime, client: httpx.Client, token: str, answers: 
 
 
 def seed_requests(path: Path, start: int, stop: int, tenants: int) -> None:
-    """Open requests ``start`` .. ``stop - 1``, tenant ``i % tenants``, through the store's own API (without
-    an fsync per commit: seeding is not what is measured)."""
+    """Open requests ``start`` .. ``stop - 1`` through the store's own API (without an fsync per commit:
+    seeding is not what is measured). The first ``PAGE + 1`` are the measured tenant's, so its first page
+    is full at any size; then tenant ``i % tenants``."""
     store = SQLiteStore(path, synchronous="OFF")
     now = datetime.now(UTC)
     action = GuardedAction(tool="pay", args={"invoice": "INV-1"}, digest="0" * 64)
     for i in range(start, stop):
         run_id = f"run_{i:016x}"
-        state = RunState(run_id=run_id, tenant=f"t{i % tenants:03d}", agent=AgentRef(name="bench-payer"), goal="pay")
+        tenant = MEASURED if i <= PAGE else f"t{i % tenants:03d}"
+        state = RunState(run_id=run_id, tenant=tenant, agent=AgentRef(name="bench-payer"), goal="pay")
         store.create_run(state, [NewEvent(type=EventType.RUN_STARTED)])
         pending = PendingRequest(
             request_id="approval_001", question="pay?", state_before=RunStatus.RUNNING, guarded_action=action,
@@ -146,7 +149,7 @@ def inbox_pages(path: Path) -> tuple[dict[str, list[float]], int]:
     """First-page timings of tenant t042's inbox over HTTP and in-process, and how many items a page held."""
     runtime = Runtime(SQLiteStore(path), agents=AGENTS)
     base, stop = serve(runtime)
-    _, token = mint_key(key_store(runtime), tenant="t042", name="b", roles=["approver"], now=datetime.now(UTC))
+    _, token = mint_key(key_store(runtime), tenant=MEASURED, name="b", roles=["approver"], now=datetime.now(UTC))
     try:
         with httpx.Client(base_url=base, timeout=30) as client:
             timings = first_page(runtime, client, token, PAGE_SAMPLES)
@@ -162,7 +165,7 @@ def first_page(runtime: Runtime, client: httpx.Client, token: str, samples: int)
     out: dict[str, list[float]] = {"http": [], "library": []}
     for _ in range(samples):
         out["http"].append(timed(lambda: client.get("/v1/inbox", params={"limit": PAGE}, headers=auth)))
-        out["library"].append(timed(lambda: runtime.list_requests(tenant="t042", limit=PAGE)))
+        out["library"].append(timed(lambda: runtime.list_requests(tenant=MEASURED, limit=PAGE)))
     return out
 
 
@@ -183,7 +186,7 @@ def main() -> None:
         answers_rt.close()
 
         path = Path(tmp) / "inbox.db"
-        small = max(args.tenants, args.requests // 100)
+        small = PAGE + 1 + args.requests // 100
         t0 = time.perf_counter()
         seed_requests(path, 0, small, args.tenants)
         seeded_s = time.perf_counter() - t0
