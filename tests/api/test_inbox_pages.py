@@ -172,3 +172,17 @@ def test_model_text_is_escaped_and_made_inert_in_the_html(inbox: Inbox) -> None:
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html
     assert "\x1b" not in html and "\u202e" not in html and "\x07" not in html
     assert "\\x1b[2J" in html and "\\u202e" in html
+
+
+def test_a_question_can_be_replied_to_with_text_from_the_inbox(inbox: Inbox) -> None:
+    run = inbox.waiting_run(agent="asker")
+    client, csrf = signed_in(inbox, inbox.key("acme", "approver", name="quinn")[0])
+    page = client.get(f"/inbox/runs/{run}/requests/approval_001").text
+    assert 'data-testid="reply"' in page
+    done = client.post(answer_url(run), data={"verdict": "reply", "comment": "use the EU entity", "csrf_token": csrf})
+    assert done.status_code == 200, done.text
+    [event] = [e.payload for e in inbox.runtime.events(run) if e.type is EventType.REQUEST_ANSWERED]
+    assert (event["verdict"], event["text"]) == ("replied", "use the EU entity")
+    payer = inbox.waiting_run()
+    wrong = client.post(answer_url(payer), data={"verdict": "reply", "comment": "x", "csrf_token": csrf})
+    assert wrong.status_code == 422 and "WRONG_ANSWER_KIND" in wrong.text  # an approval takes no reply

@@ -35,7 +35,7 @@ PREFIX = "/inbox"
 RECENT_EVENTS = 20
 TIMELINE_EVENTS = 200
 MAX_COMMENT_CHARS = 8000
-_VERDICTS = {"approve": "approved", "reject": "rejected"}
+_VERDICTS = {"approve": "approved", "reject": "rejected", "reply": "replied"}
 
 
 def _args_json(value: Any, indent: int | None = None) -> str:
@@ -273,6 +273,7 @@ def _answer_route(router: APIRouter, pages: InboxPages) -> None:
         verdict: Annotated[str, Form(max_length=16)] = "",
         comment: Annotated[str, Form(max_length=MAX_COMMENT_CHARS)] = "",
         digest: Annotated[str | None, Form(max_length=128)] = None,
+        option: Annotated[str | None, Form(max_length=200)] = None,
         csrf_token: Annotated[str | None, Form(max_length=200)] = None,
     ) -> Response:
         session = sessions.read(request)
@@ -283,8 +284,11 @@ def _answer_route(router: APIRouter, pages: InboxPages) -> None:
             if not csrf_ok(session, csrf_token):
                 raise _csrf_refused()
             if verdict not in _VERDICTS:
-                raise RequestRefusedError("the verdict must be approve or reject", code="UNKNOWN_OPTION")
-            asked = Asked(run_id, request_id, _VERDICTS[verdict], who, comment.strip() or None, digest or None)
+                raise RequestRefusedError("the verdict must be approve, reject or reply", code="UNKNOWN_OPTION")
+            text = option if verdict == "reply" and option else comment.strip() or None
+            asked = Asked(
+                run_id, request_id, _VERDICTS[verdict], who, text, None if verdict == "reply" else digest or None
+            )
             record_answer(runtime, asked, answerable_role(runtime, asked))
         except StatewardError as exc:
             return pages.error(exc, who, session)
