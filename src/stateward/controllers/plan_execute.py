@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, provider_rejection
+from stateward.controllers.base import provider_rejection
+from stateward.core.contract import DecisionContext, Proposal, SignalFailure
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.events import EventType, NewEvent
 from stateward.models.base import AnyModel, Usage, complete

@@ -18,14 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stateward.controllers.base import (
-    DecisionContext,
-    Observation,
-    Proposal,
-    SignalFailure,
-    WaitSpec,
-    provider_rejection,
-)
+from stateward.controllers.base import provider_rejection
 from stateward.controllers.plan_support import (
     OUTPUT_TOOL,
     PARTIAL_TOOL,
@@ -36,6 +29,7 @@ from stateward.controllers.plan_support import (
     step_record,
 )
 from stateward.core.canonical import action_digest
+from stateward.core.contract import DecisionContext, Observation, Proposal, SignalFailure, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, RunError
 from stateward.core.events import EventType, NewEvent

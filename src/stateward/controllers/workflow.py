@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, WaitSpec, provider_rejection
+from stateward.controllers.base import provider_rejection
+from stateward.core.contract import DecisionContext, Proposal, SignalFailure, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import UserError
 from stateward.core.events import EventType, NewEvent

@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from stateward.controllers.base import Controller, FinishCheck
 from stateward.core.budget import Budget
 from stateward.core.canonical import action_digest
+from stateward.core.contract import Controller, FinishCheck, FinishPolicy, WaitCheck, WaitPolicy
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import UserError
-from stateward.core.state import AgentRef, GuardedAction, RequestKind, RunState
+from stateward.core.state import AgentRef, GuardedAction, RunState
 from stateward.tools.registry import ToolRegistry
-
-
-@dataclass(frozen=True)
-class WaitCheck:
-    """The Runtime's verdict on a wait signal: a rejection reason, or what the wait guards."""
-
-    rejected: str | None = None
-    guarded_action: GuardedAction | None = None
-    kind: RequestKind = RequestKind.INPUT
-
-
-WaitPolicy = Callable[[ControlDecision, RunState], WaitCheck]
-
-
-FinishPolicy = Callable[[ControlDecision, RunState], FinishCheck]
 
 
 def accept_finish(decision: ControlDecision, state: RunState) -> FinishCheck:

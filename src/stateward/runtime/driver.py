@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
-from stateward.controllers.base import DecisionContext, Observation, ObservationLog, Proposal
+from stateward.core.contract import DecisionContext, Observation, ObservationLog, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent

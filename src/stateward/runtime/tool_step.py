@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from stateward.controllers.base import Observation
 from stateward.core.canonical import sha256_hex
+from stateward.core.contract import Observation
 from stateward.core.decision import ControlDecision
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import PendingRequest, RequestKind, RunState

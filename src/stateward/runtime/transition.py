@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stateward.controllers.base import Signal, SignalFailure, WaitSpec
 from stateward.core.budget import Usage
 from stateward.core.canonical import action_digest, canonical_json
+from stateward.core.contract import Signal, SignalFailure, WaitCheck, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, non_finite_path, parse_decision
 from stateward.core.errors import DecisionParseError, IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
@@ -32,7 +32,7 @@ from stateward.core.state import (
 )
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import Usage as ModelUsage
-from stateward.runtime.agent import Agent, WaitCheck, guard
+from stateward.runtime.agent import Agent, guard
 
 _KIND_BY_DECISION = {
     DecisionType.EXECUTE_TOOL: TransitionKind.CONTINUE,
