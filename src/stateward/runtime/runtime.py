@@ -22,6 +22,7 @@ from stateward.core.budget import Budget
 from stateward.core.canonical import sha256_hex
 from stateward.core.errors import RunError, RunNotFoundError, StatewardError, UserError
 from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.journal import SideEffectStatus
 from stateward.core.setback import without_retry
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind, next_status
@@ -38,7 +39,6 @@ from stateward.store.offload import offloaded
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
 from stateward.store.records import ArtifactRecord, Lease, StepWrite
 from stateward.tools.gateway import ToolGateway
-from stateward.tools.ports import SideEffectStatus
 
 Clock = Callable[[], datetime]
 IN_FLIGHT = (SideEffectStatus.STARTED.value, SideEffectStatus.UNKNOWN_OUTCOME.value)

@@ -9,12 +9,13 @@ from stateward.core.canonical import sha256_hex
 from stateward.core.contract import Observation
 from stateward.core.decision import ControlDecision
 from stateward.core.events import EventType, NewEvent
+from stateward.core.journal import AttemptRecord
 from stateward.core.state import PendingRequest, RequestKind, RunState
 from stateward.runtime.agent import Agent, guard
 from stateward.runtime.transition import enter_wait, mint_request_id
 from stateward.store.records import NewArtifact
 from stateward.tools.gateway import ToolGateway
-from stateward.tools.types import AttemptRecord, CallContext, OutcomeStatus, ToolCall, ToolOutcome
+from stateward.tools.types import CallContext, OutcomeStatus, ToolCall, ToolOutcome
 
 
 @dataclass

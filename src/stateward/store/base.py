@@ -10,13 +10,26 @@ from typing import Protocol
 
 from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, NewEvent
+from stateward.core.journal import BreakerState, SideEffectRecord
 from stateward.core.state import RunState
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage
 from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
-from stateward.tools.ports import GatewayStore, SideEffectRecord
 
 
-class Store(GatewayStore, Protocol):
+class Store(Protocol):
+    """Durable runs, events, requests and the gateway's journal; it satisfies the gateway's
+    ``GatewayStore`` port structurally (the store imports no gateway module)."""
+
+    def get_breaker(self, tool: str) -> BreakerState | None: ...
+
+    def put_breaker(self, state: BreakerState) -> None: ...
+
+    def get_side_effect(self, idempotency_key: str) -> SideEffectRecord | None: ...
+
+    def put_side_effect(self, record: SideEffectRecord) -> None:
+        """Committed immediately (its own transaction); APPROVAL_CONSUMED / STALE_LEASE refusals as in GatewayStore."""
+        ...
+
     def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
         """Insert a new run with its first events; RUN_EXISTS if the id is taken."""
         ...

@@ -21,6 +21,13 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from stateward.core.canonical import compact_json, sha256_hex
 from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.journal import (
+    BreakerState,
+    SideEffectRecord,
+    approval_consumed,
+    stale_journal_start,
+    superseded,
+)
 from stateward.core.state import PendingRequest, RunState
 from stateward.store import _pg_sql as q
 from stateward.store.base import PayloadLimits, refused_write
@@ -46,13 +53,6 @@ from stateward.store.records import (
     RequestAnswer,
     RunRow,
     StepWrite,
-)
-from stateward.tools.ports import (
-    BreakerState,
-    SideEffectRecord,
-    approval_consumed,
-    stale_journal_start,
-    superseded,
 )
 
 Conn = psycopg.Connection[tuple[Any, ...]]

@@ -18,6 +18,13 @@ from typing import Any
 from stateward.core.canonical import compact_json, sha256_hex
 from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.journal import (
+    BreakerState,
+    SideEffectRecord,
+    approval_consumed,
+    stale_journal_start,
+    superseded,
+)
 from stateward.core.state import PendingRequest, RunState
 from stateward.store.base import PayloadLimits, refused_write, utf8_size_over
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
@@ -42,13 +49,6 @@ from stateward.store.records import (
     RequestAnswer,
     RunRow,
     StepWrite,
-)
-from stateward.tools.ports import (
-    BreakerState,
-    SideEffectRecord,
-    approval_consumed,
-    stale_journal_start,
-    superseded,
 )
 
 

@@ -16,10 +16,11 @@ from pydantic import ValidationError
 from stateward.core import bridge
 from stateward.core.canonical import action_digest
 from stateward.core.errors import ToolCallError
+from stateward.core.journal import BreakerState, SideEffectRecord, SideEffectStatus
 
 from .breaker import CircuitBreaker
 from .executor import Executor, make_attempt
-from .ports import BreakerState, GatewayStore, SideEffectRecord, SideEffectStatus
+from .ports import GatewayStore
 from .registry import ToolRegistry
 from .stages import (
     CallState,

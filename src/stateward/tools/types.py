@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stateward.core.journal import AttemptRecord
 from stateward.core.state import Grant
 
 
@@ -97,25 +98,6 @@ class CallContext(BaseModel):
     plan_version: int | None = None
     remaining_tool_calls: int | None = None  # None: unbounded
     fencing_token: int | None = None  # the caller's lease version; handlers pass it to systems that check it
-
-
-class AttemptRecord(BaseModel):
-    """One try of a tool call as recorded: outcome, error class, idempotency key and whether the handler ran."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    attempt_id: str
-    run_id: str
-    step: int
-    sequence: int
-    tool: str
-    input_hash: str
-    idempotency_key: str | None
-    outcome: str
-    error_code: str | None = None
-    error: str | None = None
-    duration_ms: float = 0.0
-    handler_called: bool = False
 
 
 class ToolOutcome(BaseModel):
