@@ -19,21 +19,18 @@ from typing import Any, Literal
 from stateward.core.errors import RequestRefusedError, RunError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
-    Answer,
     AnswerVerdict,
     AskedBy,
-    DeferredCall,
-    Grant,
     PendingRequest,
     RequestKind,
     RunState,
 )
-from stateward.core.status import RunStatus, TransitionKind, next_status
+from stateward.core.status import RunStatus
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
+from stateward.runtime.transition import resume_on_answer
 from stateward.store.base import Store
 from stateward.store.records import RequestAnswer, StepWrite
 
-_ASKS_CONSENT = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
 _VERDICTS_BY_KIND = {
     RequestKind.APPROVAL: {AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
     RequestKind.RECONCILIATION: {AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
@@ -191,7 +188,7 @@ def _open_request(state: RunState, run_id: str, request_id: str) -> PendingReque
 
 
 def _answer_events(
-    state: RunState, resumed: RunState, pending: PendingRequest, answer: RequestAnswer, roles: frozenset[str]
+    state: RunState, moved: list[NewEvent], pending: PendingRequest, answer: RequestAnswer, roles: frozenset[str]
 ) -> list[NewEvent]:
     guarded = pending.guarded_action
     answered: dict[str, Any] = {
@@ -206,14 +203,7 @@ def _answer_events(
         answered["roles"] = sorted(roles)
     events = [
         NewEvent(type=EventType.REQUEST_ANSWERED, payload=answered),
-        NewEvent(
-            type=EventType.STATE_TRANSITION,
-            payload={
-                "state_before": state.status.value,
-                "state_after": resumed.status.value,
-                "reason": f"request_{answer.verdict.value}",
-            },
-        ),
+        *moved,
         NewEvent(
             type=EventType.RUN_RESUMED, payload={"request_id": answer.request_id, "usage": state.usage.model_dump()}
         ),
@@ -257,8 +247,8 @@ def answer_request(
             raise _refuse(*refused, run_id, request_id)
 
     answer = RequestAnswer(request_id=request_id, verdict=AnswerVerdict(verdict), text=text, by=who.by, at=now)
-    resumed = resumed_state(state, answer)
-    events = _answer_events(state, resumed, asked.pending, answer, who.roles)
+    resumed, moved = resume_on_answer(state, answer, f"request_{answer.verdict.value}")
+    events = _answer_events(state, moved, asked.pending, answer, who.roles)
     faults.point("approval_before_commit")
     try:
         store.commit_step(run_id, seq, StepWrite(state=resumed, events=events, close_request=answer))
@@ -287,43 +277,3 @@ def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[
         "error_code": "REJECTED_BY_APPROVER",
         "artifacts": [],
     }
-
-
-def resumed_state(state: RunState, answer: RequestAnswer) -> RunState:
-    """The run after an accepted answer; an approval admits exactly the action it was asked for, once
-    (unless the tool declared a run-long grant), and a call the Runtime asked about runs first."""
-    pending = state.pending
-    assert pending is not None
-    approvals, granted = state.approvals, state.granted
-    next_call, refused = state.next_call, state.refused_request
-    action = pending.guarded_action
-    if pending.kind in _ASKS_CONSENT:
-        # A person's latest yes or no stands: a run may not complete on a "no" nobody took back.
-        refused = {AnswerVerdict.APPROVED: None, AnswerVerdict.REJECTED: answer.request_id}.get(answer.verdict, refused)
-    if pending.kind is RequestKind.APPROVAL and action is not None and answer.verdict is AnswerVerdict.APPROVED:
-        grant = Grant(request_id=answer.request_id, action=action, scope=pending.approval_scope, by=answer.by)
-        approvals, granted = (*approvals, grant), (*granted, action.digest)
-        if pending.asked_by is AskedBy.RUNTIME:
-            next_call = DeferredCall(request_id=answer.request_id, action=action, step=pending.call_step or 0)
-    return state.model_copy(
-        update={
-            "status": next_status(state.status, TransitionKind.RESUME),
-            "terminal_reason": None,
-            "pending": None,
-            "wait": None,
-            "approvals": approvals,
-            "granted": granted,
-            "next_call": next_call,
-            "refused_request": refused,
-            "last_answer": Answer(
-                request_id=answer.request_id,
-                verdict=answer.verdict,
-                text=answer.text,
-                by=answer.by,
-                at=answer.at,
-                guarded_action=pending.guarded_action,
-                replaces=pending.replaces,
-                kind=pending.kind,
-            ),
-        }
-    )

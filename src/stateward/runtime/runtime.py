@@ -25,12 +25,13 @@ from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.journal import SideEffectStatus
 from stateward.core.setback import without_retry
 from stateward.core.state import RunState
-from stateward.core.status import RunStatus, TransitionKind, next_status
+from stateward.core.status import RunStatus
+from stateward.runtime import transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
-from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, transition_event
+from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
@@ -439,10 +440,9 @@ class Runtime:
             state, seq = self.store.load_run_at(run_id)
             self._verify_checkpoint(state, seq)
             reconciled = self._reconcile(state, lease.version)
-            resumed = state.model_copy(
-                update={"status": RunStatus.RUNNING, "terminal_reason": None, "setback": without_retry(state.setback)}
-            )
+            resumed, events = transition.resume(state, "resumed", by=by, setback=without_retry(state.setback))
             events = [
+                *events,
                 NewEvent(
                     type=EventType.RUN_RESUMED,
                     payload={
@@ -453,9 +453,6 @@ class Runtime:
                     },
                 )
             ]
-            if state.status is RunStatus.PAUSED:
-                resumed = resumed.model_copy(update={"status": next_status(state.status, TransitionKind.RESUME)})
-                events.insert(0, transition_event(state, resumed, reason="resumed", by=by))
             self.store.commit_step(run_id, seq, StepWrite(state=resumed, events=events), lease)
         except BaseException:
             self.store.release_lease(lease)
