@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
     from stateward.core.errors import (
         DecisionParseError,
+        ErrorCode,
         IllegalTransitionError,
         RequestRefusedError,
         RunError,
@@ -113,6 +114,7 @@ _EXPORTS: dict[str, str] = {
     "ControlDecision": "stateward.core.decision",
     "DecisionContext": "stateward.core.contract",
     "DecisionParseError": "stateward.core.errors",
+    "ErrorCode": "stateward.core.errors",
     "DecisionType": "stateward.core.decision",
     "Event": "stateward.core.events",
     "FailNode": "stateward.controllers.workflow",
@@ -193,6 +195,7 @@ __all__ = (
     "DecisionContext",
     "DecisionParseError",
     "DecisionType",
+    "ErrorCode",
     "Event",
     "EventType",
     "FailNode",

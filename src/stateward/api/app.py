@@ -37,7 +37,7 @@ from stateward.api.schemas import (
     StartRun,
 )
 from stateward.api.stream import StreamLimits, event_stream
-from stateward.core.errors import RequestRefusedError, RunError, RunNotFoundError, StatewardError, UserError
+from stateward.core.errors import ErrorCode, RequestRefusedError, RunError, RunNotFoundError, StatewardError, UserError
 from stateward.core.state import RequestKind, RunState
 from stateward.runtime.continuation import AnswerResult
 from stateward.runtime.runtime import Runtime
@@ -84,7 +84,7 @@ def key_store(runtime: Runtime) -> KeyStore:
     """The runtime's store as a key store (both stores are, from schema 4)."""
     store = runtime.store
     if not isinstance(store, KeyStore):
-        raise UserError(f"{type(store).__name__} keeps no API keys", code="STORE_UNSUPPORTED")
+        raise UserError(f"{type(store).__name__} keeps no API keys", code=ErrorCode.STORE_UNSUPPORTED)
     return store
 
 
@@ -129,7 +129,8 @@ def _fingerprint(who: Principal, *parts: str | None) -> str:
 def _replayed(kept: StoredResponse, fingerprint: str) -> Response:
     if kept.fingerprint != fingerprint:
         raise RunError(
-            "this Idempotency-Key was used for a different request; use a new key", code="IDEMPOTENCY_KEY_REUSED"
+            "this Idempotency-Key was used for a different request; use a new key",
+            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
         )
     return Response(kept.body, status_code=kept.status_code, media_type="application/json")
 
@@ -151,7 +152,7 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
+        code = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}.get(exc.status_code, ErrorCode.HTTP_ERROR)
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
 
 
@@ -240,7 +241,7 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
         start = after
         if last_event_id is not None:
             if not last_event_id.strip().isdigit():
-                raise UserError("Last-Event-ID must be an event number", code="INVALID_CURSOR")
+                raise UserError("Last-Event-ID must be an event number", code=ErrorCode.INVALID_CURSOR)
             start = int(last_event_id)
         visible_run(runtime, run_id, who.tenant)
         frames = event_stream(runtime, run_id, who.tenant, start, settings.stream)
@@ -317,12 +318,12 @@ def _answerable_role(runtime: Runtime, a: Asked) -> str | None:
     if record is None:
         raise RequestRefusedError(
             f"run {a.run_id} has no request {a.request_id!r}",
-            code="UNKNOWN_REQUEST",
+            code=ErrorCode.UNKNOWN_REQUEST,
             details={"run_id": a.run_id, "request_id": a.request_id},
         )
     role = record.request.approver_role
     if not may_answer(a.who, role):
-        raise AuthError(f"{a.request_id} needs an answerer with role {role!r}", code="ROLE_NOT_ALLOWED")
+        raise AuthError(f"{a.request_id} needs an answerer with role {role!r}", code=ErrorCode.ROLE_NOT_ALLOWED)
     return role
 
 

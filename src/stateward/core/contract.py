@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -133,6 +134,17 @@ class DecisionContext:
         """A ModelRequest carrying the whole observation history by reference (see ObservationLog)."""
         log = ObservationLog.of(self.observations)
         return ModelRequest.with_history(log.json_forms(), log.json_chars, **fields)
+
+
+class RefusalReason(StrEnum):
+    """Why the Runtime refused a well-formed decision on a precondition. Not error codes: refusal
+    reasons are recorded in ``runtime_validated`` events beside the reasons agents' own wait and finish
+    policies give (an open, lower-case vocabulary, e.g. ``finish_without_plan``); these are the
+    Runtime's own. A decision that is malformed is refused by an ``ErrorCode`` instead."""
+
+    TOOL_DECISION_WITHOUT_ACTION = "tool_decision_without_action"
+    ACTION_NOT_VISIBLE = "action_not_visible"
+    WAIT_SIGNAL_WITHOUT_QUESTION = "wait_signal_without_question"
 
 
 @dataclass(frozen=True)

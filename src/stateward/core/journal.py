@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from stateward.core.errors import RunError, StaleLeaseError
+from stateward.core.errors import ErrorCode, RunError, StaleLeaseError
 
 
 class BreakerPosition(StrEnum):
@@ -86,7 +86,7 @@ def approval_consumed(record: SideEffectRecord) -> RunError:
     this single-use approval."""
     return RunError(
         f"approval {record.grant_id} of run {record.run_id} was already used by another call",
-        code="APPROVAL_CONSUMED",
+        code=ErrorCode.APPROVAL_CONSUMED,
         details={"run_id": record.run_id, "grant": record.grant_id, "tool": record.tool},
     )
 
@@ -95,7 +95,7 @@ def stale_journal_start(record: SideEffectRecord, current: int) -> StaleLeaseErr
     """A holder whose lease was taken over may not start a side effect: the new holder decides."""
     return StaleLeaseError(
         f"run {record.run_id} is held with lease version {current}; a call under {record.fencing_token} may not start",
-        code="STALE_LEASE",
+        code=ErrorCode.STALE_LEASE,
         details={"run_id": record.run_id, "fencing_token": record.fencing_token, "lease_version": current},
     )
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from stateward.core.errors import RequestRefusedError, RunError, StatewardError
+from stateward.core.errors import ErrorCode, RequestRefusedError, RunError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
     AnswerVerdict,
@@ -64,7 +64,7 @@ class AnswerResult:
     not_driven: StatewardError | None = None
 
 
-def _refuse(code: str, message: str, run_id: str, request_id: str) -> RequestRefusedError:
+def _refuse(code: ErrorCode, message: str, run_id: str, request_id: str) -> RequestRefusedError:
     return RequestRefusedError(message, code=code, details={"run_id": run_id, "request_id": request_id})
 
 
@@ -87,7 +87,7 @@ def answer_limit(env: Mapping[str, str] | None = None) -> int | None:
     except ValueError:
         from stateward.core.errors import UserError
 
-        raise UserError("STATEWARD_MAX_ANSWER_BYTES must be an integer", code="CONFIGURATION_ERROR") from None
+        raise UserError("STATEWARD_MAX_ANSWER_BYTES must be an integer", code=ErrorCode.CONFIGURATION_ERROR) from None
     return limit if limit > 0 else None
 
 
@@ -96,10 +96,15 @@ def check_answer_size(text: str | None, by: str, run_id: str, request_id: str, l
     size = 0 if text is None else len(text.encode("utf-8"))
     if limit is not None and size > limit:
         raise _refuse(
-            "ANSWER_TOO_LARGE", f"the answer's text is {size} bytes, over the limit of {limit}", run_id, request_id
+            ErrorCode.ANSWER_TOO_LARGE,
+            f"the answer's text is {size} bytes, over the limit of {limit}",
+            run_id,
+            request_id,
         )
     if len(by.encode("utf-8")) > MAX_ANSWERER_BYTES:
-        raise _refuse("ANSWER_TOO_LARGE", f"the answerer's name is over {MAX_ANSWERER_BYTES} bytes", run_id, request_id)
+        raise _refuse(
+            ErrorCode.ANSWER_TOO_LARGE, f"the answerer's name is over {MAX_ANSWERER_BYTES} bytes", run_id, request_id
+        )
 
 
 @dataclass(frozen=True)
@@ -115,46 +120,46 @@ class _Asked:
     pending: PendingRequest
 
 
-Refusal = tuple[str, str]  # (code, message)
+Refusal = tuple[ErrorCode, str]  # (code, message)
 
 
 def _verdict_fits_kind(a: _Asked) -> Refusal | None:
     allowed = _VERDICTS_BY_KIND[a.pending.kind]
     if a.verdict in allowed:
         return None
-    return "WRONG_ANSWER_KIND", f"a {a.pending.kind} request takes {sorted(allowed)}, not {a.verdict!r}"
+    return ErrorCode.WRONG_ANSWER_KIND, f"a {a.pending.kind} request takes {sorted(allowed)}, not {a.verdict!r}"
 
 
 def _names_an_option(a: _Asked) -> Refusal | None:
     options = a.pending.options
     if not options or (a.text or "").strip().lower() in {o.lower() for o in options}:
         return None
-    return "UNKNOWN_OPTION", f"{a.request_id} takes one of {list(options)}, not {a.text!r}"
+    return ErrorCode.UNKNOWN_OPTION, f"{a.request_id} takes one of {list(options)}, not {a.text!r}"
 
 
 def _digest_matches(a: _Asked) -> Refusal | None:
     guarded = a.pending.guarded_action
     if a.who.digest is None or (guarded is not None and guarded.digest == a.who.digest):
         return None
-    return "ACTION_DIGEST_MISMATCH", f"{a.request_id} guards a different action than the one presented"
+    return ErrorCode.ACTION_DIGEST_MISMATCH, f"{a.request_id} guards a different action than the one presented"
 
 
 def _role_held(a: _Asked) -> Refusal | None:
     role = a.pending.approver_role
     if role is None or role in a.who.roles:
         return None
-    return "ROLE_NOT_ALLOWED", f"{a.request_id} needs an answerer with role {role!r}"
+    return ErrorCode.ROLE_NOT_ALLOWED, f"{a.request_id} needs an answerer with role {role!r}"
 
 
 def _not_expired(a: _Asked) -> Refusal | None:
     expires = a.pending.expires_at
     if expires is None or a.now < expires:
         return None
-    return "REQUEST_EXPIRED", f"{a.request_id} expired at {expires.isoformat()}"
+    return ErrorCode.REQUEST_EXPIRED, f"{a.request_id} expired at {expires.isoformat()}"
 
 
 def _answerer_named(a: _Asked) -> Refusal | None:
-    return None if a.who.by.strip() else ("ANSWERER_REQUIRED", "an answer must say who gave it")
+    return None if a.who.by.strip() else (ErrorCode.ANSWERER_REQUIRED, "an answer must say who gave it")
 
 
 # The checks an answer to the open request passes, in order, like the gateway's admission stages.
@@ -165,10 +170,12 @@ def _earlier_answer(first: RequestAnswer, verdict: str, text: str | None, run_id
     """A request already closed or answered: the identical answer is a no-op, anything else is refused."""
     request_id = first.request_id
     if first.verdict is AnswerVerdict.CLOSED:
-        raise _refuse("REQUEST_CLOSED", f"{request_id} was closed ({first.text or 'run ended'})", run_id, request_id)
+        raise _refuse(
+            ErrorCode.REQUEST_CLOSED, f"{request_id} was closed ({first.text or 'run ended'})", run_id, request_id
+        )
     if first.verdict != verdict or (text or None) != (first.text or None):
         raise _refuse(
-            "REQUEST_ALREADY_ANSWERED",
+            ErrorCode.REQUEST_ALREADY_ANSWERED,
             f"{request_id} was already {first.verdict} by {first.by} at {first.at.isoformat()}",
             run_id,
             request_id,
@@ -178,11 +185,11 @@ def _earlier_answer(first: RequestAnswer, verdict: str, text: str | None, run_id
 def _open_request(state: RunState, run_id: str, request_id: str) -> PendingRequest:
     """The request the run waits on, which must be the one answered."""
     if state.status.is_terminal:
-        raise _refuse("RUN_ENDED", f"run {run_id} is {state.status.value}", run_id, request_id)
+        raise _refuse(ErrorCode.RUN_ENDED, f"run {run_id} is {state.status.value}", run_id, request_id)
     pending = state.pending
     if state.status is not RunStatus.WAITING_FOR_USER or pending is None or pending.request_id != request_id:
         raise _refuse(
-            "STALE_REQUEST", f"{request_id} is not the request run {run_id} is waiting on", run_id, request_id
+            ErrorCode.STALE_REQUEST, f"{request_id} is not the request run {run_id} is waiting on", run_id, request_id
         )
     return pending
 
@@ -236,7 +243,7 @@ def answer_request(
     record = store.get_request(run_id, request_id)
     if record is None or (who.tenant is not None and who.tenant != state.tenant):
         # A request of another tenant is reported exactly like a missing one: nothing leaks.
-        raise _refuse("UNKNOWN_REQUEST", f"run {run_id} has no request {request_id!r}", run_id, request_id)
+        raise _refuse(ErrorCode.UNKNOWN_REQUEST, f"run {run_id} has no request {request_id!r}", run_id, request_id)
     if record.answer is not None:
         _earlier_answer(record.answer, verdict, text, run_id)
         return AnswerResult(state=state, already_answered=True, answer=record.answer)
@@ -254,7 +261,7 @@ def answer_request(
         store.commit_step(run_id, seq, StepWrite(state=resumed, events=events, close_request=answer))
         faults.point("approval_after_commit")
     except RunError as exc:
-        if exc.code not in {"CONCURRENT_UPDATE", "REQUEST_NOT_OPEN"}:
+        if exc.code not in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.REQUEST_NOT_OPEN}:
             raise
         # Someone answered between our read and our write: their answer stands.
         return answer_request(
@@ -274,6 +281,6 @@ def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[
         "args": action.args,
         "status": "REJECTED",
         "result": {"rejected_by": answer.by, "comment": answer.text, "request_id": answer.request_id},
-        "error_code": "REJECTED_BY_APPROVER",
+        "error_code": ErrorCode.REJECTED_BY_APPROVER.value,
         "artifacts": [],
     }

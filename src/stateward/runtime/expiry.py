@@ -7,7 +7,7 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from stateward.core.errors import RunError
+from stateward.core.errors import ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.setback import without_retry
 from stateward.core.state import AnswerVerdict, RequestKind, RunState
@@ -39,7 +39,7 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
             try:
                 store.commit_step(record.run_id, seq, write)
             except RunError as exc:
-                if exc.code in {"CONCURRENT_UPDATE", "LEASE_HELD"}:
+                if exc.code in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.LEASE_HELD}:
                     continue
                 raise
             expired.append((record.run_id, request.request_id, "timer_fired"))
@@ -78,7 +78,7 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
         try:
             store.commit_step(record.run_id, seq, write)
         except RunError as exc:
-            if exc.code in {"CONCURRENT_UPDATE", "LEASE_HELD"}:
+            if exc.code in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.LEASE_HELD}:
                 continue  # answered or moved on meanwhile: the next sweep looks again
             raise
         expired.append((record.run_id, request.request_id, agent.on_request_expiry))
@@ -133,7 +133,7 @@ def resume_due(runtime: Runtime) -> list[str]:
         try:
             store.commit_step(run_id, seq, StepWrite(state=running, events=events))
         except RunError as exc:
-            if exc.code in {"CONCURRENT_UPDATE", "LEASE_HELD"}:
+            if exc.code in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.LEASE_HELD}:
                 continue  # resumed or cancelled meanwhile
             raise
         resumed.append(run_id)

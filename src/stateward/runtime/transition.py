@@ -26,9 +26,9 @@ from pydantic import ValidationError
 
 from stateward.core.budget import Usage
 from stateward.core.canonical import action_digest, canonical_json
-from stateward.core.contract import Signal, SignalFailure, WaitCheck, WaitSpec
+from stateward.core.contract import RefusalReason, Signal, SignalFailure, WaitCheck, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, non_finite_path, parse_decision
-from stateward.core.errors import DecisionParseError, IllegalTransitionError
+from stateward.core.errors import DecisionParseError, ErrorCode, IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
     Answer,
@@ -339,10 +339,10 @@ def _storable(decision: ControlDecision, agent: Agent) -> tuple[str, str] | None
     """Values the runtime cannot store are refused at the door, whoever built the decision."""
     found = non_finite_path(decision.args)  # a decision built around the constructor's own check
     if found is not None:
-        return "NON_FINITE_NUMBER", f"{found} is not a finite number"
+        return ErrorCode.NON_FINITE_NUMBER, f"{found} is not a finite number"
     asked = len(decision.question or "")
     if decision.type is DecisionType.REQUEST_USER_INPUT and asked > agent.max_question_chars:
-        return "QUESTION_TOO_LARGE", f"a question may hold {agent.max_question_chars} characters, not {asked}"
+        return ErrorCode.QUESTION_TOO_LARGE, f"a question may hold {agent.max_question_chars} characters, not {asked}"
     return None
 
 
@@ -352,9 +352,9 @@ def _precondition(
     """Step 2: what each decision type requires of the run's state and the agent's policies."""
     if decision.type is DecisionType.EXECUTE_TOOL:
         if not decision.action:
-            return "tool_decision_without_action", "EXECUTE_TOOL names no action"
+            return RefusalReason.TOOL_DECISION_WITHOUT_ACTION, "EXECUTE_TOOL names no action"
         if decision.action not in visible:
-            return "action_not_visible", f"{decision.action!r} is not visible at this step"
+            return RefusalReason.ACTION_NOT_VISIBLE, f"{decision.action!r} is not visible at this step"
     if decision.type is DecisionType.REQUEST_USER_INPUT:
         check: WaitCheck = agent.wait_policy(decision, state)
         if check.rejected is not None:
