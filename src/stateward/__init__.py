@@ -3,6 +3,14 @@
 The public API is what this module exports; everything else is an implementation detail.
 Names are imported on first use (PEP 562), so ``import stateward`` — and every CLI command — pays
 only for what it touches.
+
+Layers, bottom first; imports point down only, and packages in braces are peers that import neither
+each other (tests/core/test_layers.py holds the same list and checks every import against it)::
+
+    core · store · models · tools · planning · verify · {controllers, runtime} · {chaos, testing}
+    · {api, pytest_plugin} · cli · this package (the facade)
+
+Controllers and the runtime meet in ``stateward.core.contract``; the store knows no gateway module.
 """
 
 from __future__ import annotations
