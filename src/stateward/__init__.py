@@ -3,6 +3,14 @@
 The public API is what this module exports; everything else is an implementation detail.
 Names are imported on first use (PEP 562), so ``import stateward`` — and every CLI command — pays
 only for what it touches.
+
+Layers, bottom first; imports point down only, and packages in braces are peers that import neither
+each other (tests/core/test_layers.py holds the same list and checks every import against it)::
+
+    core · store · models · tools · planning · verify · {controllers, runtime} · {chaos, testing}
+    · {api, pytest_plugin} · cli · this package (the facade)
+
+Controllers and the runtime meet in ``stateward.core.contract``; the store knows no gateway module.
 """
 
 from __future__ import annotations
@@ -11,14 +19,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stateward.controllers.base import (
-        Controller,
-        DecisionContext,
-        FinishCheck,
-        Observation,
-        Proposal,
-        SignalFailure,
-    )
     from stateward.controllers.plan_execute import AwaitStep, FinishStep, PlanAndExecuteController, parse_step_plan
     from stateward.controllers.react import ReActController
     from stateward.controllers.workflow import (
@@ -35,9 +35,19 @@ if TYPE_CHECKING:
     )
     from stateward.core.budget import Budget, Usage
     from stateward.core.canonical import action_digest
+    from stateward.core.contract import (
+        Controller,
+        DecisionContext,
+        FinishCheck,
+        Observation,
+        Proposal,
+        SignalFailure,
+        WaitCheck,
+    )
     from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
     from stateward.core.errors import (
         DecisionParseError,
+        ErrorCode,
         IllegalTransitionError,
         RequestRefusedError,
         RunError,
@@ -62,7 +72,7 @@ if TYPE_CHECKING:
     )
     from stateward.core.status import RunStatus, TransitionKind
     from stateward.models.base import AsyncModel, Model, ModelReply, ModelRequest
-    from stateward.runtime.agent import Agent, WaitCheck, guard
+    from stateward.runtime.agent import Agent, guard
     from stateward.runtime.agent_registry import AgentRegistry
     from stateward.runtime.async_worker import AsyncWorker
     from stateward.runtime.continuation import AnswerResult
@@ -96,9 +106,9 @@ _EXPORTS: dict[str, str] = {
     "parse_step_plan": "stateward.controllers.plan_execute",
     "FinishStep": "stateward.controllers.plan_execute",
     "AwaitStep": "stateward.controllers.plan_execute",
-    "FinishCheck": "stateward.controllers.base",
-    "Controller": "stateward.controllers.base",
-    "SignalFailure": "stateward.controllers.base",
+    "FinishCheck": "stateward.core.contract",
+    "Controller": "stateward.core.contract",
+    "SignalFailure": "stateward.core.contract",
     "Agent": "stateward.runtime.agent",
     "AgentRef": "stateward.core.state",
     "AgentRegistry": "stateward.runtime.agent_registry",
@@ -110,8 +120,9 @@ _EXPORTS: dict[str, str] = {
     "BreakerPolicy": "stateward.tools.breaker",
     "Budget": "stateward.core.budget",
     "ControlDecision": "stateward.core.decision",
-    "DecisionContext": "stateward.controllers.base",
+    "DecisionContext": "stateward.core.contract",
     "DecisionParseError": "stateward.core.errors",
+    "ErrorCode": "stateward.core.errors",
     "DecisionType": "stateward.core.decision",
     "Event": "stateward.core.events",
     "FailNode": "stateward.controllers.workflow",
@@ -126,10 +137,10 @@ _EXPORTS: dict[str, str] = {
     "ModelNode": "stateward.controllers.workflow",
     "ModelReply": "stateward.models.base",
     "ModelRequest": "stateward.models.base",
-    "Observation": "stateward.controllers.base",
+    "Observation": "stateward.core.contract",
     "PendingRequest": "stateward.core.state",
     "PlanAndExecuteController": "stateward.controllers.plan_execute",
-    "Proposal": "stateward.controllers.base",
+    "Proposal": "stateward.core.contract",
     "RateLimited": "stateward.tools.errors",
     "ReActController": "stateward.controllers.react",
     "RedactionRules": "stateward.tools.redaction",
@@ -165,7 +176,7 @@ _EXPORTS: dict[str, str] = {
     "Usage": "stateward.core.budget",
     "UserError": "stateward.core.errors",
     "ValidationNode": "stateward.controllers.workflow",
-    "WaitCheck": "stateward.runtime.agent",
+    "WaitCheck": "stateward.core.contract",
     "WorkflowController": "stateward.controllers.workflow",
     "compensation": "stateward.controllers.workflow",
     "guard": "stateward.runtime.agent",
@@ -192,6 +203,7 @@ __all__ = (
     "DecisionContext",
     "DecisionParseError",
     "DecisionType",
+    "ErrorCode",
     "Event",
     "EventType",
     "FailNode",

@@ -25,11 +25,11 @@ from stateward import (
 )
 from stateward.controllers.workflow import TimerNode
 from stateward.core.events import EventType, NewEvent
+from stateward.core.journal import SideEffectRecord
 from stateward.core.state import AgentRef, PendingRequest, RunState, WaitSnapshot
 from stateward.runtime.continuation import Answerer, answer_request
 from stateward.store.records import StepWrite
 from stateward.store.sqlite import SQLiteStore
-from stateward.tools.ports import SideEffectRecord
 from stateward.tools.types import LookupStatus
 from stateward_demos import blog_fixtures as fx
 from stateward_demos.blog import build_agent

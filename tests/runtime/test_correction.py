@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from stateward import Agent, ControlDecision, DecisionType, RunStatus, Runtime, SignalSource, ToolRegistry
-from stateward.controllers.base import DecisionContext, Proposal
+from stateward.core.contract import DecisionContext, Proposal
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef
 from stateward.models.base import ModelRequest

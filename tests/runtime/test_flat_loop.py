@@ -14,8 +14,8 @@ import pytest
 from pydantic import BaseModel
 
 from stateward import Agent, Budget, RunStatus, ToolRegistry, tool
-from stateward.controllers.base import Observation, ObservationLog
 from stateward.controllers.react import ReActController
+from stateward.core.contract import Observation, ObservationLog
 from stateward.core.state import AgentRef
 from stateward.models.base import ActionSpec, ModelRequest
 from stateward.models.scripted import ScriptedModel

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from stateward import ControlDecision, DecisionType, IllegalTransitionError, RunStatus, SignalSource
-from stateward.controllers.base import Signal
 from stateward.core.budget import Usage
+from stateward.core.contract import Signal
 from stateward.core.events import EventType
 from stateward.core.state import AgentRef, RunState
 from stateward.runtime.transition import Transition, handle

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stateward import ControlDecision, DecisionType, IllegalTransitionError, RunStatus, SignalSource
-from stateward.controllers.base import Signal
+from stateward.core.contract import Signal
 from stateward.core.state import AgentRef, RunState
 from stateward.core.status import TRANSITIONS
 from stateward.runtime.transition import handle

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stateward import RunStatus, Runtime
-from stateward.controllers.base import DecisionContext, Proposal
+from stateward.core.contract import DecisionContext, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.events import EventType
 from stateward.core.setback import SetbackKind

@@ -277,8 +277,7 @@ def test_a_workflow_that_routes_a_refusal_to_its_finish_node_does_not_complete(r
 def test_the_approval_in_a_human_node_admits_the_tool_node_once(runtime: Runtime) -> None:
     """A person approves in a HUMAN node bound to the exact call: the TOOL node then needs no second ask."""
     ledger = Ledger()
-    from stateward import guard
-    from stateward.runtime.agent import WaitCheck
+    from stateward import WaitCheck, guard
 
     nodes = [
         HumanNode("ask", "Publish 7?", on_approved="publish", on_rejected="refused"),

@@ -19,6 +19,7 @@ import pytest
 from stateward.core.canonical import sha256_hex
 from stateward.core.errors import RunError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.journal import AttemptRecord, BreakerPosition, BreakerState, SideEffectRecord
 from stateward.core.state import (
     AgentRef,
     ApprovalScope,
@@ -35,8 +36,6 @@ from stateward.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 from stateward.store.outbox import NoticeKind, WebhookStore, WebhookSubscription
 from stateward.store.paging import RunPage
 from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
-from stateward.tools.ports import BreakerPosition, BreakerState, SideEffectRecord
-from stateward.tools.types import AttemptRecord
 
 if TYPE_CHECKING:
     from tests.store.conftest import Backend

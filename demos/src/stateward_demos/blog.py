@@ -17,6 +17,7 @@ from stateward import (
     ControlDecision,
     Controller,
     DecisionContext,
+    ErrorCode,
     FinishCheck,
     Model,
     RequestKind,
@@ -159,10 +160,10 @@ def build_agent(
     """The blog agent for one controller. Parameters are JSON so any process can rebuild it."""
     if controller not in MODES:
         raise UserError(
-            f"unknown controller {controller!r}; choose one of {', '.join(MODES)}", code="UNKNOWN_CONTROLLER"
+            f"unknown controller {controller!r}; choose one of {', '.join(MODES)}", code=ErrorCode.UNKNOWN_CONTROLLER
         )
     if materials not in fx.MATERIAL_SETS:
-        raise UserError(f"unknown material set {materials!r}", code="UNKNOWN_FIXTURE")
+        raise UserError(f"unknown material set {materials!r}", code=ErrorCode.UNKNOWN_FIXTURE)
     chosen = fx.MATERIAL_SETS[materials]
     inventory = list(chosen)
     if model is None and model_spec is not None:

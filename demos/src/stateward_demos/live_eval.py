@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stateward import Event, EventType, RunState, Runtime, UserError, is_run_suspended
+from stateward import ErrorCode, Event, EventType, RunState, Runtime, UserError, is_run_suspended
 from stateward_demos import blog, blog_fixtures
 
 ROW_COLUMNS = (
@@ -89,7 +89,9 @@ def run_live_eval(
 ) -> dict[str, Any]:
     """``runs`` runs of the blog task per controller, each driven by ``model_spec`` through the Runtime."""
     if not modes:
-        raise UserError(f"no controller to evaluate; choose from {', '.join(blog.MODES)}", code="UNKNOWN_CONTROLLER")
+        raise UserError(
+            f"no controller to evaluate; choose from {', '.join(blog.MODES)}", code=ErrorCode.UNKNOWN_CONTROLLER
+        )
     runtime = Runtime.open(str(db))
     rows: list[dict[str, Any]] = []
     try:

@@ -8,7 +8,7 @@ from typing import Any
 
 from stateward.api.identity import AuthError, Principal, Role, require
 from stateward.api.schemas import AnswerOutcome
-from stateward.core.errors import RequestRefusedError, RunNotFoundError, UserError
+from stateward.core.errors import ErrorCode, RequestRefusedError, RunNotFoundError, UserError
 from stateward.core.state import RunState
 from stateward.runtime.continuation import AnswerResult
 from stateward.runtime.runtime import Runtime
@@ -19,7 +19,7 @@ def key_store(runtime: Runtime) -> KeyStore:
     """The runtime's store as a key store (both stores are, from schema 4)."""
     store = runtime.store
     if not isinstance(store, KeyStore):
-        raise UserError(f"{type(store).__name__} keeps no API keys", code="STORE_UNSUPPORTED")
+        raise UserError(f"{type(store).__name__} keeps no API keys", code=ErrorCode.STORE_UNSUPPORTED)
     return store
 
 
@@ -58,12 +58,12 @@ def answerable_role(runtime: Runtime, a: Asked) -> str | None:
     if record is None:
         raise RequestRefusedError(
             f"run {a.run_id} has no request {a.request_id!r}",
-            code="UNKNOWN_REQUEST",
+            code=ErrorCode.UNKNOWN_REQUEST,
             details={"run_id": a.run_id, "request_id": a.request_id},
         )
     role = record.request.approver_role
     if not may_answer(a.who, role):
-        raise AuthError(f"{a.request_id} needs an answerer with role {role!r}", code="ROLE_NOT_ALLOWED")
+        raise AuthError(f"{a.request_id} needs an answerer with role {role!r}", code=ErrorCode.ROLE_NOT_ALLOWED)
     return role
 
 

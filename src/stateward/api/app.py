@@ -45,7 +45,7 @@ from stateward.api.web.pages import PREFIX as INBOX_PREFIX
 from stateward.api.web.pages import mount_inbox
 from stateward.api.web.session import Sessions, SessionSettings
 from stateward.api.webhook_routes import webhook_routes
-from stateward.core.errors import RunError, StatewardError, UserError
+from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import RequestKind, RunState
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
@@ -112,7 +112,8 @@ def _fingerprint(who: Principal, *parts: str | None) -> str:
 def _replayed(kept: StoredResponse, fingerprint: str) -> Response:
     if kept.fingerprint != fingerprint:
         raise RunError(
-            "this Idempotency-Key was used for a different request; use a new key", code="IDEMPOTENCY_KEY_REUSED"
+            "this Idempotency-Key was used for a different request; use a new key",
+            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
         )
     return Response(kept.body, status_code=kept.status_code, media_type="application/json")
 
@@ -134,7 +135,7 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
+        code = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}.get(exc.status_code, ErrorCode.HTTP_ERROR)
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
 
 
@@ -223,7 +224,7 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
         start = after
         if last_event_id is not None:
             if not last_event_id.strip().isdigit():
-                raise UserError("Last-Event-ID must be an event number", code="INVALID_CURSOR")
+                raise UserError("Last-Event-ID must be an event number", code=ErrorCode.INVALID_CURSOR)
             start = int(last_event_id)
         visible_run(runtime, run_id, who.tenant)
         frames = event_stream(runtime, run_id, who.tenant, start, settings.stream)

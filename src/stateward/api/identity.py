@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from stateward.core.errors import StatewardError, UserError
+from stateward.core.errors import ErrorCode, StatewardError, UserError
 from stateward.store.keys import ApiKeyRecord, KeyStore
 
 KEY_PREFIX = "swk_"
@@ -61,7 +61,7 @@ class Principal(BaseModel):
 class AuthError(StatewardError):
     """The caller is not authenticated (401) or lacks the role a route needs (403)."""
 
-    default_code = "UNAUTHENTICATED"
+    default_code = ErrorCode.UNAUTHENTICATED
 
 
 def _checked_name(what: str, value: str) -> str:
@@ -69,7 +69,7 @@ def _checked_name(what: str, value: str) -> str:
         raise UserError(
             f"{what} must be 1-64 characters of letters, digits and ._@:- (starting with a letter or digit),"
             f" not {value[:80]!r}",
-            code="INVALID_ARGUMENT",
+            code=ErrorCode.INVALID_ARGUMENT,
             details={what: value[:80]},
         )
     return value
@@ -85,7 +85,7 @@ def mint_key(
     """Store a new key and return it with its token (``swk_<id>.<secret>``), the only time the secret exists."""
     role_set = tuple(sorted({_checked_name("role", r) for r in roles}))
     if not role_set:
-        raise UserError("a key needs at least one role", code="INVALID_ARGUMENT")
+        raise UserError("a key needs at least one role", code=ErrorCode.INVALID_ARGUMENT)
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     record = ApiKeyRecord(
@@ -120,4 +120,4 @@ def authenticate(store: KeyStore, authorization: str | None) -> Principal:
 def require(principal: Principal, role: Role) -> None:
     """FORBIDDEN unless the principal holds ``role`` (or admin)."""
     if not principal.has(role):
-        raise AuthError(f"this needs the {role.value!r} role", code="FORBIDDEN", details={"role": role.value})
+        raise AuthError(f"this needs the {role.value!r} role", code=ErrorCode.FORBIDDEN, details={"role": role.value})

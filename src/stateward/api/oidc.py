@@ -19,7 +19,7 @@ from typing import Any
 import jwt
 
 from stateward.api.identity import AuthError, Principal
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$")
 _SUBJECT = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -43,9 +43,13 @@ class OidcSettings:
 
     def __post_init__(self) -> None:
         if not (self.issuer and self.audience and self.jwks_url.startswith(("https://", "http://"))):
-            raise UserError("OIDC needs an issuer, an audience and an http(s) JWKS URL", code="CONFIGURATION_ERROR")
+            raise UserError(
+                "OIDC needs an issuer, an audience and an http(s) JWKS URL", code=ErrorCode.CONFIGURATION_ERROR
+            )
         if any(a.upper().startswith("HS") or a.lower() == "none" for a in self.algorithms):
-            raise UserError("OIDC tokens must be signed with an asymmetric algorithm", code="CONFIGURATION_ERROR")
+            raise UserError(
+                "OIDC tokens must be signed with an asymmetric algorithm", code=ErrorCode.CONFIGURATION_ERROR
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OidcSettings | None:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from stateward.api.caller import Caller
 from stateward.api.identity import Role, require
-from stateward.core.errors import RunError, UserError
+from stateward.core.errors import ErrorCode, RunError, UserError
 from stateward.runtime.runtime import Runtime
 from stateward.store.outbox import Delivery, DeliveryStatus, NoticeKind, WebhookStore, WebhookSubscription
 
@@ -80,7 +80,7 @@ class DeliveryList(BaseModel):
 def webhook_store(runtime: Runtime) -> WebhookStore:
     store = runtime.store
     if not isinstance(store, WebhookStore):
-        raise UserError(f"{type(store).__name__} keeps no webhooks", code="STORE_UNSUPPORTED")
+        raise UserError(f"{type(store).__name__} keeps no webhooks", code=ErrorCode.STORE_UNSUPPORTED)
     return store
 
 
@@ -122,7 +122,7 @@ def webhook_routes(v1: APIRouter, runtime: Runtime) -> None:
         """Unsubscribe; deliveries not yet made are cancelled. Another tenant's id is unknown."""
         require(who, Role.ADMIN)
         if not store.remove_webhook(who.tenant, subscription_id):
-            raise RunError(f"no webhook {subscription_id!r}", code="WEBHOOK_NOT_FOUND")
+            raise RunError(f"no webhook {subscription_id!r}", code=ErrorCode.WEBHOOK_NOT_FOUND)
         return Response(status_code=204)
 
     @v1.get("/webhooks/deliveries", response_model=DeliveryList, tags=["webhooks"])

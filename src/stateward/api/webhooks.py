@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.store.outbox import Delivery, WebhookStore
 
 log = logging.getLogger("stateward.webhooks")
@@ -51,11 +51,11 @@ class DeliveryPolicy:
 
     def __post_init__(self) -> None:
         if self.batch < 1 or self.max_attempts < 1:
-            raise UserError("batch and max_attempts must be at least 1", code="CONFIGURATION_ERROR")
+            raise UserError("batch and max_attempts must be at least 1", code=ErrorCode.CONFIGURATION_ERROR)
         if min(self.timeout_s, self.poll_s, self.claim_lease_s, self.base_backoff_s) <= 0:
-            raise UserError("webhook delivery times must be positive", code="CONFIGURATION_ERROR")
+            raise UserError("webhook delivery times must be positive", code=ErrorCode.CONFIGURATION_ERROR)
         if self.claim_lease_s <= self.timeout_s:
-            raise UserError("the claim lease must outlast one request's timeout", code="CONFIGURATION_ERROR")
+            raise UserError("the claim lease must outlast one request's timeout", code=ErrorCode.CONFIGURATION_ERROR)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DeliveryPolicy:
@@ -69,7 +69,7 @@ class DeliveryPolicy:
                 if raw:
                     fields[field_name] = kind(raw)
         except ValueError:
-            raise UserError(f"{name} must be a number", code="CONFIGURATION_ERROR") from None
+            raise UserError(f"{name} must be a number", code=ErrorCode.CONFIGURATION_ERROR) from None
         return cls(**fields)  # type: ignore[arg-type]
 
     def backoff(self, attempts: int, jitter: float) -> float:

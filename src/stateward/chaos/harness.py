@@ -23,7 +23,7 @@ from stateward.chaos.agent import build_agent
 from stateward.chaos.faults import RandomKill
 from stateward.chaos.ledger import ledger_for
 from stateward.chaos.verify import Reference, verify
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.core.status import RunStatus
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
@@ -104,7 +104,7 @@ def _refuse_used_store(db: str) -> None:
             raise UserError(
                 f"{db} already holds runs; stateward chaos approves and drives every run in its store,"
                 " so it needs a new database (pass --db with a path that does not exist yet)",
-                code="CHAOS_STORE_IN_USE",
+                code=ErrorCode.CHAOS_STORE_IN_USE,
             )
     finally:
         store.close()

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from stateward.core.errors import ErrorCode
 from stateward.store.base import sqlite_path
 from stateward.tools.errors import ToolFailure
 from stateward.tools.types import LookupStatus
@@ -34,7 +35,7 @@ _TABLES = ("chaos_ledger", "chaos_calls", "chaos_tokens", "chaos_log")
 class StaleFencingToken(ToolFailure):
     """The domain has seen a newer lease of this run: the caller is a superseded worker."""
 
-    default_code = "PERMISSION_DENIED"
+    default_code = ErrorCode.PERMISSION_DENIED
 
 
 class Ledger:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
 from stateward.cli.plugins import DbOpt, JsonOpt, ModelOpt, load_group, open_runtime, plugin_groups
+from stateward.core.errors import ErrorCode
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -439,7 +440,7 @@ def serve(
 
             raise UserError(
                 f"the HTTP service needs FastAPI and uvicorn ({exc}); pip install 'stateward[serve]'",
-                code="CONFIGURATION_ERROR",
+                code=ErrorCode.CONFIGURATION_ERROR,
             ) from None
         run_service(db, host=host, port=port)
 

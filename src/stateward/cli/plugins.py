@@ -19,7 +19,7 @@ import typer
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 
 if TYPE_CHECKING:
     from stateward.runtime.runtime import Runtime
@@ -75,7 +75,7 @@ def plugin_groups(taken: set[str]) -> dict[str, EntryPoint]:
         if ep.name in taken:
             raise UserError(
                 f"the command-line plugin {ep.value!r} wants the name {ep.name!r}, which a built-in command uses",
-                code="CLI_PLUGIN_CONFLICT",
+                code=ErrorCode.CLI_PLUGIN_CONFLICT,
             )
         found[ep.name] = ep
     return found
@@ -88,8 +88,10 @@ def load_group(entry_point: EntryPoint) -> typer.Typer:
     except Exception as exc:
         raise UserError(
             f"cannot load the command-line plugin {entry_point.value!r}: {type(exc).__name__}: {exc}",
-            code="CLI_PLUGIN_BROKEN",
+            code=ErrorCode.CLI_PLUGIN_BROKEN,
         ) from exc
     if not isinstance(group, typer.Typer):
-        raise UserError(f"{entry_point.value} is a {type(group).__name__}, not a typer.Typer", code="CLI_PLUGIN_BROKEN")
+        raise UserError(
+            f"{entry_point.value} is a {type(group).__name__}, not a typer.Typer", code=ErrorCode.CLI_PLUGIN_BROKEN
+        )
     return group

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stateward.core.errors import DecisionParseError, RunError
+from stateward.core.errors import DecisionParseError, ErrorCode, RunError
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -43,4 +43,4 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
 
 
 def _bad(message: str) -> RunError:
-    return RunError(message, code="INVALID_AGENT_PARAMS")
+    return RunError(message, code=ErrorCode.INVALID_AGENT_PARAMS)

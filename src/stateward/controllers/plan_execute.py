@@ -11,8 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, provider_rejection
+from stateward.controllers.base import provider_rejection
+from stateward.core.contract import DecisionContext, Proposal, SignalFailure
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
+from stateward.core.errors import ErrorCode
 from stateward.core.events import EventType, NewEvent
 from stateward.models.base import AnyModel, Usage, complete
 
@@ -62,11 +64,11 @@ def parse_step_plan(text: str, known_actions: set[str]) -> StepPlan | SignalFail
     try:
         plan = _PLAN.validate_json(text)
     except ValidationError as exc:
-        return SignalFailure(code="INVALID_PLAN", message=str(exc.errors()[:3]), raw=text[:2000])
+        return SignalFailure(code=ErrorCode.INVALID_PLAN, message=str(exc.errors()[:3]), raw=text[:2000])
     unknown = sorted({s.action for s in plan.steps if isinstance(s, ToolStep)} - known_actions)
     if unknown:
         return SignalFailure(
-            code="PLAN_UNKNOWN_ACTION", message=f"plan uses unknown actions {unknown}", raw=text[:2000]
+            code=ErrorCode.PLAN_UNKNOWN_ACTION, message=f"plan uses unknown actions {unknown}", raw=text[:2000]
         )
     return plan
 

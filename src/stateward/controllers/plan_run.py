@@ -18,14 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stateward.controllers.base import (
-    DecisionContext,
-    Observation,
-    Proposal,
-    SignalFailure,
-    WaitSpec,
-    provider_rejection,
-)
+from stateward.controllers.base import provider_rejection
 from stateward.controllers.plan_support import (
     OUTPUT_TOOL,
     PARTIAL_TOOL,
@@ -36,8 +29,9 @@ from stateward.controllers.plan_support import (
     step_record,
 )
 from stateward.core.canonical import action_digest
+from stateward.core.contract import DecisionContext, Observation, Proposal, SignalFailure, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
-from stateward.core.errors import DecisionParseError, RunError
+from stateward.core.errors import DecisionParseError, ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import GuardedAction, RequestKind
 from stateward.models.base import AnyModel, ModelRequest, Usage, complete
@@ -495,7 +489,9 @@ class PlanRunController:
         memo.ledger = memo.ledger.charge(BudgetAmount(replans=1, model_calls=1))
         try:
             if reply.rejection_code is not None:
-                raise PlanPatchError(reply.rejection_message or reply.rejection_code, code=reply.rejection_code)
+                raise PlanPatchError(
+                    reply.rejection_message or reply.rejection_code, code=ErrorCode.parse(reply.rejection_code)
+                )
             patch = load_patch(reply.text)
             new_plan = apply_patch(plan, patch, set(memo.verified), memo.ledger.used.replans - 1, limit)
             report = validate_plan(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stateward.controllers.base import FinishCheck, Observation
 from stateward.core.canonical import sha256_hex
+from stateward.core.contract import FinishCheck, Observation
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import RunError
 from stateward.core.state import RunState

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stateward.controllers.base import DecisionContext, Observation, Proposal, SignalFailure, provider_rejection
+from stateward.controllers.base import provider_rejection
+from stateward.core.contract import DecisionContext, Observation, Proposal, SignalFailure
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.models.base import AnyModel, complete
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from stateward.controllers.base import DecisionContext, Proposal, SignalFailure, WaitSpec, provider_rejection
+from stateward.controllers.base import provider_rejection
+from stateward.core.contract import DecisionContext, Proposal, SignalFailure, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AnswerVerdict, RequestKind
 from stateward.models.base import AnyModel, ModelRequest, Usage, complete
@@ -151,7 +152,7 @@ class WorkflowController:
     def __init__(self, nodes: Sequence[Node], *, model: AnyModel | None = None, start: str | None = None):
         self.nodes = {n.id: n for n in nodes}
         if len(self.nodes) != len(nodes):
-            raise UserError("workflow node ids must be unique", code="INVALID_WORKFLOW")
+            raise UserError("workflow node ids must be unique", code=ErrorCode.INVALID_WORKFLOW)
         self.start = start or nodes[0].id
         self.model = model
 
@@ -174,7 +175,7 @@ class WorkflowController:
             if isinstance(step, Proposal):
                 return step
             node_id, awaiting = step
-        raise UserError("workflow rules route in a cycle", code="INVALID_WORKFLOW")
+        raise UserError("workflow rules route in a cycle", code=ErrorCode.INVALID_WORKFLOW)
 
     def _visit(
         self, ctx: DecisionContext, node: Node, notes: list[NewEvent], awaiting: str | None
@@ -279,7 +280,7 @@ class WorkflowController:
             args = dict(node.args(ctx) if callable(node.args) else node.args)
         else:
             if self.model is None:
-                raise UserError(f"node {node.id} needs a model", code="INVALID_WORKFLOW")
+                raise UserError(f"node {node.id} needs a model", code=ErrorCode.INVALID_WORKFLOW)
             reply = complete(
                 self.model,
                 ModelRequest(
@@ -308,7 +309,7 @@ class WorkflowController:
                 parsed = None
             if not isinstance(parsed, dict):
                 failure = SignalFailure(
-                    code="INVALID_NODE_OUTPUT",
+                    code=ErrorCode.INVALID_NODE_OUTPUT,
                     message=f"node {node.id} expected a JSON object of arguments",
                     raw=reply.text[:2000],
                 )
@@ -350,7 +351,7 @@ class WorkflowController:
                 code = f"OUTPUT_SCHEMA_MISMATCH ({exc.error_count()} errors)"
         if node.on_failure is not None:
             return node.on_failure, None
-        if code == "REJECTED_BY_APPROVER":
+        if code == ErrorCode.REJECTED_BY_APPROVER:
             return None, "rejected_by_approver"
         return None, f"node {node.id} failed: {code}"
 

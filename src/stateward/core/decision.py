@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from stateward.core.errors import DecisionParseError
+from stateward.core.errors import DecisionParseError, ErrorCode
 
 
 class DecisionType(StrEnum):
@@ -61,16 +61,16 @@ class ControlDecision(BaseModel):
 
 
 class ParseFailureCode(StrEnum):
-    EMPTY_OUTPUT = "EMPTY_OUTPUT"
-    NOT_JSON = "NOT_JSON"
-    NOT_AN_OBJECT = "NOT_AN_OBJECT"
-    DUPLICATE_KEY = "DUPLICATE_KEY"
-    NON_FINITE_NUMBER = "NON_FINITE_NUMBER"
-    MISSING_TYPE = "MISSING_TYPE"
-    WRAPPED_DECISION = "WRAPPED_DECISION"
-    UNKNOWN_DECISION_TYPE = "UNKNOWN_DECISION_TYPE"
-    UNEXPECTED_FIELD = "UNEXPECTED_FIELD"
-    INVALID_FIELD = "INVALID_FIELD"
+    EMPTY_OUTPUT = ErrorCode.EMPTY_OUTPUT.value
+    NOT_JSON = ErrorCode.NOT_JSON.value
+    NOT_AN_OBJECT = ErrorCode.NOT_AN_OBJECT.value
+    DUPLICATE_KEY = ErrorCode.DUPLICATE_KEY.value
+    NON_FINITE_NUMBER = ErrorCode.NON_FINITE_NUMBER.value
+    MISSING_TYPE = ErrorCode.MISSING_TYPE.value
+    WRAPPED_DECISION = ErrorCode.WRAPPED_DECISION.value
+    UNKNOWN_DECISION_TYPE = ErrorCode.UNKNOWN_DECISION_TYPE.value
+    UNEXPECTED_FIELD = ErrorCode.UNEXPECTED_FIELD.value
+    INVALID_FIELD = ErrorCode.INVALID_FIELD.value
 
 
 _FIELDS = frozenset(ControlDecision.model_fields)
@@ -79,7 +79,7 @@ _TYPES = frozenset(t.value for t in DecisionType)
 
 
 def _fail(code: ParseFailureCode, message: str, **details: Any) -> DecisionParseError:
-    return DecisionParseError(message, code=code.value, details=details)
+    return DecisionParseError(message, code=ErrorCode(code), details=details)
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

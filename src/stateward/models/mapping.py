@@ -21,7 +21,7 @@ from jsonschema.exceptions import SchemaError
 
 from stateward.core.canonical import compact_json
 from stateward.core.decision import ParseFailureCode, non_finite_path, read_json
-from stateward.core.errors import DecisionParseError, UserError
+from stateward.core.errors import DecisionParseError, ErrorCode, UserError
 from stateward.models.base import ActionSpec, ModelRequest
 from stateward.models.errors import RejectionCode
 
@@ -90,7 +90,9 @@ def tool_definitions(request: ModelRequest) -> list[ToolDef]:
     """Visible actions as tools, then the two control tools. A clash with a control tool's name is a bug."""
     clash = sorted(a.name for a in request.visible_actions if a.name in RESERVED_TOOLS)
     if clash:
-        raise UserError(f"action name(s) {clash} clash with stateward's control tools", code="RESERVED_TOOL_NAME")
+        raise UserError(
+            f"action name(s) {clash} clash with stateward's control tools", code=ErrorCode.RESERVED_TOOL_NAME
+        )
     tools = [ToolDef(a.name, a.description or a.name, _parameters(a)) for a in request.visible_actions]
     tools.append(
         ToolDef(
@@ -113,7 +115,7 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
     def walk(node: Any, depth: int) -> Any:
         if depth > 32:
-            raise UserError("action schema nests references too deeply (recursive?)", code="UNSUPPORTED_SCHEMA")
+            raise UserError("action schema nests references too deeply (recursive?)", code=ErrorCode.UNSUPPORTED_SCHEMA)
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs:
@@ -217,7 +219,7 @@ def _schema_errors(schema: dict[str, Any], value: Any) -> list[str]:
         validator = Draft202012Validator(inline_refs(schema) if schema else _EMPTY_OBJECT)
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
     except SchemaError as exc:  # a broken tool schema is the agent's bug, not the model's
-        raise UserError(f"tool schema is invalid: {exc.message}", code="INVALID_TOOL_SCHEMA") from None
+        raise UserError(f"tool schema is invalid: {exc.message}", code=ErrorCode.INVALID_TOOL_SCHEMA) from None
     return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors[:3]]
 
 

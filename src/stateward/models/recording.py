@@ -15,7 +15,7 @@ from typing import Any
 
 from stateward.core import bridge
 from stateward.core.canonical import canonical_json, sha256_hex
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.models.base import AnyModel, AsyncModel, ModelReply, ModelRequest, complete
 from stateward.models.errors import (
     AuthFailedError,
@@ -98,11 +98,13 @@ class ReplayModel:
         self._answers: dict[str, list[dict[str, Any]]] = defaultdict(list)
         recorded_name = None
         if not self.path.is_file():
-            raise UserError(f"no recording at {self.path}", code="RECORDING_NOT_FOUND")
+            raise UserError(f"no recording at {self.path}", code=ErrorCode.RECORDING_NOT_FOUND)
         try:
             text = self.path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"cannot read the recording {self.path.name}: {exc}", code="INVALID_RECORDING") from None
+            raise UserError(
+                f"cannot read the recording {self.path.name}: {exc}", code=ErrorCode.INVALID_RECORDING
+            ) from None
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -111,7 +113,7 @@ class ReplayModel:
                 self._answers[entry["key"]].append(entry)
             except (ValueError, KeyError, TypeError, RecursionError):
                 raise UserError(
-                    f"{self.path.name} line {number} is not a recorded exchange", code="INVALID_RECORDING"
+                    f"{self.path.name} line {number} is not a recorded exchange", code=ErrorCode.INVALID_RECORDING
                 ) from None
             recorded_name = recorded_name or entry.get("model")
         self.name = name or f"replay:{recorded_name or self.path.name}"
@@ -136,7 +138,7 @@ class ReplayModel:
             details = dict(err.get("details") or {})
             raise cls(
                 err.get("message", ""),
-                code=err.get("code"),
+                code=ErrorCode.parse(err.get("code")),
                 provider=str(details.pop("provider", "replay")),
                 status_code=details.pop("status_code", None),
                 retry_after_s=details.pop("retry_after_s", None),

@@ -13,7 +13,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.models.base import ModelReply, ModelRequest, Usage
 
 Policy = Callable[[ModelRequest], "str | dict[str, Any]"]
@@ -59,7 +59,9 @@ class AsyncScriptedModel:
 
     def __init__(self, policy: AsyncPolicy, *, name: str = "scripted-async", latency_s: float = 0.0):
         if not (math.isfinite(latency_s) and latency_s >= 0):
-            raise UserError(f"latency_s must be a finite number >= 0 (got {latency_s})", code="INVALID_MODEL_CONFIG")
+            raise UserError(
+                f"latency_s must be a finite number >= 0 (got {latency_s})", code=ErrorCode.INVALID_MODEL_CONFIG
+            )
         self.name = name
         self.latency_s = latency_s
         self._policy = policy

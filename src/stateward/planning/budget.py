@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
 
-from stateward.core.errors import RunError
+from stateward.core.errors import ErrorCode, RunError
 from stateward.planning.plan import EstimatedCost, RemainingBudget
 
 
@@ -44,7 +44,7 @@ class BudgetError(RunError):
     would lower what was spent), RESERVATION_EXISTS, UNKNOWN_RESERVATION.
     """
 
-    default_code = "BUDGET_EXCEEDED"
+    default_code = ErrorCode.BUDGET_EXCEEDED
 
 
 class BudgetAmount(_Frozen):
@@ -172,7 +172,9 @@ class BudgetLedger(_Frozen):
         """Reserve ``estimate`` for ``item_id`` or raise BUDGET_EXCEEDED if it does not fit every limit."""
         if item_id in self.reserved:
             raise BudgetError(
-                f"{item_id} already holds a reservation", code="RESERVATION_EXISTS", details={"item_id": item_id}
+                f"{item_id} already holds a reservation",
+                code=ErrorCode.RESERVATION_EXISTS,
+                details={"item_id": item_id},
             )
         shortfalls = self.remaining().shortfalls(estimate)
         if shortfalls:
@@ -186,14 +188,18 @@ class BudgetLedger(_Frozen):
     def settle(self, item_id: str, actual: BudgetAmount) -> BudgetLedger:
         """Move ``item_id``'s reservation to used at the ``actual`` amount (facts are recorded even over a limit)."""
         if item_id not in self.reserved:
-            raise BudgetError(f"no reservation for {item_id}", code="UNKNOWN_RESERVATION", details={"item_id": item_id})
+            raise BudgetError(
+                f"no reservation for {item_id}", code=ErrorCode.UNKNOWN_RESERVATION, details={"item_id": item_id}
+            )
         rest = {k: v for k, v in self.reserved.items() if k != item_id}
         return self.model_copy(update={"reserved": rest, "used": self.used + actual})
 
     def release(self, item_id: str) -> BudgetLedger:
         """Drop a reservation that will not be spent (the item never started)."""
         if item_id not in self.reserved:
-            raise BudgetError(f"no reservation for {item_id}", code="UNKNOWN_RESERVATION", details={"item_id": item_id})
+            raise BudgetError(
+                f"no reservation for {item_id}", code=ErrorCode.UNKNOWN_RESERVATION, details={"item_id": item_id}
+            )
         return self.model_copy(update={"reserved": {k: v for k, v in self.reserved.items() if k != item_id}})
 
     def charge(self, actual: BudgetAmount) -> BudgetLedger:
@@ -235,7 +241,7 @@ class BudgetLedger(_Frozen):
         if lowered:
             raise BudgetError(
                 f"restoring would lower spent budget in: {', '.join(lowered)}",
-                code="BUDGET_RESET_REFUSED",
+                code=ErrorCode.BUDGET_RESET_REFUSED,
                 details={"dimensions": lowered},
             )
         return snapshot

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
-from stateward.core.errors import RequestRefusedError
+from stateward.core.errors import ErrorCode, RequestRefusedError
 from stateward.core.state import PendingRequest
 from stateward.core.status import RunStatus
 from stateward.planning.budget import BudgetAmount, BudgetLedger
@@ -352,7 +352,7 @@ class HandoffPackage(_Frozen):
                 return o
         raise RequestRefusedError(
             f"answer {answer!r} is not one of: {', '.join(self.option_ids)}",
-            code="UNKNOWN_OPTION",
+            code=ErrorCode.UNKNOWN_OPTION,
             details={"options": list(self.option_ids)},
         )
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
 
-from stateward.core.errors import RunError
+from stateward.core.errors import ErrorCode, RunError
 
 
 class _Frozen(BaseModel):
@@ -272,13 +272,13 @@ def parse_json_document(doc: Mapping[str, Any] | str | bytes, error: type[RunErr
         return json.loads(doc)
     except (ValueError, RecursionError) as exc:  # bad text or encoding, a 5,000-digit number, 100k nested brackets
         reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise error(f"document is not valid JSON: {reason}", code="NOT_JSON") from None
+        raise error(f"document is not valid JSON: {reason}", code=ErrorCode.NOT_JSON) from None
 
 
 class InvalidGoalDocumentError(RunError):
     """A goal contract document does not match the schema; ``details['errors']`` lists the fields."""
 
-    default_code = "INVALID_GOAL_DOCUMENT"
+    default_code = ErrorCode.INVALID_GOAL_DOCUMENT
 
 
 def load_goal(doc: Mapping[str, Any] | str | bytes) -> GoalContract:
@@ -297,6 +297,6 @@ def read_goal_file(path: str | Path) -> GoalContract:
     try:
         raw = p.read_bytes()
     except OSError as exc:
-        code = "GOAL_FILE_NOT_FOUND" if isinstance(exc, FileNotFoundError) else "GOAL_FILE_UNREADABLE"
+        code = ErrorCode.GOAL_FILE_NOT_FOUND if isinstance(exc, FileNotFoundError) else ErrorCode.GOAL_FILE_UNREADABLE
         raise InvalidGoalDocumentError(f"cannot read goal file {p}: {exc.strerror}", code=code) from None
     return load_goal(raw)

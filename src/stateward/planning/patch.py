@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
-from stateward.core.errors import RunError
+from stateward.core.errors import ErrorCode, RunError
 from stateward.planning.goal import field_errors, parse_json_document, summarize_field_errors
 from stateward.planning.plan import Milestone, Plan, RemainingBudget, WorkItem
 
@@ -55,7 +55,7 @@ class PlanPatchError(RunError):
     Codes: INVALID_PLAN_PATCH, STALE_PLAN_VERSION, SUCCEEDED_ITEM_DISCARDED, REPLAN_LIMIT.
     """
 
-    default_code = "INVALID_PLAN_PATCH"
+    default_code = ErrorCode.INVALID_PLAN_PATCH
 
 
 def load_patch(doc: Mapping[str, Any] | str | bytes) -> PlanPatch:
@@ -73,13 +73,13 @@ def apply_patch(plan: Plan, patch: PlanPatch, succeeded: Collection[str], replan
     if replans_used >= max_replans:
         raise PlanPatchError(
             f"replan limit reached ({replans_used} of {max_replans} used)",
-            code="REPLAN_LIMIT",
+            code=ErrorCode.REPLAN_LIMIT,
             details={"replans_used": replans_used, "max_replans": max_replans},
         )
     if patch.base_version != plan.version:
         raise PlanPatchError(
             f"patch is based on version {patch.base_version}, the current plan is version {plan.version}",
-            code="STALE_PLAN_VERSION",
+            code=ErrorCode.STALE_PLAN_VERSION,
             details={"base_version": patch.base_version, "current_version": plan.version},
         )
     _check_consistent(plan, patch, set(succeeded))
@@ -127,7 +127,7 @@ def _check_keeps_succeeded(plan: Plan, patch: PlanPatch, succeeded: set[str]) ->
     if bad:
         raise PlanPatchError(
             f"patch would change, drop or not keep succeeded work items: {', '.join(bad)}",
-            code="SUCCEEDED_ITEM_DISCARDED",
+            code=ErrorCode.SUCCEEDED_ITEM_DISCARDED,
             details={"work_item_ids": bad},
         )
 

@@ -21,7 +21,7 @@ from pydantic import (
     field_validator,
 )
 
-from stateward.core.errors import RunError
+from stateward.core.errors import ErrorCode, RunError
 from stateward.planning.goal import field_errors, parse_json_document, summarize_field_errors
 
 
@@ -185,7 +185,7 @@ class InvalidPlanDocumentError(RunError):
     PLAN_FILE_UNREADABLE.
     """
 
-    default_code = "INVALID_PLAN_DOCUMENT"
+    default_code = ErrorCode.INVALID_PLAN_DOCUMENT
 
 
 def load_plan(doc: Mapping[str, Any] | str | bytes) -> Plan:
@@ -204,6 +204,6 @@ def read_plan_file(path: str | Path) -> Plan:
     try:
         raw = p.read_bytes()
     except OSError as exc:
-        code = "PLAN_FILE_NOT_FOUND" if isinstance(exc, FileNotFoundError) else "PLAN_FILE_UNREADABLE"
+        code = ErrorCode.PLAN_FILE_NOT_FOUND if isinstance(exc, FileNotFoundError) else ErrorCode.PLAN_FILE_UNREADABLE
         raise InvalidPlanDocumentError(f"cannot read plan file {p}: {exc.strerror}", code=code) from None
     return load_plan(raw)

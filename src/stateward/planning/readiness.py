@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
 
-from stateward.core.errors import RunError
+from stateward.core.errors import ErrorCode, RunError
 
 
 class _Frozen(BaseModel):
@@ -45,7 +45,7 @@ class ReadinessVerdict(_Frozen):
 
 
 class InvalidReadinessEvidence(RunError):
-    default_code = "INVALID_READINESS_EVIDENCE"
+    default_code = ErrorCode.INVALID_READINESS_EVIDENCE
 
 
 def parse_evidence(text: str) -> ReadinessEvidence:

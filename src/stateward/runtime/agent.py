@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from stateward.controllers.base import Controller, FinishCheck
 from stateward.core.budget import Budget
 from stateward.core.canonical import action_digest
+from stateward.core.contract import Controller, FinishCheck, FinishPolicy, RefusalReason, WaitCheck, WaitPolicy
 from stateward.core.decision import ControlDecision
-from stateward.core.errors import UserError
-from stateward.core.state import AgentRef, GuardedAction, RequestKind, RunState
+from stateward.core.errors import ErrorCode, UserError
+from stateward.core.state import AgentRef, GuardedAction, RunState
 from stateward.tools.registry import ToolRegistry
-
-
-@dataclass(frozen=True)
-class WaitCheck:
-    """The Runtime's verdict on a wait signal: a rejection reason, or what the wait guards."""
-
-    rejected: str | None = None
-    guarded_action: GuardedAction | None = None
-    kind: RequestKind = RequestKind.INPUT
-
-
-WaitPolicy = Callable[[ControlDecision, RunState], WaitCheck]
-
-
-FinishPolicy = Callable[[ControlDecision, RunState], FinishCheck]
 
 
 def accept_finish(decision: ControlDecision, state: RunState) -> FinishCheck:
@@ -40,7 +25,7 @@ def accept_finish(decision: ControlDecision, state: RunState) -> FinishCheck:
 def require_question(decision: ControlDecision, state: RunState) -> WaitCheck:
     """The default precondition: a wait must ask something."""
     if not (decision.question or "").strip():
-        return WaitCheck(rejected="wait_signal_without_question")
+        return WaitCheck(rejected=RefusalReason.WAIT_SIGNAL_WITHOUT_QUESTION)
     return WaitCheck()
 
 
@@ -83,19 +68,19 @@ class Agent:
         if self.ref is None:
             self.ref = AgentRef(name=self.name)
         if self.on_refusal not in {"fail", "cancel"}:
-            raise UserError(f"on_refusal must be fail or cancel, not {self.on_refusal!r}", code="INVALID_AGENT")
+            raise UserError(f"on_refusal must be fail or cancel, not {self.on_refusal!r}", code=ErrorCode.INVALID_AGENT)
         if self.on_request_expiry not in {"fail", "cancel", "escalate"}:
             raise UserError(
                 f"on_request_expiry must be fail, cancel or escalate, not {self.on_request_expiry!r}",
-                code="INVALID_AGENT",
+                code=ErrorCode.INVALID_AGENT,
             )
         if self.on_rejected_signal not in {"fail", "correct_once"}:
             raise UserError(
                 f"on_rejected_signal must be fail or correct_once, not {self.on_rejected_signal!r}",
-                code="INVALID_AGENT",
+                code=ErrorCode.INVALID_AGENT,
             )
         if self.on_request_expiry == "escalate" and not self.escalation_role:
-            raise UserError("escalating expired requests needs an escalation_role", code="INVALID_AGENT")
+            raise UserError("escalating expired requests needs an escalation_role", code=ErrorCode.INVALID_AGENT)
 
     @property
     def agent_ref(self) -> AgentRef:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from stateward.core.errors import RunError, StatewardError, UserError
+from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import AgentRef
 from stateward.runtime.agent import Agent
 
@@ -117,9 +117,9 @@ class AgentRegistry:
     ) -> None:
         """Let this process build ``name`` with ``factory``. Registering a name twice is a mistake."""
         if not name or len(name) > 200:
-            raise UserError(f"an agent name must be 1-200 characters, not {name!r}", code="INVALID_AGENT")
+            raise UserError(f"an agent name must be 1-200 characters, not {name!r}", code=ErrorCode.INVALID_AGENT)
         if not callable(factory):
-            raise UserError(f"the factory of agent {name!r} is not callable", code="INVALID_AGENT")
+            raise UserError(f"the factory of agent {name!r} is not callable", code=ErrorCode.INVALID_AGENT)
         self._add(RegisteredAgent(name, factory, version, source, description))
 
     def register_lazy(
@@ -136,7 +136,7 @@ class AgentRegistry:
         (a package's entry point) costs nothing to list."""
         module, sep, attr = target.partition(":")
         if not sep or not module or not attr:
-            raise UserError(f"a lazy factory must be 'module:attr', not {target!r}"[:300], code="INVALID_AGENT")
+            raise UserError(f"a lazy factory must be 'module:attr', not {target!r}"[:300], code=ErrorCode.INVALID_AGENT)
         self.register(name, _LazyFactory(module, attr), version=version, description=description, source=source)
 
     def agent(self, name: str, *, version: str | None = None) -> Callable[[AgentFactory], AgentFactory]:
@@ -153,7 +153,7 @@ class AgentRegistry:
         if known is not None and known.factory is not entry.factory:
             raise UserError(
                 f"agent {entry.name!r} is registered twice ({known.source} and {entry.source})",
-                code="AGENT_NAME_CONFLICT",
+                code=ErrorCode.AGENT_NAME_CONFLICT,
                 details={"agent": entry.name, "sources": [known.source, entry.source]},
             )
         self._agents[entry.name] = entry
@@ -199,7 +199,7 @@ class AgentRegistry:
             if not entry.accepts(MODEL_PARAM):
                 raise RunError(
                     f"agent {name!r} takes no model (its factory has no {MODEL_PARAM} parameter)",
-                    code="MODEL_NOT_SUPPORTED",
+                    code=ErrorCode.MODEL_NOT_SUPPORTED,
                     details={"agent": name},
                 )
             given[MODEL_PARAM] = model_spec
@@ -220,7 +220,7 @@ class AgentRegistry:
         if not isinstance(agent, Agent):
             raise RunError(
                 f"the factory of agent {name!r} returned {type(agent).__name__}, not an Agent",
-                code="AGENT_UNAVAILABLE",
+                code=ErrorCode.AGENT_UNAVAILABLE,
                 details={"agent": name},
             )
         agent.ref = AgentRef(name=name, version=entry.version, params=given)
@@ -234,13 +234,13 @@ class AgentRegistry:
         except Exception as exc:
             raise RunError(
                 f"agent {ref.name!r} could not be built: {type(exc).__name__}: {exc}"[:1000],
-                code="AGENT_UNAVAILABLE",
+                code=ErrorCode.AGENT_UNAVAILABLE,
                 details={"agent": ref.name},
             ) from exc
         if not isinstance(agent, Agent):
             raise RunError(
                 f"the factory of agent {ref.name!r} returned {type(agent).__name__}, not an Agent",
-                code="AGENT_UNAVAILABLE",
+                code=ErrorCode.AGENT_UNAVAILABLE,
                 details={"agent": ref.name},
             )
         agent.ref = AgentRef(name=ref.name, version=entry.version, params=ref.params)
@@ -251,7 +251,7 @@ class AgentRegistry:
         if entry is None:
             raise RunError(
                 f"agent {name!r} is not registered in this process (see `stateward agents list`)",
-                code="AGENT_NOT_REGISTERED",
+                code=ErrorCode.AGENT_NOT_REGISTERED,
                 details={"agent": name},
             )
         return entry
@@ -260,7 +260,7 @@ class AgentRegistry:
 def _invalid_params(name: str, why: str) -> RunError:
     return RunError(
         f"agent {name!r} does not take these params: {why}"[:1000],
-        code="INVALID_AGENT_PARAMS",
+        code=ErrorCode.INVALID_AGENT_PARAMS,
         details={"agent": name},
     )
 
@@ -279,7 +279,7 @@ class _LazyFactory:
         except (ImportError, AttributeError) as exc:
             raise UserError(
                 f"cannot load the agent factory {self._module}:{self._attr}: {type(exc).__name__}: {exc}",
-                code="INVALID_AGENTS_SOURCE",
+                code=ErrorCode.INVALID_AGENTS_SOURCE,
             ) from exc
         return factory
 
@@ -311,15 +311,17 @@ def load_spec(spec: str) -> AgentRegistry:
     """Import an operator-named ``module:attr`` that must be an AgentRegistry."""
     module_name, sep, attr = spec.strip().partition(":")
     if not sep or not module_name or not attr:
-        raise UserError(f"an agents source must be 'module:attr', not {spec!r}", code="INVALID_AGENTS_SOURCE")
+        raise UserError(f"an agents source must be 'module:attr', not {spec!r}", code=ErrorCode.INVALID_AGENTS_SOURCE)
     try:
         value = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise UserError(
-            f"cannot load agents from {spec!r}: {type(exc).__name__}: {exc}", code="INVALID_AGENTS_SOURCE"
+            f"cannot load agents from {spec!r}: {type(exc).__name__}: {exc}", code=ErrorCode.INVALID_AGENTS_SOURCE
         ) from exc
     if not isinstance(value, AgentRegistry):
-        raise UserError(f"{spec} is a {type(value).__name__}, not an AgentRegistry", code="INVALID_AGENTS_SOURCE")
+        raise UserError(
+            f"{spec} is a {type(value).__name__}, not an AgentRegistry", code=ErrorCode.INVALID_AGENTS_SOURCE
+        )
     return _sourced(value, spec)
 
 
@@ -338,13 +340,15 @@ def _from_entry_points() -> AgentRegistry:
         try:
             value = ep.load()
         except Exception as exc:
-            raise UserError(f"cannot load {source}: {type(exc).__name__}: {exc}", code="INVALID_AGENTS_SOURCE") from exc
+            raise UserError(
+                f"cannot load {source}: {type(exc).__name__}: {exc}", code=ErrorCode.INVALID_AGENTS_SOURCE
+            ) from exc
         if isinstance(value, AgentRegistry):
             found.merge(_sourced(value, source))
         elif callable(value):
             found.register(ep.name, value, source=source)
         else:
-            raise UserError(f"{source} is neither an AgentRegistry nor a factory", code="INVALID_AGENTS_SOURCE")
+            raise UserError(f"{source} is neither an AgentRegistry nor a factory", code=ErrorCode.INVALID_AGENTS_SOURCE)
     return found
 
 

@@ -16,24 +16,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from stateward.core.errors import RequestRefusedError, RunError, StatewardError
+from stateward.core.errors import ErrorCode, RequestRefusedError, RunError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
-    Answer,
     AnswerVerdict,
     AskedBy,
-    DeferredCall,
-    Grant,
     PendingRequest,
     RequestKind,
     RunState,
 )
-from stateward.core.status import RunStatus, TransitionKind, next_status
+from stateward.core.status import RunStatus
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
+from stateward.runtime.transition import resume_on_answer
 from stateward.store.base import Store
 from stateward.store.records import RequestAnswer, StepWrite
 
-_ASKS_CONSENT = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
 _VERDICTS_BY_KIND = {
     RequestKind.APPROVAL: {AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
     RequestKind.RECONCILIATION: {AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
@@ -67,7 +64,7 @@ class AnswerResult:
     not_driven: StatewardError | None = None
 
 
-def _refuse(code: str, message: str, run_id: str, request_id: str) -> RequestRefusedError:
+def _refuse(code: ErrorCode, message: str, run_id: str, request_id: str) -> RequestRefusedError:
     return RequestRefusedError(message, code=code, details={"run_id": run_id, "request_id": request_id})
 
 
@@ -90,7 +87,7 @@ def answer_limit(env: Mapping[str, str] | None = None) -> int | None:
     except ValueError:
         from stateward.core.errors import UserError
 
-        raise UserError("STATEWARD_MAX_ANSWER_BYTES must be an integer", code="CONFIGURATION_ERROR") from None
+        raise UserError("STATEWARD_MAX_ANSWER_BYTES must be an integer", code=ErrorCode.CONFIGURATION_ERROR) from None
     return limit if limit > 0 else None
 
 
@@ -99,10 +96,15 @@ def check_answer_size(text: str | None, by: str, run_id: str, request_id: str, l
     size = 0 if text is None else len(text.encode("utf-8"))
     if limit is not None and size > limit:
         raise _refuse(
-            "ANSWER_TOO_LARGE", f"the answer's text is {size} bytes, over the limit of {limit}", run_id, request_id
+            ErrorCode.ANSWER_TOO_LARGE,
+            f"the answer's text is {size} bytes, over the limit of {limit}",
+            run_id,
+            request_id,
         )
     if len(by.encode("utf-8")) > MAX_ANSWERER_BYTES:
-        raise _refuse("ANSWER_TOO_LARGE", f"the answerer's name is over {MAX_ANSWERER_BYTES} bytes", run_id, request_id)
+        raise _refuse(
+            ErrorCode.ANSWER_TOO_LARGE, f"the answerer's name is over {MAX_ANSWERER_BYTES} bytes", run_id, request_id
+        )
 
 
 @dataclass(frozen=True)
@@ -118,46 +120,46 @@ class _Asked:
     pending: PendingRequest
 
 
-Refusal = tuple[str, str]  # (code, message)
+Refusal = tuple[ErrorCode, str]  # (code, message)
 
 
 def _verdict_fits_kind(a: _Asked) -> Refusal | None:
     allowed = _VERDICTS_BY_KIND[a.pending.kind]
     if a.verdict in allowed:
         return None
-    return "WRONG_ANSWER_KIND", f"a {a.pending.kind} request takes {sorted(allowed)}, not {a.verdict!r}"
+    return ErrorCode.WRONG_ANSWER_KIND, f"a {a.pending.kind} request takes {sorted(allowed)}, not {a.verdict!r}"
 
 
 def _names_an_option(a: _Asked) -> Refusal | None:
     options = a.pending.options
     if not options or (a.text or "").strip().lower() in {o.lower() for o in options}:
         return None
-    return "UNKNOWN_OPTION", f"{a.request_id} takes one of {list(options)}, not {a.text!r}"
+    return ErrorCode.UNKNOWN_OPTION, f"{a.request_id} takes one of {list(options)}, not {a.text!r}"
 
 
 def _digest_matches(a: _Asked) -> Refusal | None:
     guarded = a.pending.guarded_action
     if a.who.digest is None or (guarded is not None and guarded.digest == a.who.digest):
         return None
-    return "ACTION_DIGEST_MISMATCH", f"{a.request_id} guards a different action than the one presented"
+    return ErrorCode.ACTION_DIGEST_MISMATCH, f"{a.request_id} guards a different action than the one presented"
 
 
 def _role_held(a: _Asked) -> Refusal | None:
     role = a.pending.approver_role
     if role is None or role in a.who.roles:
         return None
-    return "ROLE_NOT_ALLOWED", f"{a.request_id} needs an answerer with role {role!r}"
+    return ErrorCode.ROLE_NOT_ALLOWED, f"{a.request_id} needs an answerer with role {role!r}"
 
 
 def _not_expired(a: _Asked) -> Refusal | None:
     expires = a.pending.expires_at
     if expires is None or a.now < expires:
         return None
-    return "REQUEST_EXPIRED", f"{a.request_id} expired at {expires.isoformat()}"
+    return ErrorCode.REQUEST_EXPIRED, f"{a.request_id} expired at {expires.isoformat()}"
 
 
 def _answerer_named(a: _Asked) -> Refusal | None:
-    return None if a.who.by.strip() else ("ANSWERER_REQUIRED", "an answer must say who gave it")
+    return None if a.who.by.strip() else (ErrorCode.ANSWERER_REQUIRED, "an answer must say who gave it")
 
 
 # The checks an answer to the open request passes, in order, like the gateway's admission stages.
@@ -168,10 +170,12 @@ def _earlier_answer(first: RequestAnswer, verdict: str, text: str | None, run_id
     """A request already closed or answered: the identical answer is a no-op, anything else is refused."""
     request_id = first.request_id
     if first.verdict is AnswerVerdict.CLOSED:
-        raise _refuse("REQUEST_CLOSED", f"{request_id} was closed ({first.text or 'run ended'})", run_id, request_id)
+        raise _refuse(
+            ErrorCode.REQUEST_CLOSED, f"{request_id} was closed ({first.text or 'run ended'})", run_id, request_id
+        )
     if first.verdict != verdict or (text or None) != (first.text or None):
         raise _refuse(
-            "REQUEST_ALREADY_ANSWERED",
+            ErrorCode.REQUEST_ALREADY_ANSWERED,
             f"{request_id} was already {first.verdict} by {first.by} at {first.at.isoformat()}",
             run_id,
             request_id,
@@ -181,17 +185,17 @@ def _earlier_answer(first: RequestAnswer, verdict: str, text: str | None, run_id
 def _open_request(state: RunState, run_id: str, request_id: str) -> PendingRequest:
     """The request the run waits on, which must be the one answered."""
     if state.status.is_terminal:
-        raise _refuse("RUN_ENDED", f"run {run_id} is {state.status.value}", run_id, request_id)
+        raise _refuse(ErrorCode.RUN_ENDED, f"run {run_id} is {state.status.value}", run_id, request_id)
     pending = state.pending
     if state.status is not RunStatus.WAITING_FOR_USER or pending is None or pending.request_id != request_id:
         raise _refuse(
-            "STALE_REQUEST", f"{request_id} is not the request run {run_id} is waiting on", run_id, request_id
+            ErrorCode.STALE_REQUEST, f"{request_id} is not the request run {run_id} is waiting on", run_id, request_id
         )
     return pending
 
 
 def _answer_events(
-    state: RunState, resumed: RunState, pending: PendingRequest, answer: RequestAnswer, roles: frozenset[str]
+    state: RunState, moved: list[NewEvent], pending: PendingRequest, answer: RequestAnswer, roles: frozenset[str]
 ) -> list[NewEvent]:
     guarded = pending.guarded_action
     answered: dict[str, Any] = {
@@ -206,14 +210,7 @@ def _answer_events(
         answered["roles"] = sorted(roles)
     events = [
         NewEvent(type=EventType.REQUEST_ANSWERED, payload=answered),
-        NewEvent(
-            type=EventType.STATE_TRANSITION,
-            payload={
-                "state_before": state.status.value,
-                "state_after": resumed.status.value,
-                "reason": f"request_{answer.verdict.value}",
-            },
-        ),
+        *moved,
         NewEvent(
             type=EventType.RUN_RESUMED, payload={"request_id": answer.request_id, "usage": state.usage.model_dump()}
         ),
@@ -246,7 +243,7 @@ def answer_request(
     record = store.get_request(run_id, request_id)
     if record is None or (who.tenant is not None and who.tenant != state.tenant):
         # A request of another tenant is reported exactly like a missing one: nothing leaks.
-        raise _refuse("UNKNOWN_REQUEST", f"run {run_id} has no request {request_id!r}", run_id, request_id)
+        raise _refuse(ErrorCode.UNKNOWN_REQUEST, f"run {run_id} has no request {request_id!r}", run_id, request_id)
     if record.answer is not None:
         _earlier_answer(record.answer, verdict, text, run_id)
         return AnswerResult(state=state, already_answered=True, answer=record.answer)
@@ -257,14 +254,14 @@ def answer_request(
             raise _refuse(*refused, run_id, request_id)
 
     answer = RequestAnswer(request_id=request_id, verdict=AnswerVerdict(verdict), text=text, by=who.by, at=now)
-    resumed = resumed_state(state, answer)
-    events = _answer_events(state, resumed, asked.pending, answer, who.roles)
+    resumed, moved = resume_on_answer(state, answer, f"request_{answer.verdict.value}")
+    events = _answer_events(state, moved, asked.pending, answer, who.roles)
     faults.point("approval_before_commit")
     try:
         store.commit_step(run_id, seq, StepWrite(state=resumed, events=events, close_request=answer))
         faults.point("approval_after_commit")
     except RunError as exc:
-        if exc.code not in {"CONCURRENT_UPDATE", "REQUEST_NOT_OPEN"}:
+        if exc.code not in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.REQUEST_NOT_OPEN}:
             raise
         # Someone answered between our read and our write: their answer stands.
         return answer_request(
@@ -284,46 +281,6 @@ def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[
         "args": action.args,
         "status": "REJECTED",
         "result": {"rejected_by": answer.by, "comment": answer.text, "request_id": answer.request_id},
-        "error_code": "REJECTED_BY_APPROVER",
+        "error_code": ErrorCode.REJECTED_BY_APPROVER.value,
         "artifacts": [],
     }
-
-
-def resumed_state(state: RunState, answer: RequestAnswer) -> RunState:
-    """The run after an accepted answer; an approval admits exactly the action it was asked for, once
-    (unless the tool declared a run-long grant), and a call the Runtime asked about runs first."""
-    pending = state.pending
-    assert pending is not None
-    approvals, granted = state.approvals, state.granted
-    next_call, refused = state.next_call, state.refused_request
-    action = pending.guarded_action
-    if pending.kind in _ASKS_CONSENT:
-        # A person's latest yes or no stands: a run may not complete on a "no" nobody took back.
-        refused = {AnswerVerdict.APPROVED: None, AnswerVerdict.REJECTED: answer.request_id}.get(answer.verdict, refused)
-    if pending.kind is RequestKind.APPROVAL and action is not None and answer.verdict is AnswerVerdict.APPROVED:
-        grant = Grant(request_id=answer.request_id, action=action, scope=pending.approval_scope, by=answer.by)
-        approvals, granted = (*approvals, grant), (*granted, action.digest)
-        if pending.asked_by is AskedBy.RUNTIME:
-            next_call = DeferredCall(request_id=answer.request_id, action=action, step=pending.call_step or 0)
-    return state.model_copy(
-        update={
-            "status": next_status(state.status, TransitionKind.RESUME),
-            "terminal_reason": None,
-            "pending": None,
-            "wait": None,
-            "approvals": approvals,
-            "granted": granted,
-            "next_call": next_call,
-            "refused_request": refused,
-            "last_answer": Answer(
-                request_id=answer.request_id,
-                verdict=answer.verdict,
-                text=answer.text,
-                by=answer.by,
-                at=answer.at,
-                guarded_action=pending.guarded_action,
-                replaces=pending.replaces,
-                kind=pending.kind,
-            ),
-        }
-    )

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
-from stateward.controllers.base import DecisionContext, Observation, ObservationLog, Proposal
+from stateward.core.contract import DecisionContext, Observation, ObservationLog, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.setback import Setback, SetbackKind, next_setback
 from stateward.core.state import AnswerVerdict, RunState
-from stateward.core.status import RunStatus, TransitionKind, next_status
+from stateward.core.status import RunStatus, TransitionKind
 from stateward.models.base import ActionSpec, model_attempt_sink
 from stateward.models.errors import ModelCallError
 from stateward.runtime.agent import Agent
@@ -28,7 +28,7 @@ from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
 from stateward.runtime.tool_step import execute_tool
-from stateward.runtime.transition import Transition, handle
+from stateward.runtime.transition import Transition, cancel, end, exit_event, handle, pause
 from stateward.store.base import Store
 from stateward.store.records import Lease, RequestAnswer, StepWrite
 from stateward.tools.gateway import ToolGateway
@@ -288,7 +288,7 @@ class Driver:
     def _exhaust(self, run: _Run, lease: Lease, dimension: str) -> None:
         """Out of budget: a real terminal state, ending with budget_exhausted rather than run_exited."""
         before = run.state
-        new = ended(before, TransitionKind.FAIL, "budget_exhausted")
+        new, moved = end(before, TransitionKind.FAIL, "budget_exhausted")
         self._persist(
             run,
             lease,
@@ -296,7 +296,7 @@ class Driver:
                 state=new,
                 checkpoint="terminal",
                 events=[
-                    transition_event(before, new),
+                    *moved,
                     NewEvent(
                         type=EventType.BUDGET_EXHAUSTED,
                         payload={
@@ -312,30 +312,16 @@ class Driver:
     def _end(self, run: _Run, lease: Lease, reason: str, *, message: str) -> None:
         """A signal source broke (e.g. a provider error): fail the run explicitly, never leave it RUNNING."""
         before = run.state
-        new = ended(before, TransitionKind.FAIL, reason)
+        new, moved = end(before, TransitionKind.FAIL, reason, message=message)
         self._persist(
-            run,
-            lease,
-            StepWrite(
-                state=new,
-                checkpoint="terminal",
-                events=[transition_event(before, new, message=message), exit_event(new)],
-            ),
+            run, lease, StepWrite(state=new, checkpoint="terminal", events=[*moved, exit_event(new)])
         )
 
     def _pause(self, run: _Head, lease: Lease, *, by: str) -> None:
         """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint;
-        both transitions name who asked."""
-        before = run.state
-        events: list[NewEvent] = []
-        state = before
-        if state.status is RunStatus.RUNNING:
-            state = state.model_copy(update={"status": next_status(state.status, TransitionKind.PAUSE)})
-            events.append(transition_event(before, state, reason="pause_requested", by=by))
-        paused = state.model_copy(
-            update={"status": next_status(state.status, TransitionKind.PAUSED), "terminal_reason": "paused"}
-        )
-        events += [transition_event(state, paused, reason="paused", by=by), exit_event(paused)]
+        both moves name who asked."""
+        paused, events = pause(run.state, "paused", requested="pause_requested", by=by)
+        events.append(exit_event(paused))
         self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
 
     def _cancel(self, run: _Head, lease: Lease, *, by: str) -> None:
@@ -351,8 +337,8 @@ class Driver:
         if setback.retry_at is not None:
             self._persist(run, lease, StepWrite(state=before, events=[event], not_before=setback.retry_at))
         else:
-            new = ended(before, TransitionKind.FAIL, kind.value)
-            events = [event, transition_event(before, new, message=event.payload["message"]), exit_event(new)]
+            new, moved = end(before, TransitionKind.FAIL, kind.value, message=event.payload["message"])
+            events = [event, *moved, exit_event(new)]
             self._persist(run, lease, StepWrite(state=new, events=events, checkpoint="terminal"))
         run.setback_recorded()
 
@@ -443,27 +429,21 @@ def approved_call_proposal(state: RunState) -> Proposal:
 def park_write(state: RunState, reason: str, events: list[NewEvent], *, not_before: datetime | None) -> StepWrite:
     """RUNNING (or PAUSING) -> PAUSED with ``reason`` and a checkpoint; a pending pause or cancel
     request stays for whoever resumes the run to honour."""
-    parked = state
-    if parked.status is RunStatus.RUNNING:
-        parked = parked.model_copy(update={"status": next_status(parked.status, TransitionKind.PAUSE)})
-        events = [*events, transition_event(state, parked, reason=reason)]
-    paused = parked.model_copy(
-        update={"status": next_status(parked.status, TransitionKind.PAUSED), "terminal_reason": reason}
-    )
-    events = [*events, transition_event(parked, paused, reason=reason), exit_event(paused)]
+    paused, moved = pause(state, reason)
+    events = [*events, *moved, exit_event(paused)]
     return StepWrite(state=paused, events=events, checkpoint="pause", not_before=not_before)
 
 
 def cancel_write(state: RunState, *, by: str, now: datetime) -> StepWrite:
     """CANCELLED from any non-terminal status; every open request closes with it."""
-    new = ended(state, TransitionKind.CANCEL, "cancelled").model_copy(update={"pending": None})
+    new, moved = cancel(state, by=by)
     closed = RequestAnswer(request_id="*", verdict=AnswerVerdict.CLOSED, text="run cancelled", by=by, at=now)
     return StepWrite(
         state=new,
         checkpoint="terminal",
         clear_control=True,
         close_all_requests=closed,
-        events=[transition_event(state, new, by=by), exit_event(new)],
+        events=[*moved, exit_event(new)],
     )
 
 
@@ -479,29 +459,3 @@ _CHECKPOINT_EVENTS = (
 def checkpoint_reason(events: list[NewEvent]) -> str | None:
     kinds = {e.type for e in events}
     return next((reason for kind, reason in _CHECKPOINT_EVENTS if kind in kinds), None)
-
-
-def ended(state: RunState, kind: TransitionKind, reason: str) -> RunState:
-    return state.model_copy(update={"status": next_status(state.status, kind), "terminal_reason": reason})
-
-
-def transition_event(before: RunState, after: RunState, **extra: Any) -> NewEvent:
-    return NewEvent(
-        type=EventType.STATE_TRANSITION,
-        payload={
-            "state_before": before.status.value,
-            "state_after": after.status.value,
-            "reason": after.terminal_reason,
-            **extra,
-        },
-    )
-
-
-def exit_event(state: RunState) -> NewEvent:
-    return NewEvent(
-        type=EventType.RUN_EXITED,
-        payload={
-            "status": state.status.value,
-            "terminal_reason": state.terminal_reason,
-        },
-    )

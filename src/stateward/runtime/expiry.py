@@ -7,15 +7,14 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from stateward.core.errors import RunError
+from stateward.core.errors import ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.setback import without_retry
 from stateward.core.state import AnswerVerdict, RequestKind, RunState
-from stateward.core.status import RunStatus, TransitionKind, next_status
-from stateward.runtime.continuation import resumed_state
-from stateward.runtime.driver import cancel_write, ended, exit_event, transition_event
+from stateward.core.status import RunStatus, TransitionKind
+from stateward.runtime import transition
+from stateward.runtime.driver import cancel_write
 from stateward.runtime.recovery import RETRY_BY
-from stateward.runtime.transition import mint_request_id
 from stateward.store.records import RequestAnswer, StepWrite
 
 log = logging.getLogger("stateward.expiry")
@@ -40,7 +39,7 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
             try:
                 store.commit_step(record.run_id, seq, write)
             except RunError as exc:
-                if exc.code in {"CONCURRENT_UPDATE", "LEASE_HELD"}:
+                if exc.code in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.LEASE_HELD}:
                     continue
                 raise
             expired.append((record.run_id, request.request_id, "timer_fired"))
@@ -61,44 +60,25 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
             write = cancel_write(state, by="stateward:expiry", now=now)
             write = write.model_copy(update={"events": [note, *write.events]})
         elif agent.on_request_expiry == "escalate":
-            escalated = request.model_copy(
-                update={
-                    "request_id": mint_request_id(state),
-                    "replaces": request.replaces or request.request_id,
-                    "approver_role": agent.escalation_role,
-                    "created_at": now,
-                    "expires_at": None if agent.request_ttl is None else now + agent.request_ttl,
-                }
+            new, moved = transition.escalate(
+                state,
+                role=agent.escalation_role,
+                now=now,
+                expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
             )
-            new = state.model_copy(update={"pending": escalated, "requests_issued": state.requests_issued + 1})
-            write = StepWrite(
-                state=new,
-                close_request=closed,
-                open_request=escalated,
-                events=[
-                    note,
-                    NewEvent(
-                        type=EventType.PENDING_RECORDED,
-                        payload={
-                            "pending_request_id": escalated.request_id,
-                            "escalated_from": request.request_id,
-                            "approver_role": agent.escalation_role,
-                        },
-                    ),
-                ],
-            )
+            write = StepWrite(state=new, close_request=closed, open_request=new.pending, events=[note, *moved])
         else:
-            new = ended(state, TransitionKind.FAIL, "request_expired").model_copy(update={"pending": None})
+            new, moved = transition.end(state, TransitionKind.FAIL, "request_expired", clear_pending=True)
             write = StepWrite(
                 state=new,
                 close_request=closed,
                 checkpoint="terminal",
-                events=[note, transition_event(state, new), exit_event(new)],
+                events=[note, *moved, transition.exit_event(new)],
             )
         try:
             store.commit_step(record.run_id, seq, write)
         except RunError as exc:
-            if exc.code in {"CONCURRENT_UPDATE", "LEASE_HELD"}:
+            if exc.code in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.LEASE_HELD}:
                 continue  # answered or moved on meanwhile: the next sweep looks again
             raise
         expired.append((record.run_id, request.request_id, agent.on_request_expiry))
@@ -108,7 +88,7 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
 def _fire_timer(state: RunState, request_id: str, now: datetime) -> StepWrite:
     """A timer's deadline passed: the run resumes exactly as if a person had answered."""
     fired = RequestAnswer(request_id=request_id, verdict=AnswerVerdict.TIMER_FIRED, by="stateward:timer", at=now)
-    resumed = resumed_state(state, fired)
+    resumed, moved = transition.resume_on_answer(state, fired, "timer_fired")
     return StepWrite(
         state=resumed,
         close_request=fired,
@@ -117,7 +97,7 @@ def _fire_timer(state: RunState, request_id: str, now: datetime) -> StepWrite:
                 type=EventType.REQUEST_ANSWERED,
                 payload={"request_id": request_id, "verdict": "timer_fired", "by": fired.by, "at": now.isoformat()},
             ),
-            transition_event(state, resumed, reason="timer_fired"),
+            *moved,
             NewEvent(type=EventType.RUN_RESUMED, payload={"request_id": request_id, "usage": state.usage.model_dump()}),
         ],
     )
@@ -137,15 +117,9 @@ def resume_due(runtime: Runtime) -> list[str]:
             continue
         if now < setback.retry_at:
             continue
-        running = state.model_copy(
-            update={
-                "status": next_status(state.status, TransitionKind.RESUME),
-                "terminal_reason": None,
-                "setback": without_retry(setback),
-            }
-        )
+        running, moved = transition.resume(state, "retry_due", by=RETRY_BY, setback=without_retry(setback))
         events = [
-            transition_event(state, running, reason="retry_due", by=RETRY_BY),
+            *moved,
             NewEvent(
                 type=EventType.RUN_RESUMED,
                 payload={
@@ -159,7 +133,7 @@ def resume_due(runtime: Runtime) -> list[str]:
         try:
             store.commit_step(run_id, seq, StepWrite(state=running, events=events))
         except RunError as exc:
-            if exc.code in {"CONCURRENT_UPDATE", "LEASE_HELD"}:
+            if exc.code in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.LEASE_HELD}:
                 continue  # resumed or cancelled meanwhile
             raise
         resumed.append(run_id)

@@ -16,7 +16,7 @@ import threading
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from stateward.core.bridge import resolve
-from stateward.core.errors import StaleLeaseError, StatewardError, UserError
+from stateward.core.errors import ErrorCode, StaleLeaseError, StatewardError, UserError
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.store.base import Store
 from stateward.store.records import Lease
@@ -36,12 +36,12 @@ class LeasePolicy(BaseModel):
         if not (math.isfinite(self.ttl_s) and math.isfinite(self.heartbeat_s) and self.heartbeat_s > 0):
             raise UserError(
                 f"lease TTL {self.ttl_s} and heartbeat {self.heartbeat_s} must be positive, finite numbers of seconds",
-                code="INVALID_LEASE_POLICY",
+                code=ErrorCode.INVALID_LEASE_POLICY,
             )
         if self.ttl_s < 3 * self.heartbeat_s - 1e-9:
             raise UserError(
                 f"lease TTL {self.ttl_s}s must be at least 3 x the heartbeat {self.heartbeat_s}s",
-                code="INVALID_LEASE_POLICY",
+                code=ErrorCode.INVALID_LEASE_POLICY,
             )
         return self
 

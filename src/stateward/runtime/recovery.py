@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from stateward.core.errors import RunError, StaleLeaseError, StatewardError, StoreError, UserError
+from stateward.core.errors import ErrorCode, RunError, StaleLeaseError, StatewardError, StoreError, UserError
 from stateward.core.setback import SetbackKind
 from stateward.tools.redaction import RedactionRules
 
@@ -56,7 +56,9 @@ class RecoveryPolicy(BaseModel):
         retries = (self.step_crash_retries, self.agent_unavailable_retries, self.model_outage_retries)
         delays = (self.base_delay_s, self.outage_base_delay_s, self.max_delay_s)
         if min(retries) < 0 or not all(math.isfinite(d) and d > 0 for d in delays):
-            raise UserError("retries must be >= 0 and delays finite positive seconds", code="INVALID_RECOVERY_POLICY")
+            raise UserError(
+                "retries must be >= 0 and delays finite positive seconds", code=ErrorCode.INVALID_RECOVERY_POLICY
+            )
         return self
 
     def retries(self, kind: SetbackKind) -> int:

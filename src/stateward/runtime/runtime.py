@@ -20,17 +20,19 @@ from typing import Any
 
 from stateward.core.budget import Budget
 from stateward.core.canonical import sha256_hex
-from stateward.core.errors import RunError, RunNotFoundError, StatewardError, UserError
+from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StatewardError, UserError
 from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.journal import SideEffectStatus
 from stateward.core.setback import without_retry
 from stateward.core.state import RunState
-from stateward.core.status import RunStatus, TransitionKind, next_status
+from stateward.core.status import RunStatus
+from stateward.runtime import transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.control import ControlRequest
-from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, transition_event
+from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
@@ -39,7 +41,6 @@ from stateward.store.offload import offloaded
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
 from stateward.store.records import ArtifactRecord, Lease, StepWrite
 from stateward.tools.gateway import ToolGateway
-from stateward.tools.ports import SideEffectStatus
 
 Clock = Callable[[], datetime]
 IN_FLIGHT = (SideEffectStatus.STARTED.value, SideEffectStatus.UNKNOWN_OUTCOME.value)
@@ -148,7 +149,7 @@ class Runtime:
         if all(value is None for value in limits.model_dump().values()):
             raise UserError(
                 "a run needs at least one bound (max_steps, max_model_calls, max_tool_calls or tokens)",
-                code="UNBOUNDED_RUN",
+                code=ErrorCode.UNBOUNDED_RUN,
             )
         state = RunState(run_id=run_id or new_run_id(), tenant=tenant, agent=agent.agent_ref, goal=goal, budget=limits)
         self.store.create_run(
@@ -241,7 +242,7 @@ class Runtime:
         The last event's ``seq`` is the ``after`` of the next call; an empty list means none yet.
         """
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            raise UserError(f"after must be an event number >= 0, not {after!r}"[:200], code="INVALID_CURSOR")
+            raise UserError(f"after must be an event number >= 0, not {after!r}"[:200], code=ErrorCode.INVALID_CURSOR)
         size = page_size(limit, MAX_EVENT_PAGE)
         self._visible(run_id, tenant)
         return self.store.read_events(run_id, after, size)
@@ -261,7 +262,7 @@ class Runtime:
             which = name if version is None else f"{name}:v{version}"
             raise RunError(
                 f"run {run_id} has no artifact {which}",
-                code="ARTIFACT_NOT_FOUND",
+                code=ErrorCode.ARTIFACT_NOT_FOUND,
                 details={"run_id": run_id, "name": name, "version": version},
             )
         return found
@@ -297,7 +298,9 @@ class Runtime:
         lease = self._try_lease(run_id)
         if lease is None:
             raise RunError(
-                f"run {run_id} is being driven by another process", code="LEASE_HELD", details={"run_id": run_id}
+                f"run {run_id} is being driven by another process",
+                code=ErrorCode.LEASE_HELD,
+                details={"run_id": run_id},
             )
         return self.driver.drive(lease, self.agent_for, max_steps=1)
 
@@ -311,7 +314,7 @@ class Runtime:
         try:
             return self.store.acquire_lease(run_id, self.owner, self.lease_policy.ttl_s)
         except RunError as exc:
-            if exc.code == "LEASE_HELD":
+            if exc.code == ErrorCode.LEASE_HELD:
                 return None
             raise
 
@@ -386,7 +389,7 @@ class Runtime:
         if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
             raise RunError(
                 f"run {run_id} is {state.status.value}; only a RUNNING run can pause",
-                code="NOT_PAUSABLE",
+                code=ErrorCode.NOT_PAUSABLE,
                 details={"run_id": run_id, "status": state.status.value},
             )
         self.store.set_control(run_id, ControlRequest("pause", by).encode())
@@ -398,7 +401,7 @@ class Runtime:
         if state.status.is_terminal:
             raise RunError(
                 f"run {run_id} already ended {state.status.value}",
-                code="RUN_ENDED",
+                code=ErrorCode.RUN_ENDED,
                 details={"run_id": run_id, "status": state.status.value},
             )
         self.store.set_control(run_id, ControlRequest("cancel", by).encode())
@@ -429,22 +432,23 @@ class Runtime:
         if state.status not in (RunStatus.PAUSED, RunStatus.RUNNING):
             raise RunError(
                 f"run {run_id} is {state.status.value}; only a PAUSED or abandoned RUNNING run resumes",
-                code="NOT_RESUMABLE",
+                code=ErrorCode.NOT_RESUMABLE,
                 details={"run_id": run_id, "status": state.status.value},
             )
         lease = self._try_lease(run_id)
         if lease is None:
             raise RunError(
-                f"run {run_id} is being driven by another process", code="LEASE_HELD", details={"run_id": run_id}
+                f"run {run_id} is being driven by another process",
+                code=ErrorCode.LEASE_HELD,
+                details={"run_id": run_id},
             )
         try:
             state, seq = self.store.load_run_at(run_id)
             self._verify_checkpoint(state, seq)
             reconciled = self._reconcile(state, lease.version)
-            resumed = state.model_copy(
-                update={"status": RunStatus.RUNNING, "terminal_reason": None, "setback": without_retry(state.setback)}
-            )
+            resumed, events = transition.resume(state, "resumed", by=by, setback=without_retry(state.setback))
             events = [
+                *events,
                 NewEvent(
                     type=EventType.RUN_RESUMED,
                     payload={
@@ -453,11 +457,8 @@ class Runtime:
                         "usage": state.usage.model_dump(),
                         "reconciled": reconciled,
                     },
-                )
+                ),
             ]
-            if state.status is RunStatus.PAUSED:
-                resumed = resumed.model_copy(update={"status": next_status(state.status, TransitionKind.RESUME)})
-                events.insert(0, transition_event(state, resumed, reason="resumed", by=by))
             self.store.commit_step(run_id, seq, StepWrite(state=resumed, events=events), lease)
         except BaseException:
             self.store.release_lease(lease)
@@ -467,12 +468,14 @@ class Runtime:
     def _verify_checkpoint(self, state: RunState, seq: int) -> None:
         checkpoint = self.store.latest_checkpoint(state.run_id)
         if checkpoint is not None and checkpoint.seq == seq and checkpoint.state != state:
-            raise RunError(f"run {state.run_id}: snapshot and checkpoint {seq} disagree", code="CHECKPOINT_INVALID")
+            raise RunError(
+                f"run {state.run_id}: snapshot and checkpoint {seq} disagree", code=ErrorCode.CHECKPOINT_INVALID
+            )
         for art in self.store.list_artifacts(state.run_id):
             if sha256_hex(art.content) != art.sha256:
                 raise RunError(
                     f"artifact {art.ref} of run {state.run_id} does not match its hash",
-                    code="ARTIFACT_CORRUPTED",
+                    code=ErrorCode.ARTIFACT_CORRUPTED,
                     details={"artifact": art.ref},
                 )
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from stateward.controllers.base import Observation
 from stateward.core.canonical import sha256_hex
+from stateward.core.contract import Observation
 from stateward.core.decision import ControlDecision
 from stateward.core.events import EventType, NewEvent
+from stateward.core.journal import AttemptRecord
 from stateward.core.state import PendingRequest, RequestKind, RunState
 from stateward.runtime.agent import Agent, guard
-from stateward.runtime.transition import enter_wait, mint_request_id
+from stateward.runtime.transition import mint_request_id, suspend
 from stateward.store.records import NewArtifact
 from stateward.tools.gateway import ToolGateway
-from stateward.tools.types import AttemptRecord, CallContext, OutcomeStatus, ToolCall, ToolOutcome
+from stateward.tools.types import CallContext, OutcomeStatus, ToolCall, ToolOutcome
 
 
 @dataclass
@@ -155,6 +156,6 @@ def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: To
         guarded_action=guard(decision.action or "", decision.args or {}),
         created_at=now,
     )
-    step.state, events = enter_wait(state, pending, "awaiting_reconciliation")
+    step.state, events = suspend(state, pending, "awaiting_reconciliation")
     step.pending = pending
     step.events.extend(events)

@@ -1,9 +1,18 @@
-"""Runtime.handle(): the five steps that turn a candidate decision into a Transition.
+"""The one module that changes a run's status: every move goes through ``next_status`` here, and every
+state_transition, pending_recorded and run_exited event is built here; request ids are minted here.
+Everything else asks through a named operation that returns the new state and its events (``Moved``):
 
-1. parse and type-check the signal;  2. check its preconditions against the run's state;
-3. move the status through the transition table;  4. record the pending request (with the wait
-snapshot, in this same step);  5. return the Transition. Nothing here performs I/O: the caller
-persists the result in one transaction.
+- ``handle``: a controller's decision -> a Transition (the five steps below);
+- ``suspend``: RUNNING -> WAITING_FOR_USER on a pending request (every wait a run enters);
+- ``resume_on_answer``: WAITING_FOR_USER -> RUNNING on an answer (a person's, or a timer's);
+- ``escalate``: the same wait, re-asked of another role under a new request id;
+- ``resume``: PAUSED -> RUNNING (an operator, or a due retry); an abandoned RUNNING run carries on;
+- ``pause``: RUNNING -> PAUSING -> PAUSED;  ``end``: to a terminal status;  ``cancel``: to CANCELLED.
+
+``handle``'s steps: 1. parse and type-check the signal;  2. check its preconditions against the
+run's state;  3. move the status through the transition table;  4. record the pending request (with
+the wait snapshot, in this same step);  5. return the Transition. Nothing here performs I/O: the
+caller persists the result in one transaction.
 """
 
 from __future__ import annotations
@@ -11,19 +20,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from stateward.controllers.base import Signal, SignalFailure, WaitSpec
 from stateward.core.budget import Usage
 from stateward.core.canonical import action_digest, canonical_json
+from stateward.core.contract import RefusalReason, Signal, SignalFailure, WaitCheck, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, non_finite_path, parse_decision
-from stateward.core.errors import DecisionParseError, IllegalTransitionError
+from stateward.core.errors import DecisionParseError, ErrorCode, IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
+    Answer,
+    AnswerVerdict,
     ApprovalScope,
     AskedBy,
+    DeferredCall,
+    Grant,
     GuardedAction,
     PendingRequest,
     RequestKind,
@@ -32,7 +45,8 @@ from stateward.core.state import (
 )
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import Usage as ModelUsage
-from stateward.runtime.agent import Agent, WaitCheck, guard
+from stateward.runtime.agent import Agent, guard
+from stateward.store.records import RequestAnswer
 
 _KIND_BY_DECISION = {
     DecisionType.EXECUTE_TOOL: TransitionKind.CONTINUE,
@@ -48,6 +62,14 @@ _REASON_BY_KIND = {
 REJECTED_BY_APPROVER = "rejected_by_approver"
 APPROVAL_REQUIRED = "approval_required"
 _SHOWN_CHARS = 2000  # how much of a proposed call's arguments or the model's note a question repeats
+_ASKS_CONSENT = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
+
+
+class Moved(NamedTuple):
+    """A run's state after a named operation, and the events that record the move (in order)."""
+
+    state: RunState
+    events: list[NewEvent]
 
 
 @dataclass(frozen=True)
@@ -136,8 +158,8 @@ def handle(
 
     reason = _REASON_BY_KIND.get(kind) or (decision.reason or "failed_by_decision")
     if kind is not TransitionKind.SUSPEND:
-        events.append(_transition_event(state.status, after, reason))
         new_state = state.model_copy(update={"usage": usage, "status": after, "terminal_reason": reason})
+        events.append(_moved(state, new_state))
         return Transition(kind, state.status, after, True, reason, decision, new_state, events=events)
 
     check = agent.wait_policy(decision, state)
@@ -153,7 +175,7 @@ def handle(
         created_at=now,
         expires_at=_expiry(agent, wait, now),
     )
-    new_state, wait_events = enter_wait(state, pending, reason, usage=usage)
+    new_state, wait_events = suspend(state, pending, reason, usage=usage)
     return Transition(kind, state.status, after, True, reason, decision, new_state, pending, [*events, *wait_events])
 
 
@@ -162,9 +184,9 @@ def mint_request_id(state: RunState) -> str:
     return f"approval_{state.requests_issued + 1:03d}"
 
 
-def enter_wait(
+def suspend(
     state: RunState, pending: PendingRequest, reason: str, *, usage: Usage | None = None, **changes: Any
-) -> tuple[RunState, list[NewEvent]]:
+) -> Moved:
     """RUNNING -> WAITING_FOR_USER on ``pending``: every wait a run enters (a controller's, a guarded
     call's, an unknown outcome's) is built here, with its state_transition and pending_recorded events.
 
@@ -197,7 +219,7 @@ def enter_wait(
             "guarded_action": None if (guarded := pending.guarded_action) is None else guarded.model_dump(mode="json"),
         },
     )
-    return new_state, [_transition_event(state.status, after, reason), recorded]
+    return Moved(new_state, [_moved(state, new_state), recorded])
 
 
 def unapproved_action(decision: ControlDecision, state: RunState, agent: Agent) -> GuardedAction | None:
@@ -271,7 +293,7 @@ def _ask_approval(
         created_at=now,
         expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
     )
-    new_state, wait_events = enter_wait(state, pending, APPROVAL_REQUIRED, usage=usage, correction=None)
+    new_state, wait_events = suspend(state, pending, APPROVAL_REQUIRED, usage=usage, correction=None)
     events = [
         received,
         NewEvent(
@@ -317,10 +339,10 @@ def _storable(decision: ControlDecision, agent: Agent) -> tuple[str, str] | None
     """Values the runtime cannot store are refused at the door, whoever built the decision."""
     found = non_finite_path(decision.args)  # a decision built around the constructor's own check
     if found is not None:
-        return "NON_FINITE_NUMBER", f"{found} is not a finite number"
+        return ErrorCode.NON_FINITE_NUMBER, f"{found} is not a finite number"
     asked = len(decision.question or "")
     if decision.type is DecisionType.REQUEST_USER_INPUT and asked > agent.max_question_chars:
-        return "QUESTION_TOO_LARGE", f"a question may hold {agent.max_question_chars} characters, not {asked}"
+        return ErrorCode.QUESTION_TOO_LARGE, f"a question may hold {agent.max_question_chars} characters, not {asked}"
     return None
 
 
@@ -330,9 +352,9 @@ def _precondition(
     """Step 2: what each decision type requires of the run's state and the agent's policies."""
     if decision.type is DecisionType.EXECUTE_TOOL:
         if not decision.action:
-            return "tool_decision_without_action", "EXECUTE_TOOL names no action"
+            return RefusalReason.TOOL_DECISION_WITHOUT_ACTION, "EXECUTE_TOOL names no action"
         if decision.action not in visible:
-            return "action_not_visible", f"{decision.action!r} is not visible at this step"
+            return RefusalReason.ACTION_NOT_VISIBLE, f"{decision.action!r} is not visible at this step"
     if decision.type is DecisionType.REQUEST_USER_INPUT:
         check: WaitCheck = agent.wait_policy(decision, state)
         if check.rejected is not None:
@@ -385,16 +407,137 @@ def _reject(
     new_state = state.model_copy(
         update={"usage": usage, "status": after, "terminal_reason": "rejected_signal", "correction": None}
     )
-    events = [received, validated, _transition_event(state.status, after, "rejected_signal")]
+    events = [received, validated, _moved(state, new_state)]
     return Transition(TransitionKind.FAIL, state.status, after, False, code, decision, new_state, events=events)
 
 
-def _transition_event(before: RunStatus, after: RunStatus, reason: str) -> NewEvent:
+def _moved(before: RunState, after: RunState, **extra: Any) -> NewEvent:
+    """The state_transition event of a move (its reason is the new state's, unless ``extra`` names one)."""
     return NewEvent(
         type=EventType.STATE_TRANSITION,
         payload={
-            "state_before": before.value,
-            "state_after": after.value,
-            "reason": reason,
+            "state_before": before.status.value,
+            "state_after": after.status.value,
+            "reason": after.terminal_reason,
+            **extra,
         },
     )
+
+
+def exit_event(state: RunState) -> NewEvent:
+    """``run_exited``: the last event of a segment that leaves the run not RUNNING (not after budget_exhausted)."""
+    return NewEvent(
+        type=EventType.RUN_EXITED,
+        payload={
+            "status": state.status.value,
+            "terminal_reason": state.terminal_reason,
+        },
+    )
+
+
+def end(state: RunState, kind: TransitionKind, reason: str, *, clear_pending: bool = False, **extra: Any) -> Moved:
+    """To the terminal status ``kind`` leads to (FAIL, CANCEL, ...) with ``reason``; ``extra`` goes into
+    the state_transition event (e.g. ``message``, ``by``). ``clear_pending`` drops an open request."""
+    update: dict[str, Any] = {"status": next_status(state.status, kind), "terminal_reason": reason}
+    if clear_pending:
+        update["pending"] = None
+    new = state.model_copy(update=update)
+    return Moved(new, [_moved(state, new, **extra)])
+
+
+def cancel(state: RunState, *, by: str) -> Moved:
+    """CANCELLED from any non-terminal status, by ``by``; the run's open request goes with it."""
+    return end(state, TransitionKind.CANCEL, "cancelled", clear_pending=True, by=by)
+
+
+def pause(state: RunState, reason: str, *, requested: str | None = None, by: str | None = None) -> Moved:
+    """RUNNING (or PAUSING) -> PAUSED with ``reason``. From RUNNING the PAUSING step is recorded too,
+    with ``requested`` as its reason (default: ``reason``). ``by``: who asked, recorded on both moves."""
+    events: list[NewEvent] = []
+    asked = {} if by is None else {"by": by}
+    pausing = state
+    if pausing.status is RunStatus.RUNNING:
+        pausing = pausing.model_copy(update={"status": next_status(pausing.status, TransitionKind.PAUSE)})
+        events.append(_moved(state, pausing, reason=requested or reason, **asked))
+    paused = pausing.model_copy(
+        update={"status": next_status(pausing.status, TransitionKind.PAUSED), "terminal_reason": reason}
+    )
+    events.append(_moved(pausing, paused, reason=reason, **asked))
+    return Moved(paused, events)
+
+
+def resume(state: RunState, reason: str, *, by: str, **changes: Any) -> Moved:
+    """PAUSED -> RUNNING, recorded with ``reason`` and ``by``. A RUNNING run (its process died) carries
+    on with no move to record. ``changes`` are applied to the new state (e.g. a setback's retry spent)."""
+    update: dict[str, Any] = {"terminal_reason": None, **changes}
+    if state.status is RunStatus.RUNNING:
+        return Moved(state.model_copy(update=update), [])
+    new = state.model_copy(update={**update, "status": next_status(state.status, TransitionKind.RESUME)})
+    return Moved(new, [_moved(state, new, reason=reason, by=by)])
+
+
+def resume_on_answer(state: RunState, answer: RequestAnswer, reason: str) -> Moved:
+    """WAITING_FOR_USER -> RUNNING on ``answer``; an approval admits exactly the action it was asked
+    for, once (unless the tool declared a run-long grant), and a call the Runtime asked about runs first."""
+    pending = state.pending
+    assert pending is not None
+    approvals, granted = state.approvals, state.granted
+    next_call, refused = state.next_call, state.refused_request
+    action = pending.guarded_action
+    if pending.kind in _ASKS_CONSENT:
+        # A person's latest yes or no stands: a run may not complete on a "no" nobody took back.
+        refused = {AnswerVerdict.APPROVED: None, AnswerVerdict.REJECTED: answer.request_id}.get(answer.verdict, refused)
+    if pending.kind is RequestKind.APPROVAL and action is not None and answer.verdict is AnswerVerdict.APPROVED:
+        grant = Grant(request_id=answer.request_id, action=action, scope=pending.approval_scope, by=answer.by)
+        approvals, granted = (*approvals, grant), (*granted, action.digest)
+        if pending.asked_by is AskedBy.RUNTIME:
+            next_call = DeferredCall(request_id=answer.request_id, action=action, step=pending.call_step or 0)
+    new = state.model_copy(
+        update={
+            "status": next_status(state.status, TransitionKind.RESUME),
+            "terminal_reason": None,
+            "pending": None,
+            "wait": None,
+            "approvals": approvals,
+            "granted": granted,
+            "next_call": next_call,
+            "refused_request": refused,
+            "last_answer": Answer(
+                request_id=answer.request_id,
+                verdict=answer.verdict,
+                text=answer.text,
+                by=answer.by,
+                at=answer.at,
+                guarded_action=pending.guarded_action,
+                replaces=pending.replaces,
+                kind=pending.kind,
+            ),
+        }
+    )
+    return Moved(new, [_moved(state, new, reason=reason)])
+
+
+def escalate(state: RunState, *, role: str | None, now: datetime, expires_at: datetime | None) -> Moved:
+    """The open request, expired, re-asked of ``role`` under a new request id: the run keeps waiting
+    (no status change) and the new request is recorded with the one it replaces."""
+    request = state.pending
+    assert request is not None
+    escalated = request.model_copy(
+        update={
+            "request_id": mint_request_id(state),
+            "replaces": request.replaces or request.request_id,
+            "approver_role": role,
+            "created_at": now,
+            "expires_at": expires_at,
+        }
+    )
+    new = state.model_copy(update={"pending": escalated, "requests_issued": state.requests_issued + 1})
+    recorded = NewEvent(
+        type=EventType.PENDING_RECORDED,
+        payload={
+            "pending_request_id": escalated.request_id,
+            "escalated_from": request.request_id,
+            "approver_role": role,
+        },
+    )
+    return Moved(new, [recorded])

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stateward.core.errors import StaleLeaseError, StatewardError, UserError
+from stateward.core.errors import ErrorCode, StaleLeaseError, StatewardError, UserError
 from stateward.core.setback import Setback, SetbackKind
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
@@ -31,7 +31,9 @@ log = logging.getLogger("stateward.worker")
 def positive_seconds(name: str, value: float) -> float:
     """NaN compares false with everything: a plain ``<= 0`` check would let it through."""
     if not (math.isfinite(value) and value > 0):
-        raise UserError(f"{name} must be a positive number of seconds (got {value})", code="INVALID_WORKER_CONFIG")
+        raise UserError(
+            f"{name} must be a positive number of seconds (got {value})", code=ErrorCode.INVALID_WORKER_CONFIG
+        )
     return value
 
 
@@ -82,9 +84,9 @@ class Worker:
     ):
         """``max_crashes``: stop (like SIGTERM: finish the steps in flight) once this many steps crashed."""
         if concurrency < 1:
-            raise UserError("concurrency must be at least 1", code="INVALID_WORKER_CONFIG")
+            raise UserError("concurrency must be at least 1", code=ErrorCode.INVALID_WORKER_CONFIG)
         if max_crashes is not None and max_crashes < 1:
-            raise UserError("max_crashes must be at least 1", code="INVALID_WORKER_CONFIG")
+            raise UserError("max_crashes must be at least 1", code=ErrorCode.INVALID_WORKER_CONFIG)
         self.max_crashes = max_crashes
         positive_seconds("the poll interval", poll_s)
         positive_seconds("the expiry sweep interval", expire_every_s)

@@ -8,15 +8,28 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
+from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, NewEvent
+from stateward.core.journal import BreakerState, SideEffectRecord
 from stateward.core.state import RunState
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage
 from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
-from stateward.tools.ports import GatewayStore, SideEffectRecord
 
 
-class Store(GatewayStore, Protocol):
+class Store(Protocol):
+    """Durable runs, events, requests and the gateway's journal; it satisfies the gateway's
+    ``GatewayStore`` port structurally (the store imports no gateway module)."""
+
+    def get_breaker(self, tool: str) -> BreakerState | None: ...
+
+    def put_breaker(self, state: BreakerState) -> None: ...
+
+    def get_side_effect(self, idempotency_key: str) -> SideEffectRecord | None: ...
+
+    def put_side_effect(self, record: SideEffectRecord) -> None:
+        """Committed immediately (its own transaction); APPROVAL_CONSUMED / STALE_LEASE refusals as in GatewayStore."""
+        ...
+
     def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
         """Insert a new run with its first events; RUN_EXISTS if the id is taken."""
         ...
@@ -132,7 +145,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
             raise UserError(
                 f"the PostgreSQL store needs psycopg ({exc}); install it with: pip install 'stateward[postgres]'",
-                code="STORE_UNSUPPORTED",
+                code=ErrorCode.STORE_UNSUPPORTED,
             ) from None
         return PostgresStore(url, create=create)
     from stateward.store.sqlite import SQLiteStore
@@ -189,7 +202,7 @@ def _limit(env: Mapping[str, str], name: str, default: int) -> int | None:
     try:
         value = int(raw) if raw else default
     except ValueError:
-        raise UserError(f"{name} must be an integer (bytes)", code="CONFIGURATION_ERROR") from None
+        raise UserError(f"{name} must be an integer (bytes)", code=ErrorCode.CONFIGURATION_ERROR) from None
     return value if value > 0 else None
 
 
@@ -204,7 +217,7 @@ def utf8_size_over(text: str, limit: int | None) -> int | None:
 def _too_large(run_id: str, what: str, size: int, limit: int | None) -> StoreError:
     return StoreError(
         f"{what} of run {run_id} is {size} bytes or more, over the store's limit of {limit}; nothing was written",
-        code="PAYLOAD_TOO_LARGE",
+        code=ErrorCode.PAYLOAD_TOO_LARGE,
         details={"run_id": run_id, "size": size, "limit": limit},
     )
 
@@ -225,9 +238,9 @@ def refused_write(run_id: str, expected_seq: int, lease: Lease | None, row: Guar
             details=details,
         )
     if lease is None and last_seq == expected_seq:
-        return RunError(f"run {run_id} is leased by {owner}", code="LEASE_HELD", details=details)
+        return RunError(f"run {run_id} is leased by {owner}", code=ErrorCode.LEASE_HELD, details=details)
     return RunError(
         f"run {run_id} changed since event {expected_seq}; reload and retry",
-        code="CONCURRENT_UPDATE",
+        code=ErrorCode.CONCURRENT_UPDATE,
         details=details,
     )

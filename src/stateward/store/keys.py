@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from stateward.core.errors import StoreError
+from stateward.core.errors import ErrorCode, StoreError
 
 MAX_KEYS_LISTED = 1000
 
@@ -74,8 +74,8 @@ class KeyStore(Protocol):
 
 
 def key_exists(key_id: str) -> StoreError:
-    return StoreError(f"an API key {key_id!r} already exists", code="KEY_EXISTS", details={"key_id": key_id})
+    return StoreError(f"an API key {key_id!r} already exists", code=ErrorCode.KEY_EXISTS, details={"key_id": key_id})
 
 
 def key_not_found(key_id: str) -> StoreError:
-    return StoreError(f"no API key {key_id!r}", code="KEY_NOT_FOUND", details={"key_id": key_id[:80]})
+    return StoreError(f"no API key {key_id!r}", code=ErrorCode.KEY_NOT_FOUND, details={"key_id": key_id[:80]})

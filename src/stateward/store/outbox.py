@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stateward.core.errors import StoreError
+from stateward.core.errors import ErrorCode, StoreError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RequestKind, RunState
 from stateward.core.status import RunStatus
@@ -246,7 +246,7 @@ class OutboxMethods:
             if count >= MAX_WEBHOOKS_PER_TENANT:
                 raise StoreError(
                     f"tenant {subscription.tenant!r} has {count} webhooks, the most a tenant may have",
-                    code="WEBHOOK_LIMIT",
+                    code=ErrorCode.WEBHOOK_LIMIT,
                     details={"tenant": subscription.tenant, "limit": MAX_WEBHOOKS_PER_TENANT},
                 )
             db.execute(

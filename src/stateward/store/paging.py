@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from stateward.core.canonical import canonical_json, sha256_hex
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.core.state import PendingRequest
 from stateward.core.status import RunStatus
 from stateward.store.records import PendingRecord, RequestAnswer, RunRow
@@ -61,7 +61,7 @@ def page_size(limit: object, maximum: int = MAX_PAGE_SIZE) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
         raise UserError(
             f"a page holds 1 to {maximum} items, not {limit!r}",
-            code="INVALID_PAGE_SIZE",
+            code=ErrorCode.INVALID_PAGE_SIZE,
             details={"limit": repr(limit)[:40], "max": maximum},
         )
     return limit
@@ -76,7 +76,7 @@ def run_status_filter(status: RunStatus | str | None) -> str | None:
     except ValueError:
         raise UserError(
             f"unknown run status {str(status)[:40]!r}; one of {', '.join(s.value for s in RunStatus)}",
-            code="INVALID_FILTER",
+            code=ErrorCode.INVALID_FILTER,
             details={"status": str(status)[:40]},
         ) from None
 
@@ -107,7 +107,7 @@ def decode_cursor(cursor: str, kind: str, filters: Mapping[str, Any], arity: int
         why = str(exc) if str(exc) == "issued for other filters" else "not a cursor of this store"
         raise UserError(
             f"invalid {kind} cursor: {why}; start again without a cursor",
-            code="INVALID_CURSOR",
+            code=ErrorCode.INVALID_CURSOR,
             details={"kind": kind},
         ) from None
     return [str(part) for part in key]
@@ -133,7 +133,7 @@ def decode_run_cursor(cursor: str, filters: RunFilters) -> list[str]:
     except ValueError:
         raise UserError(
             "invalid runs cursor: not a cursor of this store; start again without a cursor",
-            code="INVALID_CURSOR",
+            code=ErrorCode.INVALID_CURSOR,
             details={"kind": "runs"},
         ) from None
     return key

@@ -19,8 +19,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from stateward.core.canonical import compact_json, sha256_hex
-from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
+from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.journal import (
+    BreakerState,
+    SideEffectRecord,
+    approval_consumed,
+    stale_journal_start,
+    superseded,
+)
 from stateward.core.state import PendingRequest, RunState
 from stateward.store import _pg_sql as q
 from stateward.store.base import PayloadLimits, refused_write
@@ -47,13 +54,6 @@ from stateward.store.records import (
     RequestAnswer,
     RunRow,
     StepWrite,
-)
-from stateward.tools.ports import (
-    BreakerState,
-    SideEffectRecord,
-    approval_consumed,
-    stale_journal_start,
-    superseded,
 )
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -92,7 +92,7 @@ class PostgresStore(OutboxMethods):
         try:
             params = conninfo_to_dict(url)
         except psycopg.Error as exc:
-            raise UserError(f"not a PostgreSQL URL: {_first_line(exc)}", code="CONFIGURATION_ERROR") from None
+            raise UserError(f"not a PostgreSQL URL: {_first_line(exc)}", code=ErrorCode.CONFIGURATION_ERROR) from None
         params.setdefault("connect_timeout", max(1, round(connect_timeout)))
         params.setdefault("application_name", "stateward")
         self._conninfo = make_conninfo("", **params)
@@ -100,12 +100,12 @@ class PostgresStore(OutboxMethods):
         try:
             with psycopg.connect(self._conninfo, autocommit=True) as conn:
                 if not create and conn.execute(q.SCHEMA_TABLE_EXISTS).fetchone() != (True,):
-                    raise StoreError(f"no stateward schema in {self.where}", code="STORE_NOT_FOUND")
+                    raise StoreError(f"no stateward schema in {self.where}", code=ErrorCode.STORE_NOT_FOUND)
                 self._migrate(conn)
         except psycopg.OperationalError as exc:
             raise self._unavailable(exc) from exc
         except psycopg.Error as exc:
-            raise StoreError(f"cannot migrate {self.where}: {_first_line(exc)}", code="STORE_ERROR") from exc
+            raise StoreError(f"cannot migrate {self.where}: {_first_line(exc)}", code=ErrorCode.STORE_ERROR) from exc
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             self._conninfo,
             min_size=min_size,
@@ -134,7 +134,7 @@ class PostgresStore(OutboxMethods):
     def _unavailable(self, exc: BaseException) -> StoreError:
         return StoreError(
             f"cannot use the PostgreSQL store at {self.where}: {_first_line(exc)}",
-            code="STORE_UNAVAILABLE",
+            code=ErrorCode.STORE_UNAVAILABLE,
             details={"store": self.where},
         )
 
@@ -147,7 +147,9 @@ class PostgresStore(OutboxMethods):
         except _UNREACHABLE as exc:
             raise self._unavailable(exc) from exc
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL store at {self.where}: {_first_line(exc)}", code="STORE_ERROR") from exc
+            raise StoreError(
+                f"PostgreSQL store at {self.where}: {_first_line(exc)}", code=ErrorCode.STORE_ERROR
+            ) from exc
 
     @contextmanager
     def _tx(self) -> Iterator[Conn]:
@@ -173,7 +175,7 @@ class PostgresStore(OutboxMethods):
             if current > len(POSTGRES_MIGRATIONS):
                 raise StoreError(
                     f"{self.where} has schema version {current}; this stateward knows {len(POSTGRES_MIGRATIONS)}",
-                    code="SCHEMA_TOO_NEW",
+                    code=ErrorCode.SCHEMA_TOO_NEW,
                 )
             for version, script in enumerate(POSTGRES_MIGRATIONS[current:], start=current + 1):
                 for statement in script:
@@ -209,7 +211,7 @@ class PostgresStore(OutboxMethods):
                 ),
             ).fetchone()
             if row is None:
-                raise RunError(f"run {state.run_id} already exists", code="RUN_EXISTS")
+                raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
             return self._append(conn, state.run_id, 0, events, row[0], 0, texts)
 
     def load_run(self, run_id: str) -> RunState:
@@ -258,7 +260,7 @@ class PostgresStore(OutboxMethods):
             except pg_errors.UniqueViolation as exc:
                 raise RunError(
                     f"step of run {run_id} repeats a record that already exists: {_first_line(exc)}",
-                    code="DUPLICATE_RECORD",
+                    code=ErrorCode.DUPLICATE_RECORD,
                     details={"run_id": run_id, "expected_seq": expected_seq},
                 ) from None
 
@@ -313,7 +315,7 @@ class PostgresStore(OutboxMethods):
         if cur.rowcount != 1:
             raise RunError(
                 f"request {answer.request_id} of run {run_id} is not open",
-                code="REQUEST_NOT_OPEN",
+                code=ErrorCode.REQUEST_NOT_OPEN,
                 details={"run_id": run_id, "request_id": answer.request_id},
             )
 
@@ -436,7 +438,7 @@ class PostgresStore(OutboxMethods):
         holder, _, expires = held
         raise RunError(
             f"run {run_id} is leased by {holder} until {expires:.3f}",
-            code="LEASE_HELD",
+            code=ErrorCode.LEASE_HELD,
             details={"run_id": run_id, "holder": holder},
         )
 

@@ -7,8 +7,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.events import NewEvent
+from stateward.core.journal import AttemptRecord
 from stateward.core.state import AnswerVerdict, PendingRequest, RunState
-from stateward.tools.types import AttemptRecord
 
 
 class ArtifactRecord(BaseModel):

@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from stateward.core.canonical import compact_json, sha256_hex
-from stateward.core.errors import RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
+from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.journal import (
+    BreakerState,
+    SideEffectRecord,
+    approval_consumed,
+    stale_journal_start,
+    superseded,
+)
 from stateward.core.state import PendingRequest, RunState
 from stateward.store.base import PayloadLimits, refused_write, utf8_size_over
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
@@ -44,13 +51,6 @@ from stateward.store.records import (
     RunRow,
     StepWrite,
 )
-from stateward.tools.ports import (
-    BreakerState,
-    SideEffectRecord,
-    approval_consumed,
-    stale_journal_start,
-    superseded,
-)
 
 
 def _now() -> str:
@@ -62,10 +62,10 @@ def store_error(exc: sqlite3.Error, path: str | None = None) -> StoreError:
     where = f"{path}: " if path else ""
     text = str(exc)
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-        return StoreError(f"{where}the database is locked by another writer ({text})", code="STORE_BUSY")
+        return StoreError(f"{where}the database is locked by another writer ({text})", code=ErrorCode.STORE_BUSY)
     if type(exc) is sqlite3.DatabaseError or "malformed" in text or "not a database" in text:
-        return StoreError(f"{where}not a readable SQLite database ({text})", code="STORE_CORRUPT")
-    return StoreError(f"{where}{text}", code="STORE_UNAVAILABLE")
+        return StoreError(f"{where}not a readable SQLite database ({text})", code=ErrorCode.STORE_CORRUPT)
+    return StoreError(f"{where}{text}", code=ErrorCode.STORE_UNAVAILABLE)
 
 
 class _Guarded:
@@ -213,16 +213,16 @@ class SQLiteStore(OutboxMethods):
         snapshots (default: 1 MiB and 4 MiB, or STATEWARD_MAX_EVENT_BYTES / STATEWARD_MAX_SNAPSHOT_BYTES)."""
         self.limits = limits if limits is not None else PayloadLimits.from_env()
         if synchronous not in {"FULL", "NORMAL", "OFF", "EXTRA"}:
-            raise UserError(f"unknown synchronous mode {synchronous!r}", code="CONFIGURATION_ERROR")
+            raise UserError(f"unknown synchronous mode {synchronous!r}", code=ErrorCode.CONFIGURATION_ERROR)
         self.path = str(path)
         if not self.path:
-            raise UserError("the database path is empty", code="CONFIGURATION_ERROR")
+            raise UserError("the database path is empty", code=ErrorCode.CONFIGURATION_ERROR)
         if not create and self.path != ":memory:" and not os.path.exists(self.path):
-            raise StoreError(f"no stateward database at {self.path}", code="STORE_NOT_FOUND")
+            raise StoreError(f"no stateward database at {self.path}", code=ErrorCode.STORE_NOT_FOUND)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {self.path}: {exc}", code="STORE_UNAVAILABLE") from exc
+            raise StoreError(f"cannot open {self.path}: {exc}", code=ErrorCode.STORE_UNAVAILABLE) from exc
         self._lock = _Guarded(self.path)
         # Most WAL checkpoints run on a background connection, off the step path; SQLite's own
         # autocheckpoint stays as the backstop that lets the WAL restart under continuous writes.
@@ -266,7 +266,7 @@ class SQLiteStore(OutboxMethods):
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or attempt == 49:
-                    raise StoreError(f"cannot open {self.path}: {exc}", code="STORE_UNAVAILABLE") from exc
+                    raise StoreError(f"cannot open {self.path}: {exc}", code=ErrorCode.STORE_UNAVAILABLE) from exc
                 time.sleep(0.02 * (attempt + 1))
 
     def _migrate(self, seen_version: int) -> None:
@@ -302,16 +302,16 @@ class SQLiteStore(OutboxMethods):
             raise StoreError(
                 f"{self.path} is a SQLite database of another application (it has tables but no stateward"
                 " schema version); use a new file",
-                code="NOT_A_STATEWARD_STORE",
+                code=ErrorCode.NOT_A_STATEWARD_STORE,
             )
         if not create:
-            raise StoreError(f"no stateward database at {self.path}", code="STORE_NOT_FOUND")
+            raise StoreError(f"no stateward database at {self.path}", code=ErrorCode.STORE_NOT_FOUND)
         return 0
 
     def _too_new(self, version: int) -> StoreError:
         return StoreError(
             f"{self.path} has schema version {version}; this stateward knows {len(SQLITE_MIGRATIONS)}",
-            code="SCHEMA_TOO_NEW",
+            code=ErrorCode.SCHEMA_TOO_NEW,
         )
 
     def _check_layout(self) -> None:
@@ -321,7 +321,7 @@ class SQLiteStore(OutboxMethods):
             raise StoreError(
                 f"{self.path} was written by an earlier development build of stateward (no event_batches table);"
                 " open it with that build, or start a new database file",
-                code="SCHEMA_MISMATCH",
+                code=ErrorCode.SCHEMA_MISMATCH,
             )
 
     def close(self) -> None:
@@ -353,7 +353,7 @@ class SQLiteStore(OutboxMethods):
                     ),
                 )
             except sqlite3.IntegrityError:
-                raise RunError(f"run {state.run_id} already exists", code="RUN_EXISTS") from None
+                raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS) from None
             # The new key is not cached: this transaction may still roll back and the key go to another run.
             key = cur.lastrowid
             assert key is not None
@@ -485,7 +485,7 @@ class SQLiteStore(OutboxMethods):
         except sqlite3.IntegrityError as exc:  # e.g. an artifact version written twice
             raise RunError(
                 f"step of run {run_id} repeats a record that already exists: {exc}",
-                code="DUPLICATE_RECORD",
+                code=ErrorCode.DUPLICATE_RECORD,
                 details={"run_id": run_id, "expected_seq": expected_seq},
             ) from None
 
@@ -508,7 +508,7 @@ class SQLiteStore(OutboxMethods):
             if holder is not None and holder != owner and expires is not None and expires > now:
                 raise RunError(
                     f"run {run_id} is leased by {holder} until {expires:.3f}",
-                    code="LEASE_HELD",
+                    code=ErrorCode.LEASE_HELD,
                     details={"run_id": run_id, "holder": holder},
                 )
             return self._grant(db, run_id, owner, int(version) + 1, now + ttl_s)
@@ -598,7 +598,7 @@ class SQLiteStore(OutboxMethods):
         if cur.rowcount != 1:
             raise RunError(
                 f"request {answer.request_id} of run {run_id} is not open",
-                code="REQUEST_NOT_OPEN",
+                code=ErrorCode.REQUEST_NOT_OPEN,
                 details={"run_id": run_id, "request_id": answer.request_id},
             )
 

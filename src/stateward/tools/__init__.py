@@ -1,5 +1,7 @@
 """The Tool Gateway: the only path from a proposed tool call to a side effect."""
 
+from stateward.core.journal import AttemptRecord, BreakerPosition, BreakerState, SideEffectRecord, SideEffectStatus
+
 from .breaker import BreakerPolicy, CircuitBreaker
 from .errors import (
     RateLimited,
@@ -12,7 +14,7 @@ from .errors import (
 )
 from .gateway import ToolGateway
 from .memory_store import InMemoryGatewayStore
-from .ports import BreakerPosition, BreakerState, GatewayStore, SideEffectRecord, SideEffectStatus
+from .ports import GatewayStore
 from .redaction import REDACTED, RedactionRules
 from .registry import ToolRegistry
 from .results import TRUNCATION_MARKER
@@ -20,7 +22,6 @@ from .retry import RetryPolicy
 from .spec import LookupFn, ToolContext, ToolSpec, tool
 from .types import (
     ArtifactDraft,
-    AttemptRecord,
     CallContext,
     LookupStatus,
     OutcomeStatus,

@@ -17,7 +17,9 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .ports import BreakerPosition, BreakerState, GatewayStore
+from stateward.core.journal import BreakerPosition, BreakerState
+
+from .ports import GatewayStore
 from .retry import BREAKER_FAILURES
 from .types import ToolErrorCode
 

@@ -7,34 +7,32 @@ EXECUTION_ERROR.
 
 from __future__ import annotations
 
-from stateward.core.errors import ToolCallError
-
-from .types import ToolErrorCode
+from stateward.core.errors import ErrorCode, ToolCallError
 
 
 class ToolFailure(ToolCallError):
-    """Base of the classified handler failures; ``code`` is a ToolErrorCode value."""
+    """Base of the classified handler failures; ``code`` is one of ToolErrorCode's members."""
 
-    default_code = ToolErrorCode.EXECUTION_ERROR.value
+    default_code = ErrorCode.EXECUTION_ERROR
 
 
 class ToolTimeout(ToolFailure):
     """The remote side did not answer in time; whether it acted is unknown."""
 
-    default_code = ToolErrorCode.TIMEOUT.value
+    default_code = ErrorCode.TIMEOUT
 
 
 class ToolOutcomeUnknown(ToolFailure):
     """The request reached the remote side, which then went away (a server died mid-call): whether it
     acted is unknown. Treated like a timeout: a side effect is reconciled, never repeated blindly."""
 
-    default_code = ToolErrorCode.UNKNOWN_OUTCOME.value
+    default_code = ErrorCode.UNKNOWN_OUTCOME
 
 
 class RateLimited(ToolFailure):
     """The remote side refused for now; ``retry_after_s`` is its Retry-After, if it sent one."""
 
-    default_code = ToolErrorCode.RATE_LIMITED.value
+    default_code = ErrorCode.RATE_LIMITED
 
     def __init__(self, message: str = "rate limited", *, retry_after_s: float | None = None):
         super().__init__(message, details={"retry_after_s": retry_after_s})
@@ -44,16 +42,16 @@ class RateLimited(ToolFailure):
 class ServiceUnavailable(ToolFailure):
     """The remote side refused the request without acting on it (e.g. HTTP 503)."""
 
-    default_code = ToolErrorCode.SERVICE_UNAVAILABLE.value
+    default_code = ErrorCode.SERVICE_UNAVAILABLE
 
 
 class ToolPermissionDenied(ToolFailure):
     """The remote side refused the caller; retrying cannot help."""
 
-    default_code = ToolErrorCode.PERMISSION_DENIED.value
+    default_code = ErrorCode.PERMISSION_DENIED
 
 
 class ToolInvalidArgument(ToolFailure):
     """The remote side rejected these arguments; retrying with the same ones cannot help."""
 
-    default_code = ToolErrorCode.INVALID_ARGUMENT.value
+    default_code = ErrorCode.INVALID_ARGUMENT

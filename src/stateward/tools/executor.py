@@ -18,17 +18,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from stateward.core.errors import StatewardError
+from stateward.core.journal import AttemptRecord, SideEffectRecord, SideEffectStatus
 
 from .breaker import CircuitBreaker
 from .execution import call_handler
-from .ports import GatewayStore, SideEffectRecord, SideEffectStatus
+from .ports import GatewayStore
 from .results import Shaped, shape_result
 from .retry import OUTCOME_UNKNOWN, backoff_delay, classify, is_retryable
 from .spec import ToolContext
 from .stages import CallState, has_budget
 from .types import (
     ArtifactDraft,
-    AttemptRecord,
     LookupStatus,
     OutcomeStatus,
     RuntimeAction,

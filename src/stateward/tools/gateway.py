@@ -15,11 +15,12 @@ from pydantic import ValidationError
 
 from stateward.core import bridge
 from stateward.core.canonical import action_digest
-from stateward.core.errors import ToolCallError
+from stateward.core.errors import ErrorCode, ToolCallError
+from stateward.core.journal import BreakerState, SideEffectRecord, SideEffectStatus
 
 from .breaker import CircuitBreaker
 from .executor import Executor, make_attempt
-from .ports import BreakerState, GatewayStore, SideEffectRecord, SideEffectStatus
+from .ports import GatewayStore
 from .registry import ToolRegistry
 from .stages import (
     CallState,
@@ -35,7 +36,7 @@ from .stages import (
     valid_input,
     visible,
 )
-from .types import CallContext, LookupStatus, ToolCall, ToolErrorCode, ToolOutcome
+from .types import CallContext, LookupStatus, ToolCall, ToolOutcome
 
 
 class ToolGateway:
@@ -80,11 +81,11 @@ class ToolGateway:
         """
         spec = self.registry.get(call.tool)
         if spec is None:
-            raise ToolCallError(f"no tool named {call.tool!r}", code=ToolErrorCode.UNKNOWN_TOOL.value)
+            raise ToolCallError(f"no tool named {call.tool!r}", code=ErrorCode.UNKNOWN_TOOL)
         try:
             args = spec.canonical_args(spec.validate_args(call.args))
         except ValidationError as exc:
-            raise ToolCallError(str(exc), code=ToolErrorCode.INVALID_ARGUMENT.value) from exc
+            raise ToolCallError(str(exc), code=ErrorCode.INVALID_ARGUMENT) from exc
         return action_digest(spec.name, args, plan_version)
 
     def reconcile(self, record: SideEffectRecord, fencing_token: int | None = None) -> LookupStatus:

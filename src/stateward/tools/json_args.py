@@ -19,7 +19,7 @@ from pydantic import RootModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from referencing.exceptions import Unresolvable
 
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 
 MAX_FIELD_ERRORS = 20  # a pathological payload cannot make the refusal itself unbounded
 _MAX_MESSAGE = 200
@@ -38,7 +38,9 @@ def compile_schema(tool: str, schema: dict[str, Any]) -> Validator:
     try:
         cls.check_schema(schema)
     except js_exceptions.SchemaError as exc:
-        raise UserError(f"tool {tool!r}: invalid JSON Schema: {exc.message}", code="INVALID_TOOL_SCHEMA") from exc
+        raise UserError(
+            f"tool {tool!r}: invalid JSON Schema: {exc.message}", code=ErrorCode.INVALID_TOOL_SCHEMA
+        ) from exc
     validator: Validator = cls(schema)
     return validator
 

@@ -24,7 +24,7 @@ from mcp_types import CallToolResult, ContentBlock, EmbeddedResource, TextConten
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.canonical import canonical_json
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.core.state import ApprovalScope
 
 from .errors import ToolFailure
@@ -89,10 +89,11 @@ def mcp_tools(
     wanted = set(include) if include is not None else set(listed)
     missing = sorted((set(declare) | wanted) - set(listed))
     if missing:
-        raise UserError(f"MCP server {server.name!r} lists no tool named {missing}", code="MCP_TOOL_NOT_FOUND")
+        raise UserError(f"MCP server {server.name!r} lists no tool named {missing}", code=ErrorCode.MCP_TOOL_NOT_FOUND)
     if len(wanted) > max_tools:
         raise UserError(
-            f"MCP server {server.name!r} offers {len(wanted)} tools (max_tools={max_tools})", code="MCP_TOO_MANY_TOOLS"
+            f"MCP server {server.name!r} offers {len(wanted)} tools (max_tools={max_tools})",
+            code=ErrorCode.MCP_TOO_MANY_TOOLS,
         )
     return [
         _spec(server, listed[name], declare.get(name, _UNDECLARED), prefix, max_schema_bytes) for name in sorted(wanted)
@@ -104,18 +105,18 @@ def _spec(server: McpServer, remote: Tool, decl: McpTool, prefix: str, max_schem
     if not _NAME.match(name):
         raise UserError(
             f"MCP tool {remote.name[:80]!r} of {server.name!r}: {name[:80]!r} is not a usable tool name",
-            code="MCP_TOOL_NAME_INVALID",
+            code=ErrorCode.MCP_TOOL_NAME_INVALID,
         )
     schema = remote.input_schema
     size = len(canonical_json(schema).encode("utf-8"))
     if size > max_schema_bytes:
         raise UserError(
             f"MCP tool {remote.name!r}: input schema of {size} bytes exceeds {max_schema_bytes}",
-            code="MCP_TOOL_SCHEMA_TOO_LARGE",
+            code=ErrorCode.MCP_TOOL_SCHEMA_TOO_LARGE,
         )
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise UserError(
-            f"MCP tool {remote.name!r}: input schema is not an object schema", code="MCP_TOOL_SCHEMA_INVALID"
+            f"MCP tool {remote.name!r}: input schema is not an object schema", code=ErrorCode.MCP_TOOL_SCHEMA_INVALID
         )
     description = decl.description if decl.description is not None else (remote.description or "")
     try:
@@ -135,8 +136,8 @@ def _spec(server: McpServer, remote: Tool, decl: McpTool, prefix: str, max_schem
             lookup=decl.lookup,
         )
     except UserError as exc:
-        if exc.code == "INVALID_TOOL_SCHEMA":
-            raise UserError(f"MCP tool {remote.name!r}: {exc.message}", code="MCP_TOOL_SCHEMA_INVALID") from exc
+        if exc.code == ErrorCode.INVALID_TOOL_SCHEMA:
+            raise UserError(f"MCP tool {remote.name!r}: {exc.message}", code=ErrorCode.MCP_TOOL_SCHEMA_INVALID) from exc
         raise
 
 

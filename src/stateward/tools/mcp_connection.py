@@ -31,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, RequestParamsMeta, Tool
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS
 
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 
 from .errors import ServiceUnavailable, ToolFailure, ToolInvalidArgument, ToolOutcomeUnknown, ToolTimeout
 
@@ -93,7 +93,7 @@ class McpServer:
         stderr: TextIO | None = None,
     ):
         if connect_timeout_s <= 0 or close_timeout_s <= 0:
-            raise UserError("MCP timeouts must be positive", code="INVALID_MCP_SERVER")
+            raise UserError("MCP timeouts must be positive", code=ErrorCode.INVALID_MCP_SERVER)
         self._target = target
         self.name = name or (target if isinstance(target, str) else Path(target.command).name)
         self._connect_timeout_s = connect_timeout_s
@@ -124,7 +124,7 @@ class McpServer:
     def http(cls, url: str, *, name: str | None = None, connect_timeout_s: float = 10.0) -> McpServer:
         """A server reached over streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``)."""
         if not url.startswith(("http://", "https://")):
-            raise UserError(f"not an http(s) URL: {url!r}", code="INVALID_MCP_SERVER")
+            raise UserError(f"not an http(s) URL: {url!r}", code=ErrorCode.INVALID_MCP_SERVER)
         return cls(url, name=name, connect_timeout_s=connect_timeout_s)
 
     # -- synchronous API ----------------------------------------------------------------------------
@@ -175,7 +175,7 @@ class McpServer:
     def _running(self) -> _Loop:
         with self._lock:
             if self._state is _Lifecycle.CLOSED:
-                raise UserError(f"MCP server {self.name!r} is closed", code="MCP_SERVER_CLOSED")
+                raise UserError(f"MCP server {self.name!r} is closed", code=ErrorCode.MCP_SERVER_CLOSED)
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(target=loop.run_forever, name=f"stateward-mcp-{self.name}", daemon=True)

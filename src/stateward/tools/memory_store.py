@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from .ports import BreakerState, SideEffectRecord, approval_consumed
+from stateward.core.journal import BreakerState, SideEffectRecord, approval_consumed
 
 
 class InMemoryGatewayStore:

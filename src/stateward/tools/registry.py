@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 
 from .spec import ToolSpec
 
@@ -23,7 +23,7 @@ class ToolRegistry:
     def register(self, spec: ToolSpec) -> ToolSpec:
         with self._lock:
             if spec.name in self._tools:
-                raise UserError(f"tool {spec.name!r} is already registered", code="DUPLICATE_TOOL")
+                raise UserError(f"tool {spec.name!r} is already registered", code=ErrorCode.DUPLICATE_TOOL)
             self._tools[spec.name] = spec
         return spec
 
@@ -35,7 +35,7 @@ class ToolRegistry:
         """Take a tool offline (calls fail with TOOL_UNAVAILABLE) or bring it back."""
         with self._lock:
             if name not in self._tools:
-                raise UserError(f"tool {name!r} is not registered", code="UNKNOWN_TOOL")
+                raise UserError(f"tool {name!r} is not registered", code=ErrorCode.UNKNOWN_TOOL)
             self._tools[name] = self._tools[name].model_copy(update={"available": available})
 
     def names(self) -> list[str]:

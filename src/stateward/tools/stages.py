@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from stateward.core.canonical import action_digest, args_digest, idempotency_key, sha256_hex
+from stateward.core.journal import AttemptRecord
 from stateward.core.state import ApprovalScope, Grant
 
 from .breaker import CircuitBreaker
@@ -17,7 +18,6 @@ from .execution import run_with_timeout
 from .registry import ToolRegistry
 from .spec import ToolSpec
 from .types import (
-    AttemptRecord,
     CallContext,
     LookupStatus,
     OutcomeStatus,

@@ -7,28 +7,30 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stateward.core.errors import ErrorCode
+from stateward.core.journal import AttemptRecord
 from stateward.core.state import Grant
 
 
 class ToolErrorCode(StrEnum):
     """The stable error classes of the Tool Gateway."""
 
-    UNKNOWN_TOOL = "UNKNOWN_TOOL"
-    TOOL_UNAVAILABLE = "TOOL_UNAVAILABLE"
-    CIRCUIT_OPEN = "CIRCUIT_OPEN"
-    INVALID_ARGUMENT = "INVALID_ARGUMENT"
-    PERMISSION_DENIED = "PERMISSION_DENIED"
-    OUT_OF_SCOPE = "OUT_OF_SCOPE"
-    NOT_VISIBLE = "NOT_VISIBLE"
-    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
-    BLOCKED_BY_ACTION_GATEWAY = "BLOCKED_BY_ACTION_GATEWAY"
-    TIMEOUT = "TIMEOUT"
-    RATE_LIMITED = "RATE_LIMITED"
-    SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
-    SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
-    RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
-    EXECUTION_ERROR = "EXECUTION_ERROR"
-    UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+    UNKNOWN_TOOL = ErrorCode.UNKNOWN_TOOL.value
+    TOOL_UNAVAILABLE = ErrorCode.TOOL_UNAVAILABLE.value
+    CIRCUIT_OPEN = ErrorCode.CIRCUIT_OPEN.value
+    INVALID_ARGUMENT = ErrorCode.INVALID_ARGUMENT.value
+    PERMISSION_DENIED = ErrorCode.PERMISSION_DENIED.value
+    OUT_OF_SCOPE = ErrorCode.OUT_OF_SCOPE.value
+    NOT_VISIBLE = ErrorCode.NOT_VISIBLE.value
+    BUDGET_EXCEEDED = ErrorCode.BUDGET_EXCEEDED.value
+    BLOCKED_BY_ACTION_GATEWAY = ErrorCode.BLOCKED_BY_ACTION_GATEWAY.value
+    TIMEOUT = ErrorCode.TIMEOUT.value
+    RATE_LIMITED = ErrorCode.RATE_LIMITED.value
+    SERVICE_UNAVAILABLE = ErrorCode.SERVICE_UNAVAILABLE.value
+    SCHEMA_MISMATCH = ErrorCode.SCHEMA_MISMATCH.value
+    RESULT_TOO_LARGE = ErrorCode.RESULT_TOO_LARGE.value
+    EXECUTION_ERROR = ErrorCode.EXECUTION_ERROR.value
+    UNKNOWN_OUTCOME = ErrorCode.UNKNOWN_OUTCOME.value
 
 
 class LookupStatus(StrEnum):
@@ -97,25 +99,6 @@ class CallContext(BaseModel):
     plan_version: int | None = None
     remaining_tool_calls: int | None = None  # None: unbounded
     fencing_token: int | None = None  # the caller's lease version; handlers pass it to systems that check it
-
-
-class AttemptRecord(BaseModel):
-    """One try of a tool call as recorded: outcome, error class, idempotency key and whether the handler ran."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    attempt_id: str
-    run_id: str
-    step: int
-    sequence: int
-    tool: str
-    input_hash: str
-    idempotency_key: str | None
-    outcome: str
-    error_code: str | None = None
-    error: str | None = None
-    duration_ms: float = 0.0
-    handler_called: bool = False
 
 
 class ToolOutcome(BaseModel):

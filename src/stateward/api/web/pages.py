@@ -25,7 +25,7 @@ from stateward.api.answers import Asked, answerable_role, may_answer, record_ans
 from stateward.api.errors import status_of
 from stateward.api.identity import AuthError, Principal, Role, authenticate, require
 from stateward.api.web.session import Session, Sessions, csrf_ok, new_session
-from stateward.core.errors import RequestRefusedError, StatewardError
+from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
 from stateward.core.inert import inert
 from stateward.core.state import RequestKind
 from stateward.runtime.runtime import Runtime
@@ -284,7 +284,7 @@ def _answer_route(router: APIRouter, pages: InboxPages) -> None:
             if not csrf_ok(session, csrf_token):
                 raise _csrf_refused()
             if verdict not in _VERDICTS:
-                raise RequestRefusedError("the verdict must be approve, reject or reply", code="UNKNOWN_OPTION")
+                raise RequestRefusedError("the verdict must be approve, reject or reply", code=ErrorCode.UNKNOWN_OPTION)
             text = option if verdict == "reply" and option else comment.strip() or None
             asked = Asked(
                 run_id, request_id, _VERDICTS[verdict], who, text, None if verdict == "reply" else digest or None
@@ -296,13 +296,13 @@ def _answer_route(router: APIRouter, pages: InboxPages) -> None:
 
 
 def _csrf_refused() -> AuthError:
-    return AuthError("the form's CSRF token is missing or does not match this session", code="CSRF_REJECTED")
+    return AuthError("the form's CSRF token is missing or does not match this session", code=ErrorCode.CSRF_REJECTED)
 
 
 def _unknown_request(run_id: str, request_id: str) -> RequestRefusedError:
     return RequestRefusedError(
         f"run {run_id} has no request {request_id!r}",
-        code="UNKNOWN_REQUEST",
+        code=ErrorCode.UNKNOWN_REQUEST,
         details={"run_id": run_id, "request_id": request_id},
     )
 

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from stateward.api.identity import Principal
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.store.keys import KeyStore
 
 SESSION_SECRET_ENV = "STATEWARD_SESSION_SECRET"
@@ -49,10 +49,10 @@ class SessionSettings:
     def __post_init__(self) -> None:
         if len(self.secret) < MIN_SECRET_CHARS:
             raise UserError(
-                f"the session secret must be at least {MIN_SECRET_CHARS} characters", code="CONFIGURATION_ERROR"
+                f"the session secret must be at least {MIN_SECRET_CHARS} characters", code=ErrorCode.CONFIGURATION_ERROR
             )
         if self.max_age_s < 60:
-            raise UserError("sessions must last at least 60 seconds", code="CONFIGURATION_ERROR")
+            raise UserError("sessions must last at least 60 seconds", code=ErrorCode.CONFIGURATION_ERROR)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> SessionSettings:

@@ -1,0 +1,107 @@
+"""The data that crosses the model boundary: what a model is asked (ModelRequest, with the actions it
+may propose), what it answers (ModelReply) and what the call cost (Usage).
+
+Plain data in core, because both sides of the Runtime's contract speak it: controllers build requests
+and read replies; the Runtime counts usage. The Model protocol itself lives in ``stateward.models``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+
+class ActionSpec(BaseModel):
+    """An action the model may propose at this step, with its argument schema."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelRequest(BaseModel):
+    """What a model sees: the goal, what has been observed, and the actions visible right now."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    purpose: str  # "decide" (one ControlDecision), "plan", "content"
+    goal: str
+    inventory: list[str] = Field(default_factory=list)
+    observations: list[dict[str, Any]] = Field(default_factory=list)
+    visible_actions: list[ActionSpec] = Field(default_factory=list)
+    facts: dict[str, Any] = Field(default_factory=dict)
+    instructions: str = ""
+    # Set by the runtime's corrective-message policy: providers append it as a user message naming the error.
+    correction: str | None = None
+    # The observations list as attached by ``with_history`` and the length of its JSON: see ``json_chars``.
+    _history: _KnownSize | None = PrivateAttr(default=None)
+
+    @classmethod
+    def with_history(cls, observations: list[dict[str, Any]], json_chars: int, **fields: Any) -> ModelRequest:
+        """A request whose observations are already JSON forms, attached as given: validating (copying)
+        the whole history again on every step is what made a long run's loop quadratic.
+
+        ``json_chars`` is the total length of the observations' compact JSON, so ``json_chars()`` of the
+        request never serializes the history either. The dicts are shared: treat them as read-only.
+        """
+        request = cls(**fields).model_copy(update={"observations": observations})
+        request._history = _KnownSize(observations, json_chars)
+        return request
+
+    def json_chars(self) -> int:
+        """``len(self.model_dump_json())``, without serializing a history whose length is already known."""
+        known = self._history
+        if known is None or known.observations is not self.observations:  # e.g. replaced by model_copy
+            return len(self.model_dump_json())
+        rest = len(self.model_copy(update={"observations": []}).model_dump_json())
+        return rest + known.chars + max(len(self.observations) - 1, 0)  # the commas between them
+
+
+class _KnownSize:
+    """A request's cached history size: a cache, not content, so it never makes two requests unequal."""
+
+    __slots__ = ("chars", "observations")
+
+    def __init__(self, observations: list[dict[str, Any]], chars: int):
+        self.observations = observations
+        self.chars = chars
+
+    def __eq__(self, other: object) -> bool:
+        return other is None or isinstance(other, _KnownSize)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Usage(BaseModel):
+    """What one model call cost, as the provider reported it (cost only where a price is configured)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_ms: float = 0.0
+    provider_request_id: str | None = None
+    cost_usd: float | None = None
+
+
+class ModelReply(BaseModel):
+    """Raw text as the model produced it; parsing it is the Runtime's job.
+
+    A provider that can already see the reply is not exactly one decision (two native tool calls, a
+    thinking-only reply) says so in ``rejection_code``; the Runtime then refuses it by that name.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str
+    usage: Usage = Field(default_factory=Usage)
+    model: str = "unknown"
+    rejection_code: str | None = None
+    rejection_message: str | None = None
+    # Provider-side facts kept for the record, never parsed: why generation stopped, and any prose the
+    # model wrote beside its single native tool call.
+    stop_reason: str | None = None
+    commentary: str | None = None

@@ -1,0 +1,201 @@
+"""The layers of ``src/stateward`` hold: every import points down, never up.
+
+The order, bottom first (one tier per line; packages on one tier are peers and import neither each other)::
+
+    core                      pure types and rules; imports nothing of ours
+    store                     Store protocol, SQLite, PostgreSQL (knows no gateway module)
+    models                    model protocol and providers
+    tools                     the Tool Gateway
+    planning                  goals, plans, patches, plan budgets
+    verify                    contracts, checks, repair policy
+    controllers · runtime     meet in core.contract, never in each other
+    chaos · testing           harnesses over the runtime
+    api · pytest_plugin       the HTTP service; the pytest plugin over stateward.testing
+    cli                       the operator's command line
+    stateward (the package)   the public facade re-exports from every layer
+
+Every import counts: module level, inside functions (lazy), under ``TYPE_CHECKING``, and a module
+named in a string (lazy re-export tables, ``importlib.import_module``). The exceptions are listed in
+``ALLOWED_UPWARD`` with their reason. Besides the order: the CLI and the HTTP service never reach a
+store implementation (they go through ``stateward.store.base``), and nothing in the library imports
+the demos.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import stateward
+
+SRC = Path(stateward.__file__).parent
+
+LAYERS: tuple[frozenset[str], ...] = tuple(
+    frozenset(tier.split())
+    for tier in (
+        "core",
+        "store",
+        "models",
+        "tools",
+        "planning",
+        "verify",
+        "controllers runtime",
+        "chaos testing",
+        "api pytest_plugin",
+        "cli",
+        "stateward",
+    )
+)
+
+# (importing module, imported module) -> why it is allowed to point up.
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    ("stateward.planning", "stateward.controllers.plan_run"): (
+        "stateward.planning re-exports the plan-run engine (a controller over planning) lazily, so users of the "
+        "planning API find PlanRunController beside the plan types; nothing in planning uses it"
+    ),
+    ("stateward.planning", "stateward.controllers.plan_support"): "the same lazy re-export (plan_run_tools, ...)",
+}
+
+# Modules the CLI and the HTTP service must not import: they translate store errors by code, not by driver.
+STORE_IMPLEMENTATIONS = ("stateward.store.sqlite", "stateward.store.postgres", "stateward.store._pg_sql")
+STORE_DRIVERS = ("sqlite3", "psycopg", "psycopg_pool")
+
+_MODULE_NAME = re.compile(r"stateward(\.[a-z_][a-z0-9_]*)+")
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # what it imports (a module, or a module's attribute)
+    line: int
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(dotted: str) -> bool:
+    rel = Path(*dotted.split("."))
+    return (SRC.parent / rel).with_suffix(".py").exists() or (SRC.parent / rel / "__init__.py").exists()
+
+
+def imports_of(path: Path) -> list[Import]:
+    return imports_in(path.read_text(), module_name(path), is_package=path.name == "__init__.py")
+
+
+def imports_in(source: str, name: str, *, is_package: bool = False) -> list[Import]:
+    """Every import in module ``name``'s ``source``, wherever it stands, plus module names written as strings."""
+    package = name if is_package else name.rpartition(".")[0]
+    found: list[Import] = []
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.Import):
+            found += [Import(name, alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            found += [Import(name, f"{base}.{alias.name}", node.lineno) for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_NAME.fullmatch(node.value):
+            found += [Import(name, node.value, node.lineno)] if is_module(node.value) else []
+    return found
+
+
+def layer_of(module: str) -> int:
+    """The tier of a stateward module: its first component below ``stateward`` (the package itself on top)."""
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else "stateward"
+    for index, tier in enumerate(LAYERS):
+        if key in tier:
+            return index
+    raise AssertionError(f"{module} belongs to no layer: add its package to LAYERS")
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "stateward"
+
+
+def all_imports() -> list[Import]:
+    return [imp for path in sorted(SRC.rglob("*.py")) for imp in imports_of(path)]
+
+
+def upward(imports: list[Import]) -> list[str]:
+    """Imports that point up, or sideways to a peer on the same tier, and are not listed as allowed."""
+    bad = []
+    for imp in imports:
+        if not imp.target.startswith("stateward.") or package_of(imp.target) == package_of(imp.module):
+            continue
+        target = imp.target if is_module(imp.target) else imp.target.rpartition(".")[0]
+        if (imp.module, target) in ALLOWED_UPWARD:
+            continue
+        if layer_of(imp.target) >= layer_of(imp.module):
+            bad.append(f"{imp.module}:{imp.line} imports {imp.target}")
+    return bad
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {p.stem if p.is_file() else p.name for p in SRC.iterdir() if p.suffix == ".py" or p.is_dir()}
+    packages = {p for p in packages if not p.startswith("__")} | {"stateward"}
+    assert packages - set().union(*LAYERS) == set()
+
+
+def test_no_import_points_up() -> None:
+    assert upward(all_imports()) == []
+
+
+def test_every_allowed_exception_is_still_needed() -> None:
+    used = {(imp.module, imp.target) for imp in all_imports()}
+    used |= {(imp.module, imp.target.rpartition(".")[0]) for imp in all_imports()}
+    assert set(ALLOWED_UPWARD) - used == set()
+
+
+def test_controllers_and_the_runtime_meet_only_in_core() -> None:
+    imports = all_imports()
+    crossing = [
+        f"{i.module} imports {i.target}"
+        for i in imports
+        if {package_of(i.module), package_of(i.target)} == {"controllers", "runtime"}
+    ]
+    assert crossing == []
+
+
+@pytest.mark.parametrize("front", ["stateward.cli", "stateward.api"])
+def test_the_cli_and_the_service_reach_no_store_implementation(front: str) -> None:
+    reached = [
+        f"{i.module}:{i.line} imports {i.target}"
+        for i in all_imports()
+        if (i.module == front or i.module.startswith(front + "."))
+        and i.target.startswith(STORE_IMPLEMENTATIONS + STORE_DRIVERS)
+    ]
+    assert reached == []
+
+
+def test_the_library_does_not_import_the_demos() -> None:
+    assert [f"{i.module} imports {i.target}" for i in all_imports() if i.target.startswith("stateward_demos")] == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        ("stateward.store.base", "from stateward.tools.ports import GatewayStore", 1),
+        ("stateward.core.state", "def f():\n    from stateward.runtime.runtime import Runtime", 1),
+        ("stateward.core.state", "if TYPE_CHECKING:\n    from stateward.models.base import Model", 1),
+        ("stateward.runtime.driver", "from stateward.controllers.react import ReActController", 1),
+        ("stateward.controllers.react", "import stateward.runtime.agent", 1),
+        ("stateward.models.base", '_LAZY = {"X": "stateward.tools.gateway"}', 1),
+        ("stateward.store.base", "from ..tools.ports import GatewayStore", 1),
+        ("stateward.tools.gateway", "from ..store.base import Store", 0),
+        ("stateward.runtime.driver", "from stateward.core.contract import Proposal", 0),
+        ("stateward.runtime.driver", "from .transition import handle", 0),
+        ("stateward.cli.app", "from stateward.runtime.runtime import Runtime", 0),
+        ("stateward.models.base", 'log = getLogger("stateward.expiry")', 0),
+    ],
+)
+def test_the_scan_sees_each_kind_of_import(module: str, source: str, expected: int) -> None:
+    assert len(upward(imports_in(source, module))) == expected
