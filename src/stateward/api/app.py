@@ -314,18 +314,18 @@ def _control_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         """Ask the run to pause at its holder's next step boundary, recorded as the caller's."""
         require(who, Role.OPERATOR)
         visible_run(runtime, run_id, who.tenant)
-        return _summary(runtime, runtime.pause(run_id, by=who.subject))
+        return _summary(runtime, runtime.pause(run_id, by=who.subject, roles=who.roles))
 
     @v1.post("/runs/{run_id}/resume", response_model=RunSummary, tags=["control"])
     def resume(run_id: str, who: Caller) -> RunSummary:
         """Resume a PAUSED run, recorded as the caller's."""
         require(who, Role.OPERATOR)
         visible_run(runtime, run_id, who.tenant)
-        return _summary(runtime, runtime.resume(run_id, by=who.subject))
+        return _summary(runtime, runtime.resume(run_id, by=who.subject, roles=who.roles))
 
     @v1.post("/runs/{run_id}/cancel", response_model=RunSummary, tags=["control"])
     def cancel(run_id: str, who: Caller) -> RunSummary:
         """Cancel any non-terminal run, recorded as the caller's; its open requests close."""
         require(who, Role.OPERATOR)
         visible_run(runtime, run_id, who.tenant)
-        return _summary(runtime, runtime.cancel(run_id, by=who.subject))
+        return _summary(runtime, runtime.cancel(run_id, by=who.subject, roles=who.roles))

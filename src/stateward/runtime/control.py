@@ -18,13 +18,15 @@ UNKNOWN_ASKER = "operator"
 
 @dataclass(frozen=True)
 class ControlRequest:
-    """``kind`` asked by ``by`` (the principal's subject as the service or the CLI recorded it)."""
+    """``kind`` asked by ``by`` (the principal's subject as the service or the CLI recorded it), holding
+    ``roles`` (the service's principals; empty from the CLI)."""
 
     kind: ControlKind
     by: str = UNKNOWN_ASKER
+    roles: tuple[str, ...] = ()
 
     def encode(self) -> str:
-        return json.dumps({"kind": self.kind, "by": self.by}, separators=(",", ":"))
+        return json.dumps({"kind": self.kind, "by": self.by, "roles": sorted(self.roles)}, separators=(",", ":"))
 
     @classmethod
     def decode(cls, raw: str | None) -> ControlRequest | None:
@@ -37,7 +39,11 @@ class ControlRequest:
             data = json.loads(raw)
         except ValueError:
             return None
-        kind, by = (data.get("kind"), data.get("by")) if isinstance(data, dict) else (None, None)
-        if kind not in ("pause", "cancel"):
+        if not isinstance(data, dict) or data.get("kind") not in ("pause", "cancel"):
             return None
-        return cls(kind=kind, by=by if isinstance(by, str) and by else UNKNOWN_ASKER)
+        by, roles = data.get("by"), data.get("roles")
+        return cls(
+            kind=data["kind"],
+            by=by if isinstance(by, str) and by else UNKNOWN_ASKER,
+            roles=tuple(r for r in roles if isinstance(r, str)) if isinstance(roles, list) else (),
+        )

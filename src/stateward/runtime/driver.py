@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
@@ -23,7 +23,7 @@ from stateward.core.status import RunStatus, TransitionKind
 from stateward.models.base import ActionSpec, model_attempt_sink
 from stateward.models.errors import ModelCallError
 from stateward.runtime.agent import Agent
-from stateward.runtime.control import UNKNOWN_ASKER, ControlRequest
+from stateward.runtime.control import ControlRequest
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
@@ -185,9 +185,9 @@ class Driver:
         """Honour a pause or cancel request, or take one step."""
         control = ControlRequest.decode(self.store.get_control(run.state.run_id))
         if control is not None and control.kind == "cancel":
-            self._cancel(run, lease, by=control.by)
+            self._cancel(run, lease, control)
         elif control is not None or run.state.status is RunStatus.PAUSING:
-            self._pause(run, lease, by=control.by if control is not None else UNKNOWN_ASKER)
+            self._pause(run, lease, control)
         else:
             self.step(run, lease)
 
@@ -317,15 +317,16 @@ class Driver:
             run, lease, StepWrite(state=new, checkpoint="terminal", events=[*moved, exit_event(new)])
         )
 
-    def _pause(self, run: _Head, lease: Lease, *, by: str) -> None:
+    def _pause(self, run: _Head, lease: Lease, asked: ControlRequest | None) -> None:
         """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint;
         both moves name who asked."""
-        paused, events = pause(run.state, "paused", requested="pause_requested", by=by)
+        asked = asked or ControlRequest("pause")
+        paused, events = pause(run.state, "paused", requested="pause_requested", by=asked.by, roles=asked.roles)
         events.append(exit_event(paused))
         self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
 
-    def _cancel(self, run: _Head, lease: Lease, *, by: str) -> None:
-        self._persist(run, lease, cancel_write(run.state, by=by, now=self.clock()))
+    def _cancel(self, run: _Head, lease: Lease, asked: ControlRequest) -> None:
+        self._persist(run, lease, cancel_write(run.state, by=asked.by, roles=asked.roles, now=self.clock()))
 
     # -- setbacks: record, back off, end when the retries are spent (recovery.py) ---------------
     def _crashed(self, run: _Head, lease: Lease, exc: Exception) -> None:
@@ -346,10 +347,10 @@ class Driver:
         """A worker cannot build the run's agent: cancel or pause as asked, else back off, then park."""
         control = ControlRequest.decode(self.store.get_control(run.state.run_id))
         if control is not None and control.kind == "cancel":
-            self._cancel(run, lease, by=control.by)
+            self._cancel(run, lease, control)
             return
         if control is not None or run.state.status is RunStatus.PAUSING:
-            self._pause(run, lease, by=control.by if control is not None else UNKNOWN_ASKER)
+            self._pause(run, lease, control)
             return
         log.warning("run %s: cannot build its agent: %s", run.state.run_id, exc)
         self._hold_or_park(run, lease, SetbackKind.AGENT_UNAVAILABLE, exc)
@@ -434,9 +435,9 @@ def park_write(state: RunState, reason: str, events: list[NewEvent], *, not_befo
     return StepWrite(state=paused, events=events, checkpoint="pause", not_before=not_before)
 
 
-def cancel_write(state: RunState, *, by: str, now: datetime) -> StepWrite:
+def cancel_write(state: RunState, *, by: str, now: datetime, roles: Iterable[str] = ()) -> StepWrite:
     """CANCELLED from any non-terminal status; every open request closes with it."""
-    new, moved = cancel(state, by=by)
+    new, moved = cancel(state, by=by, roles=roles)
     closed = RequestAnswer(request_id="*", verdict=AnswerVerdict.CLOSED, text="run cancelled", by=by, at=now)
     return StepWrite(
         state=new,

@@ -380,7 +380,7 @@ class Runtime:
         return dataclasses.replace(result, state=state)
 
     # -- pause / resume / cancel ----------------------------------------------------------------
-    def pause(self, run_id: str, *, by: str = "operator") -> RunState:
+    def pause(self, run_id: str, *, by: str = "operator", roles: frozenset[str] = frozenset()) -> RunState:
         """RUNNING -> PAUSING -> PAUSED, with a checkpoint, at the holder's next step boundary; the
         transitions record ``by`` whichever process honours the request."""
         state = self.store.load_run(run_id)
@@ -392,10 +392,10 @@ class Runtime:
                 code=ErrorCode.NOT_PAUSABLE,
                 details={"run_id": run_id, "status": state.status.value},
             )
-        self.store.set_control(run_id, ControlRequest("pause", by).encode())
+        self.store.set_control(run_id, ControlRequest("pause", by, tuple(sorted(roles))).encode())
         return self.drive(run_id)
 
-    def cancel(self, run_id: str, *, by: str = "operator") -> RunState:
+    def cancel(self, run_id: str, *, by: str = "operator", roles: frozenset[str] = frozenset()) -> RunState:
         """Any non-terminal run -> CANCELLED; its open requests close and later answers are refused."""
         state = self.store.load_run(run_id)
         if state.status.is_terminal:
@@ -404,7 +404,8 @@ class Runtime:
                 code=ErrorCode.RUN_ENDED,
                 details={"run_id": run_id, "status": state.status.value},
             )
-        self.store.set_control(run_id, ControlRequest("cancel", by).encode())
+        asked = ControlRequest("cancel", by, tuple(sorted(roles)))
+        self.store.set_control(run_id, asked.encode())
         lease = self._try_lease(run_id)
         if lease is None:
             return state  # the holder cancels at its next step
@@ -412,16 +413,16 @@ class Runtime:
             run_state, seq = self.store.load_run_at(run_id)
             if run_state.status.is_terminal:
                 return run_state
-            return self._cancel_now(run_state, seq, lease, by)
+            return self._cancel_now(run_state, seq, lease, asked)
         finally:
             self.store.release_lease(lease)
 
-    def _cancel_now(self, state: RunState, seq: int, lease: Lease, by: str) -> RunState:
-        write = cancel_write(state, by=by, now=self.clock())
+    def _cancel_now(self, state: RunState, seq: int, lease: Lease, asked: ControlRequest) -> RunState:
+        write = cancel_write(state, by=asked.by, roles=asked.roles, now=self.clock())
         self.store.commit_step(state.run_id, seq, write, lease)
         return write.state
 
-    def resume(self, run_id: str, *, by: str = "operator") -> RunState:
+    def resume(self, run_id: str, *, by: str = "operator", roles: frozenset[str] = frozenset()) -> RunState:
         """Continue a PAUSED run (or a RUNNING one whose process died) exactly where it stopped.
 
         Loads the latest checkpoint, verifies artifact hashes, reconciles side effects left in
@@ -446,13 +447,16 @@ class Runtime:
             state, seq = self.store.load_run_at(run_id)
             self._verify_checkpoint(state, seq)
             reconciled = self._reconcile(state, lease.version)
-            resumed, events = transition.resume(state, "resumed", by=by, setback=without_retry(state.setback))
+            resumed, events = transition.resume(
+                state, "resumed", by=by, roles=roles, setback=without_retry(state.setback)
+            )
             events = [
                 *events,
                 NewEvent(
                     type=EventType.RUN_RESUMED,
                     payload={
                         "by": by,
+                        **({"roles": sorted(roles)} if roles else {}),
                         "from_status": state.status.value,
                         "usage": state.usage.model_dump(),
                         "reconciled": reconciled,
