@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +29,7 @@ from stateward.controllers.base import (
 )
 from stateward.controllers.plan_support import (
     OUTPUT_TOOL,
+    PARTIAL_ARTIFACT,
     PARTIAL_TOOL,
     READINESS_TOOL,
     content_of,
@@ -46,6 +48,7 @@ from stateward.planning.delivery import (
     AttemptSummary,
     Confidence,
     DecisionOption,
+    DegradationRung,
     DeliveryFacts,
     FindingRisk,
     HandoffPackage,
@@ -54,7 +57,15 @@ from stateward.planning.delivery import (
     choose_rung,
     standard_options,
 )
-from stateward.planning.goal import GoalContract, RunFacts, check_constraints
+from stateward.planning.goal import GoalContract, RunFacts, assess_goal, check_constraints
+from stateward.planning.outcome import (
+    Measure,
+    MeasureInput,
+    Measurement,
+    RunOutcome,
+    completion_mode,
+    criterion_texts,
+)
 from stateward.planning.patch import (
     AttemptFact,
     AttemptOutcome,
@@ -103,6 +114,7 @@ class ItemRun(BaseModel):
     output: str | None = None  # artifact ref of the accepted output
     correction: str | None = None  # what the last verification asked the worker to fix
     model_calls: int = 0
+    tokens: int = 0  # tokens of this attempt's model calls, settled with the attempt
 
 
 class PlanRunMemo(BaseModel):
@@ -124,6 +136,10 @@ class PlanRunMemo(BaseModel):
     handoff_request: str | None = None  # kept for snapshots written before awaiting_handoff
     awaiting_handoff: bool = False  # a handoff was asked: the next handoff answer is this run's choice
     deviations: list[str] = Field(default_factory=list)  # soft constraints already recorded as not holding
+    started_at: datetime | None = None  # the run's first decision: elapsed time is charged from here
+    measurement: Measurement = Measurement()  # goal metrics, re-measured when the verified set changes
+    measured: int = -1  # len(verified) at the last measurement
+    outcome: RunOutcome | None = None  # what the run delivered, once it delivers
 
 
 @dataclass(frozen=True)
@@ -144,6 +160,17 @@ class PlanRunConfig:
     research_tools: tuple[str, ...] = ()
     max_research_steps: int = 8
     max_parallel: int = 1  # work items in flight at once; their steps interleave, each one transaction
+    measure: Measure | None = None  # the goal's metrics, measured from verified outputs and recorded evidence
+    fact_artifacts: frozenset[str] = frozenset()  # verified outputs that are confirmed fact lists (a rung)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # charges elapsed time
+
+
+def _tokens(usage: Usage) -> int:
+    return usage.input_tokens + usage.output_tokens
+
+
+def _amount_text(amount: BudgetAmount) -> str:
+    return f"{amount.tool_calls} tool calls, {amount.model_calls} model calls, {amount.tokens} tokens"
 
 
 def start_item_guard(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
@@ -174,6 +201,7 @@ class PlanRunController:
             if ctx.state.memo
             else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
         )
+        self._tick(memo)
         if memo.plan is None:
             return self._before_plan(ctx, memo)
         notes: list[NewEvent] = []
@@ -193,7 +221,7 @@ class PlanRunController:
         verdict = evaluate_termination(
             TerminationSnapshot(
                 step=ctx.state.usage.steps,
-                budget=memo.ledger,
+                budget=self._live_ledger(memo),
                 no_progress_streak=memo.no_progress_streak,
                 failures=tuple(memo.failures[-10:]),
                 state_history=tuple(memo.history),
@@ -281,6 +309,7 @@ class PlanRunController:
             issues = "; ".join(f"{i.code}({i.work_item_id})" for i in report.issues[:5])
             return self._refused(f"PLAN_{report.verdict.value}", issues, reply.text, reply.usage)
         memo.plan = plan
+        memo.ledger = memo.ledger.charge(BudgetAmount(model_calls=1, tokens=_tokens(reply.usage)))
         note = NewEvent(
             type=EventType.PLAN_RECORDED,
             payload={
@@ -340,6 +369,7 @@ class PlanRunController:
                 instructions=ITEM_INSTRUCTIONS,
             ),
         )
+        memo.ledger = memo.ledger.charge(BudgetAmount(model_calls=1, tokens=_tokens(reply.usage)))
         note = NewEvent(type=EventType.READINESS_EVALUATED, payload={"stage": contract.stage, "verdict": gaps})
         return Proposal(
             signal=reply.text,
@@ -391,20 +421,62 @@ class PlanRunController:
         )
 
     def _goal_facts(self, ctx: DecisionContext, memo: PlanRunMemo) -> RunFacts:
-        """What the goal contract is checked against: the runtime's own counters and records.
-
-        Metrics and elapsed time are left unmeasured (None): a predicate on them is neither met nor
-        violated, rather than judged on a number nobody measured.
-        """
+        """What the goal contract is checked against: the runtime's own counters, the elapsed time charged
+        and the metrics measured from verified outputs (an unmeasured metric stays absent: neither met nor
+        violated)."""
         usage = ctx.state.usage
-        outputs = self._outputs(memo)
+        self._measure(ctx, memo)
         return RunFacts(
             tool_calls=usage.tool_attempts,
             model_calls=usage.model_calls,
             tokens=usage.input_tokens + usage.output_tokens,
+            elapsed_seconds=int(memo.ledger.used.elapsed_seconds),
             capabilities_used=tuple(sorted({o.action for o in ctx.observations})),
-            artifacts=tuple(sorted({outputs[w].rpartition(":v")[0] for w in memo.verified if w in outputs})),
+            artifacts=self._verified_types(memo),
+            metrics=memo.measurement.metrics,
         )
+
+    def _measure(self, ctx: DecisionContext, memo: PlanRunMemo) -> None:
+        """Re-measure the goal's metrics when the set of verified outputs changed (not on every step)."""
+        if self.config.measure is None or memo.plan is None or memo.measured == len(memo.verified):
+            return
+        refs = {memo.items[w].output for w in memo.verified if w in memo.items and memo.items[w].output}
+        outputs = {
+            ref.rpartition(":v")[0]: content_of(o)
+            for o in ctx.observations
+            if o.status == "SUCCESS"
+            for ref in o.artifacts
+            if ref in refs
+        }
+        recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
+        memo.measurement = self.config.measure(MeasureInput(outputs=outputs, recorded_evidence=recorded))
+        memo.measured = len(memo.verified)
+
+    def _tick(self, memo: PlanRunMemo) -> None:
+        """Charge wall-clock time since the run's first decision; kept in the ledger, so it survives pauses and
+        other processes and never goes back."""
+        now = self.config.clock()
+        if memo.started_at is None:
+            memo.started_at = now
+        elapsed = max((now - memo.started_at).total_seconds(), 0.0)
+        charged = memo.ledger.used.elapsed_seconds
+        if elapsed > charged:
+            memo.ledger = memo.ledger.charge(BudgetAmount(elapsed_seconds=elapsed - charged))
+
+    @staticmethod
+    def _spent(run: ItemRun) -> BudgetAmount:
+        """What the current attempt of an item has spent so far; starting it was one attempt."""
+        tools = run.tracker.steps_taken if run.tracker else 0
+        return BudgetAmount(tool_calls=tools, model_calls=run.model_calls, tokens=run.tokens, attempts=1)
+
+    def _live_ledger(self, memo: PlanRunMemo) -> BudgetLedger:
+        """The ledger as if every running attempt settled now: the budget rule sees spending as it happens,
+        not only when an attempt ends."""
+        ledger = memo.ledger
+        for wid in memo.running:
+            if wid in ledger.reserved and wid in memo.items:
+                ledger = ledger.settle(wid, self._spent(memo.items[wid]))
+        return ledger
 
     def _record_deviations(self, facts: RunFacts, memo: PlanRunMemo, notes: list[NewEvent]) -> None:
         """A soft constraint that stops holding is recorded once, with the facts it was judged on."""
@@ -450,10 +522,7 @@ class PlanRunController:
         if waiting is not None:  # nothing else can move: now the run really waits for the person
             return self._ask_approval(waiting, memo, notes)
         if all(s is WorkItemState.SUCCEEDED for s in states.values()):
-            memo.delivery = "accepted"
-            return self._propose(
-                ControlDecision(type=DecisionType.FINISH, reason="every work item verified"), memo, notes
-            )
+            return self._finish(ctx, memo, notes, states)
         stuck = sorted(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
         replanned = self._replan(ctx, memo, notes, states)
         if replanned is not None:
@@ -492,7 +561,7 @@ class PlanRunController:
                 "removed items and kept_completed.",
             ),
         )
-        memo.ledger = memo.ledger.charge(BudgetAmount(replans=1, model_calls=1))
+        memo.ledger = memo.ledger.charge(BudgetAmount(replans=1, model_calls=1, tokens=_tokens(reply.usage)))
         try:
             if reply.rejection_code is not None:
                 raise PlanPatchError(reply.rejection_message or reply.rejection_code, code=reply.rejection_code)
@@ -609,6 +678,7 @@ class PlanRunController:
             ),
         )
         run.model_calls += 1
+        run.tokens += _tokens(reply.usage)
         rejected = provider_rejection(reply)
         if rejected is not None:
             return Proposal(
@@ -742,11 +812,8 @@ class PlanRunController:
     ) -> None:
         run = memo.items[item.work_item_id]
         run.attempts[-1] = AttemptFact(outcome=outcome, error_class=error)
-        used_tools = run.tracker.steps_taken if run.tracker else 0
-        memo.ledger = memo.ledger.settle(
-            item.work_item_id, BudgetAmount(tool_calls=used_tools, model_calls=run.model_calls)
-        )
-        run.model_calls = 0
+        memo.ledger = memo.ledger.settle(item.work_item_id, self._spent(run))
+        run.model_calls = run.tokens = 0
         # The attempt's loop state is spent: keeping it would make every later step rewrite it.
         run.tracker, run.steps, run.absorbed = None, [], 0
         if error == "NO_PROGRESS":
@@ -774,18 +841,15 @@ class PlanRunController:
         code: str,
         detail: str,
         states: dict[str, WorkItemState],
+        undecidable: tuple[str, ...] = (),
     ) -> Proposal:
+        """Deliver the best rung the verified facts support, with its gaps and what continuing would cost."""
         plan = memo.plan
         assert plan is not None
         done = tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED)
         missing = tuple(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
-        rung = choose_rung(
-            DeliveryFacts(
-                expected_scope=tuple(states),
-                covered_scope=done,
-                completed_artifacts=tuple(self._outputs(memo).values()),
-            )
-        )
+        rung = choose_rung(self._delivery_facts(memo, states))
+        to_continue = self._estimate(plan, missing)
         delivery = PartialDelivery(
             original_goal=self.config.goal.objective,
             rung=rung,
@@ -793,17 +857,99 @@ class PlanRunController:
             reason=detail or code,
             done_scope=done,
             missing_scope=missing,
-            needed_to_continue=tuple(f"complete {w}" for w in missing),
+            undecidable=(*undecidable, *memo.measurement.unresolved),
+            needed_to_continue=(
+                *(f"complete {w}" for w in missing),
+                *([f"budget to continue: {_amount_text(to_continue)}"] if missing else []),
+            ),
             budget_used=memo.ledger.used,
             artifact_refs=tuple(self._outputs(memo).values()),
         )
         memo.delivery = "partial"
         for wid in list(memo.running):
             self._end_attempt(memo, self._item(memo, wid), AttemptOutcome.FAILED, code, notes)
+        report = self._report_ref(memo)
+        final = report or f"{PARTIAL_ARTIFACT}:v{ctx.state.artifacts.get(PARTIAL_ARTIFACT, 0) + 1}"
+        self._record_outcome(memo, rung, code, final, (*undecidable, *memo.measurement.unresolved), to_continue)
         decision = ControlDecision(
             type=DecisionType.EXECUTE_TOOL, action=PARTIAL_TOOL, args={"content": delivery.model_dump_json()}
         )
         return self._propose(decision, memo, notes, visible=frozenset({PARTIAL_TOOL}))
+
+    def _finish(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
+    ) -> Proposal:
+        """Every item verified: the goal's success criteria, not the item count, decide whether it is done."""
+        goal = self.config.goal
+        assessment = assess_goal(goal, self._goal_facts(ctx, memo))
+        if assessment.unmet:
+            texts = criterion_texts({c.criterion_id: c.description for c in goal.success_criteria}, assessment.unmet)
+            detail = f"success criteria not met: {', '.join(assessment.unmet)}"
+            return self._deliver_partial(ctx, memo, notes, "SUCCESS_CRITERIA_UNMET", detail, states, texts)
+        rung = choose_rung(self._delivery_facts(memo, states))
+        self._record_outcome(memo, rung, "GOAL_MET", self._report_ref(memo), memo.measurement.unresolved, None)
+        memo.delivery = "accepted"
+        reason = "success criteria met" + (" with open issues" if memo.measurement.unresolved else "")
+        return self._propose(ControlDecision(type=DecisionType.FINISH, reason=reason), memo, notes)
+
+    def _record_outcome(
+        self,
+        memo: PlanRunMemo,
+        rung: DegradationRung,
+        code: str,
+        final: str | None,
+        unresolved: tuple[str, ...],
+        to_continue: BudgetAmount | None,
+    ) -> None:
+        goal = self.config.goal
+        facts = RunFacts(metrics=memo.measurement.metrics, artifacts=self._verified_types(memo))
+        assessment = assess_goal(goal, facts)
+        memo.outcome = RunOutcome(
+            completion_mode=completion_mode(rung, unresolved),
+            rung=rung,
+            reason_code=code,
+            plan_version=memo.plan.version if memo.plan else None,
+            final_artifact=final,
+            unresolved_issues=unresolved,
+            criteria_met=assessment.met,
+            criteria_unmet=assessment.unmet,
+            metrics=memo.measurement.metrics,
+            budget_used=memo.ledger.used,
+            budget_to_continue=to_continue,
+        )
+
+    def _delivery_facts(self, memo: PlanRunMemo, states: dict[str, WorkItemState]) -> DeliveryFacts:
+        """Only verified outputs count: the report if its checks passed, fact lists if their items were verified."""
+        unresolved = memo.measurement.unresolved
+        return DeliveryFacts(
+            expected_scope=(*states, *unresolved),
+            covered_scope=tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED),
+            report_verified=self._report_ref(memo) is not None,
+            verified_facts=sum(1 for t in self._verified_types(memo) if t in self.config.fact_artifacts),
+            completed_artifacts=tuple(self._outputs(memo).values()),
+        )
+
+    def _report_ref(self, memo: PlanRunMemo) -> str | None:
+        """The verified deliverable's artifact ref, if the deliverable passed verification."""
+        if self.config.deliverable is None or memo.plan is None:
+            return None
+        for item in memo.plan.work_items:
+            if item.output_spec.artifact_type == self.config.deliverable and item.work_item_id in memo.verified:
+                return memo.items[item.work_item_id].output
+        return None
+
+    def _verified_types(self, memo: PlanRunMemo) -> tuple[str, ...]:
+        outputs = self._outputs(memo)
+        return tuple(sorted({outputs[w].rpartition(":v")[0] for w in memo.verified if w in outputs}))
+
+    @staticmethod
+    def _estimate(plan: Plan, missing: Sequence[str]) -> BudgetAmount:
+        """What the unfinished items would still need, from the plan's own estimates."""
+        total = BudgetAmount()
+        for item in plan.work_items:
+            if item.work_item_id in missing:
+                total = total + BudgetAmount.from_estimate(item.estimated_cost)
+        return total
 
     def _handoff(
         self,

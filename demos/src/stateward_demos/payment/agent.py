@@ -10,7 +10,8 @@ report version, and the gateway's action gate admits the call only with that sam
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -44,6 +45,7 @@ from stateward.planning import (
 )
 from stateward.verify import ArtifactVersion, CheckResult, CheckSuite, CheckVerdict, Report
 from stateward_demos.payment import reports
+from stateward_demos.payment.outcome import FACT_ARTIFACTS, final_summary, make_measure
 from stateward_demos.payment.scripts import GOAL_RESOURCE, PLAN_RESOURCE, planner_policy, resource_text, worker_policy
 from stateward_demos.payment.tools import RECEIPT_ARTIFACT, REPORT_ARTIFACT, make_tools
 
@@ -95,18 +97,31 @@ def approval_action(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
 
 
 def build_agent(
-    max_steps: int = 200, delivery_log: dict[str, dict[str, str]] | None = None, model_spec: str | None = None
+    max_steps: int = 200,
+    delivery_log: dict[str, dict[str, str]] | None = None,
+    model_spec: str | None = None,
+    budget: dict[str, Any] | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> Agent:
-    """The agent for one run. ``max_steps`` is JSON, so another process rebuilds it from the AgentRef.
+    """The agent for one run. ``max_steps`` and ``budget`` are JSON, so another process rebuilds it from the
+    AgentRef.
 
-    ``model_spec`` (``--model``) drives both the planner and the worker with that model instead of the
-    scripted ones. ``delivery_log`` (tests only, not part of the ref) replaces the simulated delivery target.
+    ``budget`` overrides limits of :data:`BUDGET` (e.g. ``{"max_tokens": 202000}``). ``model_spec``
+    (``--model``) drives both the planner and the worker with that model instead of the scripted ones.
+    ``delivery_log`` and ``clock`` (tests only, not part of the ref) replace the simulated delivery target
+    and the wall clock that charges elapsed time.
     """
     domain = make_tools(delivery_log=delivery_log)
     tools = ToolRegistry([*domain, *plan_run_tools()])
+    the_goal = goal()
+    limits = BUDGET.model_copy(update=budget or {})
+    extra: dict[str, Any] = {} if clock is None else {"clock": clock}
     config = PlanRunConfig(
-        goal=goal(),
-        budget=BUDGET,
+        goal=the_goal,
+        budget=BudgetLimits.model_validate(limits.model_dump()),
+        measure=make_measure(the_goal),
+        fact_artifacts=FACT_ARTIFACTS,
+        **extra,
         deliverable=REPORT_ARTIFACT,
         verifier=verify_report,
         default_react_steps=DEFAULT_REACT_STEPS,
@@ -121,6 +136,8 @@ def build_agent(
         planner = worker = model_from_spec(model_spec)
     controller = PlanRunController(planner, worker, config)
     params: dict[str, Any] = {"max_steps": max_steps}
+    if budget:
+        params["budget"] = budget
     if model_spec is not None:
         params["model_spec"] = model_spec
     return Agent(
@@ -142,7 +159,7 @@ def summary(runtime: Runtime, state: RunState) -> dict[str, Any]:
     receipts = [a for a in runtime.artifacts(state.run_id) if a.name == RECEIPT_ARTIFACT]
     return {
         "run_id": state.run_id,
-        "status": state.status.value,
+        **final_summary(runtime, state),
         "pending_request_id": None if pending is None else pending.request_id,
         "pending_action": None if action is None else {"tool": action.tool, "args": action.args},
         "artifacts": [{"name": a.name, "version": a.version} for a in runtime.artifacts(state.run_id)],
@@ -152,7 +169,7 @@ def summary(runtime: Runtime, state: RunState) -> dict[str, Any]:
             if e.type is EventType.VERIFICATION_RECORDED
         ],
         "budget_used": {
-            **{k: ledger.get("used", {}).get(k, 0) for k in ("tool_calls", "model_calls")},
+            **{k: ledger.get("used", {}).get(k, 0) for k in ("tool_calls", "model_calls", "tokens", "attempts")},
             "reflections": ledger.get("reflections", {}),
             "steps": state.usage.steps,
         },
