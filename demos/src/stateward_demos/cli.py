@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -94,14 +94,29 @@ def demo_payment_migration(
     if as_json:
         emit_json(out)
         return
-    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
+    _print_payment(out, db)
+
+
+def _print_payment(out: dict[str, Any], db: str) -> None:
+    """The source's final summary, then how to answer a pending request."""
+    cov = out["coverage"]
+    typer.echo(f"run {out['run_id']} stopped: {out['status']}, completion_mode {out['completion_mode']}")
+    typer.echo(f"  plan v{out['plan_version']}; delivered as {out['rung']}; final artifact {out['final_artifact']}")
+    typer.echo(f"  coverage: expected {cov['expected']}, accessible {cov['accessible']}, analysed {cov['analysed']}")
+    typer.echo(
+        f"  breaking changes {out['breaking_changes']}, call sites {out['call_sites']}, risk modules {out['risk']}"
+    )
+    typer.echo("  report versions: " + (", ".join(out["report_versions"]) or "none"))
+    for issue in out["unresolved_issues"]:
+        typer.echo(f"  unresolved: {inert(issue)}")
+    if out["budget_to_continue"] is not None:
+        typer.echo(f"  budget to continue: {out['budget_to_continue']}")
+    typer.echo("  verification: " + " -> ".join(f"{v['artifact']} {v['outcome']}" for v in out["verifications"]))
+    typer.echo("  budget used: " + ", ".join(f"{k}={v}" for k, v in out["budget_used"].items()))
     if out["pending_request_id"] is not None:
         action = out["pending_action"] or {}
         typer.echo(f"  pending {out['pending_request_id']}: {action.get('tool')} {action.get('args')}")
         typer.echo(f"  answer with: stateward approve {out['run_id']} {out['pending_request_id']} --db {db}")
-    typer.echo("  artifacts: " + ", ".join(f"{a['name']}:v{a['version']}" for a in out["artifacts"]))
-    typer.echo("  verification: " + " -> ".join(f"{v['artifact']} {v['outcome']}" for v in out["verifications"]))
-    typer.echo("  budget used: " + ", ".join(f"{k}={v}" for k, v in out["budget_used"].items()))
     if out["delivery_receipt"] is not None:
         typer.echo(f"  delivery-receipt: {out['delivery_receipt']}")
 
