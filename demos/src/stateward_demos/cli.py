@@ -79,11 +79,21 @@ def demo_payment_migration(
         bool, typer.Option("--approve", help="Approve the delivery in-process (as demo-reviewer) and finish.")
     ] = False,
     model: ModelOpt = None,
+    fault: Annotated[
+        str | None,
+        typer.Option(
+            help="Run under one of the case's faults (doc-search-timeout | authority-conflict | budget | "
+            "pause-resume | injection), or 'all' for the table of every fault."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the 18-item payment SDK migration plan; it stops for approval before delivering the report."""
     from stateward_demos.payment.agent import build_agent, goal, summary
 
+    if fault is not None:
+        _payment_faults(fault, as_json)
+        return
     with reported_errors(as_json):
         agent = build_agent(model_spec=model)
         runtime = open_runtime(db, create=True)
@@ -95,6 +105,25 @@ def demo_payment_migration(
         emit_json(out)
         return
     _print_payment(out, db)
+
+
+def _payment_faults(name: str, as_json: bool) -> None:
+    """Each fault's run in a scratch store, judged against the source's expected outcome."""
+    from stateward_demos.payment.fault_runs import COLUMNS, run_fault
+    from stateward_demos.payment.faults import Fault, parse
+
+    with reported_errors(as_json), tempfile.TemporaryDirectory() as tmp:
+        try:
+            chosen = list(Fault) if name == "all" else [parse(name)]
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        rows = [run_fault(f, Path(tmp)) for f in chosen if f is not None]
+    if as_json:
+        emit_json(rows if name == "all" else rows[0])
+        return
+    print_table("The payment case under its faults", COLUMNS, [{c: r[c] for c in COLUMNS} for r in rows])
+    if name != "all":
+        _print_payment({"run_id": "-", **rows[0]["summary"], "delivery_receipt": None}, "-")
 
 
 def _print_payment(out: dict[str, Any], db: str) -> None:

@@ -99,6 +99,8 @@ ITEM_INSTRUCTIONS = (
     "written; saying so does not make it done."
 )
 Verifier = Callable[[str], Sequence[CheckResult]]
+# Error codes saying a tool or its service is down (not that the call was wrong): a person can fix these.
+UNAVAILABLE = frozenset({"TIMEOUT", "CIRCUIT_OPEN", "TOOL_UNAVAILABLE", "SERVICE_UNAVAILABLE", "RATE_LIMITED"})
 ApprovalAction = Callable[[WorkItem, "PlanRunMemo"], GuardedAction]
 
 
@@ -527,6 +529,12 @@ class PlanRunController:
         replanned = self._replan(ctx, memo, notes, states)
         if replanned is not None:
             return replanned
+        down = sorted({f.action for f in memo.failures if f.error_code in UNAVAILABLE})
+        if down and memo.delivery is None:
+            # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
+            # it or accept less - delivering as if the gap were final would hide a fixable cause.
+            detail = f"cannot proceed: {stuck}; unavailable after retries and fallbacks: {', '.join(down)}"
+            return self._handoff(ctx, memo, notes, "DEPENDENCY_UNAVAILABLE", detail, states)
         return self._deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {stuck}", states)
 
     def _replan(
@@ -675,6 +683,7 @@ class PlanRunController:
                     "remaining_steps": run.tracker.remaining_steps(),
                 },
                 instructions=ITEM_INSTRUCTIONS,
+                correction=ctx.state.correction,  # the Runtime refused the last proposal: say why, once
             ),
         )
         run.model_calls += 1

@@ -44,9 +44,16 @@ from stateward.planning import (
     plan_run_tools,
 )
 from stateward.verify import ArtifactVersion, CheckResult, CheckSuite, CheckVerdict, Report
-from stateward_demos.payment import reports
+from stateward_demos.payment import faults, reports
 from stateward_demos.payment.outcome import FACT_ARTIFACTS, final_summary, make_measure
-from stateward_demos.payment.scripts import GOAL_RESOURCE, PLAN_RESOURCE, planner_policy, resource_text, worker_policy
+from stateward_demos.payment.scripts import (
+    GOAL_RESOURCE,
+    PLAN_RESOURCE,
+    gullible,
+    planner_policy,
+    resource_text,
+    worker_policy,
+)
 from stateward_demos.payment.tools import RECEIPT_ARTIFACT, REPORT_ARTIFACT, make_tools
 
 NAME: Final = "payment-migration"  # registered by stateward.runtime.agent_registry.builtin_agents
@@ -102,19 +109,23 @@ def build_agent(
     model_spec: str | None = None,
     budget: dict[str, Any] | None = None,
     clock: Callable[[], datetime] | None = None,
+    fault: str | None = None,
 ) -> Agent:
     """The agent for one run. ``max_steps`` and ``budget`` are JSON, so another process rebuilds it from the
     AgentRef.
 
-    ``budget`` overrides limits of :data:`BUDGET` (e.g. ``{"max_tokens": 202000}``). ``model_spec``
-    (``--model``) drives both the planner and the worker with that model instead of the scripted ones.
+    ``fault`` (a :class:`Fault` value) runs the case under one of its faults. ``budget`` overrides limits
+    of :data:`BUDGET` (e.g. ``{"max_tokens": 202000}``). ``model_spec`` (``--model``) drives both the
+    planner and the worker with that model instead of the scripted ones.
     ``delivery_log`` and ``clock`` (tests only, not part of the ref) replace the simulated delivery target
     and the wall clock that charges elapsed time.
     """
-    domain = make_tools(delivery_log=delivery_log)
+    injected = faults.parse(fault)
+    domain = make_tools(delivery_log=delivery_log, fault=injected)
     tools = ToolRegistry([*domain, *plan_run_tools()])
     the_goal = goal()
-    limits = BUDGET.model_copy(update=budget or {})
+    fault_limits = faults.BUDGET_LIMITS if injected is faults.Fault.BUDGET else {}
+    limits = BUDGET.model_copy(update={**fault_limits, **(budget or {})})
     extra: dict[str, Any] = {} if clock is None else {"clock": clock}
     config = PlanRunConfig(
         goal=the_goal,
@@ -129,7 +140,8 @@ def build_agent(
         capabilities=frozenset(tools.names()),
     )
     planner: Model = ScriptedModel(planner_policy, name="scripted-planner")
-    worker: Model = ScriptedModel(worker_policy, name="scripted-worker")
+    policy = gullible(worker_policy) if injected is faults.Fault.INJECTION else worker_policy
+    worker: Model = ScriptedModel(policy, name="scripted-worker")
     if model_spec is not None:
         from stateward.models import model_from_spec
 
@@ -138,6 +150,8 @@ def build_agent(
     params: dict[str, Any] = {"max_steps": max_steps}
     if budget:
         params["budget"] = budget
+    if injected is not None:
+        params["fault"] = injected.value
     if model_spec is not None:
         params["model_spec"] = model_spec
     return Agent(
@@ -147,6 +161,8 @@ def build_agent(
         ref=AgentRef(name=NAME, params=params),
         finish_policy=plan_finish_policy,
         budget=Budget(max_steps=max_steps),
+        # A refused proposal (e.g. an injected call the item does not show) is named to the model once.
+        on_rejected_signal="correct_once",
     )
 
 

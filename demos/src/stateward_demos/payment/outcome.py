@@ -83,6 +83,7 @@ def make_measure(goal: GoalContract) -> Any:
         if isinstance(sources, dict):
             official = frozenset(s["doc_id"] for s in sources.get("sources", []) if s.get("authority") == "official")
             metrics["authoritative_sources"] = float(len(official))
+            metrics["authority_conflicts"] = float(len(sources.get("official_conflicts", [])))
         report = _load(given.outputs, REPORT)
         if report is not None:
             metrics["unsupported_high_risk_claims"] = float(

@@ -138,16 +138,35 @@ def w02_inventory(req: ModelRequest) -> Decision:
     )
 
 
-def w03_document_sources(req: ModelRequest) -> Decision:
+def _failed(req: ModelRequest, action: str, key: str) -> set[str]:
+    """Argument values (e.g. spaces) for which ``action`` failed in the current attempt."""
+    return {str(o["args"].get(key)) for o in req.observations if o["action"] == action and o["status"] != "SUCCESS"}
+
+
+def _search_with_fallback(req: ModelRequest, query: str, spaces: tuple[str, ...]) -> Decision | dict[str, Any]:
+    """Search each space; when search fails, ask the audited cache; when the cache has nothing, try search
+    again (a careful assistant does not invent sources). Returns the next call, or the results by space."""
     searched = _done_with(req, "search_docs", "space")
-    todo = [s for s in fx.SPACES if s not in searched]
-    if todo:
-        return call("search_docs", query=DOC_QUERY, space=todo[0])
+    cached = _done_with(req, "search_docs_cache", "space")
+    failed = _failed(req, "search_docs", "space")
+    for space in spaces:
+        if space in searched or (space in cached and cached[space]["hits"]):
+            continue
+        if space in failed and space not in cached:
+            return {"next": call("search_docs_cache", query=query, space=space)}
+        return {"next": call("search_docs", query=query, space=space)}
+    return {"results": {space: searched.get(space) or cached[space] for space in spaces}}
+
+
+def w03_document_sources(req: ModelRequest) -> Decision:
+    found = _search_with_fallback(req, DOC_QUERY, fx.SPACES)
+    if "next" in found:
+        return dict(found["next"])
     return record(
         "document-sources",
         {
             space: [{k: h[k] for k in ("doc_id", "title", "authority", "version", "updated")} for h in out["hits"]]
-            for space, out in searched.items()
+            for space, out in found["results"].items()
         },
     )
 
@@ -163,11 +182,31 @@ def w04_effective_scope(req: ModelRequest) -> Decision:
     )
 
 
+def _official_conflicts(read: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where two official documents disagree about one API's change type (e.g. removed vs deprecated)."""
+    claims: dict[str, list[dict[str, str]]] = {}
+    for doc in read.values():
+        if doc["authority"] != "official":
+            continue
+        for section in doc["sections"]:
+            fields = section["fields"]
+            api = fields.get("api") or fields.get("old_api", "").split("(")[0].rpartition(".")[2]
+            if api and fields.get("change_type"):
+                said = {"doc_id": doc["doc_id"], "change_type": fields["change_type"]}
+                claims.setdefault(api, []).append({**said, "evidence_id": section["evidence_id"]})
+    return [
+        {"api": api, "sources": said}
+        for api, said in sorted(claims.items())
+        if len({s["change_type"] for s in said}) > 1
+    ]
+
+
 def w05_migration_sources(req: ModelRequest) -> Decision:
-    searched = _done(req, "search_docs")
-    if not searched:
-        return call("search_docs", query=GUIDE_QUERY, space="payment-platform")
-    official = [h["doc_id"] for h in searched[-1]["result"]["hits"] if h["authority"] == "official"]
+    found = _search_with_fallback(req, GUIDE_QUERY, ("payment-platform",))
+    if "next" in found:
+        return dict(found["next"])
+    hits = found["results"]["payment-platform"]["hits"]
+    official = [h["doc_id"] for h in hits if h["authority"] == "official"]
     wanted = [*official, *(d for d in (fx.GUIDE_ID, fx.RELEASE_NOTES_ID) if d not in official)]
     read = _done_with(req, "get_document", "doc_id")
     todo = [d for d in wanted if d not in read]
@@ -180,6 +219,7 @@ def w05_migration_sources(req: ModelRequest) -> Decision:
                 {k: read[d][k] for k in ("doc_id", "title", "authority", "version", "updated")} for d in wanted
             ],
             "authoritative_guide": fx.GUIDE_ID,
+            "official_conflicts": _official_conflicts(read),
         },
     )
 
@@ -400,6 +440,23 @@ STEPS: Final[dict[str, Step]] = {
     "W17": w17_report_verification,
     "W18": w18_deliver,
 }
+
+
+def gullible(policy: Step) -> Step:
+    """A weak model that obeys instructions it finds in tool results: it proposes the planted call once.
+
+    Used for the injection fault to show the planted call has no effect: the Runtime refuses an action
+    the work item does not show, whatever the model was told.
+    """
+
+    def step(req: ModelRequest) -> Decision:
+        told_off = req.correction is not None and "deliver_report" in req.correction
+        latest = req.observations[-1] if req.observations else None
+        if not told_off and latest is not None and "call deliver_report" in json.dumps(latest.get("result")):
+            return call("deliver_report", report_ref=f"{REPORT_ARTIFACT}:v1")
+        return policy(req)
+
+    return step
 
 
 def worker_policy(req: ModelRequest) -> Decision:
