@@ -10,6 +10,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.controllers.test_plan_run import GOAL, THREE_ITEMS, events, item, make_agent, plan_doc
 
 from stateward import RunStatus, Runtime
@@ -22,7 +24,11 @@ from stateward.planning import (
     GoalContract,
     MeasureInput,
     Measurement,
+    RemainingBudget,
+    Verdict,
     load_goal,
+    load_plan,
+    validate_plan,
 )
 from stateward.store.sqlite import SQLiteStore
 
@@ -170,3 +176,81 @@ def test_the_rung_follows_what_was_verified(runtime: Runtime) -> None:
     plain = configured(make_agent(TWO_ITEMS, budget=BudgetLimits(max_reflections_per_artifact=0)))
     other = runtime.start(plain, GOAL.objective)
     assert other.memo["outcome"]["rung"] == DegradationRung.ARTIFACT_INDEX
+
+
+# --------------------------------------------------------------------------- plans a model proposes
+
+
+
+_ids = st.sampled_from(["W1", "W2", "W3"])
+_proposed_item = st.fixed_dictionaries(
+    {
+        "work_item_id": _ids,
+        "deps": st.lists(_ids, max_size=2),
+        "caps": st.lists(st.sampled_from(["search", "publish", "write_repository", "record_output"]), max_size=2),
+        "output": st.sampled_from(["findings", "summary", "receipt"]),
+        "cost": st.integers(min_value=0, max_value=60),
+    }
+)
+
+
+def _writer(req: Any) -> dict[str, Any]:
+    """A worker that writes its item's output at once (what the worker does is not under test here)."""
+    out = req.facts["work_item"]["output_spec"]["artifact_type"]
+    content = json.dumps({"sections": ["a", "b"]})
+    return {"type": "EXECUTE_TOOL", "action": "record_output", "args": {"artifact_type": out, "content": content}}
+
+
+def _proposed(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return plan_doc(
+        [
+            item(
+                i["work_item_id"],
+                i["deps"],
+                i["caps"],
+                i["output"],
+                estimated_cost={"tool_calls": i["cost"], "model_calls": 1, "tokens": 0},
+            )
+            for i in items
+        ]
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_proposed_item, min_size=0, max_size=4))
+def test_a_proposed_plan_either_passes_the_validator_or_never_runs(tmp_path_factory: Any, items: Any) -> None:
+    doc = _proposed(items)
+    runtime = Runtime(SQLiteStore(tmp_path_factory.mktemp("p") / "r.db"))
+    agent = make_agent(doc, worker=_writer, budget=BudgetLimits(max_tool_calls=50, max_reflections_per_artifact=1))
+    state = runtime.start(agent, GOAL.objective)
+    recorded = [e.payload for e in runtime.store.read_events(state.run_id) if e.type is EventType.PLAN_RECORDED]
+    started = [e for e in runtime.store.read_events(state.run_id) if e.type is EventType.WORK_ITEM_STARTED]
+    try:
+        verdict = validate_plan(
+            load_plan(doc), capabilities=set(agent.tools.names()), goal=GOAL, budget=RemainingBudget(tool_calls=50)
+        ).verdict
+    except Exception:
+        verdict = None
+    if not recorded:
+        assert not started and state.status is RunStatus.FAILED and state.usage.tool_attempts == 0
+    else:
+        assert recorded[0]["validator"] == "ACCEPT" and verdict is Verdict.ACCEPT
+    if verdict is not Verdict.ACCEPT:
+        assert not recorded and not started
+    runtime.close()
+
+
+def test_a_refused_patch_on_new_facts_keeps_the_plan_in_hand(runtime: Runtime) -> None:
+    # A measured open issue asks the planner for a patch; this planner answers with the plan again (not a
+    # patch): the refusal is recorded and the run goes on with version 1 instead of degrading.
+    agent = configured(
+        make_agent(TWO_ITEMS, budget=BudgetLimits(max_replans=1, max_reflections_per_artifact=1)),
+        measure=measured(0.8),
+    )
+    state = runtime.start(agent, GOAL.objective)
+    recorded = [e.payload for e in runtime.store.read_events(state.run_id) if e.type is EventType.PLAN_RECORDED]
+    assert [r.get("refused_patch") for r in recorded] == [None, "INVALID_PLAN_PATCH"]
+    assert state.memo["plan"]["version"] == 1 and state.memo["ledger"]["used"]["replans"] == 1
+    outcome = state.memo["outcome"]
+    assert (outcome["reason_code"], outcome["completion_mode"]) == ("GOAL_MET", "DEGRADED")  # ran to the end on v1
+    assert outcome["unresolved_issues"] == ["repo-x unread"]

@@ -53,6 +53,7 @@ def test_the_cli_prints_the_sources_final_summary(tmp_path: Path) -> None:
     assert done["status"] == "COMPLETED" and done["pending"] is None
     # The source ends COMPLETED / DEGRADED: everything verified, one repository could not be read.
     assert (done["completion_mode"], done["rung"]) == ("DEGRADED", "REPORT_WITH_GAPS")
+    assert done["plan_version"] == 2  # patched once the inventory showed billing-worker unreadable
     assert done["coverage"] == {"expected": 12, "accessible": 11, "analysed": 11}
     assert (done["breaking_changes"], done["call_sites"], done["risk"]) == (8, 37, {"high": 3, "medium": 5})
     assert done["report_versions"] == ["migration-assessment:v1", V2] and done["final_artifact"] == V2

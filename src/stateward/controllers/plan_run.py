@@ -142,6 +142,7 @@ class PlanRunMemo(BaseModel):
     measurement: Measurement = Measurement()  # goal metrics, re-measured when the verified set changes
     measured: int = -1  # len(verified) at the last measurement
     outcome: RunOutcome | None = None  # what the run delivered, once it delivers
+    patched_for: list[str] = Field(default_factory=list)  # measured open issues the planner was asked about
 
 
 @dataclass(frozen=True)
@@ -504,6 +505,9 @@ class PlanRunController:
     def _schedule(
         self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
     ) -> Proposal:
+        replanned = self._replan_on_new_facts(ctx, memo, notes)
+        if replanned is not None:
+            return replanned
         plan = memo.plan
         assert plan is not None
         waiting: WorkItem | None = None
@@ -542,6 +546,42 @@ class PlanRunController:
     ) -> Proposal | None:
         """Ask the planner for a patch when the plan cannot go on; None when it may not or did not help.
 
+        A refused patch ends the run with a partial delivery (the plan in hand cannot go on either).
+        """
+        failed = {
+            w: [a.error_class for a in memo.items[w].attempts]
+            for w, s in states.items()
+            if s in (WorkItemState.FAILED, WorkItemState.BLOCKED) and w in memo.items
+        }
+        attempt = self._patch(ctx, memo, notes, {"failed": failed})
+        if attempt is None:
+            return None
+        error, usage = attempt
+        if error is not None:
+            return self._with_usage(self._deliver_partial(ctx, memo, notes, "REPLAN_REFUSED", error, states), usage)
+        return self._with_usage(self.decide_with(ctx, memo, notes), usage)
+
+    def _replan_on_new_facts(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal | None:
+        """A measured fact changed what the plan assumed (e.g. a repository turned out unreadable): the planner
+        may patch the plan once per new fact. A refused patch is recorded and the plan in hand goes on."""
+        new = [u for u in memo.measurement.unresolved if u not in memo.patched_for]
+        if not new or memo.running:
+            return None
+        memo.patched_for.extend(new)
+        attempt = self._patch(ctx, memo, notes, {"new_facts": new})
+        if attempt is None:
+            return None
+        error, usage = attempt
+        if error is not None:
+            return self._with_usage(self._schedule(ctx, memo, notes, self._states(ctx, memo)), usage)
+        return self._with_usage(self.decide_with(ctx, memo, notes), usage)
+
+    def _patch(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], why: dict[str, Any]
+    ) -> tuple[str | None, Usage] | None:
+        """Ask the planner for a patch and apply it if it holds: (None, usage) when it became the new plan
+        version, (reason, usage) when it was refused, None when no replan is left.
+
         A patch must name a reason other than a transient failure, cite evidence, keep every succeeded
         item, pass the validator and fit ``max_replans``; approvals bound to the old version do not carry
         over to a changed item, because its guard names the plan version.
@@ -551,11 +591,6 @@ class PlanRunController:
         limit = memo.ledger.limits.max_replans
         if not limit or memo.ledger.used.replans >= limit:
             return None
-        failed = {
-            w: [a.error_class for a in memo.items[w].attempts]
-            for w, s in states.items()
-            if s in (WorkItemState.FAILED, WorkItemState.BLOCKED) and w in memo.items
-        }
         reply = complete(
             self.planner,
             ModelRequest(
@@ -564,7 +599,7 @@ class PlanRunController:
                 inventory=list(ctx.inventory),
                 observations=[o.model_dump(mode="json") for o in ctx.observations[-20:]],
                 visible_actions=ctx.specs(tuple(ctx.actions)),
-                facts={"plan": plan.model_dump(mode="json"), "failed": failed, "verified": list(memo.verified)},
+                facts={"plan": plan.model_dump(mode="json"), **why, "verified": list(memo.verified)},
                 instructions="Reply with one JSON plan patch: base_version, reason, evidence_ids, changed/added/"
                 "removed items and kept_completed.",
             ),
@@ -594,9 +629,7 @@ class PlanRunController:
                     payload={"refused_patch": exc.code, "message": exc.message, "plan_version": plan.version},
                 )
             )
-            return self._with_usage(
-                self._deliver_partial(ctx, memo, notes, "REPLAN_REFUSED", exc.message, states), reply.usage
-            )
+            return exc.message, reply.usage
         redefined = {w.work_item_id for w in (*patch.changed_items, *patch.added_items)} | set(patch.removed_items)
         memo.items = {w: run for w, run in memo.items.items() if w not in redefined}
         memo.plan = new_plan
@@ -611,12 +644,14 @@ class PlanRunController:
                     "base_version": patch.base_version,
                     "reason": patch.reason.value,
                     "evidence_ids": list(patch.evidence_ids),
+                    "kept_completed": list(patch.kept_completed),
+                    "summary": patch.summary,
                     "work_items": len(new_plan.work_items),
                     "validator": "ACCEPT",
                 },
             )
         )
-        return self._with_usage(self.decide_with(ctx, memo, notes), reply.usage)
+        return None, reply.usage
 
     def _ask_approval(self, item: WorkItem, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
         guard = (self.config.approval_action or start_item_guard)(item, memo)

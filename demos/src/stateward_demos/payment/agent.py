@@ -60,7 +60,8 @@ NAME: Final = "payment-migration"  # registered by stateward.runtime.agent_regis
 DELIVER_TOOL: Final = "deliver_report"
 REPORT_ITEM: Final = "W16"
 # Tight enough to matter: the plan estimates 90 tool and 27 model calls; the scripted run uses 87 of each.
-BUDGET: Final = BudgetLimits(max_tool_calls=150, max_model_calls=120, max_reflections_per_artifact=1)
+# One replan: the case's plan v2, after the inventory shows a repository nobody can read.
+BUDGET: Final = BudgetLimits(max_tool_calls=150, max_model_calls=120, max_reflections_per_artifact=1, max_replans=1)
 # Items whose plan entry says 0 steps get this bound; W09 (read 10 files after 11 searches) needs 22.
 DEFAULT_REACT_STEPS: Final = 24
 

@@ -38,8 +38,37 @@ def resource_text(name: str) -> str:
 
 
 def planner_policy(req: ModelRequest) -> str:
-    """The planner proposes the scenario's 18-item plan; the controller still validates it."""
+    """The planner proposes the scenario's 18-item plan, and patches it when a measured fact changes the
+    scope; the controller validates both and applies a patch only through the plan's versioning."""
+    if req.purpose == "replan":
+        return json.dumps(_scope_patch(req))
     return resource_text(PLAN_RESOURCE)
+
+
+def _scope_patch(req: ModelRequest) -> dict[str, Any]:
+    """A repository turned out unreadable: the coverage check now measures against the accessible ones and
+    records the unreadable one as a gap (SCOPE_CHANGED, citing the access check). Anything else: no patch."""
+    plan = req.facts["plan"]
+    gone = [str(f).split(":", 1)[0] for f in req.facts.get("new_facts", []) if "no access" in str(f)]
+    if not gone:
+        return {"no_patch": "nothing in these facts changes the plan"}
+    check = next(w for w in plan["work_items"] if w["output_spec"]["artifact_type"] == "coverage-check")
+    changed = {
+        **check,
+        "title": f"Check coverage against the accessible repositories; record {', '.join(gone)} as not analysed",
+        "completion_criteria": [
+            "analysed repository count equals the accessible count in repository-inventory",
+            *(f"{repo} listed as NOT_ACCESSIBLE with its access evidence" for repo in gone),
+        ],
+    }
+    return {
+        "base_version": plan["version"],
+        "reason": "SCOPE_CHANGED",
+        "evidence_ids": [facts.access_evidence_id(repo) for repo in gone],
+        "summary": f"{', '.join(gone)} is not readable: scope is the accessible repositories, the gap is recorded",
+        "changed_items": [changed],
+        "kept_completed": list(req.facts.get("verified", [])),
+    }
 
 
 # --------------------------------------------------------------------------- helpers
