@@ -99,6 +99,8 @@ ITEM_INSTRUCTIONS = (
     "written; saying so does not make it done."
 )
 Verifier = Callable[[str], Sequence[CheckResult]]
+# A verifier that also reads the run's evidence store: every evidence id the run's tool calls returned.
+EvidenceVerifier = Callable[[str, frozenset[str]], Sequence[CheckResult]]
 # Error codes saying a tool or its service is down (not that the call was wrong): a person can fix these.
 UNAVAILABLE = frozenset({"TIMEOUT", "CIRCUIT_OPEN", "TOOL_UNAVAILABLE", "SERVICE_UNAVAILABLE", "RATE_LIMITED"})
 ApprovalAction = Callable[[WorkItem, "PlanRunMemo"], GuardedAction]
@@ -154,6 +156,7 @@ class PlanRunConfig:
     budget: BudgetLimits = field(default_factory=BudgetLimits)
     deliverable: str | None = None  # artifact type checked with bounded reflection before it counts
     verifier: Verifier | None = None
+    evidence_verifier: EvidenceVerifier | None = None  # preferred over ``verifier``: checks against recorded evidence
     default_react_steps: int = 4
     deliverable_risk: FindingRisk = FindingRisk.LOW
     deliverable_confidence: Confidence = Confidence.MEDIUM
@@ -793,8 +796,9 @@ class PlanRunController:
         self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
     ) -> None:
         run = memo.items[item.work_item_id]
-        checked = item.output_spec.artifact_type == self.config.deliverable and self.config.verifier is not None
-        if checked and not self._verify_deliverable(memo, item, ref, obs, notes):
+        has_verifier = self.config.verifier is not None or self.config.evidence_verifier is not None
+        checked = item.output_spec.artifact_type == self.config.deliverable and has_verifier
+        if checked and not self._verify_deliverable(ctx, memo, item, ref, obs, notes):
             return
         run.output = ref
         memo.verified.append(item.work_item_id)
@@ -802,12 +806,17 @@ class PlanRunController:
         self._end_attempt(memo, item, AttemptOutcome.COMPLETED, None, notes)
 
     def _verify_deliverable(
-        self, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
+        self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
     ) -> bool:
-        """Deterministic checks on every version; at most the budgeted repairs; UNKNOWN never passes."""
-        assert self.config.verifier is not None
+        """Every check on every version; at most the budgeted repairs; UNKNOWN never passes. An evidence
+        verifier checks the cited evidence against what the run recorded, not against what exists."""
         content = content_of(obs)
-        results = list(self.config.verifier(content))
+        if self.config.evidence_verifier is not None:
+            recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
+            results = list(self.config.evidence_verifier(content, recorded))
+        else:
+            assert self.config.verifier is not None
+            results = list(self.config.verifier(content))
         name = item.output_spec.artifact_type
         used = memo.ledger.reflections.get(name, 0)
         limit = memo.ledger.limits.max_reflections_per_artifact

@@ -54,6 +54,7 @@ from stateward_demos.payment.scripts import (
     resource_text,
     worker_policy,
 )
+from stateward_demos.payment.semantic import OrderCertaintyCheck, scripted_checker
 from stateward_demos.payment.tools import RECEIPT_ARTIFACT, REPORT_ARTIFACT, make_tools
 
 NAME: Final = "payment-migration"  # registered by stateward.runtime.agent_registry.builtin_agents
@@ -74,15 +75,32 @@ def plan() -> Plan:
     return load_plan(resource_text(PLAN_RESOURCE))
 
 
-def verify_report(content: str) -> Sequence[CheckResult]:
-    """Every default check on every version; content that is not a report fails the schema check."""
+def verify_report(
+    content: str, recorded: frozenset[str] | None = None, checker: Model | None = None
+) -> Sequence[CheckResult]:
+    """Every deterministic check and the semantic check on every version; content that is not a report fails
+    the schema check. ``recorded`` is the run's evidence store (cited evidence must be in it; None: every
+    fixture evidence id, for checking a report outside a run); ``checker`` the semantic check's model."""
     try:
         report = Report.model_validate_json(content)
     except ValidationError as exc:
         detail = f"not a report: {exc.error_count()} schema error(s)"
         return [CheckResult(name="schema_valid", verdict=CheckVerdict.FAIL, detail=detail, blocks_partial=True)]
     artifact = ArtifactVersion.create(REPORT_ARTIFACT, report)
-    return CheckSuite(context=reports.check_context()).run(artifact)
+    context = reports.check_context()
+    if recorded is not None:
+        context = context.model_copy(update={"evidence_ids": recorded})
+    semantic = OrderCertaintyCheck(checker or ScriptedModel(scripted_checker, name="scripted-checker"))
+    return CheckSuite(context=context, model_checks=(semantic,)).run(artifact)
+
+
+def evidence_verifier(checker: Model) -> Callable[[str, frozenset[str]], Sequence[CheckResult]]:
+    """The run's verifier: the report checked against the evidence this run recorded, judged by ``checker``."""
+
+    def verify(content: str, recorded: frozenset[str]) -> Sequence[CheckResult]:
+        return verify_report(content, recorded, checker)
+
+    return verify
 
 
 def deliver_guard(report_ref: str) -> GuardedAction:
@@ -116,8 +134,8 @@ def build_agent(
     AgentRef.
 
     ``fault`` (a :class:`Fault` value) runs the case under one of its faults. ``budget`` overrides limits
-    of :data:`BUDGET` (e.g. ``{"max_tokens": 202000}``). ``model_spec`` (``--model``) drives both the
-    planner and the worker with that model instead of the scripted ones.
+    of :data:`BUDGET` (e.g. ``{"max_tokens": 202000}``). ``model_spec`` (``--model``) drives the planner,
+    the worker and the report's semantic checker with that model instead of the scripted ones.
     ``delivery_log`` and ``clock`` (tests only, not part of the ref) replace the simulated delivery target
     and the wall clock that charges elapsed time.
     """
@@ -127,6 +145,14 @@ def build_agent(
     the_goal = goal()
     fault_limits = faults.BUDGET_LIMITS if injected is faults.Fault.BUDGET else {}
     limits = BUDGET.model_copy(update={**fault_limits, **(budget or {})})
+    planner: Model = ScriptedModel(planner_policy, name="scripted-planner")
+    checker: Model = ScriptedModel(scripted_checker, name="scripted-checker")
+    policy = gullible(worker_policy) if injected is faults.Fault.INJECTION else worker_policy
+    worker: Model = ScriptedModel(policy, name="scripted-worker")
+    if model_spec is not None:
+        from stateward.models import model_from_spec
+
+        planner = worker = checker = model_from_spec(model_spec)
     extra: dict[str, Any] = {} if clock is None else {"clock": clock}
     config = PlanRunConfig(
         goal=the_goal,
@@ -135,18 +161,11 @@ def build_agent(
         fact_artifacts=FACT_ARTIFACTS,
         **extra,
         deliverable=REPORT_ARTIFACT,
-        verifier=verify_report,
+        evidence_verifier=evidence_verifier(checker),
         default_react_steps=DEFAULT_REACT_STEPS,
         approval_action=approval_action,
         capabilities=frozenset(tools.names()),
     )
-    planner: Model = ScriptedModel(planner_policy, name="scripted-planner")
-    policy = gullible(worker_policy) if injected is faults.Fault.INJECTION else worker_policy
-    worker: Model = ScriptedModel(policy, name="scripted-worker")
-    if model_spec is not None:
-        from stateward.models import model_from_spec
-
-        planner = worker = model_from_spec(model_spec)
     controller = PlanRunController(planner, worker, config)
     params: dict[str, Any] = {"max_steps": max_steps}
     if budget:
