@@ -99,6 +99,7 @@ ITEM_INSTRUCTIONS = (
     "written; saying so does not make it done."
 )
 Verifier = Callable[[str], Sequence[CheckResult]]
+MAX_INPUT_CHARS = 200_000  # recorded outputs handed to one work item's model request, in all
 # A verifier that also reads the run's evidence store: every evidence id the run's tool calls returned.
 EvidenceVerifier = Callable[[str, frozenset[str]], Sequence[CheckResult]]
 # Error codes saying a tool or its service is down (not that the call was wrong): a person can fix these.
@@ -446,17 +447,45 @@ class PlanRunController:
         """Re-measure the goal's metrics when the set of verified outputs changed (not on every step)."""
         if self.config.measure is None or memo.plan is None or memo.measured == len(memo.verified):
             return
-        refs = {memo.items[w].output for w in memo.verified if w in memo.items and memo.items[w].output}
-        outputs = {
+        outputs = self._verified_contents(ctx, memo)
+        recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
+        memo.measurement = self.config.measure(MeasureInput(outputs=outputs, recorded_evidence=recorded))
+        memo.measured = len(memo.verified)
+
+    def _verified_contents(
+        self, ctx: DecisionContext, memo: PlanRunMemo, only: set[str] | None = None
+    ) -> dict[str, str]:
+        """The content of verified outputs (of the items in ``only``, if given), by artifact type, as recorded."""
+        wanted = [w for w in memo.verified if only is None or w in only]
+        refs = {memo.items[w].output for w in wanted if w in memo.items and memo.items[w].output}
+        return {
             ref.rpartition(":v")[0]: content_of(o)
             for o in ctx.observations
             if o.status == "SUCCESS"
             for ref in o.artifacts
             if ref in refs
         }
-        recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
-        memo.measurement = self.config.measure(MeasureInput(outputs=outputs, recorded_evidence=recorded))
-        memo.measured = len(memo.verified)
+
+    def _inputs(self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem) -> dict[str, str]:
+        """What a work item is handed to work from: the recorded outputs of the items it depends on, directly
+        or not, up to MAX_INPUT_CHARS in all (what does not fit is left out, never cut mid-document)."""
+        assert memo.plan is not None
+        deps = {w.work_item_id: w.dependencies for w in memo.plan.work_items}
+        upstream: set[str] = set()
+        todo = list(item.dependencies)
+        while todo:
+            wid = todo.pop()
+            if wid not in upstream:
+                upstream.add(wid)
+                todo.extend(deps.get(wid, ()))
+        out: dict[str, str] = {}
+        used = 0
+        for name, content in self._verified_contents(ctx, memo, upstream).items():
+            if used + len(content) > MAX_INPUT_CHARS:
+                continue
+            out[name] = content
+            used += len(content)
+        return out
 
     def _tick(self, memo: PlanRunMemo) -> None:
         """Charge wall-clock time since the run's first decision; kept in the ledger, so it survives pauses and
@@ -706,24 +735,28 @@ class PlanRunController:
             return self.decide_with(ctx, memo, notes)
         visible = (*(c for c in item.required_capabilities if c in ctx.actions), OUTPUT_TOOL)
         mine = [o for o in ctx.observations if o.step in run.steps]
-        reply = complete(
-            self.worker,
-            ModelRequest(
-                purpose="decide",
-                goal=f"{item.work_item_id}: {item.title}",
-                inventory=list(ctx.inventory),
-                observations=[o.model_dump(mode="json") for o in mine],
-                visible_actions=ctx.specs(visible),
-                facts={
-                    "work_item": item.model_dump(mode="json"),
-                    "outputs": self._outputs(memo),
-                    "correction": run.correction,
-                    "remaining_steps": run.tracker.remaining_steps(),
-                },
-                instructions=ITEM_INSTRUCTIONS,
-                correction=ctx.state.correction,  # the Runtime refused the last proposal: say why, once
-            ),
+        request = ModelRequest(
+            purpose="decide",
+            goal=f"{item.work_item_id}: {item.title}",
+            inventory=list(ctx.inventory),
+            observations=[o.model_dump(mode="json") for o in mine],
+            visible_actions=ctx.specs(visible),
+            facts={
+                "work_item": item.model_dump(mode="json"),
+                "outputs": self._outputs(memo),
+                "inputs": self._inputs(ctx, memo, item),
+                "correction": run.correction,
+                "remaining_steps": run.tracker.remaining_steps(),
+            },
+            instructions=ITEM_INSTRUCTIONS,
+            correction=ctx.state.correction,  # the Runtime refused the last proposal: say why, once
         )
+        left = self._live_ledger(memo).remaining().tokens
+        if left is not None and request.json_chars() // 4 > left:
+            # The request alone would not fit what is left: do not send it (tokens are spent, not refunded).
+            detail = f"the next model request needs ~{request.json_chars() // 4} tokens, {left} left"
+            return self._deliver_partial(ctx, memo, notes, "BUDGET_EXHAUSTED", detail, self._states(ctx, memo))
+        reply = complete(self.worker, request)
         run.model_calls += 1
         run.tokens += _tokens(reply.usage)
         rejected = provider_rejection(reply)

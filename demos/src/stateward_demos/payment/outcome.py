@@ -134,7 +134,10 @@ def final_summary(runtime: Runtime, state: RunState) -> dict[str, Any]:
         **_counts(runtime, state.run_id),
         "report_versions": [f"{REPORT}:v{v}" for v in versions],
         "final_artifact": outcome.get("final_artifact"),
-        "unresolved_issues": list(outcome.get("unresolved_issues", [])),
+        # Once delivered, the outcome's list; before that, what the measurements have found open so far.
+        "unresolved_issues": list(
+            outcome.get("unresolved_issues", (state.memo.get("measurement") or {}).get("unresolved", []))
+        ),
         "budget_to_continue": outcome.get("budget_to_continue"),
         "pending": None
         if pending is None
