@@ -254,3 +254,26 @@ def test_a_refused_patch_on_new_facts_keeps_the_plan_in_hand(runtime: Runtime) -
     outcome = state.memo["outcome"]
     assert (outcome["reason_code"], outcome["completion_mode"]) == ("GOAL_MET", "DEGRADED")  # ran to the end on v1
     assert outcome["unresolved_issues"] == ["repo-x unread"]
+
+
+def test_a_call_whose_arguments_leave_the_goal_scope_is_refused(runtime: Runtime) -> None:
+    # The tool (search) is in scope; its argument names an out-of-scope system. The call never runs.
+    def reaching_out(req: Any) -> dict[str, Any]:
+        if req.facts["work_item"]["work_item_id"] == "W1" and req.correction is None:
+            return {"type": "EXECUTE_TOOL", "action": "search", "args": {"query": "billing-prod/ledger dump"}}
+        return _writer(req)
+
+    fenced = goal_with(scope={"out_of_scope": ["billing-prod"]})
+    agent = make_agent(TWO_ITEMS, worker=reaching_out, goal=fenced)
+    agent.on_rejected_signal = "correct_once"
+    state = runtime.start(agent, GOAL.objective)
+    refused = [
+        e.payload
+        for e in runtime.store.read_events(state.run_id)
+        if e.type is EventType.RUNTIME_VALIDATED and e.payload.get("runtime_decision") == "rejected"
+    ]
+    assert [r["code"] for r in refused] == ["OUT_OF_SCOPE_ARGUMENT"]
+    assert "billing-prod" in refused[0]["message"]
+    calls = [e for e in runtime.store.read_events(state.run_id) if e.type is EventType.TOOL_ATTEMPTED]
+    assert all(e.payload["observation"]["action"] != "search" for e in calls)
+    assert state.status is RunStatus.COMPLETED

@@ -176,6 +176,17 @@ def _tokens(usage: Usage) -> int:
     return usage.input_tokens + usage.output_tokens
 
 
+def _strings(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """Every string inside ``value`` (dicts and lists walked), with its dotted path."""
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list | tuple):
+        return [s for i, v in enumerate(value) for s in _strings(v, f"{path}[{i}]")]
+    return []
+
+
 def _amount_text(amount: BudgetAmount) -> str:
     return f"{amount.tool_calls} tool calls, {amount.model_calls} model calls, {amount.tokens} tokens"
 
@@ -777,6 +788,17 @@ class PlanRunController:
             # A worker saying "done" (or asking to stop) ends its attempt; it never completes the item.
             self._end_attempt(memo, item, AttemptOutcome.FAILED, "MODEL_DECLARED_STOP", notes)
             return self._with_usage(self.decide_with(ctx, memo, notes), reply.usage)
+        outside = self._out_of_scope(decision)
+        if outside is not None:
+            # The goal's scope holds for what a call touches, not only for which tool it is.
+            return Proposal(
+                signal=SignalFailure(code="OUT_OF_SCOPE_ARGUMENT", message=outside, raw=reply.text[:2000]),
+                source=SignalSource.MODEL,
+                visible_actions=frozenset(visible),
+                model_usage=(reply.usage,),
+                memo=memo.model_dump(mode="json"),
+                notes=notes,
+            )
         run.steps.append(ctx.state.usage.steps + 1)  # the observation of this step belongs to this item
         if decision is not None and decision.action:
             # What is kept of the decision: facts and a short stated reason, never hidden reasoning.
@@ -798,6 +820,18 @@ class PlanRunController:
             memo=memo.model_dump(mode="json"),
             notes=notes,
         )
+
+    def _out_of_scope(self, decision: ControlDecision | None) -> str | None:
+        """Why a proposed call's arguments reach outside the goal's scope (an ``out_of_scope`` name, or a path
+        under one, as any string argument), or None."""
+        fenced = self.config.goal.scope.out_of_scope
+        if decision is None or not fenced or not decision.args:
+            return None
+        for key, value in _strings(decision.args):
+            for name in fenced:
+                if value == name or value.startswith((f"{name}/", f"{name}:")):
+                    return f"argument {key}={value!r} is outside the goal's scope ({name})"
+        return None
 
     def _absorb(self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent]) -> None:
         """Fold a running item's new observations into its tracker; complete or stop it on facts."""
