@@ -17,6 +17,7 @@ from tests.controllers.test_plan_run import GOAL, THREE_ITEMS, events, item, mak
 from stateward import RunStatus, Runtime
 from stateward.controllers.plan_run import PlanRunController
 from stateward.core.events import EventType
+from stateward.models import ModelRequest, ScriptedModel
 from stateward.planning import (
     BudgetLimits,
     CompletionMode,
@@ -181,7 +182,6 @@ def test_the_rung_follows_what_was_verified(runtime: Runtime) -> None:
 # --------------------------------------------------------------------------- plans a model proposes
 
 
-
 _ids = st.sampled_from(["W1", "W2", "W3"])
 _proposed_item = st.fixed_dictionaries(
     {
@@ -277,3 +277,29 @@ def test_a_call_whose_arguments_leave_the_goal_scope_is_refused(runtime: Runtime
     calls = [e for e in runtime.store.read_events(state.run_id) if e.type is EventType.TOOL_ATTEMPTED]
     assert all(e.payload["observation"]["action"] != "search" for e in calls)
     assert state.status is RunStatus.COMPLETED
+
+
+def test_a_plan_to_revise_goes_back_to_the_planner_and_only_the_accepted_one_runs(runtime: Runtime) -> None:
+    # The first plan leaves the high-risk publish step without an approval (REVISE); told so, the planner
+    # fixes it. A planner that never fixes it is refused after one revision: no work item ever starts.
+    unsafe = plan_doc(
+        [item("W1", [], ["search"], "findings"), item("W3", ["W1"], ["publish"], "receipt", risk_level="high")]
+    )
+
+    def planner(req: ModelRequest) -> dict[str, Any]:
+        return THREE_ITEMS if req.facts.get("validator_issues") else unsafe
+
+    agent = make_agent(THREE_ITEMS)
+    assert isinstance(agent.controller, PlanRunController)
+    agent.controller.planner = ScriptedModel(planner)
+    state = runtime.start(agent, GOAL.objective)
+    [recorded] = [e.payload for e in runtime.store.read_events(state.run_id) if e.type is EventType.PLAN_RECORDED]
+    assert (recorded["validator"], recorded["revisions"]) == ("ACCEPT", 1)
+    assert state.memo["ledger"]["used"]["model_calls"] >= 2  # both planner calls are charged
+
+    stubborn = make_agent(THREE_ITEMS)
+    assert isinstance(stubborn.controller, PlanRunController)
+    stubborn.controller.planner = ScriptedModel(lambda req: unsafe)
+    refused = runtime.start(stubborn, GOAL.objective)
+    assert refused.status is RunStatus.FAILED and refused.usage.model_calls == 2
+    assert not [e for e in runtime.store.read_events(refused.run_id) if e.type is EventType.WORK_ITEM_STARTED]

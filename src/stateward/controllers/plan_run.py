@@ -99,6 +99,7 @@ ITEM_INSTRUCTIONS = (
     "written; saying so does not make it done."
 )
 Verifier = Callable[[str], Sequence[CheckResult]]
+PLAN_REVISIONS = 1  # a plan the validator says to REVISE goes back to the planner this many times
 MAX_INPUT_CHARS = 200_000  # recorded outputs handed to one work item's model request, in all
 # A verifier that also reads the run's evidence store: every evidence id the run's tool calls returned.
 EvidenceVerifier = Callable[[str, frozenset[str]], Sequence[CheckResult]]
@@ -301,33 +302,43 @@ class PlanRunController:
 
     # -- planning ---------------------------------------------------------------------------------
     def _make_plan(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
-        reply = complete(
-            self.planner,
-            ModelRequest(
-                purpose="plan",
-                goal=self.config.goal.objective,
-                inventory=list(ctx.inventory),
-                visible_actions=ctx.specs(tuple(ctx.actions)),
-                facts={"goal": self.config.goal.model_dump(mode="json")},
-                instructions=PLAN_INSTRUCTIONS,
-            ),
-        )
-        rejected = provider_rejection(reply)
-        if rejected is not None:
-            return self._refused(rejected.code, rejected.message, reply.text, reply.usage)
-        try:
-            plan = load_plan(reply.text)
-        except RunError as exc:
-            return self._refused(exc.code, exc.message, reply.text, reply.usage)
-        remaining = memo.ledger.remaining().to_plan_budget()
-        report = validate_plan(
-            plan, capabilities=self.config.capabilities or set(ctx.actions), budget=remaining, goal=self.config.goal
-        )
-        if report.verdict is not Verdict.ACCEPT:
-            issues = "; ".join(f"{i.code}({i.work_item_id})" for i in report.issues[:5])
-            return self._refused(f"PLAN_{report.verdict.value}", issues, reply.text, reply.usage)
+        """The planner proposes; the validator decides. A REVISE verdict goes back to the planner with its
+        issues, at most PLAN_REVISIONS times; a REJECT, or a plan still not accepted, is refused - never run."""
+        usages: list[Usage] = []
+        issues: list[dict[str, Any]] = []
+        for round_ in range(1 + PLAN_REVISIONS):
+            reply = complete(
+                self.planner,
+                ModelRequest(
+                    purpose="plan",
+                    goal=self.config.goal.objective,
+                    inventory=list(ctx.inventory),
+                    visible_actions=ctx.specs(tuple(ctx.actions)),
+                    facts={"goal": self.config.goal.model_dump(mode="json"), "validator_issues": issues},
+                    instructions=PLAN_INSTRUCTIONS,
+                ),
+            )
+            usages.append(reply.usage)
+            rejected = provider_rejection(reply)
+            if rejected is not None:
+                return self._refused(rejected.code, rejected.message, reply.text, *usages)
+            try:
+                plan = load_plan(reply.text)
+            except RunError as exc:
+                return self._refused(exc.code, exc.message, reply.text, *usages)
+            remaining = memo.ledger.remaining().to_plan_budget()
+            report = validate_plan(
+                plan, capabilities=self.config.capabilities or set(ctx.actions), budget=remaining, goal=self.config.goal
+            )
+            if report.verdict is Verdict.ACCEPT:
+                break
+            if report.verdict is Verdict.REJECT or round_ == PLAN_REVISIONS:
+                found = "; ".join(f"{i.code}({i.work_item_id})" for i in report.issues[:5])
+                return self._refused(f"PLAN_{report.verdict.value}", found, reply.text, *usages)
+            issues = [i.model_dump(mode="json") for i in report.issues[:20]]
         memo.plan = plan
-        memo.ledger = memo.ledger.charge(BudgetAmount(model_calls=1, tokens=_tokens(reply.usage)))
+        tokens = sum(_tokens(u) for u in usages)
+        memo.ledger = memo.ledger.charge(BudgetAmount(model_calls=len(usages), tokens=tokens))
         note = NewEvent(
             type=EventType.PLAN_RECORDED,
             payload={
@@ -335,6 +346,7 @@ class PlanRunController:
                 "plan_version": plan.version,
                 "work_items": len(plan.work_items),
                 "validator": report.verdict.value,
+                "revisions": len(usages) - 1,
             },
         )
         proposal = self.decide_with(ctx, memo, [note])
@@ -342,7 +354,7 @@ class PlanRunController:
             signal=proposal.signal,
             source=proposal.source,
             visible_actions=proposal.visible_actions,
-            model_usage=(reply.usage, *proposal.model_usage),
+            model_usage=(*usages, *proposal.model_usage),
             memo=proposal.memo,
             notes=proposal.notes,
             wait=proposal.wait,
@@ -1175,12 +1187,12 @@ class PlanRunController:
         )
 
     @staticmethod
-    def _refused(code: str, message: str, raw: str, usage: Usage) -> Proposal:
+    def _refused(code: str, message: str, raw: str, *usages: Usage) -> Proposal:
         return Proposal(
             signal=SignalFailure(code=code, message=message, raw=raw[:2000]),
             source=SignalSource.PLAN_STEP,
             visible_actions=frozenset(),
-            model_usage=(usage,),
+            model_usage=usages,
         )
 
     @staticmethod
