@@ -14,7 +14,7 @@ from stateward.cli.plan_cmd import app
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plans"
 CAPS = (
     "check_repository_access,compute_risk_score,deliver_report,get_document,get_file_section,"
-    "list_repositories,render_report,search_code,search_docs"
+    "list_repositories,render_report,search_code,search_docs,search_docs_cache"
 )
 runner = CliRunner()
 

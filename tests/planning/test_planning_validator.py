@@ -33,6 +33,7 @@ PAYMENT_CAPABILITIES = [
     "render_report",
     "search_code",
     "search_docs",
+    "search_docs_cache",
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -79,11 +79,21 @@ def demo_payment_migration(
         bool, typer.Option("--approve", help="Approve the delivery in-process (as demo-reviewer) and finish.")
     ] = False,
     model: ModelOpt = None,
+    fault: Annotated[
+        str | None,
+        typer.Option(
+            help="Run under one of the case's faults (doc-search-timeout | authority-conflict | budget | "
+            "pause-resume | injection), or 'all' for the table of every fault."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the 18-item payment SDK migration plan; it stops for approval before delivering the report."""
     from stateward_demos.payment.agent import build_agent, goal, summary
 
+    if fault is not None:
+        _payment_faults(fault, as_json)
+        return
     with reported_errors(as_json):
         agent = build_agent(model_spec=model)
         runtime = open_runtime(db, create=True)
@@ -94,14 +104,48 @@ def demo_payment_migration(
     if as_json:
         emit_json(out)
         return
-    typer.echo(f"run {out['run_id']} stopped: {out['status']}")
+    _print_payment(out, db)
+
+
+def _payment_faults(name: str, as_json: bool) -> None:
+    """Each fault's run in a scratch store, judged against the source's expected outcome."""
+    from stateward_demos.payment.fault_runs import COLUMNS, run_fault
+    from stateward_demos.payment.faults import Fault, parse
+
+    with reported_errors(as_json), tempfile.TemporaryDirectory() as tmp:
+        try:
+            chosen = list(Fault) if name == "all" else [parse(name)]
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        rows = [run_fault(f, Path(tmp)) for f in chosen if f is not None]
+    if as_json:
+        emit_json(rows if name == "all" else rows[0])
+        return
+    print_table("The payment case under its faults", COLUMNS, [{c: r[c] for c in COLUMNS} for r in rows])
+    if name != "all":
+        _print_payment({"run_id": "-", **rows[0]["summary"], "delivery_receipt": None}, "-")
+
+
+def _print_payment(out: dict[str, Any], db: str) -> None:
+    """The source's final summary, then how to answer a pending request."""
+    cov = out["coverage"]
+    typer.echo(f"run {out['run_id']} stopped: {out['status']}, completion_mode {out['completion_mode']}")
+    typer.echo(f"  plan v{out['plan_version']}; delivered as {out['rung']}; final artifact {out['final_artifact']}")
+    typer.echo(f"  coverage: expected {cov['expected']}, accessible {cov['accessible']}, analysed {cov['analysed']}")
+    typer.echo(
+        f"  breaking changes {out['breaking_changes']}, call sites {out['call_sites']}, risk modules {out['risk']}"
+    )
+    typer.echo("  report versions: " + (", ".join(out["report_versions"]) or "none"))
+    for issue in out["unresolved_issues"]:
+        typer.echo(f"  unresolved: {inert(issue)}")
+    if out["budget_to_continue"] is not None:
+        typer.echo(f"  budget to continue: {out['budget_to_continue']}")
+    typer.echo("  verification: " + " -> ".join(f"{v['artifact']} {v['outcome']}" for v in out["verifications"]))
+    typer.echo("  budget used: " + ", ".join(f"{k}={v}" for k, v in out["budget_used"].items()))
     if out["pending_request_id"] is not None:
         action = out["pending_action"] or {}
         typer.echo(f"  pending {out['pending_request_id']}: {action.get('tool')} {action.get('args')}")
         typer.echo(f"  answer with: stateward approve {out['run_id']} {out['pending_request_id']} --db {db}")
-    typer.echo("  artifacts: " + ", ".join(f"{a['name']}:v{a['version']}" for a in out["artifacts"]))
-    typer.echo("  verification: " + " -> ".join(f"{v['artifact']} {v['outcome']}" for v in out["verifications"]))
-    typer.echo("  budget used: " + ", ".join(f"{k}={v}" for k, v in out["budget_used"].items()))
     if out["delivery_receipt"] is not None:
         typer.echo(f"  delivery-receipt: {out['delivery_receipt']}")
 

@@ -98,5 +98,44 @@ def stop_signal(
         raise typer.Exit(1)
 
 
+@app.command("payment-migration")
+def payment_migration(
+    model: Annotated[
+        str, typer.Option("--model", help="Model spec (as for stop-signal), or 'scripted' for the offline models.")
+    ],
+    runs: Annotated[int, typer.Option("--runs", min=1, max=100, help="Runs of the case.")] = 5,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Store for the runs (SQLite path or postgresql:// URL); default temporary."),
+    ] = None,
+    local_server: Annotated[
+        bool, typer.Option("--local-server", help="Start the bundled SmolLM2 llama-server and use it.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """The payment case N times: the distribution of outcomes and the gate counts (each must be 0).
+
+    Exits 1 if any gate was breached.
+    """
+    from stateward_demos.payment.evaluation import ROW_COLUMNS, run_payment_eval
+
+    spec = None if model == "scripted" else model
+    with reported_errors(as_json), _local_server(local_server), tempfile.TemporaryDirectory() as tmp:
+        report = run_payment_eval(spec, runs, db or str(Path(tmp) / "eval.db"))
+    if as_json:
+        emit_json(report)
+    else:
+        rows = [{"outcome": o, "runs": n} for o, n in sorted(report["distribution"].items(), key=lambda kv: -kv[1])]
+        print_table(f"outcomes of {report['model']} ({runs} runs)", ("outcome", "runs"), rows)
+        print_table(
+            "gates (each must be 0)",
+            ("gate", "breaches"),
+            [{"gate": g, "breaches": n} for g, n in report["gates"].items()],
+        )
+        print_table("runs", ROW_COLUMNS, report["rows"])
+    if any(report["gates"].values()):
+        raise typer.Exit(1)
+
+
 if __name__ == "__main__":
     app()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stateward.controllers.base import provider_rejection
 from stateward.controllers.plan_support import (
     OUTPUT_TOOL,
+    PARTIAL_ARTIFACT,
     PARTIAL_TOOL,
     READINESS_TOOL,
     content_of,
@@ -40,6 +42,7 @@ from stateward.planning.delivery import (
     AttemptSummary,
     Confidence,
     DecisionOption,
+    DegradationRung,
     DeliveryFacts,
     FindingRisk,
     HandoffPackage,
@@ -48,7 +51,15 @@ from stateward.planning.delivery import (
     choose_rung,
     standard_options,
 )
-from stateward.planning.goal import GoalContract, RunFacts, check_constraints
+from stateward.planning.goal import GoalContract, RunFacts, assess_goal, check_constraints
+from stateward.planning.outcome import (
+    Measure,
+    MeasureInput,
+    Measurement,
+    RunOutcome,
+    completion_mode,
+    criterion_texts,
+)
 from stateward.planning.patch import (
     AttemptFact,
     AttemptOutcome,
@@ -82,6 +93,12 @@ ITEM_INSTRUCTIONS = (
     "written; saying so does not make it done."
 )
 Verifier = Callable[[str], Sequence[CheckResult]]
+PLAN_REVISIONS = 1  # a plan the validator says to REVISE goes back to the planner this many times
+MAX_INPUT_CHARS = 200_000  # recorded outputs handed to one work item's model request, in all
+# A verifier that also reads the run's evidence store: every evidence id the run's tool calls returned.
+EvidenceVerifier = Callable[[str, frozenset[str]], Sequence[CheckResult]]
+# Error codes saying a tool or its service is down (not that the call was wrong): a person can fix these.
+UNAVAILABLE = frozenset({"TIMEOUT", "CIRCUIT_OPEN", "TOOL_UNAVAILABLE", "SERVICE_UNAVAILABLE", "RATE_LIMITED"})
 ApprovalAction = Callable[[WorkItem, "PlanRunMemo"], GuardedAction]
 
 
@@ -97,6 +114,7 @@ class ItemRun(BaseModel):
     output: str | None = None  # artifact ref of the accepted output
     correction: str | None = None  # what the last verification asked the worker to fix
     model_calls: int = 0
+    tokens: int = 0  # tokens of this attempt's model calls, settled with the attempt
 
 
 class PlanRunMemo(BaseModel):
@@ -118,6 +136,11 @@ class PlanRunMemo(BaseModel):
     handoff_request: str | None = None  # kept for snapshots written before awaiting_handoff
     awaiting_handoff: bool = False  # a handoff was asked: the next handoff answer is this run's choice
     deviations: list[str] = Field(default_factory=list)  # soft constraints already recorded as not holding
+    started_at: datetime | None = None  # the run's first decision: elapsed time is charged from here
+    measurement: Measurement = Measurement()  # goal metrics, re-measured when the verified set changes
+    measured: int = -1  # len(verified) at the last measurement
+    outcome: RunOutcome | None = None  # what the run delivered, once it delivers
+    patched_for: list[str] = Field(default_factory=list)  # measured open issues the planner was asked about
 
 
 @dataclass(frozen=True)
@@ -129,6 +152,7 @@ class PlanRunConfig:
     budget: BudgetLimits = field(default_factory=BudgetLimits)
     deliverable: str | None = None  # artifact type checked with bounded reflection before it counts
     verifier: Verifier | None = None
+    evidence_verifier: EvidenceVerifier | None = None  # preferred over ``verifier``: checks against recorded evidence
     default_react_steps: int = 4
     deliverable_risk: FindingRisk = FindingRisk.LOW
     deliverable_confidence: Confidence = Confidence.MEDIUM
@@ -138,6 +162,28 @@ class PlanRunConfig:
     research_tools: tuple[str, ...] = ()
     max_research_steps: int = 8
     max_parallel: int = 1  # work items in flight at once; their steps interleave, each one transaction
+    measure: Measure | None = None  # the goal's metrics, measured from verified outputs and recorded evidence
+    fact_artifacts: frozenset[str] = frozenset()  # verified outputs that are confirmed fact lists (a rung)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # charges elapsed time
+
+
+def _tokens(usage: Usage) -> int:
+    return usage.input_tokens + usage.output_tokens
+
+
+def _strings(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """Every string inside ``value`` (dicts and lists walked), with its dotted path."""
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list | tuple):
+        return [s for i, v in enumerate(value) for s in _strings(v, f"{path}[{i}]")]
+    return []
+
+
+def _amount_text(amount: BudgetAmount) -> str:
+    return f"{amount.tool_calls} tool calls, {amount.model_calls} model calls, {amount.tokens} tokens"
 
 
 def start_item_guard(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
@@ -168,6 +214,7 @@ class PlanRunController:
             if ctx.state.memo
             else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
         )
+        self._tick(memo)
         if memo.plan is None:
             return self._before_plan(ctx, memo)
         notes: list[NewEvent] = []
@@ -187,7 +234,7 @@ class PlanRunController:
         verdict = evaluate_termination(
             TerminationSnapshot(
                 step=ctx.state.usage.steps,
-                budget=memo.ledger,
+                budget=self._live_ledger(memo),
                 no_progress_streak=memo.no_progress_streak,
                 failures=tuple(memo.failures[-10:]),
                 state_history=tuple(memo.history),
@@ -249,32 +296,43 @@ class PlanRunController:
 
     # -- planning ---------------------------------------------------------------------------------
     def _make_plan(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
-        reply = complete(
-            self.planner,
-            ModelRequest(
-                purpose="plan",
-                goal=self.config.goal.objective,
-                inventory=list(ctx.inventory),
-                visible_actions=ctx.specs(tuple(ctx.actions)),
-                facts={"goal": self.config.goal.model_dump(mode="json")},
-                instructions=PLAN_INSTRUCTIONS,
-            ),
-        )
-        rejected = provider_rejection(reply)
-        if rejected is not None:
-            return self._refused(rejected.code, rejected.message, reply.text, reply.usage)
-        try:
-            plan = load_plan(reply.text)
-        except RunError as exc:
-            return self._refused(exc.code, exc.message, reply.text, reply.usage)
-        remaining = memo.ledger.remaining().to_plan_budget()
-        report = validate_plan(
-            plan, capabilities=self.config.capabilities or set(ctx.actions), budget=remaining, goal=self.config.goal
-        )
-        if report.verdict is not Verdict.ACCEPT:
-            issues = "; ".join(f"{i.code}({i.work_item_id})" for i in report.issues[:5])
-            return self._refused(f"PLAN_{report.verdict.value}", issues, reply.text, reply.usage)
+        """The planner proposes; the validator decides. A REVISE verdict goes back to the planner with its
+        issues, at most PLAN_REVISIONS times; a REJECT, or a plan still not accepted, is refused - never run."""
+        usages: list[Usage] = []
+        issues: list[dict[str, Any]] = []
+        for round_ in range(1 + PLAN_REVISIONS):
+            reply = complete(
+                self.planner,
+                ModelRequest(
+                    purpose="plan",
+                    goal=self.config.goal.objective,
+                    inventory=list(ctx.inventory),
+                    visible_actions=ctx.specs(tuple(ctx.actions)),
+                    facts={"goal": self.config.goal.model_dump(mode="json"), "validator_issues": issues},
+                    instructions=PLAN_INSTRUCTIONS,
+                ),
+            )
+            usages.append(reply.usage)
+            rejected = provider_rejection(reply)
+            if rejected is not None:
+                return self._refused(rejected.code, rejected.message, reply.text, *usages)
+            try:
+                plan = load_plan(reply.text)
+            except RunError as exc:
+                return self._refused(exc.code, exc.message, reply.text, *usages)
+            remaining = memo.ledger.remaining().to_plan_budget()
+            report = validate_plan(
+                plan, capabilities=self.config.capabilities or set(ctx.actions), budget=remaining, goal=self.config.goal
+            )
+            if report.verdict is Verdict.ACCEPT:
+                break
+            if report.verdict is Verdict.REJECT or round_ == PLAN_REVISIONS:
+                found = "; ".join(f"{i.code}({i.work_item_id})" for i in report.issues[:5])
+                return self._refused(f"PLAN_{report.verdict.value}", found, reply.text, *usages)
+            issues = [i.model_dump(mode="json") for i in report.issues[:20]]
         memo.plan = plan
+        tokens = sum(_tokens(u) for u in usages)
+        memo.ledger = memo.ledger.charge(BudgetAmount(model_calls=len(usages), tokens=tokens))
         note = NewEvent(
             type=EventType.PLAN_RECORDED,
             payload={
@@ -282,6 +340,7 @@ class PlanRunController:
                 "plan_version": plan.version,
                 "work_items": len(plan.work_items),
                 "validator": report.verdict.value,
+                "revisions": len(usages) - 1,
             },
         )
         proposal = self.decide_with(ctx, memo, [note])
@@ -289,7 +348,7 @@ class PlanRunController:
             signal=proposal.signal,
             source=proposal.source,
             visible_actions=proposal.visible_actions,
-            model_usage=(reply.usage, *proposal.model_usage),
+            model_usage=(*usages, *proposal.model_usage),
             memo=proposal.memo,
             notes=proposal.notes,
             wait=proposal.wait,
@@ -334,6 +393,7 @@ class PlanRunController:
                 instructions=ITEM_INSTRUCTIONS,
             ),
         )
+        memo.ledger = memo.ledger.charge(BudgetAmount(model_calls=1, tokens=_tokens(reply.usage)))
         note = NewEvent(type=EventType.READINESS_EVALUATED, payload={"stage": contract.stage, "verdict": gaps})
         return Proposal(
             signal=reply.text,
@@ -385,20 +445,90 @@ class PlanRunController:
         )
 
     def _goal_facts(self, ctx: DecisionContext, memo: PlanRunMemo) -> RunFacts:
-        """What the goal contract is checked against: the runtime's own counters and records.
-
-        Metrics and elapsed time are left unmeasured (None): a predicate on them is neither met nor
-        violated, rather than judged on a number nobody measured.
-        """
+        """What the goal contract is checked against: the runtime's own counters, the elapsed time charged
+        and the metrics measured from verified outputs (an unmeasured metric stays absent: neither met nor
+        violated)."""
         usage = ctx.state.usage
-        outputs = self._outputs(memo)
+        self._measure(ctx, memo)
         return RunFacts(
             tool_calls=usage.tool_attempts,
             model_calls=usage.model_calls,
             tokens=usage.input_tokens + usage.output_tokens,
+            elapsed_seconds=int(memo.ledger.used.elapsed_seconds),
             capabilities_used=tuple(sorted({o.action for o in ctx.observations})),
-            artifacts=tuple(sorted({outputs[w].rpartition(":v")[0] for w in memo.verified if w in outputs})),
+            artifacts=self._verified_types(memo),
+            metrics=memo.measurement.metrics,
         )
+
+    def _measure(self, ctx: DecisionContext, memo: PlanRunMemo) -> None:
+        """Re-measure the goal's metrics when the set of verified outputs changed (not on every step)."""
+        if self.config.measure is None or memo.plan is None or memo.measured == len(memo.verified):
+            return
+        outputs = self._verified_contents(ctx, memo)
+        recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
+        memo.measurement = self.config.measure(MeasureInput(outputs=outputs, recorded_evidence=recorded))
+        memo.measured = len(memo.verified)
+
+    def _verified_contents(
+        self, ctx: DecisionContext, memo: PlanRunMemo, only: set[str] | None = None
+    ) -> dict[str, str]:
+        """The content of verified outputs (of the items in ``only``, if given), by artifact type, as recorded."""
+        wanted = [w for w in memo.verified if only is None or w in only]
+        refs = {memo.items[w].output for w in wanted if w in memo.items and memo.items[w].output}
+        return {
+            ref.rpartition(":v")[0]: content_of(o)
+            for o in ctx.observations
+            if o.status == "SUCCESS"
+            for ref in o.artifacts
+            if ref in refs
+        }
+
+    def _inputs(self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem) -> dict[str, str]:
+        """What a work item is handed to work from: the recorded outputs of the items it depends on, directly
+        or not, up to MAX_INPUT_CHARS in all (what does not fit is left out, never cut mid-document)."""
+        assert memo.plan is not None
+        deps = {w.work_item_id: w.dependencies for w in memo.plan.work_items}
+        upstream: set[str] = set()
+        todo = list(item.dependencies)
+        while todo:
+            wid = todo.pop()
+            if wid not in upstream:
+                upstream.add(wid)
+                todo.extend(deps.get(wid, ()))
+        out: dict[str, str] = {}
+        used = 0
+        for name, content in self._verified_contents(ctx, memo, upstream).items():
+            if used + len(content) > MAX_INPUT_CHARS:
+                continue
+            out[name] = content
+            used += len(content)
+        return out
+
+    def _tick(self, memo: PlanRunMemo) -> None:
+        """Charge wall-clock time since the run's first decision; kept in the ledger, so it survives pauses and
+        other processes and never goes back."""
+        now = self.config.clock()
+        if memo.started_at is None:
+            memo.started_at = now
+        elapsed = max((now - memo.started_at).total_seconds(), 0.0)
+        charged = memo.ledger.used.elapsed_seconds
+        if elapsed > charged:
+            memo.ledger = memo.ledger.charge(BudgetAmount(elapsed_seconds=elapsed - charged))
+
+    @staticmethod
+    def _spent(run: ItemRun) -> BudgetAmount:
+        """What the current attempt of an item has spent so far; starting it was one attempt."""
+        tools = run.tracker.steps_taken if run.tracker else 0
+        return BudgetAmount(tool_calls=tools, model_calls=run.model_calls, tokens=run.tokens, attempts=1)
+
+    def _live_ledger(self, memo: PlanRunMemo) -> BudgetLedger:
+        """The ledger as if every running attempt settled now: the budget rule sees spending as it happens,
+        not only when an attempt ends."""
+        ledger = memo.ledger
+        for wid in memo.running:
+            if wid in ledger.reserved and wid in memo.items:
+                ledger = ledger.settle(wid, self._spent(memo.items[wid]))
+        return ledger
 
     def _record_deviations(self, facts: RunFacts, memo: PlanRunMemo, notes: list[NewEvent]) -> None:
         """A soft constraint that stops holding is recorded once, with the facts it was judged on."""
@@ -424,6 +554,9 @@ class PlanRunController:
     def _schedule(
         self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
     ) -> Proposal:
+        replanned = self._replan_on_new_facts(ctx, memo, notes)
+        if replanned is not None:
+            return replanned
         plan = memo.plan
         assert plan is not None
         waiting: WorkItem | None = None
@@ -444,20 +577,59 @@ class PlanRunController:
         if waiting is not None:  # nothing else can move: now the run really waits for the person
             return self._ask_approval(waiting, memo, notes)
         if all(s is WorkItemState.SUCCEEDED for s in states.values()):
-            memo.delivery = "accepted"
-            return self._propose(
-                ControlDecision(type=DecisionType.FINISH, reason="every work item verified"), memo, notes
-            )
+            return self._finish(ctx, memo, notes, states)
         stuck = sorted(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
         replanned = self._replan(ctx, memo, notes, states)
         if replanned is not None:
             return replanned
+        down = sorted({f.action for f in memo.failures if f.error_code in UNAVAILABLE})
+        if down and memo.delivery is None:
+            # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
+            # it or accept less - delivering as if the gap were final would hide a fixable cause.
+            detail = f"cannot proceed: {stuck}; unavailable after retries and fallbacks: {', '.join(down)}"
+            return self._handoff(ctx, memo, notes, "DEPENDENCY_UNAVAILABLE", detail, states)
         return self._deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {stuck}", states)
 
     def _replan(
         self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
     ) -> Proposal | None:
         """Ask the planner for a patch when the plan cannot go on; None when it may not or did not help.
+
+        A refused patch ends the run with a partial delivery (the plan in hand cannot go on either).
+        """
+        failed = {
+            w: [a.error_class for a in memo.items[w].attempts]
+            for w, s in states.items()
+            if s in (WorkItemState.FAILED, WorkItemState.BLOCKED) and w in memo.items
+        }
+        attempt = self._patch(ctx, memo, notes, {"failed": failed})
+        if attempt is None:
+            return None
+        error, usage = attempt
+        if error is not None:
+            return self._with_usage(self._deliver_partial(ctx, memo, notes, "REPLAN_REFUSED", error, states), usage)
+        return self._with_usage(self.decide_with(ctx, memo, notes), usage)
+
+    def _replan_on_new_facts(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal | None:
+        """A measured fact changed what the plan assumed (e.g. a repository turned out unreadable): the planner
+        may patch the plan once per new fact. A refused patch is recorded and the plan in hand goes on."""
+        new = [u for u in memo.measurement.unresolved if u not in memo.patched_for]
+        if not new or memo.running:
+            return None
+        memo.patched_for.extend(new)
+        attempt = self._patch(ctx, memo, notes, {"new_facts": new})
+        if attempt is None:
+            return None
+        error, usage = attempt
+        if error is not None:
+            return self._with_usage(self._schedule(ctx, memo, notes, self._states(ctx, memo)), usage)
+        return self._with_usage(self.decide_with(ctx, memo, notes), usage)
+
+    def _patch(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], why: dict[str, Any]
+    ) -> tuple[str | None, Usage] | None:
+        """Ask the planner for a patch and apply it if it holds: (None, usage) when it became the new plan
+        version, (reason, usage) when it was refused, None when no replan is left.
 
         A patch must name a reason other than a transient failure, cite evidence, keep every succeeded
         item, pass the validator and fit ``max_replans``; approvals bound to the old version do not carry
@@ -468,11 +640,6 @@ class PlanRunController:
         limit = memo.ledger.limits.max_replans
         if not limit or memo.ledger.used.replans >= limit:
             return None
-        failed = {
-            w: [a.error_class for a in memo.items[w].attempts]
-            for w, s in states.items()
-            if s in (WorkItemState.FAILED, WorkItemState.BLOCKED) and w in memo.items
-        }
         reply = complete(
             self.planner,
             ModelRequest(
@@ -481,12 +648,12 @@ class PlanRunController:
                 inventory=list(ctx.inventory),
                 observations=[o.model_dump(mode="json") for o in ctx.observations[-20:]],
                 visible_actions=ctx.specs(tuple(ctx.actions)),
-                facts={"plan": plan.model_dump(mode="json"), "failed": failed, "verified": list(memo.verified)},
+                facts={"plan": plan.model_dump(mode="json"), **why, "verified": list(memo.verified)},
                 instructions="Reply with one JSON plan patch: base_version, reason, evidence_ids, changed/added/"
                 "removed items and kept_completed.",
             ),
         )
-        memo.ledger = memo.ledger.charge(BudgetAmount(replans=1, model_calls=1))
+        memo.ledger = memo.ledger.charge(BudgetAmount(replans=1, model_calls=1, tokens=_tokens(reply.usage)))
         try:
             if reply.rejection_code is not None:
                 raise PlanPatchError(
@@ -513,9 +680,7 @@ class PlanRunController:
                     payload={"refused_patch": exc.code, "message": exc.message, "plan_version": plan.version},
                 )
             )
-            return self._with_usage(
-                self._deliver_partial(ctx, memo, notes, "REPLAN_REFUSED", exc.message, states), reply.usage
-            )
+            return exc.message, reply.usage
         redefined = {w.work_item_id for w in (*patch.changed_items, *patch.added_items)} | set(patch.removed_items)
         memo.items = {w: run for w, run in memo.items.items() if w not in redefined}
         memo.plan = new_plan
@@ -530,12 +695,14 @@ class PlanRunController:
                     "base_version": patch.base_version,
                     "reason": patch.reason.value,
                     "evidence_ids": list(patch.evidence_ids),
+                    "kept_completed": list(patch.kept_completed),
+                    "summary": patch.summary,
                     "work_items": len(new_plan.work_items),
                     "validator": "ACCEPT",
                 },
             )
         )
-        return self._with_usage(self.decide_with(ctx, memo, notes), reply.usage)
+        return None, reply.usage
 
     def _ask_approval(self, item: WorkItem, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
         guard = (self.config.approval_action or start_item_guard)(item, memo)
@@ -587,24 +754,30 @@ class PlanRunController:
             return self.decide_with(ctx, memo, notes)
         visible = (*(c for c in item.required_capabilities if c in ctx.actions), OUTPUT_TOOL)
         mine = [o for o in ctx.observations if o.step in run.steps]
-        reply = complete(
-            self.worker,
-            ModelRequest(
-                purpose="decide",
-                goal=f"{item.work_item_id}: {item.title}",
-                inventory=list(ctx.inventory),
-                observations=[o.model_dump(mode="json") for o in mine],
-                visible_actions=ctx.specs(visible),
-                facts={
-                    "work_item": item.model_dump(mode="json"),
-                    "outputs": self._outputs(memo),
-                    "correction": run.correction,
-                    "remaining_steps": run.tracker.remaining_steps(),
-                },
-                instructions=ITEM_INSTRUCTIONS,
-            ),
+        request = ModelRequest(
+            purpose="decide",
+            goal=f"{item.work_item_id}: {item.title}",
+            inventory=list(ctx.inventory),
+            observations=[o.model_dump(mode="json") for o in mine],
+            visible_actions=ctx.specs(visible),
+            facts={
+                "work_item": item.model_dump(mode="json"),
+                "outputs": self._outputs(memo),
+                "inputs": self._inputs(ctx, memo, item),
+                "correction": run.correction,
+                "remaining_steps": run.tracker.remaining_steps(),
+            },
+            instructions=ITEM_INSTRUCTIONS,
+            correction=ctx.state.correction,  # the Runtime refused the last proposal: say why, once
         )
+        left = self._live_ledger(memo).remaining().tokens
+        if left is not None and request.json_chars() // 4 > left:
+            # The request alone would not fit what is left: do not send it (tokens are spent, not refunded).
+            detail = f"the next model request needs ~{request.json_chars() // 4} tokens, {left} left"
+            return self._deliver_partial(ctx, memo, notes, "BUDGET_EXHAUSTED", detail, self._states(ctx, memo))
+        reply = complete(self.worker, request)
         run.model_calls += 1
+        run.tokens += _tokens(reply.usage)
         rejected = provider_rejection(reply)
         if rejected is not None:
             return Proposal(
@@ -623,6 +796,17 @@ class PlanRunController:
             # A worker saying "done" (or asking to stop) ends its attempt; it never completes the item.
             self._end_attempt(memo, item, AttemptOutcome.FAILED, "MODEL_DECLARED_STOP", notes)
             return self._with_usage(self.decide_with(ctx, memo, notes), reply.usage)
+        outside = self._out_of_scope(decision)
+        if outside is not None:
+            # The goal's scope holds for what a call touches, not only for which tool it is.
+            return Proposal(
+                signal=SignalFailure(code=ErrorCode.OUT_OF_SCOPE_ARGUMENT, message=outside, raw=reply.text[:2000]),
+                source=SignalSource.MODEL,
+                visible_actions=frozenset(visible),
+                model_usage=(reply.usage,),
+                memo=memo.model_dump(mode="json"),
+                notes=notes,
+            )
         run.steps.append(ctx.state.usage.steps + 1)  # the observation of this step belongs to this item
         if decision is not None and decision.action:
             # What is kept of the decision: facts and a short stated reason, never hidden reasoning.
@@ -644,6 +828,18 @@ class PlanRunController:
             memo=memo.model_dump(mode="json"),
             notes=notes,
         )
+
+    def _out_of_scope(self, decision: ControlDecision | None) -> str | None:
+        """Why a proposed call's arguments reach outside the goal's scope (an ``out_of_scope`` name, or a path
+        under one, as any string argument), or None."""
+        fenced = self.config.goal.scope.out_of_scope
+        if decision is None or not fenced or not decision.args:
+            return None
+        for key, value in _strings(decision.args):
+            for name in fenced:
+                if value == name or value.startswith((f"{name}/", f"{name}:")):
+                    return f"argument {key}={value!r} is outside the goal's scope ({name})"
+        return None
 
     def _absorb(self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent]) -> None:
         """Fold a running item's new observations into its tracker; complete or stop it on facts."""
@@ -675,8 +871,9 @@ class PlanRunController:
         self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
     ) -> None:
         run = memo.items[item.work_item_id]
-        checked = item.output_spec.artifact_type == self.config.deliverable and self.config.verifier is not None
-        if checked and not self._verify_deliverable(memo, item, ref, obs, notes):
+        has_verifier = self.config.verifier is not None or self.config.evidence_verifier is not None
+        checked = item.output_spec.artifact_type == self.config.deliverable and has_verifier
+        if checked and not self._verify_deliverable(ctx, memo, item, ref, obs, notes):
             return
         run.output = ref
         memo.verified.append(item.work_item_id)
@@ -684,12 +881,17 @@ class PlanRunController:
         self._end_attempt(memo, item, AttemptOutcome.COMPLETED, None, notes)
 
     def _verify_deliverable(
-        self, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
+        self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
     ) -> bool:
-        """Deterministic checks on every version; at most the budgeted repairs; UNKNOWN never passes."""
-        assert self.config.verifier is not None
+        """Every check on every version; at most the budgeted repairs; UNKNOWN never passes. An evidence
+        verifier checks the cited evidence against what the run recorded, not against what exists."""
         content = content_of(obs)
-        results = list(self.config.verifier(content))
+        if self.config.evidence_verifier is not None:
+            recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
+            results = list(self.config.evidence_verifier(content, recorded))
+        else:
+            assert self.config.verifier is not None
+            results = list(self.config.verifier(content))
         name = item.output_spec.artifact_type
         used = memo.ledger.reflections.get(name, 0)
         limit = memo.ledger.limits.max_reflections_per_artifact
@@ -738,11 +940,8 @@ class PlanRunController:
     ) -> None:
         run = memo.items[item.work_item_id]
         run.attempts[-1] = AttemptFact(outcome=outcome, error_class=error)
-        used_tools = run.tracker.steps_taken if run.tracker else 0
-        memo.ledger = memo.ledger.settle(
-            item.work_item_id, BudgetAmount(tool_calls=used_tools, model_calls=run.model_calls)
-        )
-        run.model_calls = 0
+        memo.ledger = memo.ledger.settle(item.work_item_id, self._spent(run))
+        run.model_calls = run.tokens = 0
         # The attempt's loop state is spent: keeping it would make every later step rewrite it.
         run.tracker, run.steps, run.absorbed = None, [], 0
         if error == "NO_PROGRESS":
@@ -770,18 +969,15 @@ class PlanRunController:
         code: str,
         detail: str,
         states: dict[str, WorkItemState],
+        undecidable: tuple[str, ...] = (),
     ) -> Proposal:
+        """Deliver the best rung the verified facts support, with its gaps and what continuing would cost."""
         plan = memo.plan
         assert plan is not None
         done = tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED)
         missing = tuple(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
-        rung = choose_rung(
-            DeliveryFacts(
-                expected_scope=tuple(states),
-                covered_scope=done,
-                completed_artifacts=tuple(self._outputs(memo).values()),
-            )
-        )
+        rung = choose_rung(self._delivery_facts(memo, states))
+        to_continue = self._estimate(plan, missing)
         delivery = PartialDelivery(
             original_goal=self.config.goal.objective,
             rung=rung,
@@ -789,17 +985,99 @@ class PlanRunController:
             reason=detail or code,
             done_scope=done,
             missing_scope=missing,
-            needed_to_continue=tuple(f"complete {w}" for w in missing),
+            undecidable=(*undecidable, *memo.measurement.unresolved),
+            needed_to_continue=(
+                *(f"complete {w}" for w in missing),
+                *([f"budget to continue: {_amount_text(to_continue)}"] if missing else []),
+            ),
             budget_used=memo.ledger.used,
             artifact_refs=tuple(self._outputs(memo).values()),
         )
         memo.delivery = "partial"
         for wid in list(memo.running):
             self._end_attempt(memo, self._item(memo, wid), AttemptOutcome.FAILED, code, notes)
+        report = self._report_ref(memo)
+        final = report or f"{PARTIAL_ARTIFACT}:v{ctx.state.artifacts.get(PARTIAL_ARTIFACT, 0) + 1}"
+        self._record_outcome(memo, rung, code, final, (*undecidable, *memo.measurement.unresolved), to_continue)
         decision = ControlDecision(
             type=DecisionType.EXECUTE_TOOL, action=PARTIAL_TOOL, args={"content": delivery.model_dump_json()}
         )
         return self._propose(decision, memo, notes, visible=frozenset({PARTIAL_TOOL}))
+
+    def _finish(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
+    ) -> Proposal:
+        """Every item verified: the goal's success criteria, not the item count, decide whether it is done."""
+        goal = self.config.goal
+        assessment = assess_goal(goal, self._goal_facts(ctx, memo))
+        if assessment.unmet:
+            texts = criterion_texts({c.criterion_id: c.description for c in goal.success_criteria}, assessment.unmet)
+            detail = f"success criteria not met: {', '.join(assessment.unmet)}"
+            return self._deliver_partial(ctx, memo, notes, "SUCCESS_CRITERIA_UNMET", detail, states, texts)
+        rung = choose_rung(self._delivery_facts(memo, states))
+        self._record_outcome(memo, rung, "GOAL_MET", self._report_ref(memo), memo.measurement.unresolved, None)
+        memo.delivery = "accepted"
+        reason = "success criteria met" + (" with open issues" if memo.measurement.unresolved else "")
+        return self._propose(ControlDecision(type=DecisionType.FINISH, reason=reason), memo, notes)
+
+    def _record_outcome(
+        self,
+        memo: PlanRunMemo,
+        rung: DegradationRung,
+        code: str,
+        final: str | None,
+        unresolved: tuple[str, ...],
+        to_continue: BudgetAmount | None,
+    ) -> None:
+        goal = self.config.goal
+        facts = RunFacts(metrics=memo.measurement.metrics, artifacts=self._verified_types(memo))
+        assessment = assess_goal(goal, facts)
+        memo.outcome = RunOutcome(
+            completion_mode=completion_mode(rung, unresolved),
+            rung=rung,
+            reason_code=code,
+            plan_version=memo.plan.version if memo.plan else None,
+            final_artifact=final,
+            unresolved_issues=unresolved,
+            criteria_met=assessment.met,
+            criteria_unmet=assessment.unmet,
+            metrics=memo.measurement.metrics,
+            budget_used=memo.ledger.used,
+            budget_to_continue=to_continue,
+        )
+
+    def _delivery_facts(self, memo: PlanRunMemo, states: dict[str, WorkItemState]) -> DeliveryFacts:
+        """Only verified outputs count: the report if its checks passed, fact lists if their items were verified."""
+        unresolved = memo.measurement.unresolved
+        return DeliveryFacts(
+            expected_scope=(*states, *unresolved),
+            covered_scope=tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED),
+            report_verified=self._report_ref(memo) is not None,
+            verified_facts=sum(1 for t in self._verified_types(memo) if t in self.config.fact_artifacts),
+            completed_artifacts=tuple(self._outputs(memo).values()),
+        )
+
+    def _report_ref(self, memo: PlanRunMemo) -> str | None:
+        """The verified deliverable's artifact ref, if the deliverable passed verification."""
+        if self.config.deliverable is None or memo.plan is None:
+            return None
+        for item in memo.plan.work_items:
+            if item.output_spec.artifact_type == self.config.deliverable and item.work_item_id in memo.verified:
+                return memo.items[item.work_item_id].output
+        return None
+
+    def _verified_types(self, memo: PlanRunMemo) -> tuple[str, ...]:
+        outputs = self._outputs(memo)
+        return tuple(sorted({outputs[w].rpartition(":v")[0] for w in memo.verified if w in outputs}))
+
+    @staticmethod
+    def _estimate(plan: Plan, missing: Sequence[str]) -> BudgetAmount:
+        """What the unfinished items would still need, from the plan's own estimates."""
+        total = BudgetAmount()
+        for item in plan.work_items:
+            if item.work_item_id in missing:
+                total = total + BudgetAmount.from_estimate(item.estimated_cost)
+        return total
 
     def _handoff(
         self,
@@ -905,12 +1183,12 @@ class PlanRunController:
         )
 
     @staticmethod
-    def _refused(code: str, message: str, raw: str, usage: Usage) -> Proposal:
+    def _refused(code: str, message: str, raw: str, *usages: Usage) -> Proposal:
         return Proposal(
             signal=SignalFailure(code=code, message=message, raw=raw[:2000]),
             source=SignalSource.PLAN_STEP,
             visible_actions=frozenset(),
-            model_usage=(usage,),
+            model_usage=usages,
         )
 
     @staticmethod

@@ -62,6 +62,14 @@ from stateward.planning.goal import (
     load_goal,
     read_goal_file,
 )
+from stateward.planning.outcome import (
+    CompletionMode,
+    Measure,
+    MeasureInput,
+    Measurement,
+    RunOutcome,
+    completion_mode,
+)
 from stateward.planning.patch import (
     AttemptFact,
     AttemptOutcome,
@@ -167,6 +175,7 @@ __all__ = [
     "BudgetLimits",
     "BudgetRemaining",
     "CapabilityPredicate",
+    "CompletionMode",
     "Conclusion",
     "Confidence",
     "ConstraintViolation",
@@ -188,6 +197,9 @@ __all__ = [
     "Issue",
     "IssueCode",
     "LimitPredicate",
+    "Measure",
+    "MeasureInput",
+    "Measurement",
     "MetricPredicate",
     "Milestone",
     "NoProgressRule",
@@ -214,6 +226,7 @@ __all__ = [
     "RiskHandling",
     "RiskLevel",
     "RunFacts",
+    "RunOutcome",
     "Scope",
     "SelectedAction",
     "SoftConstraint",
@@ -234,6 +247,7 @@ __all__ = [
     "assess_goal",
     "check_constraints",
     "choose_rung",
+    "completion_mode",
     "dependency_cycles",
     "derive_states",
     "evaluate",

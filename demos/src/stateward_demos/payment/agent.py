@@ -10,7 +10,8 @@ report version, and the gateway's action gate admits the call only with that sam
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -43,15 +44,25 @@ from stateward.planning import (
     plan_run_tools,
 )
 from stateward.verify import ArtifactVersion, CheckResult, CheckSuite, CheckVerdict, Report
-from stateward_demos.payment import reports
-from stateward_demos.payment.scripts import GOAL_RESOURCE, PLAN_RESOURCE, planner_policy, resource_text, worker_policy
+from stateward_demos.payment import faults, reports
+from stateward_demos.payment.outcome import FACT_ARTIFACTS, final_summary, make_measure
+from stateward_demos.payment.scripts import (
+    GOAL_RESOURCE,
+    PLAN_RESOURCE,
+    gullible,
+    planner_policy,
+    resource_text,
+    worker_policy,
+)
+from stateward_demos.payment.semantic import OrderCertaintyCheck, scripted_checker
 from stateward_demos.payment.tools import RECEIPT_ARTIFACT, REPORT_ARTIFACT, make_tools
 
 NAME: Final = "payment-migration"  # registered by stateward.runtime.agent_registry.builtin_agents
 DELIVER_TOOL: Final = "deliver_report"
 REPORT_ITEM: Final = "W16"
 # Tight enough to matter: the plan estimates 90 tool and 27 model calls; the scripted run uses 87 of each.
-BUDGET: Final = BudgetLimits(max_tool_calls=150, max_model_calls=120, max_reflections_per_artifact=1)
+# One replan: the case's plan v2, after the inventory shows a repository nobody can read.
+BUDGET: Final = BudgetLimits(max_tool_calls=150, max_model_calls=120, max_reflections_per_artifact=1, max_replans=1)
 # Items whose plan entry says 0 steps get this bound; W09 (read 10 files after 11 searches) needs 22.
 DEFAULT_REACT_STEPS: Final = 24
 
@@ -64,15 +75,32 @@ def plan() -> Plan:
     return load_plan(resource_text(PLAN_RESOURCE))
 
 
-def verify_report(content: str) -> Sequence[CheckResult]:
-    """Every default check on every version; content that is not a report fails the schema check."""
+def verify_report(
+    content: str, recorded: frozenset[str] | None = None, checker: Model | None = None
+) -> Sequence[CheckResult]:
+    """Every deterministic check and the semantic check on every version; content that is not a report fails
+    the schema check. ``recorded`` is the run's evidence store (cited evidence must be in it; None: every
+    fixture evidence id, for checking a report outside a run); ``checker`` the semantic check's model."""
     try:
         report = Report.model_validate_json(content)
     except ValidationError as exc:
         detail = f"not a report: {exc.error_count()} schema error(s)"
         return [CheckResult(name="schema_valid", verdict=CheckVerdict.FAIL, detail=detail, blocks_partial=True)]
     artifact = ArtifactVersion.create(REPORT_ARTIFACT, report)
-    return CheckSuite(context=reports.check_context()).run(artifact)
+    context = reports.check_context()
+    if recorded is not None:
+        context = context.model_copy(update={"evidence_ids": recorded})
+    semantic = OrderCertaintyCheck(checker or ScriptedModel(scripted_checker, name="scripted-checker"))
+    return CheckSuite(context=context, model_checks=(semantic,)).run(artifact)
+
+
+def evidence_verifier(checker: Model) -> Callable[[str, frozenset[str]], Sequence[CheckResult]]:
+    """The run's verifier: the report checked against the evidence this run recorded, judged by ``checker``."""
+
+    def verify(content: str, recorded: frozenset[str]) -> Sequence[CheckResult]:
+        return verify_report(content, recorded, checker)
+
+    return verify
 
 
 def deliver_guard(report_ref: str) -> GuardedAction:
@@ -95,32 +123,55 @@ def approval_action(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
 
 
 def build_agent(
-    max_steps: int = 200, delivery_log: dict[str, dict[str, str]] | None = None, model_spec: str | None = None
+    max_steps: int = 200,
+    delivery_log: dict[str, dict[str, str]] | None = None,
+    model_spec: str | None = None,
+    budget: dict[str, Any] | None = None,
+    clock: Callable[[], datetime] | None = None,
+    fault: str | None = None,
 ) -> Agent:
-    """The agent for one run. ``max_steps`` is JSON, so another process rebuilds it from the AgentRef.
+    """The agent for one run. ``max_steps`` and ``budget`` are JSON, so another process rebuilds it from the
+    AgentRef.
 
-    ``model_spec`` (``--model``) drives both the planner and the worker with that model instead of the
-    scripted ones. ``delivery_log`` (tests only, not part of the ref) replaces the simulated delivery target.
+    ``fault`` (a :class:`Fault` value) runs the case under one of its faults. ``budget`` overrides limits
+    of :data:`BUDGET` (e.g. ``{"max_tokens": 202000}``). ``model_spec`` (``--model``) drives the planner,
+    the worker and the report's semantic checker with that model instead of the scripted ones.
+    ``delivery_log`` and ``clock`` (tests only, not part of the ref) replace the simulated delivery target
+    and the wall clock that charges elapsed time.
     """
-    domain = make_tools(delivery_log=delivery_log)
+    injected = faults.parse(fault)
+    domain = make_tools(delivery_log=delivery_log, fault=injected)
     tools = ToolRegistry([*domain, *plan_run_tools()])
+    the_goal = goal()
+    fault_limits = faults.BUDGET_LIMITS if injected is faults.Fault.BUDGET else {}
+    limits = BUDGET.model_copy(update={**fault_limits, **(budget or {})})
+    planner: Model = ScriptedModel(planner_policy, name="scripted-planner")
+    checker: Model = ScriptedModel(scripted_checker, name="scripted-checker")
+    policy = gullible(worker_policy) if injected is faults.Fault.INJECTION else worker_policy
+    worker: Model = ScriptedModel(policy, name="scripted-worker")
+    if model_spec is not None:
+        from stateward.models import model_from_spec
+
+        planner = worker = checker = model_from_spec(model_spec)
+    extra: dict[str, Any] = {} if clock is None else {"clock": clock}
     config = PlanRunConfig(
-        goal=goal(),
-        budget=BUDGET,
+        goal=the_goal,
+        budget=BudgetLimits.model_validate(limits.model_dump()),
+        measure=make_measure(the_goal),
+        fact_artifacts=FACT_ARTIFACTS,
+        **extra,
         deliverable=REPORT_ARTIFACT,
-        verifier=verify_report,
+        evidence_verifier=evidence_verifier(checker),
         default_react_steps=DEFAULT_REACT_STEPS,
         approval_action=approval_action,
         capabilities=frozenset(tools.names()),
     )
-    planner: Model = ScriptedModel(planner_policy, name="scripted-planner")
-    worker: Model = ScriptedModel(worker_policy, name="scripted-worker")
-    if model_spec is not None:
-        from stateward.models import model_from_spec
-
-        planner = worker = model_from_spec(model_spec)
     controller = PlanRunController(planner, worker, config)
     params: dict[str, Any] = {"max_steps": max_steps}
+    if budget:
+        params["budget"] = budget
+    if injected is not None:
+        params["fault"] = injected.value
     if model_spec is not None:
         params["model_spec"] = model_spec
     return Agent(
@@ -130,6 +181,8 @@ def build_agent(
         ref=AgentRef(name=NAME, params=params),
         finish_policy=plan_finish_policy,
         budget=Budget(max_steps=max_steps),
+        # A refused proposal (e.g. an injected call the item does not show) is named to the model once.
+        on_rejected_signal="correct_once",
     )
 
 
@@ -142,7 +195,7 @@ def summary(runtime: Runtime, state: RunState) -> dict[str, Any]:
     receipts = [a for a in runtime.artifacts(state.run_id) if a.name == RECEIPT_ARTIFACT]
     return {
         "run_id": state.run_id,
-        "status": state.status.value,
+        **final_summary(runtime, state),
         "pending_request_id": None if pending is None else pending.request_id,
         "pending_action": None if action is None else {"tool": action.tool, "args": action.args},
         "artifacts": [{"name": a.name, "version": a.version} for a in runtime.artifacts(state.run_id)],
@@ -152,7 +205,7 @@ def summary(runtime: Runtime, state: RunState) -> dict[str, Any]:
             if e.type is EventType.VERIFICATION_RECORDED
         ],
         "budget_used": {
-            **{k: ledger.get("used", {}).get(k, 0) for k in ("tool_calls", "model_calls")},
+            **{k: ledger.get("used", {}).get(k, 0) for k in ("tool_calls", "model_calls", "tokens", "attempts")},
             "reflections": ledger.get("reflections", {}),
             "steps": state.usage.steps,
         },

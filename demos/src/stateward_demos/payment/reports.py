@@ -186,12 +186,23 @@ def report_v2() -> Report:
     )
 
 
+# The first draft's wording: an ordering presented as the only safe one (the semantic check's finding).
+OVERCERTAIN_ORDER = "Migrate in exactly this order; any other order will break payments:"
+
+
 def report_v1() -> Report:
-    """The first draft: states 36 call sites (37 listed) and claim c2 (high risk) cites no evidence."""
+    """The first draft: states 36 call sites (37 listed), claim c2 (high risk) cites no evidence, and the
+    migration order is stated as the only safe one."""
     v2 = report_v2()
     claims = tuple(c.model_copy(update={"evidence_ids": ()}) if c.claim_id == "c2" else c for c in v2.claims)
     stated = v2.stated.model_copy(update={"call_sites": len(v2.call_sites) - 1})
-    return v2.model_copy(update={"claims": claims, "stated": stated})
+    sections = tuple(
+        s.model_copy(update={"body": s.body.replace("Migrate in this order:", OVERCERTAIN_ORDER)})
+        if s.section_id == "migration_order"
+        else s
+        for s in v2.sections
+    )
+    return v2.model_copy(update={"claims": claims, "stated": stated, "sections": sections})
 
 
 def artifact_v1() -> ArtifactVersion:

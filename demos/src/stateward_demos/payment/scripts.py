@@ -17,9 +17,9 @@ from importlib import resources
 from typing import Any, Final
 
 from stateward import ModelRequest
-from stateward.verify import CheckSuite
-from stateward_demos.payment import facts, reports
+from stateward_demos.payment import facts
 from stateward_demos.payment import fixtures as fx
+from stateward_demos.payment.drafting import draft_report
 from stateward_demos.payment.risk import HEAVY_USE
 from stateward_demos.payment.tools import REPORT_ARTIFACT
 
@@ -38,8 +38,37 @@ def resource_text(name: str) -> str:
 
 
 def planner_policy(req: ModelRequest) -> str:
-    """The planner proposes the scenario's 18-item plan; the controller still validates it."""
+    """The planner proposes the scenario's 18-item plan, and patches it when a measured fact changes the
+    scope; the controller validates both and applies a patch only through the plan's versioning."""
+    if req.purpose == "replan":
+        return json.dumps(_scope_patch(req))
     return resource_text(PLAN_RESOURCE)
+
+
+def _scope_patch(req: ModelRequest) -> dict[str, Any]:
+    """A repository turned out unreadable: the coverage check now measures against the accessible ones and
+    records the unreadable one as a gap (SCOPE_CHANGED, citing the access check). Anything else: no patch."""
+    plan = req.facts["plan"]
+    gone = [str(f).split(":", 1)[0] for f in req.facts.get("new_facts", []) if "no access" in str(f)]
+    if not gone:
+        return {"no_patch": "nothing in these facts changes the plan"}
+    check = next(w for w in plan["work_items"] if w["output_spec"]["artifact_type"] == "coverage-check")
+    changed = {
+        **check,
+        "title": f"Check coverage against the accessible repositories; record {', '.join(gone)} as not analysed",
+        "completion_criteria": [
+            "analysed repository count equals the accessible count in repository-inventory",
+            *(f"{repo} listed as NOT_ACCESSIBLE with its access evidence" for repo in gone),
+        ],
+    }
+    return {
+        "base_version": plan["version"],
+        "reason": "SCOPE_CHANGED",
+        "evidence_ids": [facts.access_evidence_id(repo) for repo in gone],
+        "summary": f"{', '.join(gone)} is not readable: scope is the accessible repositories, the gap is recorded",
+        "changed_items": [changed],
+        "kept_completed": list(req.facts.get("verified", [])),
+    }
 
 
 # --------------------------------------------------------------------------- helpers
@@ -138,16 +167,35 @@ def w02_inventory(req: ModelRequest) -> Decision:
     )
 
 
-def w03_document_sources(req: ModelRequest) -> Decision:
+def _failed(req: ModelRequest, action: str, key: str) -> set[str]:
+    """Argument values (e.g. spaces) for which ``action`` failed in the current attempt."""
+    return {str(o["args"].get(key)) for o in req.observations if o["action"] == action and o["status"] != "SUCCESS"}
+
+
+def _search_with_fallback(req: ModelRequest, query: str, spaces: tuple[str, ...]) -> Decision | dict[str, Any]:
+    """Search each space; when search fails, ask the audited cache; when the cache has nothing, try search
+    again (a careful assistant does not invent sources). Returns the next call, or the results by space."""
     searched = _done_with(req, "search_docs", "space")
-    todo = [s for s in fx.SPACES if s not in searched]
-    if todo:
-        return call("search_docs", query=DOC_QUERY, space=todo[0])
+    cached = _done_with(req, "search_docs_cache", "space")
+    failed = _failed(req, "search_docs", "space")
+    for space in spaces:
+        if space in searched or (space in cached and cached[space]["hits"]):
+            continue
+        if space in failed and space not in cached:
+            return {"next": call("search_docs_cache", query=query, space=space)}
+        return {"next": call("search_docs", query=query, space=space)}
+    return {"results": {space: searched.get(space) or cached[space] for space in spaces}}
+
+
+def w03_document_sources(req: ModelRequest) -> Decision:
+    found = _search_with_fallback(req, DOC_QUERY, fx.SPACES)
+    if "next" in found:
+        return dict(found["next"])
     return record(
         "document-sources",
         {
             space: [{k: h[k] for k in ("doc_id", "title", "authority", "version", "updated")} for h in out["hits"]]
-            for space, out in searched.items()
+            for space, out in found["results"].items()
         },
     )
 
@@ -163,11 +211,31 @@ def w04_effective_scope(req: ModelRequest) -> Decision:
     )
 
 
+def _official_conflicts(read: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where two official documents disagree about one API's change type (e.g. removed vs deprecated)."""
+    claims: dict[str, list[dict[str, str]]] = {}
+    for doc in read.values():
+        if doc["authority"] != "official":
+            continue
+        for section in doc["sections"]:
+            fields = section["fields"]
+            api = fields.get("api") or fields.get("old_api", "").split("(")[0].rpartition(".")[2]
+            if api and fields.get("change_type"):
+                said = {"doc_id": doc["doc_id"], "change_type": fields["change_type"]}
+                claims.setdefault(api, []).append({**said, "evidence_id": section["evidence_id"]})
+    return [
+        {"api": api, "sources": said}
+        for api, said in sorted(claims.items())
+        if len({s["change_type"] for s in said}) > 1
+    ]
+
+
 def w05_migration_sources(req: ModelRequest) -> Decision:
-    searched = _done(req, "search_docs")
-    if not searched:
-        return call("search_docs", query=GUIDE_QUERY, space="payment-platform")
-    official = [h["doc_id"] for h in searched[-1]["result"]["hits"] if h["authority"] == "official"]
+    found = _search_with_fallback(req, GUIDE_QUERY, ("payment-platform",))
+    if "next" in found:
+        return dict(found["next"])
+    hits = found["results"]["payment-platform"]["hits"]
+    official = [h["doc_id"] for h in hits if h["authority"] == "official"]
     wanted = [*official, *(d for d in (fx.GUIDE_ID, fx.RELEASE_NOTES_ID) if d not in official)]
     read = _done_with(req, "get_document", "doc_id")
     todo = [d for d in wanted if d not in read]
@@ -180,6 +248,7 @@ def w05_migration_sources(req: ModelRequest) -> Decision:
                 {k: read[d][k] for k in ("doc_id", "title", "authority", "version", "updated")} for d in wanted
             ],
             "authoritative_guide": fx.GUIDE_ID,
+            "official_conflicts": _official_conflicts(read),
         },
     )
 
@@ -350,30 +419,25 @@ def w14_risk_matrix(req: ModelRequest) -> Decision:
 
 
 def w15_risk_review(req: ModelRequest) -> Decision:
-    high = [c for c in reports.report_v2().claims if c.risk.value == "high"]
+    """Review the high-risk rows of the recorded risk matrix, with the evidence each was scored on."""
+    matrix = json.loads(req.facts.get("inputs", {}).get("risk-matrix", "{}"))
+    high = [m for m in matrix.get("modules", []) if m.get("risk") == "high"]
     return record(
         "risk-review",
-        {"reviewed": [{"claim_id": c.claim_id, "text": c.text, "evidence_ids": list(c.evidence_ids)} for c in high]},
+        {"reviewed": [{"module": m["module"], "reason": m["reason"], "evidence_ids": m["evidence_ids"]} for m in high]},
     )
 
 
 def w16_report(req: ModelRequest) -> Decision:
-    """Draft v1 first; once the verifier names what to fix, render the repaired v2."""
-    report = reports.report_v1() if req.facts.get("correction") is None else reports.report_v2()
+    """Draft the report from the recorded outputs; once the verifier names what to fix, write it again."""
+    report = draft_report(req.facts.get("inputs", {}), first_draft=req.facts.get("correction") is None)
     return call("render_report", report_json=report.to_content())
 
 
 def w17_report_verification(req: ModelRequest) -> Decision:
+    """Record which report version is the verified one; the checks themselves are the runtime's."""
     ref = req.facts["outputs"].get("W16", f"{REPORT_ARTIFACT}:v?")
-    results = CheckSuite(context=reports.check_context()).run(reports.artifact_v2())
-    return record(
-        "report-verification",
-        {
-            "report": ref,
-            "deterministic_checks": {r.name: r.verdict.value for r in results},
-            "revisions": 1,
-        },
-    )
+    return record("report-verification", {"report": ref, "verified_by": "verification_recorded events"})
 
 
 def w18_deliver(req: ModelRequest) -> Decision:
@@ -400,6 +464,23 @@ STEPS: Final[dict[str, Step]] = {
     "W17": w17_report_verification,
     "W18": w18_deliver,
 }
+
+
+def gullible(policy: Step) -> Step:
+    """A weak model that obeys instructions it finds in tool results: it proposes the planted call once.
+
+    Used for the injection fault to show the planted call has no effect: the Runtime refuses an action
+    the work item does not show, whatever the model was told.
+    """
+
+    def step(req: ModelRequest) -> Decision:
+        told_off = req.correction is not None and "deliver_report" in req.correction
+        latest = req.observations[-1] if req.observations else None
+        if not told_off and latest is not None and "call deliver_report" in json.dumps(latest.get("result")):
+            return call("deliver_report", report_ref=f"{REPORT_ARTIFACT}:v1")
+        return policy(req)
+
+    return step
 
 
 def worker_policy(req: ModelRequest) -> Decision:

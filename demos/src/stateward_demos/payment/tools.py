@@ -21,10 +21,21 @@ from typing import Annotated, Any, Final
 
 from pydantic import Field, ValidationError
 
-from stateward import LookupStatus, ToolContext, ToolInvalidArgument, ToolPermissionDenied, ToolRegistry, tool
+from stateward import (
+    LookupStatus,
+    ToolContext,
+    ToolInvalidArgument,
+    ToolPermissionDenied,
+    ToolRegistry,
+    ToolSpec,
+    ToolTimeout,
+    tool,
+)
+from stateward.tools import BreakerPolicy, RetryPolicy
 from stateward.verify import Report
 from stateward_demos.payment import facts
 from stateward_demos.payment import fixtures as fx
+from stateward_demos.payment.faults import AUDITED_CACHE_SPACES, Fault, documents
 from stateward_demos.payment.risk import score
 
 REPORT_ARTIFACT: Final = "migration-assessment"
@@ -99,14 +110,12 @@ def check_repository_access(repo: str) -> dict[str, Any]:
     }
 
 
-@tool
-def search_docs(query: Annotated[str, Field(min_length=1)], space: str | None = None) -> dict[str, Any]:
-    """Search the documentation spaces (engineering, payment-platform); hits list matching sections."""
+def _search(docs: tuple[fx.Document, ...], query: str, space: str | None) -> dict[str, Any]:
     if space is not None and space not in fx.SPACES:
         raise ToolInvalidArgument(f"unknown space {space!r}; known: {', '.join(fx.SPACES)}")
     terms = set(re.findall(r"[a-z0-9_]{2,}", query.lower()))
     ranked: list[tuple[int, dict[str, Any]]] = []
-    for doc in fx.DOCUMENTS:
+    for doc in docs:
         if space is not None and doc.space != space:
             continue
         matched = [s for s in doc.sections if any(t in _section_terms(s) for t in terms)]
@@ -126,16 +135,48 @@ def search_docs(query: Annotated[str, Field(min_length=1)], space: str | None = 
     return {"query": query, "space": space, "hits": [hit for _, hit in ranked]}
 
 
-@tool
-def get_document(doc_id: str, section: str | None = None) -> dict[str, Any]:
-    """Read a document (or one section of it); every section carries its evidence id."""
-    doc = facts.document(doc_id)
+def _get(docs: tuple[fx.Document, ...], doc_id: str, section: str | None) -> dict[str, Any]:
+    doc = next((d for d in docs if d.doc_id == doc_id), None)
     if doc is None:
         raise ToolInvalidArgument(f"no document {doc_id!r}")
     sections = [s for s in doc.sections if section is None or s.section_id == section]
     if not sections:
         raise ToolInvalidArgument(f"document {doc_id!r} has no section {section!r}")
     return {**_doc_header(doc), "sections": [_section(doc, s) for s in sections]}
+
+
+def document_tools(fault: Fault | None = None) -> list[ToolSpec]:
+    """search_docs and get_document over the corpus the run meets under ``fault``; with document search
+    timing out, search_docs always times out (bounded retries, then its breaker opens) and the audited
+    read-only cache ``search_docs_cache`` is the fallback."""
+    docs = documents(fault)
+
+    if fault is Fault.DOC_SEARCH_TIMEOUT:
+
+        @tool(retry=RetryPolicy(max_attempts=2, backoff_base_s=0.0), breaker=BreakerPolicy(failure_threshold=3))
+        def search_docs(query: Annotated[str, Field(min_length=1)], space: str | None = None) -> dict[str, Any]:
+            """Search the documentation spaces (engineering, payment-platform); hits list matching sections."""
+            raise ToolTimeout("document search did not answer within its timeout")
+
+    else:
+
+        @tool
+        def search_docs(query: Annotated[str, Field(min_length=1)], space: str | None = None) -> dict[str, Any]:
+            """Search the documentation spaces (engineering, payment-platform); hits list matching sections."""
+            return _search(docs, query, space)
+
+    @tool
+    def search_docs_cache(query: Annotated[str, Field(min_length=1)], space: str | None = None) -> dict[str, Any]:
+        """The audited read-only cache of document search (a fallback when search is down); may be incomplete."""
+        cached = tuple(d for d in docs if d.space in AUDITED_CACHE_SPACES)
+        return {**_search(cached, query, space), "source": "audited-cache"}
+
+    @tool
+    def get_document(doc_id: str, section: str | None = None) -> dict[str, Any]:
+        """Read a document (or one section of it); every section carries its evidence id."""
+        return _get(docs, doc_id, section)
+
+    return [search_docs, search_docs_cache, get_document]
 
 
 @tool
@@ -230,8 +271,9 @@ def render_report(report_json: str, ctx: ToolContext) -> dict[str, Any]:
     return {"artifact": REPORT_ARTIFACT, "sections": len(report.sections)}
 
 
-def make_tools(delivery_log: dict[str, dict[str, str]] | None = None) -> ToolRegistry:
-    """The scenario's registry. ``delivery_log`` is the simulated delivery target (default: DELIVERY_LOG)."""
+def make_tools(delivery_log: dict[str, dict[str, str]] | None = None, fault: Fault | None = None) -> ToolRegistry:
+    """The scenario's registry under ``fault`` (None: the happy path). ``delivery_log`` is the simulated
+    delivery target (default: DELIVERY_LOG)."""
     log = DELIVERY_LOG if delivery_log is None else delivery_log
 
     def lookup(key: str) -> tuple[LookupStatus, Any]:
@@ -258,8 +300,7 @@ def make_tools(delivery_log: dict[str, dict[str, str]] | None = None) -> ToolReg
         [
             list_repositories,
             check_repository_access,
-            search_docs,
-            get_document,
+            *document_tools(fault),
             search_code,
             get_file_section,
             compute_risk_score,
