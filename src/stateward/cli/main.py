@@ -83,12 +83,22 @@ def _take_agents_option(argv: list[str]) -> list[str]:
     return rest
 
 
+def _telemetry_from_env() -> None:
+    """Every command honours the standard OTEL_* variables (the SDK is imported only when one is set)."""
+    from stateward.observability.sdk import configure_from_env, wanted
+
+    if wanted(os.environ):
+        with _long_lived_imports():
+            configure_from_env()
+
+
 def main() -> None:
     """Answers to pending requests take the short path; every other command goes through Typer."""
     argv = sys.argv[1:]
     _refuse_undecodable(argv)
     argv = _take_agents_option(argv)
     sys.argv[1:] = argv
+    _telemetry_from_env()
     if argv and argv[0] in ANSWER_COMMANDS:
         with _long_lived_imports():
             from stateward.cli.answers import run_fast
