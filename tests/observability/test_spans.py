@@ -163,3 +163,33 @@ def test_no_provider_records_nothing_and_stores_no_trace_context(db: Path) -> No
     run = runtime.start(agent(), "refund c-1")
     assert run.status is RunStatus.WAITING_FOR_USER and runtime.get(run.run_id).trace is None
     runtime.close()
+
+
+def test_a_plan_run_nests_plan_work_items_attempts_and_their_calls(tmp_path: Path) -> None:
+    from stateward.demos.payment.agent import build_agent, goal
+
+    proc = Process(tmp_path / "pm.db")
+    state = proc.runtime.start(build_agent(), goal().objective)
+    assert state.status is RunStatus.WAITING_FOR_USER
+    spans = proc.spans()
+    ids = {s.context.span_id: s for s in spans}
+    (segment,) = by_name(spans, "invoke_agent")
+    plans = by_name(spans, "plan ")
+    assert plans and all(parent_id(p) == segment.context.span_id for p in plans)
+    assert plans[0].attributes is not None and plans[0].attributes["stateward.plan.version"] == 1
+    items = by_name(spans, "work_item ")
+    attempts = by_name(spans, "attempt ")
+    assert len(items) >= 10 and len(attempts) == len(items)
+    assert all(ids[parent_id(i) or 0].name.startswith("plan ") for i in items)
+    assert all(ids[parent_id(a) or 0].name.startswith("work_item ") for a in attempts)
+    tools = by_name(spans, "execute_tool ")
+    chats = by_name(spans, "chat ")
+    verifies = by_name(spans, "verify ")
+    # Every tool call of an item's attempt sits under that attempt.
+    under_attempts = [t for t in tools if ids.get(parent_id(t) or 0, segment).name.startswith("attempt ")]
+    assert len(under_attempts) >= len(tools) - 2 and len(tools) >= 10
+    assert chats and verifies
+    outcomes = {str((v.attributes or {})["stateward.verification.outcome"]) for v in verifies}
+    assert len(outcomes) >= 2  # report v1 fails (a repair), v2 passes
+    assert all(s.context.trace_id == segment.context.trace_id for s in spans)
+    proc.runtime.close()

@@ -161,8 +161,8 @@ class Segment:
             return next(reversed(self._items.values())).attempt
         return self._plan or self.span
 
-    def _child(self, name: str, kind: SpanKind = SpanKind.INTERNAL, **kw: Any) -> Span:
-        ctx = trace.set_span_in_context(self._parent())
+    def _child(self, name: str, kind: SpanKind = SpanKind.INTERNAL, *, under: Span | None = None, **kw: Any) -> Span:
+        ctx = trace.set_span_in_context(under or self._parent())
         return self._t.tracer.start_span(name, context=ctx, kind=kind, **kw)
 
     # -- hooks the driver calls -----------------------------------------------------------------
@@ -320,7 +320,10 @@ class Segment:
             attrs["gen_ai.input.messages"] = content.render(call.request.model_dump(mode="json"))
             if reply is not None:
                 attrs["gen_ai.output.messages"] = content.render(reply.text)
-        span = self._child(f"chat {call.model}", SpanKind.CLIENT, attributes=attrs, start_time=call.started_ns)
+        under = (self._plan or self.span) if call.request.purpose == "plan" else None  # the planner's call
+        span = self._child(
+            f"chat {call.model}", SpanKind.CLIENT, under=under, attributes=attrs, start_time=call.started_ns
+        )
         code = call.error_code or (reply.rejection_code if reply is not None else None)
         if code is not None:
             span.set_attribute("error.type", code)
