@@ -22,6 +22,8 @@ from stateward.core.state import AnswerVerdict, RunState
 from stateward.core.status import RunStatus, TransitionKind
 from stateward.models.base import ActionSpec, model_attempt_sink, model_call_sink
 from stateward.models.errors import ModelCallError
+from stateward.observability.payloads import DEFAULT_THRESHOLD as DEFAULT_PAYLOAD_THRESHOLD
+from stateward.observability.payloads import MEDIA_TYPE, Offloader, artifact_name, resolve
 from stateward.observability.tracing import Segment, Telemetry
 from stateward.runtime.agent import Agent
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
@@ -30,7 +32,7 @@ from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_
 from stateward.runtime.tool_step import ToolStep, execute_tool
 from stateward.runtime.transition import Transition, cancel, end, exit_event, handle, pause
 from stateward.store.base import Store
-from stateward.store.records import Lease, RequestAnswer, StepWrite
+from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
 from stateward.tools.gateway import ToolGateway
 
 Clock = Callable[[], datetime]
@@ -117,6 +119,7 @@ class Driver:
         ``telemetry``: where spans and metrics go (default: the OpenTelemetry global providers)."""
         self.keeper = keeper
         self.telemetry = telemetry or default_telemetry()
+        self.payload_threshold = DEFAULT_PAYLOAD_THRESHOLD
         self.store = store
         self.clock = clock
         self.policy = policy
@@ -315,12 +318,26 @@ class Driver:
 
     def _persist(self, run: _Head, lease: Lease | None, write: StepWrite, *, observed: int = 0) -> None:
         """Commit one step (fenced by the lease); telemetry sees the events it has not seen yet, once committed."""
+        write = self._offloaded(run.state.run_id, write)
         self.faults.point("before_commit")
         run.seq = self.store.commit_step(run.state.run_id, run.seq, write, lease)
         self.faults.point("after_commit")
         run.state = write.state
         if run.segment is not None:
             run.segment.observe(write.events[observed:] if observed else write.events)
+
+    def _offloaded(self, run_id: str, write: StepWrite) -> StepWrite:
+        """Large event values leave the log for artifacts named by their hash (observability/payloads.py)."""
+        offloader = Offloader(self.payload_threshold)
+        events = offloader.events(write.events)
+        if not offloader.blobs:
+            return write
+        blobs = [
+            NewArtifact(name=artifact_name(digest), version=1, content=text, media_type=MEDIA_TYPE)
+            for digest, text in offloader.blobs.items()
+            if self.store.get_artifact(run_id, artifact_name(digest), 1) is None
+        ]
+        return write.model_copy(update={"events": events, "artifacts": [*write.artifacts, *blobs]})
 
     # -- endings and control --------------------------------------------------------------------
     def _exhaust(self, run: _Run, lease: Lease, dimension: str) -> None:
@@ -445,8 +462,12 @@ class Driver:
 
     def _observations(self, run_id: str) -> ObservationLog:
         """Read once per drive; each step then records its own observation."""
+        def fetch(name: str) -> str | None:
+            found = self.store.get_artifact(run_id, name, 1)
+            return None if found is None else found.content
+
         return ObservationLog(
-            Observation.model_validate(ev.payload["observation"])
+            Observation.model_validate(resolve(ev.payload["observation"], fetch))
             for ev in self.store.read_events(run_id)
             if ev.type in _OBSERVED
         )

@@ -31,6 +31,7 @@ from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
+from stateward.observability.payloads import is_payload_artifact
 from stateward.observability.tracing import Telemetry
 from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, default_telemetry
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
@@ -258,9 +259,10 @@ class Runtime:
         return self.store.read_events(run_id, after, size)
 
     def artifacts(self, run_id: str, *, tenant: str | None = None) -> list[ArtifactRecord]:
-        """Every version of every artifact of the run, by name then version."""
+        """Every version of every artifact of the run, by name then version (offloaded event payloads
+        are left out: fetch one by the name its reference gives)."""
         self._visible(run_id, tenant)
-        return self.store.list_artifacts(run_id)
+        return [a for a in self.store.list_artifacts(run_id) if not is_payload_artifact(a.name)]
 
     def artifact(
         self, run_id: str, name: str, version: int | None = None, *, tenant: str | None = None
