@@ -375,6 +375,13 @@ def worker(
         float, typer.Option(min=0.001, help="First backoff in seconds after a crash or an unbuildable agent (doubles).")
     ] = 5.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final counts as JSON on stdout.")] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=65535, help="Serve Prometheus metrics on this port at /metrics (0: any free port; otel extra)."
+        ),
+    ] = None,
+    metrics_addr: Annotated[str, typer.Option(help="Address the metrics endpoint binds.")] = "127.0.0.1",
 ) -> None:
     """Claim runnable runs and drive them; SIGTERM finishes the current step and releases leases.
 
@@ -389,6 +396,7 @@ def worker(
     import signal
 
     from stateward.cli.output import EXIT_RUNS_TROUBLED
+    from stateward.observability.tracing import Telemetry
     from stateward.runtime.async_worker import AsyncWorker
     from stateward.runtime.leases import LeasePolicy
     from stateward.runtime.recovery import RecoveryPolicy
@@ -399,14 +407,22 @@ def worker(
         if idle_exit is not None:
             positive_seconds("--idle-exit", idle_exit)
         recovery = RecoveryPolicy(step_crash_retries=crash_retries, base_delay_s=retry_delay)
-        runtime = Runtime.open(db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat), recovery=recovery)
+        endpoint = None if metrics_port is None else _metrics_endpoint(db, metrics_port, metrics_addr)
+        telemetry = None if endpoint is None else Telemetry(metrics=endpoint.metrics)
+        runtime = Runtime.open(
+            db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat), recovery=recovery, telemetry=telemetry
+        )
         kind = AsyncWorker if use_async else Worker
         w = kind(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every, max_crashes=max_crashes)
     signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
     signal.signal(signal.SIGINT, lambda *_: w.stop.set())
     mode = " (async, one event loop)" if use_async else ""
     typer.echo(f"worker {runtime.owner}: {concurrency} slot(s){mode} on {db}", err=True)
+    if endpoint is not None:
+        typer.echo(f"metrics: http://{metrics_addr}:{endpoint.port}/metrics", err=True)
     stats = w.run(idle_exit_s=idle_exit)
+    if endpoint is not None:
+        endpoint.close()
     stopped_by_signal = w.stop.is_set() and not stats.stopped_on_crashes
     runtime.close()
     counts = stats.as_dict()
@@ -415,6 +431,13 @@ def worker(
         emit_json(counts)
     if stats.stopped_on_crashes or (not stopped_by_signal and stats.troubled):
         raise typer.Exit(EXIT_RUNS_TROUBLED)
+
+
+def _metrics_endpoint(db: str, port: int, addr: str) -> Any:
+    from stateward.observability.prometheus import serve_metrics
+    from stateward.store.base import open_store
+
+    return serve_metrics(port, lambda: open_store(db, create=False), addr=addr)
 
 
 @app.command("serve")

@@ -1,0 +1,55 @@
+"""Prometheus exposition for a long-running process (``stateward worker --metrics-port``).
+
+A MeterProvider of this process's own, read by the OpenTelemetry Prometheus reader and served by
+``prometheus_client`` on ``/metrics``; it is handed to the Runtime (not set globally), so it coexists
+with whatever ``OTEL_METRICS_EXPORTER`` configured. Needs the ``otel`` extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stateward.core.errors import UserError
+from stateward.observability.metrics import METER_NAME, RunMetrics
+from stateward.observability.store_gauges import StoreGauges
+from stateward.store.base import Store
+
+
+@dataclass
+class MetricsEndpoint:
+    """A running ``/metrics`` endpoint and the metrics a Runtime should record into."""
+
+    metrics: RunMetrics
+    port: int
+    _server: Any
+    _thread: Any
+    _provider: Any
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._provider.shutdown()
+
+
+def serve_metrics(port: int, store: Callable[[], Store], *, addr: str = "127.0.0.1") -> MetricsEndpoint:
+    """Serve Prometheus text on ``addr:port`` (0: any free port, see ``.port``); METRICS_UNAVAILABLE without
+    the extra, METRICS_PORT_IN_USE when the port cannot be bound."""
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from opentelemetry.sdk.metrics import MeterProvider
+        from prometheus_client import REGISTRY, start_http_server
+    except ImportError as exc:
+        raise UserError(
+            "--metrics-port needs the otel extra (pip install 'stateward[otel]')", code="METRICS_UNAVAILABLE"
+        ) from exc
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader()])
+    metrics = RunMetrics(provider)
+    StoreGauges(provider.get_meter(METER_NAME), store)
+    try:
+        server, thread = start_http_server(port, addr=addr, registry=REGISTRY)
+    except OSError as exc:
+        provider.shutdown()
+        raise UserError(f"cannot serve metrics on {addr}:{port}: {exc}", code="METRICS_PORT_IN_USE") from exc
+    return MetricsEndpoint(metrics, int(server.server_address[1]), server, thread, provider)
