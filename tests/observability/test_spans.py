@@ -166,7 +166,7 @@ def test_no_provider_records_nothing_and_stores_no_trace_context(db: Path) -> No
 
 
 def test_a_plan_run_nests_plan_work_items_attempts_and_their_calls(tmp_path: Path) -> None:
-    from stateward.demos.payment.agent import build_agent, goal
+    from stateward_demos.payment.agent import build_agent, goal
 
     proc = Process(tmp_path / "pm.db")
     state = proc.runtime.start(build_agent(), goal().objective)

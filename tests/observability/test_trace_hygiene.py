@@ -80,7 +80,7 @@ def test_large_values_leave_the_log_for_artifacts_and_come_back_on_resume(tmp_pa
 
 
 def test_the_payment_runs_trace_keeps_ids_and_hashes_not_payloads(tmp_path: Path) -> None:
-    from stateward.demos.payment.agent import build_agent, goal
+    from stateward_demos.payment.agent import build_agent, goal
 
     runtime = Runtime.open(str(tmp_path / "pm.db"))
     state = runtime.start(build_agent(), goal().objective)

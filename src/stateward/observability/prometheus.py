@@ -39,12 +39,16 @@ def serve_metrics(port: int, store: Callable[[], Store], *, addr: str = "127.0.0
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
         from prometheus_client import REGISTRY, start_http_server
     except ImportError as exc:
         raise UserError(
             "--metrics-port needs the otel extra (pip install 'stateward[otel]')", code="METRICS_UNAVAILABLE"
         ) from exc
-    provider = MeterProvider(metric_readers=[PrometheusMetricReader()])
+    resource = Resource.create()  # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, else "stateward"
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "stateward"}))
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader()], resource=resource)
     metrics = RunMetrics(provider)
     StoreGauges(provider.get_meter(METER_NAME), store)
     try:

@@ -68,7 +68,7 @@ class StoreGauges:
         """How many runs have ``status`` (up to the cap) and the oldest last write among them."""
         count, cursor, oldest = 0, None, None
         while count < self._cap:
-            page = store.page.items(status=status, limit=min(PAGE, self._cap - count), cursor=cursor)
+            page = store.page_runs(status=status, limit=min(PAGE, self._cap - count), cursor=cursor)
             count += len(page.items)
             if page.items:
                 last = min(r.updated_at for r in page.items)
