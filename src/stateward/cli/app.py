@@ -433,6 +433,42 @@ def worker(
         raise typer.Exit(EXIT_RUNS_TROUBLED)
 
 
+@app.command("stats")
+def stats(
+    db: DbOpt = DEFAULT_DB,
+    since: Annotated[
+        str | None, typer.Option(help="Only what happened since: a duration (30m, 24h, 7d) or an ISO time.")
+    ] = None,
+    max_runs: Annotated[int, typer.Option(min=1, max=1_000_000, help="Read at most this many runs.")] = 10_000,
+    as_json: JsonOpt = False,
+) -> None:
+    """Operational figures from the event log (rates, counts, runs by status), for users without a metrics stack."""
+    from datetime import UTC, datetime
+
+    from stateward.observability.stats import compute_stats, parse_since
+
+    with reported_errors(as_json):
+        now = datetime.now(UTC)
+        start = None if since is None else parse_since(since, now)
+        runtime = open_runtime(db)
+        report = compute_stats(runtime.store, now=now, since=start, max_runs=max_runs)
+    data = report.model_dump(mode="json")
+    if as_json:
+        emit_json(data)
+        return
+    rows = []
+    for key, value in data.items():
+        if isinstance(value, dict) and "rate" in value:
+            shown = "n/a" if value["rate"] is None else f"{value['rate']:.2%} ({value['part']}/{value['whole']})"
+        elif isinstance(value, dict):
+            shown = ", ".join(f"{k}={v}" for k, v in value.items() if v)
+        else:
+            shown = str(value)
+        if key != "counts":
+            rows.append({"figure": key, "value": shown})
+    print_table("stats", ("figure", "value"), rows)
+
+
 def _metrics_endpoint(db: str, port: int, addr: str) -> Any:
     from stateward.observability.prometheus import serve_metrics
     from stateward.store.base import open_store

@@ -19,7 +19,7 @@ from stateward.core.events import NewEvent
 
 DEFAULT_THRESHOLD = 512  # bytes of compact JSON above which a value leaves the event
 # Content (model words, tool arguments and results, outputs) leaves the event sooner: the log keeps its hash.
-CONTENT_KEYS = frozenset({"signal", "args", "arguments", "result", "output", "partial", "text"})
+CONTENT_KEYS = frozenset({"signal", "args", "arguments", "result", "output", "partial", "text", "detail", "message"})
 CONTENT_THRESHOLD = 128
 REF_KEY = "$payload"
 PREFIX = "payload-"
@@ -68,6 +68,11 @@ class Offloader:
         limit = min(self.threshold, CONTENT_THRESHOLD) if key in CONTENT_KEYS else self.threshold
         if len(text) <= limit or is_ref(value):
             return value
+        if isinstance(value, list) and key not in CONTENT_KEYS and all(isinstance(v, dict) for v in value):
+            value = [self._value(v) for v in value]  # a list of records (checks, issues): each kept in shape
+            text = compact_json(value)
+            if len(text) <= self.threshold * 4:
+                return value
         if isinstance(value, dict) and key not in CONTENT_KEYS:  # keep the structure (ids, codes) visible
             inner = {k: self._value(v, k) for k, v in value.items()}
             if len(compact_json(inner)) <= self.threshold * 2:

@@ -92,8 +92,9 @@ def _tool(p: Mapping[str, Any]) -> Facts:
 
 def _verification(p: Mapping[str, Any]) -> Facts:
     yield Signal.VERIFICATION, {"outcome": str(p.get("outcome") or "UNKNOWN")}
-    for check in p.get("checks") or ():
-        if check.get("name") == "claims_have_evidence" and check.get("verdict") == "FAIL":
+    checks = p.get("checks")
+    for check in checks if isinstance(checks, list) else ():
+        if isinstance(check, dict) and check.get("name") == "claims_have_evidence" and check.get("verdict") == "FAIL":
             yield Signal.CLAIM_WITHOUT_EVIDENCE, _NONE
 
 
