@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from tests.observability.agents_for_metrics import AGENTS, refunder
 
 from stateward import Runtime
-from tests.observability.agents_for_metrics import AGENTS, refunder
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,10 +49,25 @@ def test_a_running_worker_serves_run_metrics(tmp_path: Path) -> None:
         runtime.submit(refunder(), "refund c-1")
     runtime.close()
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     worker = subprocess.Popen(
-        [sys.executable, "-m", "stateward.cli.main", "worker", "--db", str(db), "--poll", "0.05",
-         "--metrics-port", str(port), "--agents", "tests.observability.agents_for_metrics:AGENTS"],
+        [
+            sys.executable,
+            "-m",
+            "stateward.cli.main",
+            "worker",
+            "--db",
+            str(db),
+            "--poll",
+            "0.05",
+            "--metrics-port",
+            str(port),
+            "--agents",
+            "tests.observability.agents_for_metrics:AGENTS",
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from tests.observability.agents_for_metrics import AGENTS, refunder
 from typer.testing import CliRunner
 
 from stateward import Budget, RunStatus, Runtime, UserError
 from stateward.cli.app import app
 from stateward.observability.stats import compute_stats, parse_since
-from tests.observability.agents_for_metrics import AGENTS, refunder
 
 
 @pytest.fixture

@@ -50,6 +50,6 @@ def configure_from_env(env: MutableMapping[str, str] | None = None) -> bool:
     endpoint_only = not env.get("OTEL_TRACES_EXPORTER", "").strip()
     if endpoint_only and (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
         env["OTEL_TRACES_EXPORTER"] = "otlp"
-    _OTelSDKConfigurator().configure()
+    _OTelSDKConfigurator().configure()  # type: ignore[no-untyped-call]
     _done.append(True)
     return True

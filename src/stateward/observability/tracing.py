@@ -62,6 +62,15 @@ EVENT_ATTRIBUTES: dict[EventType, tuple[str, ...]] = {
 }
 
 
+# Events a span already stands for (its own span, or the chat / tool span of the step).
+_SPANNED = frozenset({EventType.TOOL_ATTEMPTED, EventType.REACT_DECISION})
+
+
+def _routine(p: Mapping[str, Any]) -> bool:
+    """An accepted tool call: its ``execute_tool`` span is the record; refusals and stops stay span events."""
+    return p.get("runtime_decision") == "accepted" and p.get("decision_type") == "EXECUTE_TOOL"
+
+
 def event_attributes(event: NewEvent) -> dict[str, Any]:
     """The scalar, content-free attributes a span event carries for ``event``."""
     keys = EVENT_ATTRIBUTES.get(event.type, ())
@@ -82,15 +91,19 @@ class Telemetry:
         tracer_provider: TracerProvider | None = None,
         metrics: RunMetrics | None = None,
         content: ContentPolicy | None = None,
+        *,
+        enabled: bool = True,
     ):
+        """``enabled=False``: no span, metric or hook at all (not even the API's no-ops)."""
+        self.enabled = enabled
         provider = tracer_provider or trace.get_tracer_provider()
         self.tracer: Tracer = provider.get_tracer(TRACER_NAME)
         self.metrics = metrics or RunMetrics()
         self.content = content or ContentPolicy.from_env()
 
-    def segment(self, state: RunState, agent: str, mode: str) -> Segment:
-        """Open the span of one drive of ``state``'s run (continuing its stored trace, if any)."""
-        return Segment(self, state, agent, mode)
+    def segment(self, state: RunState, agent: str, mode: str) -> Segment | None:
+        """Open the span of one drive of ``state``'s run (continuing its stored trace, if any); None when disabled."""
+        return Segment(self, state, agent, mode) if self.enabled else None
 
 
 def _context(carrier: Mapping[str, str]) -> Context:
@@ -177,8 +190,10 @@ class Segment:
         self._metrics.events(events)
         if not self.recording:
             return
+        routine = any(e.type is EventType.RUNTIME_VALIDATED and _routine(e.payload) for e in events)
         for event in events:
-            self._on_event(event)
+            if not (routine and event.type is EventType.SIGNAL_RECEIVED):
+                self._on_event(event)
         self._flush_calls()
 
     @contextmanager
@@ -223,7 +238,7 @@ class Segment:
             self._close_item(p)
         elif kind is EventType.VERIFICATION_RECORDED:
             self._verification(p)
-        elif kind is not EventType.TOOL_ATTEMPTED:
+        elif kind not in _SPANNED and not (kind is EventType.RUNTIME_VALIDATED and _routine(p)):
             wid = p.get("work_item_id")
             if isinstance(wid, str) and wid in self._items:
                 self._current = wid
@@ -250,9 +265,7 @@ class Segment:
             old.attempt.end()
             old.span.end()
         parent = trace.set_span_in_context(self._plan or self.span)
-        span = self._t.tracer.start_span(
-            f"work_item {wid}", context=parent, attributes={"stateward.work_item.id": wid}
-        )
+        span = self._t.tracer.start_span(f"work_item {wid}", context=parent, attributes={"stateward.work_item.id": wid})
         attempt_no = int(p.get("attempt") or 1)
         attempt = self._t.tracer.start_span(
             f"attempt {attempt_no}",
@@ -291,7 +304,8 @@ class Segment:
         )
         for check in p.get("checks") or ():
             span.add_event(
-                "check", {"stateward.check.name": str(check.get("name")), "stateward.check.verdict": str(check.get("verdict"))}
+                "check",
+                {"stateward.check.name": str(check.get("name")), "stateward.check.verdict": str(check.get("verdict"))},
             )
         span.end()
 

@@ -160,12 +160,13 @@ class Driver:
                 return head.state
             agent = run.agent
             segment = run.segment = self.telemetry.segment(run.state, agent.agent_ref.name, agent.controller.mode)
-            if segment.trace is not None:  # kept with the run: a resume elsewhere continues this trace
+            if segment is not None and segment.trace is not None:  # kept with the run: a resume elsewhere continues it
                 run.state = run.state.model_copy(update={"trace": segment.trace})
             try:
                 self._loop(run, keeper, stop, max_steps)
             finally:
-                segment.end(run.state)
+                if segment is not None:
+                    segment.end(run.state)
             return run.state
         finally:
             keeper.stop()
