@@ -84,11 +84,11 @@ def _take_agents_option(argv: list[str]) -> list[str]:
 
 
 def _telemetry_from_env() -> None:
-    """Every command honours the standard OTEL_* variables (the SDK is imported only when one is set)."""
-    from stateward.observability.sdk import configure_from_env, wanted
-
-    if wanted(os.environ):
+    """Every command honours the standard OTEL_* variables (nothing is imported unless one is set)."""
+    if any(key.startswith("OTEL_") for key in os.environ):
         with _long_lived_imports():
+            from stateward.observability.sdk import configure_from_env
+
             configure_from_env()
 
 
