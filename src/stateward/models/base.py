@@ -7,6 +7,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel, ConfigDict
+
 from stateward.core.bridge import blocking, in_bridge, resolve, run_coroutine
 from stateward.core.model_io import ActionSpec, ModelReply, ModelRequest, Usage
 
@@ -16,11 +18,15 @@ __all__ = [
     "AsyncModel",
     "AttemptSink",
     "Model",
+    "ModelCall",
+    "ModelCallSink",
     "ModelReply",
     "ModelRequest",
     "Usage",
     "complete",
     "model_attempt_sink",
+    "model_call_sink",
+    "provider_of",
 ]
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.observability.metrics import METER_NAME, RunMetrics
 from stateward.observability.store_gauges import StoreGauges
 from stateward.store.base import Store
@@ -43,7 +43,7 @@ def serve_metrics(port: int, store: Callable[[], Store], *, addr: str = "127.0.0
         from prometheus_client import REGISTRY, start_http_server
     except ImportError as exc:
         raise UserError(
-            "--metrics-port needs the otel extra (pip install 'stateward[otel]')", code="METRICS_UNAVAILABLE"
+            "--metrics-port needs the otel extra (pip install 'stateward[otel]')", code=ErrorCode.METRICS_UNAVAILABLE
         ) from exc
     resource = Resource.create()  # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, else "stateward"
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
@@ -55,5 +55,5 @@ def serve_metrics(port: int, store: Callable[[], Store], *, addr: str = "127.0.0
         server, thread = start_http_server(port, addr=addr, registry=REGISTRY)
     except OSError as exc:
         provider.shutdown()
-        raise UserError(f"cannot serve metrics on {addr}:{port}: {exc}", code="METRICS_PORT_IN_USE") from exc
+        raise UserError(f"cannot serve metrics on {addr}:{port}: {exc}", code=ErrorCode.METRICS_PORT_IN_USE) from exc
     return MetricsEndpoint(metrics, int(server.server_address[1]), server, thread, provider)

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from stateward.core.errors import UserError
+from stateward.core.errors import ErrorCode, UserError
 from stateward.core.events import Event, EventType
 from stateward.core.status import RunStatus
 from stateward.observability.signals import Signal, signals_of
@@ -40,7 +40,7 @@ def parse_since(text: str, now: datetime) -> datetime:
     if at is None or at.tzinfo is None:
         raise UserError(
             f"--since must be a duration (30m, 24h, 7d) or an ISO time with a zone, not {text!r}"[:200],
-            code="INVALID_SINCE",
+            code=ErrorCode.INVALID_SINCE,
         )
     return at
 

@@ -26,13 +26,13 @@ from stateward.core.journal import SideEffectStatus
 from stateward.core.setback import without_retry
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
+from stateward.observability.payloads import is_payload_artifact
+from stateward.observability.tracing import Telemetry
 from stateward.runtime import transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
-from stateward.observability.payloads import is_payload_artifact
-from stateward.observability.tracing import Telemetry
 from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, default_telemetry
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
