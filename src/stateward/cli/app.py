@@ -533,6 +533,52 @@ def chaos(
         raise typer.Exit(1)
 
 
+@app.command("gates")
+def gates(
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Audit this store's runs; without it, a chaos storm on a new temporary store first."),
+    ] = None,
+    runs: Annotated[int, typer.Option(min=1, help="Runs of the storm (without --db).")] = 20,
+    kills: Annotated[int, typer.Option(min=0, help="Process kills of the storm (without --db).")] = 60,
+    seed: Annotated[int, typer.Option(help="Seed of the storm (without --db).")] = 1,
+    max_runs: Annotated[int, typer.Option(min=1, max=1_000_000, help="Audit at most this many runs.")] = 10_000,
+    as_json: JsonOpt = False,
+) -> None:
+    """The eight hard gates (each count 0, pause/resume 100%) with their opportunities and the liveness
+    floor, audited from the event log and the side-effect journal; exit 1 on any breach."""
+    from stateward.observability.gates import audit
+
+    with reported_errors(as_json):
+        if db is None:
+            from stateward.chaos.harness import ChaosConfig, Harness
+
+            db = str(Path(tempfile.mkdtemp(prefix="stateward-gates-")) / "gates.db")
+            Harness(ChaosConfig(db=db, runs=runs, kills=kills, seed=seed)).run()
+        runtime = open_runtime(db)
+        ids: list[str] = []
+        cursor = None
+        while len(ids) < max_runs:
+            page = runtime.list_runs(limit=min(1000, max_runs - len(ids)), cursor=cursor)
+            ids += [r.run_id for r in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        report = audit(runtime.store, ids)
+    data = {"db": db, **report.model_dump(mode="json"), "breaches": report.breaches()}
+    if as_json:
+        emit_json(data)
+    else:
+        rows = [
+            {"gate": g.name, "value": g.value, "opportunities": g.opportunities, "holds": g.holds}
+            for g in report.gates
+        ]
+        print_table(f"gates over {report.runs} runs ({db})", ("gate", "value", "opportunities", "holds"), rows)
+        typer.echo(f"finished or waiting: {report.finished_or_waiting} (floor 0.95): {report.liveness_holds}")
+    if not report.passed:
+        raise typer.Exit(1)
+
+
 @requests_app.command("expire")
 def requests_expire(db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
     """Apply each agent's expiry policy (fail / cancel / escalate) to expired requests."""
