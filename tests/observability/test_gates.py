@@ -145,3 +145,26 @@ def test_the_cli_prints_every_gate_and_exits_non_zero_on_a_breach(tmp_path: Path
     runtime.close()
     bad = CliRunner().invoke(app, ["gates", "--db", str(db), "--json"])
     assert bad.exit_code == 1 and json.loads(bad.output)["breaches"] == ["unauthorized_tool_executions"]
+
+
+@pytest.mark.slow
+def test_a_storm_of_killed_workers_meets_every_gate() -> None:
+    """CI's gate run: the chaos storm (SIGKILLs at persistence boundaries, SIGSTOPs past the lease TTL,
+    approvers dying) on a new store, then the audit; every gate had chances and holds."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "stateward.cli.main", "gates", "--runs", "8", "--kills", "15", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"] is True and data["finished_or_waiting"] >= 0.95
+    chances = {g["name"]: g["opportunities"] for g in data["gates"]}
+    for name in ("illegal_transitions", "unauthorized_tool_executions", "duplicate_side_effects", "budget_resets"):
+        assert chances[name] > 0, name
