@@ -26,6 +26,7 @@ class RunMetrics:
     """Counters and histograms of runs, fed by the driver's observer (one instance per process is enough)."""
 
     def __init__(self, provider: MeterProvider | None = None):
+        self._given = provider is not None
         meter = (provider or metrics.get_meter_provider()).get_meter(METER_NAME)
         self.token_usage: Histogram = meter.create_histogram(
             "gen_ai.client.token.usage",
@@ -49,6 +50,12 @@ class RunMetrics:
             s: meter.create_counter(f"stateward.{s.value}", unit="1", description=f"Recorded {s.value}.")
             for s in Signal
         }
+
+    @property
+    def active(self) -> bool:
+        """Whether anything reads these instruments: a provider was given, or one was set globally since
+        (until then the API's global provider is a proxy with nothing behind it)."""
+        return self._given or type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
 
     def events(self, events: Sequence[NewEvent]) -> None:
         """Count what the run just recorded."""

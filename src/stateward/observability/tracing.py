@@ -102,8 +102,16 @@ class Telemetry:
         self.content = content or ContentPolicy.from_env()
 
     def segment(self, state: RunState, agent: str, mode: str) -> Segment | None:
-        """Open the span of one drive of ``state``'s run (continuing its stored trace, if any); None when disabled."""
-        return Segment(self, state, agent, mode) if self.enabled else None
+        """Open the span of one drive of ``state``'s run (continuing its stored trace, if any). None when
+        disabled, or when nothing would record it: no span recording and no meter provider behind the
+        metrics (the default with no SDK configured), so the run pays for no hook at all."""
+        if not self.enabled:
+            return None
+        segment = Segment(self, state, agent, mode)
+        if segment.recording or self.metrics.active:
+            return segment
+        segment.span.end()
+        return None
 
 
 def _context(carrier: Mapping[str, str]) -> Context:
