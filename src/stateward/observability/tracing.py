@@ -379,15 +379,18 @@ class _ToolSpan:
         span = self.span
         if span is None:
             return
-        span.set_attribute("gen_ai.tool.call.id", call_id)
-        span.set_attribute("stateward.tool.status", outcome.status.value)
-        span.set_attribute("stateward.tool.runtime_action", outcome.runtime_action.value)
-        span.set_attribute("stateward.tool.attempts", len(outcome.attempts))
-        span.set_attribute("stateward.tool.handler_calls", outcome.handler_calls)
+        attrs: dict[str, Any] = {
+            "gen_ai.tool.call.id": call_id,
+            "stateward.tool.status": outcome.status.value,
+            "stateward.tool.runtime_action": outcome.runtime_action.value,
+            "stateward.tool.attempts": len(outcome.attempts),
+            "stateward.tool.handler_calls": outcome.handler_calls,
+        }
         if outcome.idempotency_key:
-            span.set_attribute("stateward.tool.idempotency_key", outcome.idempotency_key)
+            attrs["stateward.tool.idempotency_key"] = outcome.idempotency_key
         if outcome.error_code is not None:
-            span.set_attribute("error.type", outcome.error_code.value)
+            attrs["error.type"] = outcome.error_code.value
+        span.set_attributes(attrs)
         if outcome.status.value != "SUCCESS":
             span.set_status(Status(StatusCode.ERROR, outcome.status.value))
         rendered = self._segment._t.content.render(outcome.result)
