@@ -168,3 +168,21 @@ def test_a_storm_of_killed_workers_meets_every_gate() -> None:
     chances = {g["name"]: g["opportunities"] for g in data["gates"]}
     for name in ("illegal_transitions", "unauthorized_tool_executions", "duplicate_side_effects", "budget_resets"):
         assert chances[name] > 0, name
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_storm_on_postgres_meets_every_gate(pg_url: str) -> None:
+    """The same campaign and audit on PostgreSQL (several workers claiming with SKIP LOCKED)."""
+    from stateward.chaos.harness import ChaosConfig, Harness
+    from stateward.store.base import open_store
+
+    Harness(ChaosConfig(db=pg_url, runs=8, kills=15, seed=5, max_seconds=240)).run()
+    store = open_store(pg_url)
+    try:
+        report = audit(store, [r.run_id for r in store.page_runs(limit=100).items])
+    finally:
+        store.close()
+    assert report.passed, report.breaches()
+    chances = {g.name: g.opportunities for g in report.gates}
+    assert report.runs == 8 and chances["unauthorized_tool_executions"] > 0 and chances["illegal_transitions"] > 0
