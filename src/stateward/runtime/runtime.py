@@ -26,13 +26,15 @@ from stateward.core.journal import SideEffectStatus
 from stateward.core.setback import without_retry
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
+from stateward.observability.payloads import is_payload_artifact
+from stateward.observability.tracing import Telemetry
 from stateward.runtime import transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.control import ControlRequest
-from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write
+from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, default_telemetry
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
@@ -83,15 +85,19 @@ class Runtime:
         faults: FaultInjector = NO_FAULTS,
         agents: AgentRegistry | None = None,
         recovery: RecoveryPolicy | None = None,
+        telemetry: Telemetry | None = None,
     ):
+        """``telemetry``: where the runs' spans and metrics go; by default the OpenTelemetry global
+        providers (no-ops unless an SDK is configured, e.g. by the CLI from the ``OTEL_*`` variables)."""
         self.store = store
+        self.telemetry = telemetry or default_telemetry()
         self._registry = agents
         self.clock = clock
         self.owner = owner or default_owner()
         self.lease_policy = lease or LeasePolicy()
         self.faults = faults
         self.recovery = recovery or RecoveryPolicy()
-        self.driver = Driver(store, clock, self.lease_policy, faults, self.recovery)
+        self.driver = Driver(store, clock, self.lease_policy, faults, self.recovery, telemetry=self.telemetry)
         self._agents: dict[str, Agent] = {}
         self._origin = self  # a bridged view shares its origin's registry and agents
         self._view: Runtime | None = None
@@ -125,7 +131,13 @@ class Runtime:
             view = copy.copy(origin)
             view.store = offloaded(origin.store, pool)
             view.driver = Driver(
-                view.store, origin.clock, origin.lease_policy, origin.faults, origin.recovery, keeper=AsyncLeaseKeeper
+                view.store,
+                origin.clock,
+                origin.lease_policy,
+                origin.faults,
+                origin.recovery,
+                keeper=AsyncLeaseKeeper,
+                telemetry=origin.telemetry,
             )
             origin._view = view
         return origin._view
@@ -248,9 +260,10 @@ class Runtime:
         return self.store.read_events(run_id, after, size)
 
     def artifacts(self, run_id: str, *, tenant: str | None = None) -> list[ArtifactRecord]:
-        """Every version of every artifact of the run, by name then version."""
+        """Every version of every artifact of the run, by name then version (offloaded event payloads
+        are left out: fetch one by the name its reference gives)."""
         self._visible(run_id, tenant)
-        return self.store.list_artifacts(run_id)
+        return [a for a in self.store.list_artifacts(run_id) if not is_payload_artifact(a.name)]
 
     def artifact(
         self, run_id: str, name: str, version: int | None = None, *, tenant: str | None = None
@@ -464,6 +477,7 @@ class Runtime:
                 ),
             ]
             self.store.commit_step(run_id, seq, StepWrite(state=resumed, events=events), lease)
+            self.telemetry.metrics.events(events)
         except BaseException:
             self.store.release_lease(lease)
             raise
