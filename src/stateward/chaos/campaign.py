@@ -59,6 +59,7 @@ class Coverage(StrEnum):
 
 
 LEDGER: Final = "chaos-ledger"
+CHILD_TIMEOUT_S: Final = 30.0
 BOUNDARIES: Final = ("after_tool_before_record", "before_commit", "after_commit", "approval_before_commit")
 CAMPAIGN_AGENTS: Final = (LEDGER, "blog", "refund", "payment-migration")
 
@@ -181,8 +182,18 @@ def _kill_child(db: str, agents: AgentRegistry, run_id: str, point: str, nth: in
         except BaseException:
             code = 1
         os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    # A forked child can inherit a lock some thread of this process held: it is given a bounded time,
+    # then killed by us, which is not counted as a kill at the boundary (this process takes over either way).
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(0.02)
 
 
 class Campaign:
