@@ -213,6 +213,7 @@ class SQLiteStore:
         self.limits = limits if limits is not None else PayloadLimits.from_env()
         if synchronous not in {"FULL", "NORMAL", "OFF", "EXTRA"}:
             raise UserError(f"unknown synchronous mode {synchronous!r}", code=ErrorCode.CONFIGURATION_ERROR)
+        self.synchronous = synchronous
         self.path = str(path)
         if not self.path:
             raise UserError("the database path is empty", code=ErrorCode.CONFIGURATION_ERROR)
@@ -241,6 +242,15 @@ class SQLiteStore:
             if isinstance(exc, sqlite3.Error):
                 raise store_error(exc, self.path) from exc
             raise
+
+    @property
+    def brief_calls(self) -> bool:
+        """Whether every call returns in microseconds: no fsync per commit (``synchronous`` NORMAL or OFF).
+
+        The async Runtime then calls this store on the event loop's thread (see store/offload.py): the
+        one connection serializes every call anyway, and a thread hop costs more CPU than such a call.
+        """
+        return self.synchronous in ("NORMAL", "OFF")
 
     # -- plumbing -------------------------------------------------------------------------------
     @contextmanager

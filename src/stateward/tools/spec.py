@@ -144,6 +144,7 @@ class ToolSpec(BaseModel):
 
     _shape: _Shape = PrivateAttr()
     _lookup_keywords: frozenset[str] = PrivateAttr(default=frozenset())
+    _schema: dict[str, Any] | None = PrivateAttr(default=None)  # generated once: it costs milliseconds
 
     @model_validator(mode="before")
     @classmethod
@@ -166,7 +167,9 @@ class ToolSpec(BaseModel):
         """JSON schema of the arguments a caller must send (the ToolContext parameter is excluded)."""
         if self.input_json_schema is not None:
             return copy.deepcopy(self.input_json_schema)
-        return self._shape.input_model.model_json_schema()
+        if self._schema is None:  # the model is fixed at construction; every agent built over it shares this
+            self._schema = self._shape.input_model.model_json_schema()
+        return copy.deepcopy(self._schema)
 
     def validate_args(self, args: dict[str, Any]) -> BaseModel:
         """Raises pydantic.ValidationError on bad input."""
