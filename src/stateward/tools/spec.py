@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -144,7 +145,7 @@ class ToolSpec(BaseModel):
 
     _shape: _Shape = PrivateAttr()
     _lookup_keywords: frozenset[str] = PrivateAttr(default=frozenset())
-    _schema: dict[str, Any] | None = PrivateAttr(default=None)  # generated once: it costs milliseconds
+    _schema: str | None = PrivateAttr(default=None)  # the input schema's JSON, generated once: it costs milliseconds
 
     @model_validator(mode="before")
     @classmethod
@@ -168,8 +169,8 @@ class ToolSpec(BaseModel):
         if self.input_json_schema is not None:
             return copy.deepcopy(self.input_json_schema)
         if self._schema is None:  # the model is fixed at construction; every agent built over it shares this
-            self._schema = self._shape.input_model.model_json_schema()
-        return copy.deepcopy(self._schema)
+            self._schema = json.dumps(self._shape.input_model.model_json_schema())
+        return json.loads(self._schema)  # a fresh copy, several times faster than a deep copy
 
     def validate_args(self, args: dict[str, Any]) -> BaseModel:
         """Raises pydantic.ValidationError on bad input."""
