@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pydantic_core import to_json
 
 from stateward.core.canonical import sha256_hex
-from stateward.core.errors import StoreError
+from stateward.core.errors import ErrorCode, StoreError
 from stateward.core.state import RunState
 
 PART_MIN_CHARS = 1024  # smaller entries stay in the row: a separate write would cost more than they do
@@ -90,7 +90,7 @@ def join_state(run_id: str, snapshot: str, refs: str | None, parts: Mapping[str,
         if text is None:  # parts are written with (or before) the row that names them
             raise StoreError(
                 f"run {run_id}: the stored part {digest[:12]} of its memo entry {key!r} is missing",
-                code="STORE_CORRUPT",
+                code=ErrorCode.STORE_CORRUPT,
                 details={"run_id": run_id, "part": digest},
             )
         memo[key] = json.loads(text)
