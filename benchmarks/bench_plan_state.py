@@ -9,7 +9,8 @@ state"), with the plan left out of every state's memo ("without the plan": what 
 costs a step), and with every memo emptied ("minimal state": the trackers and history, which change
 at every step, go too); the same events, requests, artifacts, attempts and checkpoints. Target: mean
 µs per step with the plan / each of the other two <= 1.3x, at ``synchronous=FULL`` (the default) and
-NORMAL. Also printed: what a step stores (the run row's
+NORMAL. Also printed: the process's CPU µs per step beside the wall time (a busy machine inflates the
+wall time much more), what a step stores (the run row's
 snapshot; the plan is a part of the run written once, see store/parts.py), the parts written, and
 the database's size after the run.
 """
@@ -86,21 +87,25 @@ def minimal(state: RunState) -> RunState:
     return state.model_copy(update={"memo": {}})
 
 
-def replay(path: Path, synchronous: str, created: tuple[RunState, list[NewEvent]], writes: list[StepWrite]) -> float:
-    """Mean µs per ``commit_step`` of ``writes`` replayed into a new store at ``path``."""
+def replay(
+    path: Path, synchronous: str, created: tuple[RunState, list[NewEvent]], writes: list[StepWrite]
+) -> tuple[float, float]:
+    """Mean wall and CPU µs per ``commit_step`` of ``writes`` replayed into a new store at ``path``."""
     store = SQLiteStore(path, synchronous=synchronous)
     try:
         state, events = created
         store.create_run(state, events)
         seq = len(events)
         samples = []
+        cpu0 = time.process_time_ns()
         for write in writes:
             t0 = time.perf_counter_ns()
             seq = store.commit_step(state.run_id, seq, write)
             samples.append(time.perf_counter_ns() - t0)
+        cpu = (time.process_time_ns() - cpu0) / len(writes) / 1000
     finally:
         store.close()
-    return statistics.fmean(samples) / 1000
+    return statistics.fmean(samples) / 1000, cpu
 
 
 def variants(
@@ -117,15 +122,24 @@ def measure(tmp: Path, synchronous: str, runs: dict[str, Any], rounds: int) -> d
     """Each variant replayed ``rounds`` times in alternating order (after one untimed replay each)."""
     names = list(runs)
     samples: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     sizes: dict[str, int] = {}
     for r in range(-1, rounds):
         for name in names if r % 2 else reversed(names):
             path = tmp / f"{synchronous}-{name.replace(' ', '_')}-{r + 1}.db"
-            mean = replay(path, synchronous, *runs[name])
+            mean, cpu_us = replay(path, synchronous, *runs[name])
             if r >= 0:
                 samples[name].append(mean)
+                cpu[name].append(cpu_us)
             sizes[name] = stored_bytes(path)
-    return {name: {"us_per_step": statistics.median(samples[name]), "bytes": sizes[name]} for name in names}
+    return {
+        name: {
+            "us_per_step": statistics.median(samples[name]),
+            "cpu_us": statistics.median(cpu[name]),
+            "bytes": sizes[name],
+        }
+        for name in names
+    }
 
 
 def main() -> None:
@@ -158,14 +172,20 @@ def main() -> None:
         "targets": [t.as_dict() for t in targets],
     }
     rows = [
-        [sync, name, f"{res[name]['us_per_step']:.1f}", f"{res[name]['bytes'] / 1024:.0f}"]
+        [
+            sync,
+            name,
+            f"{res[name]['us_per_step']:.1f}",
+            f"{res[name]['cpu_us']:.1f}",
+            f"{res[name]['bytes'] / 1024:.0f}",
+        ]
         for sync, res in results.items()
         for name in res
     ]
     tables = [
         table(
             f"the payment run's {len(writes)} step writes replayed (median of {args.rounds} replays' means)",
-            ("synchronous", "state", "µs/step", "database KiB"),
+            ("synchronous", "state", "µs/step", "CPU µs/step", "database KiB"),
             rows,
         ),
         table("what the run stores", ("measure", "value"), [[k, v] for k, v in shape.items()]),
