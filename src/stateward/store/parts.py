@@ -52,17 +52,19 @@ def split_state(state: RunState, known: Mapping[str, Known] | None = None) -> Sp
     ``known`` is what this store remembers of that write (:class:`PartCache`); without it (a fresh
     process, a new run) every entry counts as changed and stays in the row this time.
     """
-    large: dict[str, str] = {}
-    for key, value in state.memo.items():
-        if isinstance(value, dict | list) and value:
-            text = to_json(value).decode()
-            if len(text) >= PART_MIN_CHARS:
-                large[key] = text
+    memo = state.memo
+    if not memo:
+        snapshot = state.__pydantic_serializer__.to_json(state).decode()
+        return SplitState(snapshot, None, texts=(snapshot,))
+    # Each entry is serialized once: its JSON is both what is hashed and what goes into the row.
+    texts = {key: to_json(value).decode() for key, value in memo.items()}
     known = known or {}
     refs: dict[str, str] = {}
     remembered: dict[str, Known] = {}
     new_parts: dict[str, str] = {}
-    for key, text in large.items():
+    for key, text in texts.items():
+        if len(text) < PART_MIN_CHARS or not isinstance(memo[key], dict | list):
+            continue
         digest = sha256_hex(text)
         last = known.get(key)
         if last is not None and last[0] == digest:  # unchanged since the last write: a part from now on
@@ -70,13 +72,17 @@ def split_state(state: RunState, known: Mapping[str, Known] | None = None) -> Sp
             if not last[1]:
                 new_parts[digest] = text
         remembered[key] = (digest, key in refs)
-    if not refs:
-        snapshot = state.__pydantic_serializer__.to_json(state).decode()
-        return SplitState(snapshot, None, remembered, texts=(snapshot,))
-    row = state.model_copy(update={"memo": {k: None if k in refs else v for k, v in state.memo.items()}})
-    snapshot = row.__pydantic_serializer__.to_json(row).decode()
-    parts = tuple(large[key] for key in refs)
-    return SplitState(snapshot, json.dumps(refs, separators=(",", ":")), remembered, new_parts, (snapshot, *parts))
+    entries = ",".join(f"{to_json(key).decode()}:{'null' if key in refs else text}" for key, text in texts.items())
+    rest = state.__pydantic_serializer__.to_json(state, exclude={"memo"}).decode()
+    snapshot = f'{rest[:-1]},"memo":{{{entries}}}}}'
+    parts = tuple(texts[key] for key in refs)
+    return SplitState(
+        snapshot,
+        json.dumps(refs, separators=(",", ":")) if refs else None,
+        remembered,
+        new_parts,
+        (snapshot, *parts),
+    )
 
 
 def join_state(run_id: str, snapshot: str, refs: str | None, parts: Mapping[str, str]) -> RunState:
