@@ -303,3 +303,15 @@ def test_a_plan_to_revise_goes_back_to_the_planner_and_only_the_accepted_one_run
     refused = runtime.start(stubborn, GOAL.objective)
     assert refused.status is RunStatus.FAILED and refused.usage.model_calls == 2
     assert not [e for e in runtime.store.read_events(refused.run_id) if e.type is EventType.WORK_ITEM_STARTED]
+
+
+def test_a_tool_result_s_confidence_is_what_the_local_loop_measures() -> None:
+    from stateward.controllers.plan_support import step_record
+    from stateward.core.contract import Observation
+
+    def obs(result: Any) -> Observation:
+        return Observation(step=1, action="search", args={}, status="SUCCESS", result=result)
+
+    assert step_record(obs({"hits": [], "confidence": 0.7})).confidence == 0.7
+    for unmeasured in ({"confidence": "high"}, {"confidence": True}, {"confidence": 2}, {"x": {"confidence": 0.5}}, []):
+        assert step_record(obs(unmeasured)).confidence is None
