@@ -41,9 +41,11 @@ from stateward.planning.delivery import (
 )
 from stateward.planning.goal import (
     ArtifactPredicate,
+    BudgetPredicate,
     CapabilityPredicate,
     ConstraintViolation,
     Criterion,
+    CriterionEffect,
     EvidenceRequirement,
     GoalAssessment,
     GoalContract,
@@ -173,6 +175,7 @@ __all__ = [
     "BudgetError",
     "BudgetLedger",
     "BudgetLimits",
+    "BudgetPredicate",
     "BudgetRemaining",
     "CapabilityPredicate",
     "CompletionMode",
@@ -180,6 +183,7 @@ __all__ = [
     "Confidence",
     "ConstraintViolation",
     "Criterion",
+    "CriterionEffect",
     "DecisionOption",
     "DegradationRung",
     "DeliveryFacts",

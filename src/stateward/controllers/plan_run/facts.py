@@ -19,7 +19,7 @@ from stateward.core.decision import ControlDecision, SignalSource
 from stateward.core.events import EventType, NewEvent
 from stateward.models.base import Usage
 from stateward.planning.budget import BudgetAmount, BudgetLedger
-from stateward.planning.goal import RunFacts, check_constraints
+from stateward.planning.goal import BudgetPredicate, RunFacts, check_constraints
 from stateward.planning.outcome import (
     MeasureInput,
 )
@@ -67,7 +67,34 @@ class RunView(Part):
             capabilities_used=tuple(sorted({o.action for o in ctx.observations})),
             artifacts=self.verified_types(memo),
             metrics=memo.measurement.metrics,
+            unaffordable=self.unaffordable(memo),
         )
+
+    def unaffordable(self, memo: PlanRunMemo) -> tuple[str, ...] | None:
+        """Artifact types the budget left cannot reach: the unfinished, unreserved items making one and their
+        unfinished, unreserved dependencies cost more (at the plan's estimates) than what remains."""
+        goal = self.config.goal
+        asked = any(isinstance(c.predicate, BudgetPredicate) for c in (*goal.success_criteria, *goal.failure_criteria))
+        if memo.plan is None or not asked:
+            return None  # nothing asks for it: not measured, so no step pays for it
+        items = {w.work_item_id: w for w in memo.plan.work_items}
+        left = memo.ledger.remaining()
+        out: list[str] = []
+        for item in memo.plan.work_items:
+            if item.work_item_id in memo.verified:
+                continue
+            need, todo, seen = BudgetAmount(), [item.work_item_id], set()
+            while todo:
+                wid = todo.pop()
+                if wid in seen or wid in memo.verified or wid not in items:
+                    continue
+                seen.add(wid)
+                if wid not in memo.ledger.reserved:  # a reserved item's budget is already set aside
+                    need = need + BudgetAmount.from_estimate(items[wid].estimated_cost)
+                todo.extend(items[wid].dependencies)
+            if not left.covers(need):
+                out.append(item.output_spec.artifact_type)
+        return tuple(sorted(set(out)))
 
     def measure(self, ctx: DecisionContext, memo: PlanRunMemo) -> None:
         """Re-measure the goal's metrics when the set of verified outputs changed (not on every step)."""
