@@ -112,6 +112,7 @@ from stateward.planning.progress import (
     StepRecord,
     normalize_query,
 )
+from stateward.planning.stages import RunStage, StageEntry
 from stateward.planning.termination import (
     FailureFact,
     TerminationDecision,
@@ -231,9 +232,11 @@ __all__ = [
     "RiskLevel",
     "RunFacts",
     "RunOutcome",
+    "RunStage",
     "Scope",
     "SelectedAction",
     "SoftConstraint",
+    "StageEntry",
     "StepRecord",
     "TaskType",
     "TerminationDecision",

@@ -20,6 +20,7 @@ from stateward.planning.patch import (
     WorkItemState,
 )
 from stateward.planning.plan import WorkItem
+from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
     TerminationDecision,
     TerminationRecord,
@@ -91,6 +92,7 @@ class PlanRunController:
 
     def _before_plan(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
         """No plan yet: stop if the goal already rules it out, research until ready, then plan."""
+        memo.enter(RunStage.INTAKE, ctx.state.usage.steps + 1)
         stopped = self._stopped_before_planning(ctx, memo)
         if stopped is not None:
             return stopped
@@ -178,6 +180,7 @@ class PlanRunController:
             memo.turn += 1
             return self.items.item_step(ctx, memo, wid, notes)
         if waiting is not None:  # nothing else can move: now the run really waits for the person
+            memo.enter(RunStage.HUMAN_APPROVAL, ctx.state.usage.steps + 1)
             return self.items.ask_approval(waiting, memo, notes)
         if all(s is WorkItemState.SUCCEEDED for s in states.values()):
             return self.delivery.finish(ctx, memo, notes, states)

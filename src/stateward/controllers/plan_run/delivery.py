@@ -42,6 +42,7 @@ from stateward.planning.patch import (
     WorkItemState,
 )
 from stateward.planning.plan import Plan
+from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
     TerminationReason,
 )
@@ -61,6 +62,7 @@ class DeliverySteps(Part):
         undecidable: tuple[str, ...] = (),
     ) -> Proposal:
         """Deliver the best rung the verified facts support, with its gaps and what continuing would cost."""
+        memo.enter(RunStage.DELIVER, ctx.state.usage.steps + 1)
         plan = memo.plan
         assert plan is not None
         done = tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED)
@@ -97,6 +99,7 @@ class DeliverySteps(Part):
         self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
     ) -> Proposal:
         """Every item verified: the goal's success criteria, not the item count, decide whether it is done."""
+        memo.enter(RunStage.DELIVER, ctx.state.usage.steps + 1)
         goal = self.config.goal
         assessment = assess_goal(goal, self.owner.view.goal_facts(ctx, memo))
         if assessment.unmet:
@@ -173,6 +176,7 @@ class DeliverySteps(Part):
         detail: str,
         states: dict[str, WorkItemState],
     ) -> Proposal:
+        memo.enter(RunStage.HUMAN_APPROVAL, ctx.state.usage.steps + 1)
         plan = memo.plan
         assert plan is not None
         package = HandoffPackage(

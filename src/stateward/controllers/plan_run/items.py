@@ -36,6 +36,7 @@ from stateward.planning.patch import (
 )
 from stateward.planning.plan import WorkItem
 from stateward.planning.progress import ProgressTracker, ReactDecisionSummary, SelectedAction
+from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
     FailureFact,
 )
@@ -88,6 +89,7 @@ class ItemSteps(Part):
         return None
 
     def item_step(self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent]) -> Proposal:
+        memo.enter(RunStage.EXECUTE, ctx.state.usage.steps + 1)
         item = self.owner.view.item(memo, wid)
         run = memo.items[wid]
         assert run.tracker is not None
@@ -230,6 +232,7 @@ class ItemSteps(Part):
     ) -> bool:
         """Every check on every version; at most the budgeted repairs; UNKNOWN never passes. An evidence
         verifier checks the cited evidence against what the run recorded, not against what exists."""
+        memo.enter(RunStage.VERIFY, ctx.state.usage.steps + 1)
         content = content_of(obs)
         if self.config.evidence_verifier is not None:
             recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))

@@ -31,6 +31,7 @@ from stateward.planning.patch import (
 from stateward.planning.plan import Plan, WorkItem
 from stateward.planning.progress import ProgressTracker
 from stateward.planning.readiness import ReadinessContract
+from stateward.planning.stages import RunStage, StageEntry, entered
 from stateward.planning.termination import (
     FailureFact,
 )
@@ -91,6 +92,11 @@ class PlanRunMemo(BaseModel):
     measured: int = -1  # len(verified) at the last measurement
     outcome: RunOutcome | None = None  # what the run delivered, once it delivers
     patched_for: list[str] = Field(default_factory=list)  # measured open issues the planner was asked about
+    stages: list[StageEntry] = Field(default_factory=list)  # the global stages entered, in order
+
+    def enter(self, stage: RunStage, step: int) -> None:
+        """Record that the run entered a global stage (nothing if it is already in it)."""
+        self.stages = entered(self.stages, stage, step)
 
 
 @dataclass(frozen=True)

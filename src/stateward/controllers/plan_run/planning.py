@@ -32,6 +32,7 @@ from stateward.planning.patch import (
 )
 from stateward.planning.plan import load_plan
 from stateward.planning.readiness import evaluate_readiness, parse_evidence
+from stateward.planning.stages import RunStage
 from stateward.planning.validator import Verdict, validate_plan
 
 
@@ -43,6 +44,7 @@ class PlanningSteps(Part):
         issues, at most PLAN_REVISIONS times; a REJECT, or a plan still not accepted, is refused - never run."""
         usages: list[Usage] = []
         issues: list[dict[str, Any]] = []
+        memo.enter(RunStage.PLAN, ctx.state.usage.steps + 1)
         for round_ in range(1 + PLAN_REVISIONS):
             reply = complete(
                 self.owner.planner,
@@ -74,6 +76,7 @@ class PlanningSteps(Part):
                 return self.owner.view.refused(f"PLAN_{report.verdict.value}", found, reply.text, *usages)
             issues = [i.model_dump(mode="json") for i in report.issues[:20]]
         memo.plan = plan
+        memo.enter(RunStage.VALIDATE_PLAN, ctx.state.usage.steps + 1)  # the validator accepted it
         tokens = sum(tokens_of(u) for u in usages)
         memo.ledger = memo.ledger.charge(BudgetAmount(model_calls=len(usages), tokens=tokens))
         note = NewEvent(
@@ -244,6 +247,8 @@ class PlanningSteps(Part):
         redefined = {w.work_item_id for w in (*patch.changed_items, *patch.added_items)} | set(patch.removed_items)
         memo.items = {w: run for w, run in memo.items.items() if w not in redefined}
         memo.plan = new_plan
+        memo.enter(RunStage.PLAN, ctx.state.usage.steps + 1)
+        memo.enter(RunStage.VALIDATE_PLAN, ctx.state.usage.steps + 1)  # a patch holds only once validated
         memo.history.clear()
         memo.failures.clear()
         notes.append(
