@@ -7,6 +7,7 @@ from typing import Any
 from tests.api.conftest import Service
 
 from stateward.core.events import EventType
+from stateward.runtime.runtime import Runtime
 
 APPROVE = "/v1/runs/{run}/requests/approval_001/approve"
 
@@ -164,9 +165,31 @@ def test_pause_resume_and_cancel_need_an_operator_and_record_who(service: Servic
     assert paused.status_code == 200 and paused.json()["status"] == "PAUSED"
     resumed = service.client.post(f"/v1/runs/{run}/resume", headers=operator)
     assert resumed.json()["status"] == "WAITING_FOR_USER"
-    assert any(e.payload.get("by") == subject for e in service.runtime.events(run) if e.type is EventType.RUN_RESUMED)
+    assert any(
+        (e.payload.get("by"), e.payload.get("roles")) == (subject, ["operator"])
+        for e in service.runtime.events(run)
+        if e.type is EventType.RUN_RESUMED
+    )
     cancelled = service.client.post(f"/v1/runs/{run}/cancel", headers=operator)
     assert cancelled.json()["status"] == "CANCELLED"
     assert service.runtime.events(run)[-2].payload["by"] == subject
     again = service.client.post(f"/v1/runs/{run}/cancel", headers=operator)
     assert (again.status_code, again.json()["error"]["code"]) == (409, "RUN_ENDED")
+
+
+def test_a_pause_or_cancel_a_worker_applies_later_records_the_callers_principal(service: Service) -> None:
+    operator = service.key("acme", "operator", name="ops")
+    subject = "ops [" + operator["Authorization"].split("_", 1)[1].split(".")[0] + "]"
+    admin = service.key("acme", "admin")
+    store = service.runtime.store
+    worker = Runtime(store, agents=service.runtime.agents, owner="worker-b")
+    for action, final in (("pause", "PAUSED"), ("cancel", "CANCELLED")):
+        run = service.client.post("/v1/runs", json={"agent": "payer", "goal": "g"}, headers=admin).json()["run_id"]
+        held = store.acquire_lease(run, "worker-b", 30)  # a worker is driving it: the request waits for it
+        asked = service.client.post(f"/v1/runs/{run}/{action}", headers=operator)
+        assert asked.status_code == 200 and asked.json()["status"] == "RUNNING", asked.text
+        store.release_lease(held)
+        assert worker.drive(run).status.value == final  # the worker honours it at its next step
+        transitions = [e.payload for e in service.runtime.events(run) if e.type is EventType.STATE_TRANSITION]
+        assert transitions[-1]["state_after"] == final
+        assert (transitions[-1]["by"], transitions[-1]["roles"]) == (subject, ["operator"]), transitions[-1]

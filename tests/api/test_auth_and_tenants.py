@@ -26,6 +26,10 @@ ROUTES = [
     ("POST", "/v1/runs/{run}/pause", None, "operator"),
     ("POST", "/v1/runs/{run}/resume", None, "operator"),
     ("POST", "/v1/runs/{run}/cancel", None, "operator"),
+    ("GET", "/v1/webhooks", None, "admin"),
+    ("POST", "/v1/webhooks", {"url": "https://hooks.example/x"}, "admin"),
+    ("DELETE", "/v1/webhooks/wh_0000000000000000", None, "admin"),
+    ("GET", "/v1/webhooks/deliveries", None, "admin"),
 ]
 RUN_ROUTES = [r for r in ROUTES if "{run}" in r[1]]
 

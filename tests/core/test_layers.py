@@ -8,6 +8,7 @@ The order, bottom first (one tier per line; packages on one tier are peers and i
     tools                     the Tool Gateway
     planning                  goals, plans, patches, plan budgets
     verify                    contracts, checks, repair policy
+    observability             spans, metrics and figures of runs (the runtime reports to it)
     controllers · runtime     meet in core.contract, never in each other
     chaos · testing           harnesses over the runtime
     api · pytest_plugin       the HTTP service; the pytest plugin over stateward.testing
@@ -43,6 +44,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "tools",
         "planning",
         "verify",
+        "observability",
         "controllers runtime",
         "chaos testing",
         "api pytest_plugin",

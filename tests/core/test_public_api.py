@@ -20,6 +20,7 @@ PUBLIC_MODULES = (
     "stateward.cli.plugins",
     "stateward.planning",
     "stateward.models",
+    "stateward.observability",
     "stateward.testing",
     "stateward.tools",
     "stateward.tools.mcp",

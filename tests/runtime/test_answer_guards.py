@@ -264,7 +264,7 @@ def test_resume_refuses_an_artifact_that_no_longer_matches_its_hash(runtime: Run
     with pytest.raises(RunError) as err:
         runtime.resume(state.run_id)
     assert err.value.code == "ARTIFACT_CORRUPTED"
-    assert [a.name for a in runtime.store.list_artifacts(state.run_id)] == ["brief"]  # no draft written
+    assert [a.name for a in runtime.artifacts(state.run_id)] == ["brief"]  # no draft written
 
 
 class _Crash(BaseException):

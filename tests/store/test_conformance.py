@@ -33,6 +33,7 @@ from stateward.core.status import RunStatus
 from stateward.store.base import PayloadLimits, Store
 from stateward.store.keys import ApiKeyRecord, KeyStore, StoredResponse
 from stateward.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
+from stateward.store.outbox import NoticeKind, WebhookStore, WebhookSubscription
 from stateward.store.paging import RunPage
 from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
 
@@ -1280,3 +1281,106 @@ def test_the_first_response_to_an_idempotency_key_is_kept_per_tenant(store: Stor
     assert keys.remember_response(response("acme", "second")).body == "first"
     assert keys.remember_response(response("globex", "theirs")).body == "theirs"
     assert keys.recall_response("acme", "k1") == response("acme", "first")
+
+
+# -- webhooks: subscriptions and the outbox a step writes in its own transaction (schema 5) ------------
+def hook(subscription_id: str = "wh_1", tenant: str = "default", *kinds: NoticeKind) -> WebhookSubscription:
+    return WebhookSubscription(
+        subscription_id=subscription_id,
+        tenant=tenant,
+        url=f"https://hooks.example/{subscription_id}",
+        secret="whsec_x",
+        kinds=kinds or tuple(NoticeKind),
+        created_at=1000.0,
+    )
+
+
+def wait_events(request_kind: str = "approval") -> list[NewEvent]:
+    return [
+        NewEvent(
+            type=EventType.STATE_TRANSITION, payload={"state_before": "RUNNING", "state_after": "WAITING_FOR_USER"}
+        ),
+        NewEvent(type=EventType.PENDING_RECORDED, payload={"pending_request_id": "approval_001", "kind": request_kind}),
+    ]
+
+
+def enter_wait(store: Store, request_kind: str = "approval") -> int:
+    state, seq = store.load_run_at(RUN)
+    waiting = state.model_copy(update={"status": RunStatus.WAITING_FOR_USER})
+    return store.commit_step(RUN, seq, StepWrite(state=waiting, events=wait_events(request_kind)))
+
+
+def test_a_wait_writes_one_delivery_per_subscription_that_wants_it_in_the_steps_transaction(store: Store) -> None:
+    hooks = cast(WebhookStore, store)
+    start(store)
+    hooks.add_webhook(hook("wh_all"))
+    hooks.add_webhook(hook("wh_ends", "default", NoticeKind.ENDED))
+    hooks.add_webhook(hook("wh_theirs", "globex"))
+    state, seq = store.load_run_at(RUN)
+    # A refused step (a writer got there first) writes no notification either.
+    step(store)
+    with pytest.raises(RunError):
+        store.commit_step(RUN, seq, StepWrite(state=state, events=wait_events()))
+    assert hooks.list_deliveries("default") == []
+    last = enter_wait(store)
+    [delivery] = hooks.list_deliveries("default")
+    assert (delivery.subscription_id, delivery.event_id, delivery.kind) == ("wh_all", f"{RUN}:{last}", "run.waiting")
+    assert (delivery.status, delivery.attempts) == ("pending", 0)
+    body = json.loads(delivery.body)
+    assert (body["id"], body["type"], body["run_id"], body["request_id"]) == (
+        f"{RUN}:{last}",
+        "run.waiting",
+        RUN,
+        "approval_001",
+    )
+    assert hooks.list_deliveries("globex") == []
+    assert [h.subscription_id for h in hooks.list_webhooks("default")] == ["wh_all", "wh_ends"]
+
+
+def test_an_end_and_an_unknown_outcome_are_notified_with_their_own_kinds(store: Store) -> None:
+    hooks = cast(WebhookStore, store)
+    start(store)
+    hooks.add_webhook(hook("wh_all"))
+    enter_wait(store, "reconciliation")
+    state, seq = store.load_run_at(RUN)
+    ended = state.model_copy(update={"status": RunStatus.COMPLETED})
+    end = NewEvent(type=EventType.STATE_TRANSITION, payload={"state_before": "RUNNING", "state_after": "COMPLETED"})
+    store.commit_step(RUN, seq, StepWrite(state=ended, events=[ev(), end]))
+    kinds = [(d.kind, d.event_id) for d in hooks.list_deliveries("default")]
+    assert sorted(kinds) == [("run.ended", f"{RUN}:{seq + 2}"), ("run.needs_reconciliation", f"{RUN}:{seq}")]
+
+
+def test_deliveries_are_claimed_once_retried_when_due_and_settled(store: Store) -> None:
+    hooks = cast(WebhookStore, store)
+    start(store)
+    hooks.add_webhook(hook("wh_all"))
+    enter_wait(store)
+    [claimed] = hooks.claim_deliveries(now=2e9, limit=10, lease_s=60)
+    assert (claimed.url, claimed.secret) == ("https://hooks.example/wh_all", "whsec_x")
+    assert hooks.claim_deliveries(now=2e9 + 30, limit=10, lease_s=60) == []  # leased to the first claimer
+    hooks.delivery_failed(claimed.delivery_id, "HTTP 503", retry_at=2e9 + 100)
+    assert hooks.claim_deliveries(now=2e9 + 99, limit=10, lease_s=60) == []
+    [again] = hooks.claim_deliveries(now=2e9 + 100, limit=10, lease_s=60)
+    assert (again.attempts, again.last_error) == (1, "HTTP 503")
+    hooks.delivery_succeeded(again.delivery_id, at=2e9 + 101)
+    [done] = hooks.list_deliveries("default")
+    assert (done.status, done.attempts, done.delivered_at, done.last_error) == ("delivered", 2, 2e9 + 101, None)
+    assert hooks.claim_deliveries(now=3e9, limit=10, lease_s=60) == []
+
+
+def test_spent_attempts_fail_a_delivery_and_removing_a_subscription_cancels_its_pending_ones(store: Store) -> None:
+    hooks = cast(WebhookStore, store)
+    start(store)
+    hooks.add_webhook(hook("wh_a"))
+    hooks.add_webhook(hook("wh_b"))
+    enter_wait(store)
+    first, second = sorted(hooks.claim_deliveries(now=2e9, limit=10, lease_s=1), key=lambda d: d.subscription_id)
+    hooks.delivery_failed(first.delivery_id, "refused", retry_at=None)
+    assert not hooks.remove_webhook("globex", "wh_b")  # another tenant's id is unknown
+    assert hooks.remove_webhook("default", "wh_b")
+    assert {d.subscription_id: d.status for d in hooks.list_deliveries("default")} == {
+        "wh_a": "failed",
+        "wh_b": "cancelled",
+    }
+    assert hooks.claim_deliveries(now=3e9, limit=10, lease_s=1) == []
+    assert second.subscription_id == "wh_b"

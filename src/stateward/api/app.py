@@ -14,15 +14,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from stateward.api.answers import Asked, answerable_role, may_answer, record_answer, visible_run
+from stateward.api.answers import key_store as key_store  # re-exported: the CLI and tests import it from here
+from stateward.api.caller import Caller
 from stateward.api.errors import error_body, status_of
-from stateward.api.identity import AuthError, Principal, Role, authenticate, require
+from stateward.api.identity import Principal, Role, require
 from stateward.api.limits import BodyLimit
+from stateward.api.oidc import OidcSettings, OidcVerifier
 from stateward.api.schemas import (
     AnswerOutcome,
     ApproveOrReject,
@@ -37,9 +40,13 @@ from stateward.api.schemas import (
     StartRun,
 )
 from stateward.api.stream import StreamLimits, event_stream
-from stateward.core.errors import ErrorCode, RequestRefusedError, RunError, RunNotFoundError, StatewardError, UserError
+from stateward.api.web.headers import SecurityHeaders
+from stateward.api.web.pages import PREFIX as INBOX_PREFIX
+from stateward.api.web.pages import mount_inbox
+from stateward.api.web.session import Sessions, SessionSettings
+from stateward.api.webhook_routes import webhook_routes
+from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import RequestKind, RunState
-from stateward.runtime.continuation import AnswerResult
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 from stateward.store.keys import KeyStore, StoredResponse
@@ -49,19 +56,6 @@ MAX_IDEMPOTENCY_KEY_CHARS = 200
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422)}
 
 
-_bearer = HTTPBearer(auto_error=False, description="An API key from `stateward keys create`.")
-
-
-def principal(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Principal:
-    """The caller, from the Authorization header only."""
-    header = None if credentials is None else f"{credentials.scheme} {credentials.credentials}"
-    keys: KeyStore = request.app.state.keys
-    return authenticate(keys, header)
-
-
-Caller = Annotated[Principal, Depends(principal)]
 IdempotencyKey = Annotated[
     str | None,
     Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, description="A replay returns the first outcome."),
@@ -70,54 +64,43 @@ IdempotencyKey = Annotated[
 
 @dataclass(frozen=True)
 class ApiSettings:
-    """The service's bounds: request body size and how long one event stream lives."""
+    """The service's bounds (request body size, how long one event stream lives) and its browser sessions.
+
+    ``inbox_poll_s`` is how often an open run page reloads its timeline; ``oidc`` names an issuer whose
+    bearer JWTs are accepted besides API keys.
+    """
 
     max_body_bytes: int = 64 * 1024
     stream: StreamLimits = field(default_factory=StreamLimits)
+    sessions: SessionSettings = field(default_factory=SessionSettings)
+    inbox_poll_s: float = 1.0
+    oidc: OidcSettings | None = None  # accept an issuer's JWTs besides API keys
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def key_store(runtime: Runtime) -> KeyStore:
-    """The runtime's store as a key store (both stores are, from schema 4)."""
-    store = runtime.store
-    if not isinstance(store, KeyStore):
-        raise UserError(f"{type(store).__name__} keeps no API keys", code=ErrorCode.STORE_UNSUPPORTED)
-    return store
-
-
-def visible_run(runtime: Runtime, run_id: str, tenant: str) -> RunState:
-    """The run if it is the tenant's; otherwise the very error an unknown id gets."""
-    state = runtime.get(run_id)
-    if state.tenant != tenant:
-        raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
-    return state
-
-
-def may_answer(principal: Principal, approver_role: str | None) -> bool:
-    """An approver answers requests needing no role or a role the key holds; admin answers any."""
-    if Role.ADMIN.value in principal.roles:
-        return True
-    return principal.has(Role.APPROVER) and (approver_role is None or approver_role in principal.roles)
-
-
 def create_app(
     runtime: Runtime, settings: ApiSettings | None = None, *, clock: Callable[[], datetime] = _utcnow
 ) -> FastAPI:
-    """The service over ``runtime`` (its store holds runs and keys): routes under ``/v1``, ``/healthz``, ``/readyz``."""
+    """The service over ``runtime`` (its store holds runs and keys): routes under ``/v1``, the inbox under
+    ``/inbox``, ``/healthz``, ``/readyz``."""
     settings = settings or ApiSettings()
     keys = key_store(runtime)
     app = FastAPI(title="stateward", version="1", summary="The model proposes, the runtime decides.")
     app.state.keys = keys
+    app.state.oidc = None if settings.oidc is None else OidcVerifier(settings.oidc)
     _error_handlers(app)
     _health_routes(app, runtime)
     v1 = APIRouter(prefix="/v1", responses=_ERRORS)
     _run_routes(v1, runtime, settings, clock)
     _request_routes(v1, runtime, settings, clock)
     _control_routes(v1, runtime, settings, clock)
+    webhook_routes(v1, runtime)
     app.include_router(v1)
+    mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
+    app.add_middleware(SecurityHeaders, prefix=INBOX_PREFIX)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 
@@ -298,69 +281,17 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         )
 
 
-@dataclass(frozen=True)
-class Asked:
-    """One answer as the caller sent it: who is the key's principal, never a field of the body."""
-
-    run_id: str
-    request_id: str
-    verdict: str
-    who: Principal
-    text: str | None
-    digest: str | None
-
-
-def _answerable_role(runtime: Runtime, a: Asked) -> str | None:
-    """The request's approver role, after checking the run is the caller's and the caller may answer it."""
-    require(a.who, Role.APPROVER)
-    visible_run(runtime, a.run_id, a.who.tenant)
-    record = runtime.store.get_request(a.run_id, a.request_id)
-    if record is None:
-        raise RequestRefusedError(
-            f"run {a.run_id} has no request {a.request_id!r}",
-            code=ErrorCode.UNKNOWN_REQUEST,
-            details={"run_id": a.run_id, "request_id": a.request_id},
-        )
-    role = record.request.approver_role
-    if not may_answer(a.who, role):
-        raise AuthError(f"{a.request_id} needs an answerer with role {role!r}", code=ErrorCode.ROLE_NOT_ALLOWED)
-    return role
-
-
-def _record_answer(runtime: Runtime, a: Asked, role: str | None) -> AnswerOutcome:
-    # An admin vouches for any role; everyone else only for the roles their key holds.
-    roles = a.who.roles | ({role} if role is not None and Role.ADMIN.value in a.who.roles else set())
-    common: dict[str, Any] = {"by": a.who.subject, "tenant": a.who.tenant, "roles": frozenset(roles), "drive": False}
-    result: AnswerResult
-    if a.verdict == "approved":
-        result = runtime.approve(a.run_id, a.request_id, comment=a.text, digest=a.digest, **common)
-    elif a.verdict == "rejected":
-        result = runtime.reject(a.run_id, a.request_id, comment=a.text, digest=a.digest, **common)
-    else:
-        result = runtime.reply(a.run_id, a.request_id, text=a.text or "", **common)
-    return AnswerOutcome(
-        run_id=a.run_id,
-        request_id=a.request_id,
-        verdict=result.answer.verdict,
-        by=result.answer.by,
-        at=result.answer.at,
-        text=result.answer.text,
-        already_answered=result.already_answered,
-        status=result.state.status,
-    )
-
-
 def _answer(
     runtime: Runtime, keys: KeyStore, clock: Callable[[], datetime], a: Asked, idempotency_key: str | None
 ) -> Response:
     """Answer once; with an ``Idempotency-Key`` a replay returns the first outcome."""
-    role = _answerable_role(runtime, a)
+    role = answerable_role(runtime, a)
     fingerprint = _fingerprint(a.who, a.run_id, a.request_id, a.verdict, a.text, a.digest)
     if idempotency_key is not None:
         kept = keys.recall_response(a.who.tenant, idempotency_key)
         if kept is not None:
             return _replayed(kept, fingerprint)
-    body = _record_answer(runtime, a, role).model_dump_json()
+    body = record_answer(runtime, a, role).model_dump_json()
     if idempotency_key is None:
         return Response(body, media_type="application/json")
     stored = StoredResponse(
@@ -380,10 +311,10 @@ def _control_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
     # -- pause / resume / cancel ---------------------------------------------------------------
     @v1.post("/runs/{run_id}/pause", response_model=RunSummary, tags=["control"])
     def pause(run_id: str, who: Caller) -> RunSummary:
-        """Ask the run to pause at its holder's next step boundary."""
+        """Ask the run to pause at its holder's next step boundary, recorded as the caller's."""
         require(who, Role.OPERATOR)
         visible_run(runtime, run_id, who.tenant)
-        return _summary(runtime, runtime.pause(run_id))
+        return _summary(runtime, runtime.pause(run_id, by=who.subject, roles=who.roles))
 
     @v1.post("/runs/{run_id}/resume", response_model=RunSummary, tags=["control"])
     def resume(run_id: str, who: Caller) -> RunSummary:
@@ -397,4 +328,4 @@ def _control_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         """Cancel any non-terminal run, recorded as the caller's; its open requests close."""
         require(who, Role.OPERATOR)
         visible_run(runtime, run_id, who.tenant)
-        return _summary(runtime, runtime.cancel(run_id, by=who.subject))
+        return _summary(runtime, runtime.cancel(run_id, by=who.subject, roles=who.roles))

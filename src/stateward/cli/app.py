@@ -308,18 +308,20 @@ def reply(
 
 # -- lifecycle ------------------------------------------------------------------------------------
 def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> None:
+    from stateward.runtime.control import ControlRequest
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
         runtime = open_runtime(db)
         if action == "pause":
-            state = runtime.pause(run_id)
+            state = runtime.pause(run_id, by=by)
         elif action == "resume":
             state = runtime.resume(run_id, by=by)
         else:
             state = runtime.cancel(run_id, by=by)
         summary = run_summary(runtime.store, state)
-        summary["control"] = runtime.store.get_control(run_id)
+        control = ControlRequest.decode(runtime.store.get_control(run_id))
+        summary["control"] = None if control is None else control.kind
     if as_json:
         emit_json(summary)
     else:
@@ -327,9 +329,11 @@ def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> Non
 
 
 @app.command("pause")
-def pause(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
-    """RUNNING -> PAUSING -> PAUSED with a checkpoint (at the driving worker's next step)."""
-    _lifecycle("pause", run_id, db, as_json, "operator")
+def pause(
+    run_id: str, db: DbOpt = DEFAULT_DB, by: ByOpt = os.environ.get("USER", "operator"), as_json: JsonOpt = False
+) -> None:
+    """RUNNING -> PAUSING -> PAUSED with a checkpoint (at the driving worker's next step), recorded as ``by``'s."""
+    _lifecycle("pause", run_id, db, as_json, by)
 
 
 @app.command("resume")
@@ -375,6 +379,13 @@ def worker(
         float, typer.Option(min=0.001, help="First backoff in seconds after a crash or an unbuildable agent (doubles).")
     ] = 5.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final counts as JSON on stdout.")] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=65535, help="Serve Prometheus metrics on this port at /metrics (0: any free port; otel extra)."
+        ),
+    ] = None,
+    metrics_addr: Annotated[str, typer.Option(help="Address the metrics endpoint binds.")] = "127.0.0.1",
 ) -> None:
     """Claim runnable runs and drive them; SIGTERM finishes the current step and releases leases.
 
@@ -389,6 +400,7 @@ def worker(
     import signal
 
     from stateward.cli.output import EXIT_RUNS_TROUBLED
+    from stateward.observability.tracing import Telemetry
     from stateward.runtime.async_worker import AsyncWorker
     from stateward.runtime.leases import LeasePolicy
     from stateward.runtime.recovery import RecoveryPolicy
@@ -399,14 +411,22 @@ def worker(
         if idle_exit is not None:
             positive_seconds("--idle-exit", idle_exit)
         recovery = RecoveryPolicy(step_crash_retries=crash_retries, base_delay_s=retry_delay)
-        runtime = Runtime.open(db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat), recovery=recovery)
+        endpoint = None if metrics_port is None else _metrics_endpoint(db, metrics_port, metrics_addr)
+        telemetry = None if endpoint is None else Telemetry(metrics=endpoint.metrics)
+        runtime = Runtime.open(
+            db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat), recovery=recovery, telemetry=telemetry
+        )
         kind = AsyncWorker if use_async else Worker
         w = kind(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every, max_crashes=max_crashes)
     signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
     signal.signal(signal.SIGINT, lambda *_: w.stop.set())
     mode = " (async, one event loop)" if use_async else ""
     typer.echo(f"worker {runtime.owner}: {concurrency} slot(s){mode} on {db}", err=True)
+    if endpoint is not None:
+        typer.echo(f"metrics: http://{metrics_addr}:{endpoint.port}/metrics", err=True)
     stats = w.run(idle_exit_s=idle_exit)
+    if endpoint is not None:
+        endpoint.close()
     stopped_by_signal = w.stop.is_set() and not stats.stopped_on_crashes
     runtime.close()
     counts = stats.as_dict()
@@ -415,6 +435,49 @@ def worker(
         emit_json(counts)
     if stats.stopped_on_crashes or (not stopped_by_signal and stats.troubled):
         raise typer.Exit(EXIT_RUNS_TROUBLED)
+
+
+@app.command("stats")
+def stats(
+    db: DbOpt = DEFAULT_DB,
+    since: Annotated[
+        str | None, typer.Option(help="Only what happened since: a duration (30m, 24h, 7d) or an ISO time.")
+    ] = None,
+    max_runs: Annotated[int, typer.Option(min=1, max=1_000_000, help="Read at most this many runs.")] = 10_000,
+    as_json: JsonOpt = False,
+) -> None:
+    """Operational figures from the event log (rates, counts, runs by status), for users without a metrics stack."""
+    from datetime import UTC, datetime
+
+    from stateward.observability.stats import compute_stats, parse_since
+
+    with reported_errors(as_json):
+        now = datetime.now(UTC)
+        start = None if since is None else parse_since(since, now)
+        runtime = open_runtime(db)
+        report = compute_stats(runtime.store, now=now, since=start, max_runs=max_runs)
+    data = report.model_dump(mode="json")
+    if as_json:
+        emit_json(data)
+        return
+    rows = []
+    for key, value in data.items():
+        if isinstance(value, dict) and "rate" in value:
+            shown = "n/a" if value["rate"] is None else f"{value['rate']:.2%} ({value['part']}/{value['whole']})"
+        elif isinstance(value, dict):
+            shown = ", ".join(f"{k}={v}" for k, v in value.items() if v)
+        else:
+            shown = str(value)
+        if key != "counts":
+            rows.append({"figure": key, "value": shown})
+    print_table("stats", ("figure", "value"), rows)
+
+
+def _metrics_endpoint(db: str, port: int, addr: str) -> Any:
+    from stateward.observability.prometheus import serve_metrics
+    from stateward.store.base import open_store
+
+    return serve_metrics(port, lambda: open_store(db, create=False), addr=addr)
 
 
 @app.command("serve")
@@ -471,6 +534,52 @@ def chaos(
         for key, value in report.items():
             typer.echo(f"{key:28s} {value}")
     if broken(report):
+        raise typer.Exit(1)
+
+
+@app.command("gates")
+def gates(
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Audit this store's runs; without it, a chaos storm on a new temporary store first."),
+    ] = None,
+    runs: Annotated[int, typer.Option(min=1, help="Runs of the storm (without --db).")] = 20,
+    kills: Annotated[int, typer.Option(min=0, help="Process kills of the storm (without --db).")] = 60,
+    seed: Annotated[int, typer.Option(help="Seed of the storm (without --db).")] = 1,
+    max_runs: Annotated[int, typer.Option(min=1, max=1_000_000, help="Audit at most this many runs.")] = 10_000,
+    as_json: JsonOpt = False,
+) -> None:
+    """The eight hard gates (each count 0, pause/resume 100%) with their opportunities and the liveness
+    floor, audited from the event log and the side-effect journal; exit 1 on any breach."""
+    from stateward.observability.gates import audit
+
+    with reported_errors(as_json):
+        if db is None:
+            from stateward.chaos.harness import ChaosConfig, Harness
+
+            db = str(Path(tempfile.mkdtemp(prefix="stateward-gates-")) / "gates.db")
+            Harness(ChaosConfig(db=db, runs=runs, kills=kills, seed=seed)).run()
+        runtime = open_runtime(db)
+        ids: list[str] = []
+        cursor = None
+        while len(ids) < max_runs:
+            page = runtime.list_runs(limit=min(1000, max_runs - len(ids)), cursor=cursor)
+            ids += [r.run_id for r in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        report = audit(runtime.store, ids)
+    data = {"db": db, **report.model_dump(mode="json"), "breaches": report.breaches()}
+    if as_json:
+        emit_json(data)
+    else:
+        rows = [
+            {"gate": g.name, "value": g.value, "opportunities": g.opportunities, "holds": g.holds}
+            for g in report.gates
+        ]
+        print_table(f"gates over {report.runs} runs ({db})", ("gate", "value", "opportunities", "holds"), rows)
+        typer.echo(f"finished or waiting: {report.finished_or_waiting} (floor 0.95): {report.liveness_holds}")
+    if not report.passed:
         raise typer.Exit(1)
 
 

@@ -83,12 +83,22 @@ def _take_agents_option(argv: list[str]) -> list[str]:
     return rest
 
 
+def _telemetry_from_env() -> None:
+    """Every command honours the standard OTEL_* variables (nothing is imported unless one is set)."""
+    if any(key.startswith("OTEL_") for key in os.environ):
+        with _long_lived_imports():
+            from stateward.observability.sdk import configure_from_env
+
+            configure_from_env()
+
+
 def main() -> None:
     """Answers to pending requests take the short path; every other command goes through Typer."""
     argv = sys.argv[1:]
     _refuse_undecodable(argv)
     argv = _take_agents_option(argv)
     sys.argv[1:] = argv
+    _telemetry_from_env()
     if argv and argv[0] in ANSWER_COMMANDS:
         with _long_lived_imports():
             from stateward.cli.answers import run_fast

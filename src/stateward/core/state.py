@@ -170,6 +170,16 @@ class WaitSnapshot(BaseModel):
     tool_attempts: int
 
 
+class TraceLink(BaseModel):
+    """Where a run's trace continues in the next process: W3C trace-context carriers (``traceparent``,
+    ``tracestate``) of the run's first segment span (the parent of every later one) and of its latest."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    root: dict[str, str]
+    last: dict[str, str]
+
+
 class RunState(BaseModel):
     """The snapshot of one run, changed only through the Runtime: status, counters, budget, the pending request, grants
     and the controller's memo. Immutable: every change is a new value."""
@@ -197,6 +207,7 @@ class RunState(BaseModel):
     facts: dict[str, Any] = Field(default_factory=dict)
     memo: dict[str, Any] = Field(default_factory=dict)
     setback: Setback | None = None  # a crash or outage being retried (see core/setback.py)
+    trace: TraceLink | None = None  # set only while a tracer provider records (observability/tracing.py)
 
     @field_validator("approvals", mode="before")
     @classmethod

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
 
 from stateward.core.bridge import blocking, in_bridge, resolve, run_coroutine
 from stateward.core.model_io import ActionSpec, ModelReply, ModelRequest, Usage
@@ -15,11 +18,15 @@ __all__ = [
     "AsyncModel",
     "AttemptSink",
     "Model",
+    "ModelCall",
+    "ModelCallSink",
     "ModelReply",
     "ModelRequest",
     "Usage",
     "complete",
     "model_attempt_sink",
+    "model_call_sink",
+    "provider_of",
 ]
 
 
@@ -28,6 +35,36 @@ AttemptSink = Callable[[dict[str, Any]], None]
 # Set by the Runtime around a decision: a failed model attempt that may have reached the provider is
 # handed here (and made durable) before any retry, so a resume never silently repeats it.
 model_attempt_sink: ContextVar[AttemptSink | None] = ContextVar("stateward_model_attempt_sink", default=None)
+
+
+class ModelCall(BaseModel):
+    """One model call as telemetry sees it: who was asked, what came back (or which error), and when."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    provider: str
+    request: ModelRequest
+    reply: ModelReply | None = None
+    error_code: str | None = None
+    started_ns: int
+    ended_ns: int
+
+
+ModelCallSink = Callable[[ModelCall], None]
+
+# Set by the Runtime around a decision when telemetry observes the run: every call through ``complete``
+# is reported here once it returns or raises (a span and metrics are built from it afterwards).
+model_call_sink: ContextVar[ModelCallSink | None] = ContextVar("stateward_model_call_sink", default=None)
+
+
+def provider_of(model: object) -> str:
+    """The GenAI provider name of a model: its ``provider`` attribute, else the prefix of ``provider:model``."""
+    provider = getattr(model, "provider", None)
+    if isinstance(provider, str) and provider:
+        return provider
+    name = str(getattr(model, "name", ""))
+    return name.split(":", 1)[0] if ":" in name else "stateward"
 
 
 class Model(Protocol):
@@ -58,7 +95,38 @@ def complete(model: AnyModel, request: ModelRequest) -> ModelReply:
     Under the async Runtime an ``acomplete`` is awaited natively (preferred when a model has both) and
     a blocking ``complete`` runs on a thread; under the synchronous one a ``complete`` is called as
     always (preferred when a model has both) and an ``acomplete`` is run to completion on a loop of its own.
+    A call is reported to the ``model_call_sink`` the Runtime set, if any (telemetry).
     """
+    sink = model_call_sink.get()
+    if sink is None:
+        return _complete(model, request)
+    started = time.time_ns()
+    name = str(getattr(model, "name", "unknown"))
+    try:
+        reply = _complete(model, request)
+    except Exception as exc:
+        code = str(getattr(exc, "code", type(exc).__name__))
+        sink(_call(model, name, request, None, code, started))
+        raise
+    sink(_call(model, reply.model or name, request, reply, reply.rejection_code, started))
+    return reply
+
+
+def _call(
+    model: object, name: str, request: ModelRequest, reply: ModelReply | None, code: str | None, started: int
+) -> ModelCall:
+    return ModelCall(
+        model=name,
+        provider=provider_of(model),
+        request=request,
+        reply=reply,
+        error_code=code,
+        started_ns=started,
+        ended_ns=time.time_ns(),
+    )
+
+
+def _complete(model: AnyModel, request: ModelRequest) -> ModelReply:
     if in_bridge():
         if isinstance(model, AsyncModel):
             return resolve(model.acomplete(request))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
@@ -20,16 +20,20 @@ from stateward.core.events import EventType, NewEvent
 from stateward.core.setback import Setback, SetbackKind, next_setback
 from stateward.core.state import AnswerVerdict, RunState
 from stateward.core.status import RunStatus, TransitionKind
-from stateward.models.base import ActionSpec, model_attempt_sink
+from stateward.models.base import ActionSpec, model_attempt_sink, model_call_sink
 from stateward.models.errors import ModelCallError
+from stateward.observability.payloads import DEFAULT_THRESHOLD as DEFAULT_PAYLOAD_THRESHOLD
+from stateward.observability.payloads import MEDIA_TYPE, Offloader, artifact_name, resolve
+from stateward.observability.tracing import Segment, Telemetry
 from stateward.runtime.agent import Agent
+from stateward.runtime.control import ControlRequest
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
-from stateward.runtime.tool_step import execute_tool
+from stateward.runtime.tool_step import ToolStep, execute_tool
 from stateward.runtime.transition import Transition, cancel, end, exit_event, handle, pause
 from stateward.store.base import Store
-from stateward.store.records import Lease, RequestAnswer, StepWrite
+from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
 from stateward.tools.gateway import ToolGateway
 
 Clock = Callable[[], datetime]
@@ -46,6 +50,7 @@ class _Head:
     state: RunState
     seq: int
     on_setback: SetbackObserver | None = field(default=None, kw_only=True)  # e.g. a worker's counters
+    segment: Segment | None = field(default=None, kw_only=True)  # telemetry of this drive
 
     def setback_recorded(self) -> None:
         if self.on_setback is not None and self.state.setback is not None:
@@ -109,9 +114,13 @@ class Driver:
         faults: FaultInjector = NO_FAULTS,
         recovery: RecoveryPolicy | None = None,
         keeper: type[LeaseKeeper] = LeaseKeeper,
+        telemetry: Telemetry | None = None,
     ):
-        """``keeper``: what renews the lease while a run is driven (a task on the loop for the async Runtime)."""
+        """``keeper``: what renews the lease while a run is driven (a task on the loop for the async Runtime);
+        ``telemetry``: where spans and metrics go (default: the OpenTelemetry global providers)."""
         self.keeper = keeper
+        self.telemetry = telemetry or default_telemetry()
+        self.payload_threshold = DEFAULT_PAYLOAD_THRESHOLD
         self.store = store
         self.clock = clock
         self.policy = policy
@@ -150,23 +159,34 @@ class Driver:
                     raise
                 self._agent_unavailable(head, keeper.lease, exc)
                 return head.state
-            taken = 0
-            while run.state.status in DRIVABLE and not (stop is not None and stop.is_set()):
-                if max_steps is not None and taken >= max_steps:
-                    break
-                taken += 1
-                keeper.check()
-                try:
-                    self._next(run, keeper.lease)
-                except Exception as exc:
-                    if is_store_refusal(exc):
-                        raise
-                    keeper.check()  # a lease lost meanwhile: record nothing, the new holder decides
-                    self._crashed(run, keeper.lease, exc)
-                    break
+            agent = run.agent
+            segment = run.segment = self.telemetry.segment(run.state, agent.agent_ref.name, agent.controller.mode)
+            if segment is not None and segment.trace is not None:  # kept with the run: a resume elsewhere continues it
+                run.state = run.state.model_copy(update={"trace": segment.trace})
+            try:
+                self._loop(run, keeper, stop, max_steps)
+            finally:
+                if segment is not None:
+                    segment.end(run.state)
             return run.state
         finally:
             keeper.stop()
+
+    def _loop(self, run: _Run, keeper: LeaseKeeper, stop: threading.Event | None, max_steps: int | None) -> None:
+        taken = 0
+        while run.state.status in DRIVABLE and not (stop is not None and stop.is_set()):
+            if max_steps is not None and taken >= max_steps:
+                break
+            taken += 1
+            keeper.check()
+            try:
+                self._next(run, keeper.lease)
+            except Exception as exc:
+                if is_store_refusal(exc):
+                    raise
+                keeper.check()  # a lease lost meanwhile: record nothing, the new holder decides
+                self._crashed(run, keeper.lease, exc)
+                break
 
     def _prepare(self, head: _Head, agent_for: Callable[[RunState], Agent]) -> _Run:
         agent = agent_for(head.state)
@@ -182,11 +202,11 @@ class Driver:
 
     def _next(self, run: _Run, lease: Lease) -> None:
         """Honour a pause or cancel request, or take one step."""
-        control = self.store.get_control(run.state.run_id)
-        if control == "cancel":
-            self._cancel(run, lease, by="operator")
-        elif control == "pause" or run.state.status is RunStatus.PAUSING:
-            self._pause(run, lease)
+        control = ControlRequest.decode(self.store.get_control(run.state.run_id))
+        if control is not None and control.kind == "cancel":
+            self._cancel(run, lease, control)
+        elif control is not None or run.state.status is RunStatus.PAUSING:
+            self._pause(run, lease, control)
         else:
             self.step(run, lease)
 
@@ -205,6 +225,7 @@ class Driver:
                 state=state, observations=run.observations, inventory=run.agent.inventory, actions=run.actions
             )
             token = model_attempt_sink.set(self._attempt_recorder(run, lease))
+            calls = model_call_sink.set(None if run.segment is None else run.segment.model_call)
             try:
                 proposal = run.agent.controller.decide(ctx)
             except ModelCallError as exc:
@@ -217,6 +238,7 @@ class Driver:
                 self._end(run, lease, exc.code.lower(), message=exc.message)
                 return
             finally:
+                model_call_sink.reset(calls)
                 model_attempt_sink.reset(token)
         state = run.state  # failed model attempts recorded meanwhile have advanced it
         try:
@@ -263,8 +285,10 @@ class Driver:
         write: dict[str, Any] = {"open_request": transition.pending}
         decision = transition.decision
         acts = transition.kind is TransitionKind.CONTINUE  # a guarded call the Runtime asked about waits
+        observed = 0
         if acts and transition.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL:
-            done = execute_tool(run.gateway, run.agent, state, decision, now=self.clock(), fencing_token=lease.version)
+            observed = len(events)
+            done = self._tool(run, lease, state, decision, events)
             self.faults.point("after_tool_before_record")
             state = done.state
             events.extend(done.events)
@@ -275,13 +299,47 @@ class Driver:
             write["checkpoint"] = "wait" if state.status is RunStatus.WAITING_FOR_USER else "terminal"
         else:
             write["checkpoint"] = checkpoint_reason(events)
-        self._persist(run, lease, StepWrite(state=state, events=events, **write))
+        self._persist(run, lease, StepWrite(state=state, events=events, **write), observed=observed)
 
-    def _persist(self, run: _Head, lease: Lease | None, write: StepWrite) -> None:
+    def _tool(
+        self, run: _Run, lease: Lease, state: RunState, decision: ControlDecision, events: list[NewEvent]
+    ) -> ToolStep:
+        """The accepted call through the gateway, inside its ``execute_tool`` span (the step's notes first:
+        a work item they start is the span's parent)."""
+        segment = run.segment
+        if segment is None:
+            return execute_tool(run.gateway, run.agent, state, decision, now=self.clock(), fencing_token=lease.version)
+        segment.observe(events)
+        tool = decision.action or ""
+        spec = run.agent.tools.get(tool)
+        with segment.tool_call(tool, decision.args or {}, None if spec is None else spec.redact) as span:
+            done = execute_tool(run.gateway, run.agent, state, decision, now=self.clock(), fencing_token=lease.version)
+            if done.outcome is not None:
+                span.done(done.outcome, done.outcome.idempotency_key or f"{state.run_id}:{state.usage.steps}")
+        return done
+
+    def _persist(self, run: _Head, lease: Lease | None, write: StepWrite, *, observed: int = 0) -> None:
+        """Commit one step (fenced by the lease); telemetry sees the events it has not seen yet, once committed."""
+        write = self._offloaded(run.state.run_id, write)
         self.faults.point("before_commit")
         run.seq = self.store.commit_step(run.state.run_id, run.seq, write, lease)
         self.faults.point("after_commit")
         run.state = write.state
+        if run.segment is not None:
+            run.segment.observe(write.events[observed:] if observed else write.events)
+
+    def _offloaded(self, run_id: str, write: StepWrite) -> StepWrite:
+        """Large event values leave the log for artifacts named by their hash (observability/payloads.py)."""
+        offloader = Offloader(self.payload_threshold)
+        events = offloader.events(write.events)
+        if not offloader.blobs:
+            return write
+        blobs = [
+            NewArtifact(name=artifact_name(digest), version=1, content=text, media_type=MEDIA_TYPE)
+            for digest, text in offloader.blobs.items()
+            if self.store.get_artifact(run_id, artifact_name(digest), 1) is None
+        ]
+        return write.model_copy(update={"events": events, "artifacts": [*write.artifacts, *blobs]})
 
     # -- endings and control --------------------------------------------------------------------
     def _exhaust(self, run: _Run, lease: Lease, dimension: str) -> None:
@@ -316,14 +374,16 @@ class Driver:
             run, lease, StepWrite(state=new, checkpoint="terminal", events=[*moved, exit_event(new)])
         )
 
-    def _pause(self, run: _Head, lease: Lease) -> None:
-        """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint."""
-        paused, events = pause(run.state, "paused", requested="pause_requested")
+    def _pause(self, run: _Head, lease: Lease, asked: ControlRequest | None) -> None:
+        """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint;
+        both moves name who asked."""
+        asked = asked or ControlRequest("pause")
+        paused, events = pause(run.state, "paused", requested="pause_requested", by=asked.by, roles=asked.roles)
         events.append(exit_event(paused))
         self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
 
-    def _cancel(self, run: _Head, lease: Lease, *, by: str) -> None:
-        self._persist(run, lease, cancel_write(run.state, by=by, now=self.clock()))
+    def _cancel(self, run: _Head, lease: Lease, asked: ControlRequest) -> None:
+        self._persist(run, lease, cancel_write(run.state, by=asked.by, roles=asked.roles, now=self.clock()))
 
     # -- setbacks: record, back off, end when the retries are spent (recovery.py) ---------------
     def _crashed(self, run: _Head, lease: Lease, exc: Exception) -> None:
@@ -342,12 +402,12 @@ class Driver:
 
     def _agent_unavailable(self, run: _Head, lease: Lease, exc: Exception) -> None:
         """A worker cannot build the run's agent: cancel or pause as asked, else back off, then park."""
-        control = self.store.get_control(run.state.run_id)
-        if control == "cancel":
-            self._cancel(run, lease, by="operator")
+        control = ControlRequest.decode(self.store.get_control(run.state.run_id))
+        if control is not None and control.kind == "cancel":
+            self._cancel(run, lease, control)
             return
-        if control == "pause" or run.state.status is RunStatus.PAUSING:
-            self._pause(run, lease)
+        if control is not None or run.state.status is RunStatus.PAUSING:
+            self._pause(run, lease, control)
             return
         log.warning("run %s: cannot build its agent: %s", run.state.run_id, exc)
         self._hold_or_park(run, lease, SetbackKind.AGENT_UNAVAILABLE, exc)
@@ -406,14 +466,28 @@ class Driver:
 
     def _observations(self, run_id: str) -> ObservationLog:
         """Read once per drive; each step then records its own observation."""
+        def fetch(name: str) -> str | None:
+            found = self.store.get_artifact(run_id, name, 1)
+            return None if found is None else found.content
+
         return ObservationLog(
-            Observation.model_validate(ev.payload["observation"])
+            Observation.model_validate(resolve(ev.payload["observation"], fetch))
             for ev in self.store.read_events(run_id)
             if ev.type in _OBSERVED
         )
 
 
 _OBSERVED = (EventType.TOOL_ATTEMPTED, EventType.ACTION_REFUSED)
+
+
+_DEFAULT: list[Telemetry] = []
+
+
+def default_telemetry() -> Telemetry:
+    """One Telemetry on the OpenTelemetry global providers, shared by the Runtimes that are given none."""
+    if not _DEFAULT:
+        _DEFAULT.append(Telemetry())
+    return _DEFAULT[0]
 
 
 def approved_call_proposal(state: RunState) -> Proposal:
@@ -432,9 +506,9 @@ def park_write(state: RunState, reason: str, events: list[NewEvent], *, not_befo
     return StepWrite(state=paused, events=events, checkpoint="pause", not_before=not_before)
 
 
-def cancel_write(state: RunState, *, by: str, now: datetime) -> StepWrite:
+def cancel_write(state: RunState, *, by: str, now: datetime, roles: Iterable[str] = ()) -> StepWrite:
     """CANCELLED from any non-terminal status; every open request closes with it."""
-    new, moved = cancel(state, by=by)
+    new, moved = cancel(state, by=by, roles=roles)
     closed = RequestAnswer(request_id="*", verdict=AnswerVerdict.CLOSED, text="run cancelled", by=by, at=now)
     return StepWrite(
         state=new,

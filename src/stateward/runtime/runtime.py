@@ -26,13 +26,16 @@ from stateward.core.journal import SideEffectStatus
 from stateward.core.setback import without_retry
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
+from stateward.observability.payloads import is_payload_artifact
+from stateward.observability.tracing import Telemetry
 from stateward.runtime import transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
 from stateward.runtime.authority import authorize_resume
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
-from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write
+from stateward.runtime.control import ControlRequest
+from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, default_telemetry
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
@@ -83,15 +86,19 @@ class Runtime:
         faults: FaultInjector = NO_FAULTS,
         agents: AgentRegistry | None = None,
         recovery: RecoveryPolicy | None = None,
+        telemetry: Telemetry | None = None,
     ):
+        """``telemetry``: where the runs' spans and metrics go; by default the OpenTelemetry global
+        providers (no-ops unless an SDK is configured, e.g. by the CLI from the ``OTEL_*`` variables)."""
         self.store = store
+        self.telemetry = telemetry or default_telemetry()
         self._registry = agents
         self.clock = clock
         self.owner = owner or default_owner()
         self.lease_policy = lease or LeasePolicy()
         self.faults = faults
         self.recovery = recovery or RecoveryPolicy()
-        self.driver = Driver(store, clock, self.lease_policy, faults, self.recovery)
+        self.driver = Driver(store, clock, self.lease_policy, faults, self.recovery, telemetry=self.telemetry)
         self._agents: dict[str, Agent] = {}
         self._origin = self  # a bridged view shares its origin's registry and agents
         self._view: Runtime | None = None
@@ -125,7 +132,13 @@ class Runtime:
             view = copy.copy(origin)
             view.store = offloaded(origin.store, pool)
             view.driver = Driver(
-                view.store, origin.clock, origin.lease_policy, origin.faults, origin.recovery, keeper=AsyncLeaseKeeper
+                view.store,
+                origin.clock,
+                origin.lease_policy,
+                origin.faults,
+                origin.recovery,
+                keeper=AsyncLeaseKeeper,
+                telemetry=origin.telemetry,
             )
             origin._view = view
         return origin._view
@@ -248,9 +261,10 @@ class Runtime:
         return self.store.read_events(run_id, after, size)
 
     def artifacts(self, run_id: str, *, tenant: str | None = None) -> list[ArtifactRecord]:
-        """Every version of every artifact of the run, by name then version."""
+        """Every version of every artifact of the run, by name then version (offloaded event payloads
+        are left out: fetch one by the name its reference gives)."""
         self._visible(run_id, tenant)
-        return self.store.list_artifacts(run_id)
+        return [a for a in self.store.list_artifacts(run_id) if not is_payload_artifact(a.name)]
 
     def artifact(
         self, run_id: str, name: str, version: int | None = None, *, tenant: str | None = None
@@ -380,8 +394,9 @@ class Runtime:
         return dataclasses.replace(result, state=state)
 
     # -- pause / resume / cancel ----------------------------------------------------------------
-    def pause(self, run_id: str) -> RunState:
-        """RUNNING -> PAUSING -> PAUSED, with a checkpoint, at the holder's next step boundary."""
+    def pause(self, run_id: str, *, by: str = "operator", roles: frozenset[str] = frozenset()) -> RunState:
+        """RUNNING -> PAUSING -> PAUSED, with a checkpoint, at the holder's next step boundary; the
+        transitions record ``by`` whichever process honours the request."""
         state = self.store.load_run(run_id)
         if state.status is RunStatus.PAUSED:
             return state
@@ -391,10 +406,10 @@ class Runtime:
                 code=ErrorCode.NOT_PAUSABLE,
                 details={"run_id": run_id, "status": state.status.value},
             )
-        self.store.set_control(run_id, "pause")
+        self.store.set_control(run_id, ControlRequest("pause", by, tuple(sorted(roles))).encode())
         return self.drive(run_id)
 
-    def cancel(self, run_id: str, *, by: str = "operator") -> RunState:
+    def cancel(self, run_id: str, *, by: str = "operator", roles: frozenset[str] = frozenset()) -> RunState:
         """Any non-terminal run -> CANCELLED; its open requests close and later answers are refused."""
         state = self.store.load_run(run_id)
         if state.status.is_terminal:
@@ -403,7 +418,8 @@ class Runtime:
                 code=ErrorCode.RUN_ENDED,
                 details={"run_id": run_id, "status": state.status.value},
             )
-        self.store.set_control(run_id, "cancel")
+        asked = ControlRequest("cancel", by, tuple(sorted(roles)))
+        self.store.set_control(run_id, asked.encode())
         lease = self._try_lease(run_id)
         if lease is None:
             return state  # the holder cancels at its next step
@@ -411,12 +427,12 @@ class Runtime:
             run_state, seq = self.store.load_run_at(run_id)
             if run_state.status.is_terminal:
                 return run_state
-            return self._cancel_now(run_state, seq, lease, by)
+            return self._cancel_now(run_state, seq, lease, asked)
         finally:
             self.store.release_lease(lease)
 
-    def _cancel_now(self, state: RunState, seq: int, lease: Lease, by: str) -> RunState:
-        write = cancel_write(state, by=by, now=self.clock())
+    def _cancel_now(self, state: RunState, seq: int, lease: Lease, asked: ControlRequest) -> RunState:
+        write = cancel_write(state, by=asked.by, roles=asked.roles, now=self.clock())
         self.store.commit_step(state.run_id, seq, write, lease)
         return write.state
 
@@ -449,7 +465,9 @@ class Runtime:
             state, seq = self.store.load_run_at(run_id)
             self._verify_checkpoint(state, seq)
             reconciled = self._reconcile(state, lease.version)
-            resumed, events = transition.resume(state, "resumed", by=by, setback=without_retry(state.setback))
+            resumed, events = transition.resume(
+                state, "resumed", by=by, roles=roles or frozenset(), setback=without_retry(state.setback)
+            )
             events = [
                 *events,
                 NewEvent(
@@ -464,6 +482,7 @@ class Runtime:
                 ),
             ]
             self.store.commit_step(run_id, seq, StepWrite(state=resumed, events=events), lease)
+            self.telemetry.metrics.events(events)
         except BaseException:
             self.store.release_lease(lease)
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stateward.core.state import RunState, is_run_suspended
+from stateward.observability.payloads import is_payload_artifact
 from stateward.store.base import Store
 
 
@@ -60,6 +61,8 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             for g in state.approvals
         ],
         "artifacts": [
-            {"name": a.name, "version": a.version, "sha256": a.sha256} for a in store.list_artifacts(state.run_id)
+            {"name": a.name, "version": a.version, "sha256": a.sha256}
+            for a in store.list_artifacts(state.run_id)
+            if not is_payload_artifact(a.name)
         ],
     }

@@ -26,6 +26,7 @@ class ToolStep:
     artifacts: list[NewArtifact] = field(default_factory=list)
     attempts: list[AttemptRecord] = field(default_factory=list)
     pending: PendingRequest | None = None
+    outcome: ToolOutcome | None = None  # what the gateway answered (for telemetry)
 
 
 def call_context(agent: Agent, state: RunState, fencing_token: int | None = None) -> CallContext:
@@ -75,6 +76,7 @@ def execute_tool(
         state=state.model_copy(update=changes),
         observation=_observe(observed_at, decision, outcome),
         attempts=list(outcome.attempts),
+        outcome=outcome,
     )
     _store_artifacts(step, outcome)
     step.observation = step.observation.model_copy(

@@ -17,7 +17,7 @@ caller persists the result in one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -445,34 +445,43 @@ def end(state: RunState, kind: TransitionKind, reason: str, *, clear_pending: bo
     return Moved(new, [_moved(state, new, **extra)])
 
 
-def cancel(state: RunState, *, by: str) -> Moved:
-    """CANCELLED from any non-terminal status, by ``by``; the run's open request goes with it."""
-    return end(state, TransitionKind.CANCEL, "cancelled", clear_pending=True, by=by)
+def _roles(roles: Iterable[str]) -> dict[str, Any]:
+    """The asker's roles as a move records them (nothing when none were given)."""
+    listed = sorted(roles)
+    return {"roles": listed} if listed else {}
 
 
-def pause(state: RunState, reason: str, *, requested: str | None = None) -> Moved:
+def cancel(state: RunState, *, by: str, roles: Iterable[str] = ()) -> Moved:
+    """CANCELLED from any non-terminal status, by ``by`` (holding ``roles``); the run's open request goes with it."""
+    return end(state, TransitionKind.CANCEL, "cancelled", clear_pending=True, by=by, **_roles(roles))
+
+
+def pause(
+    state: RunState, reason: str, *, requested: str | None = None, by: str | None = None, roles: Iterable[str] = ()
+) -> Moved:
     """RUNNING (or PAUSING) -> PAUSED with ``reason``. From RUNNING the PAUSING step is recorded too,
-    with ``requested`` as its reason (default: ``reason``)."""
+    with ``requested`` as its reason (default: ``reason``). ``by`` (and ``roles``): who asked, on both moves."""
     events: list[NewEvent] = []
+    asked = {} if by is None else {"by": by, **_roles(roles)}
     pausing = state
     if pausing.status is RunStatus.RUNNING:
         pausing = pausing.model_copy(update={"status": next_status(pausing.status, TransitionKind.PAUSE)})
-        events.append(_moved(state, pausing, reason=requested or reason))
+        events.append(_moved(state, pausing, reason=requested or reason, **asked))
     paused = pausing.model_copy(
         update={"status": next_status(pausing.status, TransitionKind.PAUSED), "terminal_reason": reason}
     )
-    events.append(_moved(pausing, paused, reason=reason))
+    events.append(_moved(pausing, paused, reason=reason, **asked))
     return Moved(paused, events)
 
 
-def resume(state: RunState, reason: str, *, by: str, **changes: Any) -> Moved:
+def resume(state: RunState, reason: str, *, by: str, roles: Iterable[str] = (), **changes: Any) -> Moved:
     """PAUSED -> RUNNING, recorded with ``reason`` and ``by``. A RUNNING run (its process died) carries
     on with no move to record. ``changes`` are applied to the new state (e.g. a setback's retry spent)."""
     update: dict[str, Any] = {"terminal_reason": None, **changes}
     if state.status is RunStatus.RUNNING:
         return Moved(state.model_copy(update=update), [])
     new = state.model_copy(update={**update, "status": next_status(state.status, TransitionKind.RESUME)})
-    return Moved(new, [_moved(state, new, reason=reason, by=by)])
+    return Moved(new, [_moved(state, new, reason=reason, by=by, **_roles(roles))])
 
 
 def resume_on_answer(state: RunState, answer: RequestAnswer, reason: str) -> Moved:

@@ -47,7 +47,7 @@ def page_requests(*, run_id: bool, tenant: bool, open_only: bool, after: bool) -
         cond
         for cond, on in (
             ("p.run_id=%s", run_id),
-            ("r.tenant=%s", tenant),
+            ("p.tenant=%s", tenant),  # the request's own copy of its run's tenant, indexed with the order
             ("p.answer IS NULL", open_only),
             ("(p.run_id, p.request_id) > (%s, %s)", after),
         )
@@ -82,7 +82,7 @@ READ_EVENTS = """SELECT seq, type, payload, lease_version, at FROM events WHERE 
     ORDER BY seq LIMIT %s"""
 CLOSE_REQUEST = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL"
 CLOSE_ALL_REQUESTS = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND answer IS NULL"
-OPEN_REQUEST = "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (%s,%s,%s,NULL)"
+OPEN_REQUEST = "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (%s,%s,%s,NULL,%s)"
 INSERT_ARTIFACT = """INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)
     VALUES (%s,%s,%s,%s,%s,%s,%s)"""
 UPSERT_ATTEMPT = """INSERT INTO tool_attempts(attempt_id, run_id, step, body) VALUES (%s,%s,%s,%s)

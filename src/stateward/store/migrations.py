@@ -8,6 +8,13 @@ _AGENT_NAMES = """UPDATE runs SET agent = CASE agent
         WHEN 'stateward.chaos.agent:build_agent' THEN 'chaos-ledger'
         ELSE agent END"""
 
+_REQUEST_TENANTS = (
+    "UPDATE pending_requests SET tenant = (SELECT r.tenant FROM runs AS r WHERE r.run_id = pending_requests.run_id)"
+)
+_OPEN_BY_TENANT = (
+    "CREATE INDEX pending_requests_open_by_tenant ON pending_requests(tenant, run_id, request_id) WHERE answer IS NULL"
+)
+
 SQLITE_MIGRATIONS: list[list[str]] = [
     [
         """CREATE TABLE runs (
@@ -124,6 +131,39 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             created_at TEXT NOT NULL,
             PRIMARY KEY (tenant, idempotency_key))""",
     ],
+    # 5: webhooks: per-tenant subscriptions and the outbox of deliveries a step writes in its own
+    # transaction (store/outbox.py); times are epoch seconds, as in PostgreSQL. Requests carry their tenant.
+    [
+        """CREATE TABLE webhooks (
+            subscription_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            url TEXT NOT NULL,
+            secret TEXT NOT NULL,
+            kinds TEXT NOT NULL,
+            created_at REAL NOT NULL)""",
+        "CREATE INDEX webhooks_by_tenant ON webhooks(tenant)",
+        """CREATE TABLE webhook_deliveries (
+            delivery_id TEXT PRIMARY KEY,
+            subscription_id TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            body TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL,
+            next_attempt_at REAL NOT NULL,
+            delivered_at REAL,
+            last_error TEXT,
+            created_at REAL NOT NULL)""",
+        "CREATE INDEX webhook_deliveries_due ON webhook_deliveries(status, next_attempt_at)",
+        "CREATE INDEX webhook_deliveries_by_tenant ON webhook_deliveries(tenant, created_at)",
+        # A tenant's inbox pages by its own index: the request rows carry their run's tenant (it never
+        # changes), so the first page reads a page of index entries however many tenants share the store.
+        "ALTER TABLE pending_requests ADD COLUMN tenant TEXT",
+        _REQUEST_TENANTS,
+        _OPEN_BY_TENANT,
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -227,5 +267,37 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             body TEXT NOT NULL,
             created_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (tenant, idempotency_key))""",
+    ],
+    # 5: webhooks and their outbox, and requests carrying their tenant, as in SQLite.
+    [
+        """CREATE TABLE webhooks (
+            subscription_id TEXT COLLATE "C" PRIMARY KEY,
+            tenant TEXT COLLATE "C" NOT NULL,
+            url TEXT NOT NULL,
+            secret TEXT NOT NULL,
+            kinds TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX webhooks_by_tenant ON webhooks(tenant)",
+        """CREATE TABLE webhook_deliveries (
+            delivery_id TEXT COLLATE "C" PRIMARY KEY,
+            subscription_id TEXT COLLATE "C" NOT NULL,
+            event_id TEXT COLLATE "C" NOT NULL,
+            tenant TEXT COLLATE "C" NOT NULL,
+            run_id TEXT COLLATE "C" NOT NULL,
+            kind TEXT NOT NULL,
+            body TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL,
+            next_attempt_at DOUBLE PRECISION NOT NULL,
+            delivered_at DOUBLE PRECISION,
+            last_error TEXT,
+            created_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX webhook_deliveries_due ON webhook_deliveries(status, next_attempt_at)",
+        "CREATE INDEX webhook_deliveries_by_tenant ON webhook_deliveries(tenant, created_at)",
+        # A tenant's inbox pages by its own index: the request rows carry their run's tenant (it never
+        # changes), so the first page reads a page of index entries however many tenants share the store.
+        'ALTER TABLE pending_requests ADD COLUMN tenant TEXT COLLATE "C"',
+        _REQUEST_TENANTS,
+        _OPEN_BY_TENANT,
     ],
 ]

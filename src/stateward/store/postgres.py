@@ -33,6 +33,7 @@ from stateward.store import _pg_sql as q
 from stateward.store.base import PayloadLimits, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import POSTGRES_MIGRATIONS
+from stateward.store.outbox import OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
     RequestPage,
@@ -69,8 +70,11 @@ def _configure(conn: Conn) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
 
 
-class PostgresStore:
+class PostgresStore(OutboxMethods):
     """Thread-safe: each call borrows a pooled connection; every write is one transaction."""
+
+    _PLACEHOLDER = "%s"
+    _CLAIM_LOCK = " FOR UPDATE OF d SKIP LOCKED"
 
     def __init__(
         self,
@@ -273,13 +277,16 @@ class PostgresStore:
     ) -> None:
         """Everything a step writes besides the snapshot, in the same transaction."""
         self._append(conn, run_id, expected_seq, write.events, now, 0 if lease is None else lease.version, texts)
+        notices = notices_of(write.state, expected_seq, write.events) if write.events else []
+        if notices:  # a wait, an end: the outbox row commits with the step (store/outbox.py)
+            enqueue(conn, "%s", write.state, notices, now.timestamp())
         if write.close_request is not None:
             self._close_request(conn, run_id, write.close_request)
         if write.close_all_requests is not None:
             conn.execute(q.CLOSE_ALL_REQUESTS, (write.close_all_requests.model_dump_json(), run_id))
         if write.open_request is not None:
             opened = write.open_request
-            conn.execute(q.OPEN_REQUEST, (run_id, opened.request_id, opened.model_dump_json()))
+            conn.execute(q.OPEN_REQUEST, (run_id, opened.request_id, opened.model_dump_json(), write.state.tenant))
         with conn.cursor() as cur:
             if write.artifacts:
                 cur.executemany(

@@ -29,6 +29,7 @@ from stateward.core.state import PendingRequest, RunState
 from stateward.store.base import PayloadLimits, refused_write, utf8_size_over
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import SQLITE_MIGRATIONS
+from stateward.store.outbox import OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
     RequestPage,
@@ -196,7 +197,7 @@ def _forget_threads_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
-class SQLiteStore:
+class SQLiteStore(OutboxMethods):
     """Thread-safe through one lock; every write is a ``BEGIN IMMEDIATE`` transaction."""
 
     def __init__(
@@ -429,6 +430,9 @@ class SQLiteStore:
                         raise self._why_not_written(self._db, run_id, expected_seq, lease)
                 if events:
                     _insert_events(cur, key, expected_seq, events, lease_version, int(now * 1_000_000), batch)
+                    notices = notices_of(state, expected_seq, events)
+                    if notices:  # a wait, an end: the outbox row commits with the step (store/outbox.py)
+                        enqueue(cur, "?", state, notices, now)
                 if write.has_contents:
                     self._write_contents(self._db, run_id, expected_seq, new_seq, write, snapshot, _now())
                 cur.execute("COMMIT")
@@ -459,8 +463,8 @@ class SQLiteStore:
                 )
             if write.open_request is not None:
                 db.execute(
-                    "INSERT INTO pending_requests(run_id, request_id, body, answer) VALUES (?,?,?,NULL)",
-                    (run_id, write.open_request.request_id, write.open_request.model_dump_json()),
+                    "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (?,?,?,NULL,?)",
+                    (run_id, write.open_request.request_id, write.open_request.model_dump_json(), write.state.tenant),
                 )
             for art in write.artifacts:
                 db.execute(
@@ -726,7 +730,7 @@ class SQLiteStore:
             where.append("p.run_id=?")
             params.append(run_id)
         if tenant is not None:
-            where.append("r.tenant=?")
+            where.append("p.tenant=?")  # the request's own copy of its run's tenant: its index orders the page
             params.append(tenant)
         if open_only:
             where.append("p.answer IS NULL")

@@ -1,0 +1,202 @@
+"""What tracing costs: one 1,000-step ReAct run, untraced and under three telemetry set-ups.
+
+Each variant drives a real Runtime (scripted model, one no-op tool, SQLite at NORMAL) for N tool steps:
+``untraced`` (``Telemetry(enabled=False)``: no hook runs at all, the baseline), ``no provider`` (the
+default: the OpenTelemetry API's global no-op), ``sdk, no-op exporter`` (the SDK's TracerProvider and
+MeterProvider, spans batched to an exporter that drops them) and ``batch OTLP`` (the SDK batching spans
+to a real OTLP/HTTP receiver in another process; queued spans are flushed inside the timed run). Variants
+run interleaved, ``--rounds`` times (8), each round starting with the next variant. The figure per
+variant is the median process CPU time of its runs (the exporter's thread included) as a ratio to the
+untraced median of the same process: on a shared machine CPU time is the stable figure; wall time is
+printed beside it. Targets: no provider <= 1.02x, batch OTLP <= 1.3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from benchkit import Target, emit, machine, table, targets_table
+from stateward import Agent, Budget, Runtime, ToolRegistry, tool
+from stateward.controllers.react import ReActController
+from stateward.core.state import AgentRef
+from stateward.models.base import ModelRequest
+from stateward.models.scripted import ScriptedModel
+from stateward.observability import RunMetrics, Telemetry
+from stateward.store.sqlite import SQLiteStore
+
+STEPS = 1_000
+ROUNDS = 8
+TARGET_NO_PROVIDER = 1.02
+TARGET_BATCH = 1.3
+
+RECEIVER = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"""
+
+
+class Dropping(SpanExporter):
+    """The SDK's whole pipeline, nothing sent."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def agent(n: int) -> Agent:
+    @tool(description="Do nothing.")
+    def noop(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    model: ScriptedModel
+
+    def policy(request: ModelRequest) -> dict[str, Any]:
+        model.calls.clear()
+        seen = len(request.observations)
+        if seen >= n:
+            return {"type": "FINISH", "reason": "done"}
+        return {"type": "EXECUTE_TOOL", "action": "noop", "args": {"i": seen}}
+
+    model = ScriptedModel(policy)
+    return Agent(
+        name="loop",
+        controller=ReActController(model),
+        tools=ToolRegistry([noop]),
+        ref=AgentRef(name="bench:loop"),
+        budget=Budget(max_steps=n + 1),
+    )
+
+
+class Variant:
+    """A telemetry set-up; ``flush`` exports what is still queued (its cost belongs to the run)."""
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        flush: Callable[[], object] = lambda: None,
+        close: Callable[[], object] = lambda: None,
+    ):
+        self.telemetry = telemetry
+        self.flush = flush
+        self.close = close
+
+
+def sdk(exporter: SpanExporter) -> Variant:
+    tracer = TracerProvider()
+    tracer.add_span_processor(BatchSpanProcessor(exporter))
+    meters = MeterProvider()
+
+    def close() -> None:
+        tracer.shutdown()
+        meters.shutdown()
+
+    return Variant(Telemetry(tracer_provider=tracer, metrics=RunMetrics(meters)), tracer.force_flush, close)
+
+
+def one_run(tmp: Path, name: str, variant: Variant, n: int) -> tuple[float, float]:
+    """Wall and process CPU seconds of one run (CPU includes the exporter's thread: its cost is real)."""
+    path = tmp / f"{name}-{time.monotonic_ns()}.db"
+    runtime = Runtime(SQLiteStore(path, synchronous="NORMAL"), telemetry=variant.telemetry)
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        state = runtime.start(agent(n), "call noop until done")
+        variant.flush()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        assert state.usage.tool_attempts == n, state
+    finally:
+        runtime.close()
+    return wall, cpu
+
+
+def measure(tmp: Path, n: int, rounds: int, endpoint: str) -> dict[str, list[tuple[float, float]]]:
+    variants = {
+        "untraced": Variant(Telemetry(enabled=False)),
+        "no provider": Variant(Telemetry()),
+        "sdk, no-op exporter": sdk(Dropping()),
+        "batch OTLP": sdk(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")),
+    }
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
+    try:
+        for variant in variants.values():
+            one_run(tmp, "warmup", variant, min(n, 100))
+        names = list(variants)
+        for r in range(rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:  # each round starts elsewhere
+                times[name].append(one_run(tmp, name.replace(" ", "_").replace(",", ""), variants[name], n))
+    finally:
+        for variant in variants.values():
+            variant.close()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    args = parser.parse_args()
+    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert receiver.stdout is not None
+        endpoint = f"http://127.0.0.1:{receiver.stdout.readline().strip()}"
+        with tempfile.TemporaryDirectory(prefix="bench_tracing_") as name:
+            times = measure(Path(name), args.steps, args.rounds, endpoint)
+    finally:
+        receiver.terminate()
+        receiver.wait(timeout=10)
+    wall = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
+    cpu = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
+    ratios = {k: v / cpu["untraced"] for k, v in cpu.items()}
+    wall_ratios = {k: v / wall["untraced"] for k, v in wall.items()}
+    targets = [
+        Target("no provider / untraced (CPU)", ratios["no provider"], TARGET_NO_PROVIDER),
+        Target("batch OTLP / untraced (CPU)", ratios["batch OTLP"], TARGET_BATCH),
+    ]
+    result = {
+        "benchmark": "tracing",
+        "machine": machine(),
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "median_wall_s": {k: round(v, 4) for k, v in wall.items()},
+        "median_cpu_s": {k: round(v, 4) for k, v in cpu.items()},
+        "cpu_ratios": {k: round(v, 4) for k, v in ratios.items()},
+        "wall_ratios": {k: round(v, 4) for k, v in wall_ratios.items()},
+        "targets": [t.as_dict() for t in targets],
+    }
+    rows = [
+        [
+            k,
+            f"{cpu[k] / args.steps * 1000:.3f}",
+            f"{ratios[k]:.3f}x",
+            f"{wall[k] / args.steps * 1000:.3f}",
+            f"{wall_ratios[k]:.3f}x",
+        ]
+        for k in cpu
+    ]
+    header = ("variant", "CPU ms/step", "CPU ratio", "wall ms/step", "wall ratio")
+    tables = [table(f"a {args.steps:,}-step run, median of {args.rounds}", header, rows), targets_table(targets)]
+    emit(args.json, result, tables)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,310 @@
+"""The approval inbox, server-rendered: sign in with a key, the open requests a caller may answer, one
+request with the exact action it guards, approve or reject, and a run's timeline.
+
+Every page is Jinja2 with autoescaping; everything a run, a tool or a model wrote passes through
+:func:`~stateward.core.inert.inert` as well, so control characters and bidirectional overrides show as
+visible escapes and markup shows as text. The only script is the vendored htmx (``static/``), which
+reloads a live run's timeline; pages work without it. Every form carries the session's CSRF token.
+Answers go through the same code as ``POST /v1/.../approve`` and record the signed-in key's principal.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import jinja2
+from fastapi import APIRouter, FastAPI, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from stateward.api.answers import Asked, answerable_role, may_answer, record_answer, visible_run
+from stateward.api.errors import status_of
+from stateward.api.identity import AuthError, Principal, Role, authenticate, require
+from stateward.api.web.session import Session, Sessions, csrf_ok, new_session
+from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
+from stateward.core.inert import inert
+from stateward.core.state import RequestKind
+from stateward.runtime.runtime import Runtime
+from stateward.store.paging import DEFAULT_PAGE_SIZE
+
+PREFIX = "/inbox"
+RECENT_EVENTS = 20
+TIMELINE_EVENTS = 200
+MAX_COMMENT_CHARS = 8000
+_VERDICTS = {"approve": "approved", "reject": "rejected", "reply": "replied"}
+
+
+def _args_json(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=True, default=str)
+
+
+def _inert_lines(text: str, max_chars: int = 4000) -> str:
+    """Our own line breaks kept (a pretty-printed document), every line's content made inert."""
+    out: list[str] = []
+    budget = max_chars
+    for line in text.split("\n"):
+        if budget <= 0:
+            out.append("…[more lines not shown]")
+            break
+        shown = inert(line, budget)
+        out.append(shown)
+        budget -= len(shown)
+    return "\n".join(out)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_package_dir() / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["inert"] = inert
+    env.filters["inert_lines"] = _inert_lines
+    env.filters["args_json"] = _args_json
+    return env
+
+
+def _package_dir() -> Path:
+    return Path(str(resources.files("stateward.api.web")))
+
+
+class InboxPages:
+    """Renders the inbox's pages over one Runtime; one instance per app."""
+
+    def __init__(self, runtime: Runtime, sessions: Sessions, *, poll_s: float = 1.0):
+        self.runtime = runtime
+        self.sessions = sessions
+        self.poll_s = poll_s
+        self.env = _environment()
+
+    def render(
+        self, template: str, *, who: Principal | None, session: Session | None, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        html = self.env.get_template(template).render(
+            prefix=PREFIX, who=who, csrf=None if session is None else session.csrf, poll_s=self.poll_s, **context
+        )
+        return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+
+    def error(self, exc: StatewardError, who: Principal | None, session: Session | None) -> HTMLResponse:
+        status = status_of(exc)
+        title = {401: "Not signed in", 403: "Not allowed", 404: "Not found"}.get(status, "Refused")
+        return self.render(
+            "error.html", who=who, session=session, status=status, code=exc.code, message=exc.message, title=title
+        )
+
+    def sign_in_page(self, request: Request, failed: str | None = None, status: int = 200) -> HTMLResponse:
+        """The sign-in form on a new anonymous session (its CSRF token)."""
+        session = new_session(None)
+        response = self.render(
+            "login.html", who=None, session=session, status=status, failed=failed, next_url=_safe_next(request)
+        )
+        self.sessions.issue(response, None, session)
+        return response
+
+    def timeline_context(self, run_id: str, who: Principal, events: int) -> dict[str, Any]:
+        run = visible_run(self.runtime, run_id, who.tenant)
+        last = self.runtime.store.last_seq(run_id)
+        after = max(0, last - events)
+        shown = self.runtime.events(run_id, after, limit=events, tenant=who.tenant)
+        return {"run": run, "events": shown, "first_shown": after + 1}
+
+
+def _safe_next(request: Request) -> str:
+    """Where to go after signing in: a path inside the inbox, never another site."""
+    return _inside(request.query_params.get("next") or PREFIX)
+
+
+def _inside(target: str) -> str:
+    """``target`` if it is a path of the inbox, else the inbox itself (no open redirect)."""
+    ok = target == PREFIX or target.startswith((f"{PREFIX}/", f"{PREFIX}?"))
+    return target if ok and "\\" not in target and "//" not in target else PREFIX
+
+
+def _to_sign_in(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"{PREFIX}/login?next={quote(target, safe='')}", status_code=303)
+
+
+def mount_inbox(app: FastAPI, runtime: Runtime, sessions: Sessions, *, poll_s: float = 1.0) -> None:
+    """Add the inbox's pages under ``/inbox`` and its static files under ``/inbox/static``."""
+    pages = InboxPages(runtime, sessions, poll_s=poll_s)
+    router = APIRouter(prefix=PREFIX, include_in_schema=False)
+    _session_routes(router, pages)
+    _read_routes(router, pages)
+    _request_route(router, pages)
+    _answer_route(router, pages)
+    app.include_router(router)
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=str(_package_dir() / "static")), name="inbox-static")
+
+
+def _session_routes(router: APIRouter, pages: InboxPages) -> None:
+    sessions = pages.sessions
+
+    @router.get("/login")
+    def login_form(request: Request) -> Response:
+        return pages.sign_in_page(request)
+
+    @router.post("/login")
+    def login(
+        request: Request,
+        api_key: Annotated[str, Form(max_length=200)] = "",
+        csrf_token: Annotated[str | None, Form(max_length=200)] = None,
+        next: Annotated[str, Form(max_length=2048)] = PREFIX,
+    ) -> Response:
+        if not csrf_ok(sessions.read(request), csrf_token):
+            return pages.sign_in_page(request, "The form expired; sign in again.", status=403)
+        try:
+            who = authenticate(sessions.keys, f"Bearer {api_key.strip()}")
+        except AuthError:
+            return pages.sign_in_page(request, "That key is unknown, malformed or revoked.", status=401)
+        target = _inside(next)
+        response = RedirectResponse(target, status_code=303)
+        sessions.issue(response, who.key_id)  # a new token: nothing planted before sign-in carries over
+        return response
+
+    @router.post("/logout")
+    def logout(request: Request, csrf_token: Annotated[str | None, Form(max_length=200)] = None) -> Response:
+        session = sessions.read(request)
+        if not csrf_ok(session, csrf_token):
+            return pages.error(_csrf_refused(), sessions.principal(session), session)
+        response = RedirectResponse(f"{PREFIX}/login", status_code=303)
+        sessions.clear(response)
+        return response
+
+
+def _read_routes(router: APIRouter, pages: InboxPages) -> None:
+    runtime, sessions = pages.runtime, pages.sessions
+
+    @router.get("")
+    def inbox(request: Request, cursor: Annotated[str | None, Query(max_length=2048)] = None) -> Response:
+        session = sessions.read(request)
+        who = sessions.principal(session)
+        if who is None:
+            return _to_sign_in(request)
+        try:
+            require(who, Role.VIEWER)
+            page = runtime.list_requests(tenant=who.tenant, limit=DEFAULT_PAGE_SIZE, cursor=cursor)
+        except StatewardError as exc:
+            return pages.error(exc, who, session)
+        rows = [
+            row
+            for row in page.items
+            if row.request.kind is not RequestKind.TIMER and may_answer(who, row.request.approver_role)
+        ]
+        return pages.render(
+            "inbox.html",
+            who=who,
+            session=session,
+            rows=rows,
+            next_cursor=page.next_cursor,
+            may_answer_any=who.has(Role.APPROVER),
+        )
+
+    @router.get("/runs/{run_id}")
+    def run_page(request: Request, run_id: str) -> Response:
+        session = sessions.read(request)
+        who = sessions.principal(session)
+        if who is None:
+            return _to_sign_in(request)
+        try:
+            require(who, Role.VIEWER)
+            context = pages.timeline_context(run_id, who, TIMELINE_EVENTS)
+        except StatewardError as exc:
+            return pages.error(exc, who, session)
+        return pages.render("run.html", who=who, session=session, **context)
+
+    @router.get("/runs/{run_id}/timeline")
+    def timeline(request: Request, run_id: str) -> Response:
+        """The timeline section alone, for htmx to swap in while the run is live."""
+        session = sessions.read(request)
+        who = sessions.principal(session)
+        if who is None:
+            return Response(status_code=401)
+        try:
+            require(who, Role.VIEWER)
+            context = pages.timeline_context(run_id, who, TIMELINE_EVENTS)
+        except StatewardError as exc:
+            return Response(status_code=status_of(exc))
+        return pages.render("_timeline.html", who=who, session=session, **context)
+
+
+def _request_route(router: APIRouter, pages: InboxPages) -> None:
+    runtime, sessions = pages.runtime, pages.sessions
+
+    @router.get("/runs/{run_id}/requests/{request_id}")
+    def request_page(request: Request, run_id: str, request_id: str) -> Response:
+        session = sessions.read(request)
+        who = sessions.principal(session)
+        if who is None:
+            return _to_sign_in(request)
+        try:
+            require(who, Role.VIEWER)
+            context = pages.timeline_context(run_id, who, RECENT_EVENTS)
+            record = runtime.store.get_request(run_id, request_id)
+            if record is None:
+                raise _unknown_request(run_id, request_id)
+        except StatewardError as exc:
+            return pages.error(exc, who, session)
+        req = record.request
+        return pages.render(
+            "request.html",
+            who=who,
+            session=session,
+            record=record,
+            req=req,
+            action=req.guarded_action,
+            may_answer=may_answer(who, req.approver_role) and req.kind is not RequestKind.TIMER,
+            **context,
+        )
+
+
+def _answer_route(router: APIRouter, pages: InboxPages) -> None:
+    runtime, sessions = pages.runtime, pages.sessions
+
+    @router.post("/runs/{run_id}/requests/{request_id}/answer")
+    def answer(
+        request: Request,
+        run_id: str,
+        request_id: str,
+        verdict: Annotated[str, Form(max_length=16)] = "",
+        comment: Annotated[str, Form(max_length=MAX_COMMENT_CHARS)] = "",
+        digest: Annotated[str | None, Form(max_length=128)] = None,
+        option: Annotated[str | None, Form(max_length=200)] = None,
+        csrf_token: Annotated[str | None, Form(max_length=200)] = None,
+    ) -> Response:
+        session = sessions.read(request)
+        who = sessions.principal(session)
+        if who is None:
+            return _to_sign_in(request)
+        try:
+            if not csrf_ok(session, csrf_token):
+                raise _csrf_refused()
+            if verdict not in _VERDICTS:
+                raise RequestRefusedError("the verdict must be approve, reject or reply", code=ErrorCode.UNKNOWN_OPTION)
+            text = option if verdict == "reply" and option else comment.strip() or None
+            asked = Asked(
+                run_id, request_id, _VERDICTS[verdict], who, text, None if verdict == "reply" else digest or None
+            )
+            record_answer(runtime, asked, answerable_role(runtime, asked))
+        except StatewardError as exc:
+            return pages.error(exc, who, session)
+        return RedirectResponse(f"{PREFIX}/runs/{quote(run_id, safe='')}", status_code=303)
+
+
+def _csrf_refused() -> AuthError:
+    return AuthError("the form's CSRF token is missing or does not match this session", code=ErrorCode.CSRF_REJECTED)
+
+
+def _unknown_request(run_id: str, request_id: str) -> RequestRefusedError:
+    return RequestRefusedError(
+        f"run {run_id} has no request {request_id!r}",
+        code=ErrorCode.UNKNOWN_REQUEST,
+        details={"run_id": run_id, "request_id": request_id},
+    )
+
+
+__all__ = ["PREFIX", "InboxPages", "mount_inbox"]

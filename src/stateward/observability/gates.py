@@ -1,0 +1,200 @@
+"""The eight hard gates, audited from what a store recorded: the event log and the side-effect journal.
+
+Each gate is a count that must be 0 (pause/resume correctness is a rate that must be 100%), shown with
+how many opportunities it had: a gate nothing exercised proves nothing, and says so. The audit reads
+records, never the code that wrote them, so it catches a protection that was switched off:
+
+- illegal transitions: ``state_transition`` moves outside the transition table, plus the ones the
+  Runtime recorded and refused (opportunities: transitions);
+- unauthorized tool executions: journal entries (side effects that started) without an admission in the
+  log (a ``tool_attempted`` or a resume's reconciliation naming that idempotency key), or holding an
+  approval no person gave (opportunities: journal entries);
+- duplicate side effects: an idempotency key whose handler ran in two recorded attempts (opportunities:
+  side-effecting attempts);
+- high-risk delivered without evidence: a run that ended COMPLETED after a verification found a claim
+  without evidence and none passed since (opportunities: verifications);
+- budget resets: usage that goes down between two events, or fewer steps than decisions (opportunities:
+  runs and resumes);
+- double executions: an event written under a lease older than one already seen (opportunities: events
+  written under a newer lease);
+- unbounded loops: runs that took more steps than their budget allows (opportunities: runs with a step bound);
+- pause/resume correctness: resumes after which usage carried on (opportunities: resumes).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from stateward.core.events import Event, EventType
+from stateward.core.journal import SideEffectStatus
+from stateward.core.state import RunState
+from stateward.core.status import TRANSITIONS, RunStatus
+from stateward.store.base import Store
+
+LEGAL_MOVES = frozenset((before.value, after.value) for (before, _), after in TRANSITIONS.items())
+COUNT_GATES = (
+    "illegal_transitions",
+    "unauthorized_tool_executions",
+    "duplicate_side_effects",
+    "high_risk_without_evidence",
+    "budget_resets",
+    "double_executions",
+    "unbounded_loops",
+)
+RATE_GATE = "pause_resume_correctness"
+LIVENESS_FLOOR = 0.95
+_ALL_JOURNAL = tuple(s.value for s in SideEffectStatus)
+
+
+class Gate(BaseModel):
+    """One gate: its value (a count, or a rate for pause/resume), how many chances it had, whether it holds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    value: float
+    opportunities: int
+    holds: bool
+
+
+class GateReport(BaseModel):
+    """Every gate and the liveness floor (finished or waiting); ``passed`` only if all hold."""
+
+    model_config = ConfigDict(frozen=True)
+
+    runs: int
+    gates: list[Gate]
+    finished_or_waiting: float | None
+    liveness_holds: bool
+    passed: bool
+
+    def breaches(self) -> list[str]:
+        """The names of the gates (and ``liveness``) that do not hold."""
+        out = [g.name for g in self.gates if not g.holds]
+        return out if self.liveness_holds else [*out, "liveness"]
+
+
+@dataclass
+class _Audit:
+    counts: Counter[str] = field(default_factory=Counter)
+    chances: Counter[str] = field(default_factory=Counter)
+    resumes_ok: int = 0
+
+    def run(self, state: RunState, events: list[Event], journal: Iterable[tuple[str, str | None]]) -> None:
+        self._transitions(state, events)
+        self._journal(events, journal)
+        self._usage(state, events)
+        self._leases(events)
+        self._evidence(state, events)
+        self.chances["unbounded_loops"] += state.budget.max_steps is not None
+        if state.budget.max_steps is not None and state.usage.steps > state.budget.max_steps:
+            self.counts["unbounded_loops"] += 1
+
+    def _transitions(self, state: RunState, events: list[Event]) -> None:
+        self.counts["illegal_transitions"] += state.usage.illegal_transitions
+        for ev in events:
+            if ev.type is EventType.STATE_TRANSITION:
+                self.chances["illegal_transitions"] += 1
+                move = (ev.payload.get("state_before"), ev.payload.get("state_after"))
+                self.counts["illegal_transitions"] += move not in LEGAL_MOVES
+
+    def _journal(self, events: list[Event], journal: Iterable[tuple[str, str | None]]) -> None:
+        admitted: set[str] = set()
+        approved: set[str] = set()
+        executed: Counter[str] = Counter()
+        for ev in events:
+            p = ev.payload
+            if ev.type is EventType.TOOL_ATTEMPTED and p.get("idempotency_key"):
+                key = str(p["idempotency_key"])
+                admitted.add(key)
+                if p.get("runtime_action") == "EXECUTE" and int(p.get("handler_calls") or 0) > 0:
+                    executed[key] += 1
+            elif ev.type is EventType.RUN_RESUMED:
+                admitted.update(str(r.get("idempotency_key")) for r in p.get("reconciled") or () if isinstance(r, dict))
+            elif ev.type is EventType.REQUEST_ANSWERED and p.get("verdict") == "approved":
+                approved.add(str(p.get("request_id")))
+        for key, grant in journal:
+            self.chances["unauthorized_tool_executions"] += 1
+            if key not in admitted or (grant is not None and grant not in approved):
+                self.counts["unauthorized_tool_executions"] += 1
+        self.chances["duplicate_side_effects"] += len(executed)
+        self.counts["duplicate_side_effects"] += sum(n - 1 for n in executed.values())
+
+    def _usage(self, state: RunState, events: list[Event]) -> None:
+        self.chances["budget_resets"] += 1
+        last: dict[str, int] = {}
+        signals = 0
+        for ev in events:
+            signals += ev.type is EventType.SIGNAL_RECEIVED
+            usage = ev.payload.get("usage")
+            if not isinstance(usage, dict):
+                continue
+            now = {k: int(v) for k, v in usage.items() if isinstance(v, int)}
+            if any(now.get(k, 0) < v for k, v in last.items()):
+                self.counts["budget_resets"] += 1
+            elif ev.type is EventType.RUN_RESUMED:
+                self.resumes_ok += 1
+            if ev.type is EventType.RUN_RESUMED:
+                self.chances["budget_resets"] += 1
+                self.chances[RATE_GATE] += 1
+            last = now
+        if state.usage.steps < signals:
+            self.counts["budget_resets"] += 1  # fewer steps counted than decisions taken
+
+    def _leases(self, events: list[Event]) -> None:
+        highest = 0
+        for ev in events:
+            if ev.lease_version and ev.lease_version < highest:
+                self.counts["double_executions"] += 1
+            if ev.lease_version > highest:
+                self.chances["double_executions"] += highest > 0
+                highest = ev.lease_version
+
+    def _evidence(self, state: RunState, events: list[Event]) -> None:
+        bare = False
+        for ev in events:
+            if ev.type is not EventType.VERIFICATION_RECORDED:
+                continue
+            self.chances["high_risk_without_evidence"] += 1
+            checks = ev.payload.get("checks")
+            failed = isinstance(checks, list) and any(
+                isinstance(c, dict) and c.get("name") == "claims_have_evidence" and c.get("verdict") == "FAIL"
+                for c in checks
+            )
+            bare = failed or (bare and ev.payload.get("outcome") != "ACCEPT")
+        if bare and state.status is RunStatus.COMPLETED:
+            self.counts["high_risk_without_evidence"] += 1
+
+
+def audit(store: Store, run_ids: Iterable[str]) -> GateReport:
+    """The eight gates over ``run_ids`` as ``store`` recorded them."""
+    found = _Audit()
+    statuses: Counter[str] = Counter()
+    runs = 0
+    for run_id in run_ids:
+        runs += 1
+        state = store.load_run(run_id)
+        statuses[state.status.value] += 1
+        journal = [(r.idempotency_key, r.grant_id) for r in store.side_effects_of(run_id, _ALL_JOURNAL)]
+        found.run(state, store.read_events(run_id), journal)
+    gates = [
+        Gate(name=n, value=found.counts[n], opportunities=found.chances[n], holds=found.counts[n] == 0)
+        for n in COUNT_GATES
+    ]
+    resumes = found.chances[RATE_GATE]
+    rate = 1.0 if resumes == 0 else found.resumes_ok / resumes
+    gates.append(Gate(name=RATE_GATE, value=round(rate, 4), opportunities=resumes, holds=rate == 1.0))
+    live = statuses[RunStatus.COMPLETED.value] + statuses[RunStatus.WAITING_FOR_USER.value]
+    ratio = None if runs == 0 else round(live / runs, 4)
+    liveness = ratio is not None and ratio >= LIVENESS_FLOOR
+    return GateReport(
+        runs=runs,
+        gates=gates,
+        finished_or_waiting=ratio,
+        liveness_holds=liveness,
+        passed=liveness and all(g.holds for g in gates),
+    )

@@ -1,0 +1,188 @@
+"""The eight gates, audited from records: every gate holds (with opportunities) on runs the Runtime drove,
+and each one fails when its protection is switched off (records written around the Runtime, the
+gateway, the journal or the lease fencing, as a build without that protection would write them)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from tests.observability.agents_for_metrics import AGENTS, refunder
+from typer.testing import CliRunner
+
+from stateward import RunStatus, Runtime
+from stateward.cli.app import app
+from stateward.core.events import EventType, NewEvent
+from stateward.core.journal import SideEffectRecord
+from stateward.core.state import RunState
+from stateward.observability.gates import COUNT_GATES, RATE_GATE, audit
+from stateward.store.records import StepWrite
+
+
+def driven(db: Path) -> tuple[Runtime, str]:
+    """A run the Runtime drove: a tool call, a wait, a pause and resume, an approval, a guarded side effect."""
+    runtime = Runtime.open(str(db), agents=AGENTS)
+    run = runtime.start(refunder(), "refund c-1")
+    assert run.status is RunStatus.WAITING_FOR_USER
+    runtime.approve(run.run_id, "approval_001", by="ann", drive=False)
+    runtime.pause(run.run_id)
+    assert runtime.resume(run.run_id).status is RunStatus.COMPLETED
+    return runtime, run.run_id
+
+
+def forge(runtime: Runtime, run_id: str, events: list[NewEvent], state: RunState | None = None) -> None:
+    """Commit records straight to the store, under a fresh lease: nothing of the Runtime checks them."""
+    current, seq = runtime.store.load_run_at(run_id)
+    lease = runtime.store.acquire_lease(run_id, "forger", 30.0)
+    runtime.store.commit_step(run_id, seq, StepWrite(state=state or current, events=events), lease)
+    runtime.store.release_lease(lease)
+
+
+def gate(runtime: Runtime, run_id: str, name: str) -> tuple[float, int]:
+    found = next(g for g in audit(runtime.store, [run_id]).gates if g.name == name)
+    return found.value, found.opportunities
+
+
+def test_every_gate_holds_on_runs_the_runtime_drove_and_had_opportunities(tmp_path: Path) -> None:
+    runtime, run_id = driven(tmp_path / "runs.db")
+    report = audit(runtime.store, [run_id])
+    assert report.passed and report.breaches() == [] and report.finished_or_waiting == 1.0
+    chances = {g.name: g.opportunities for g in report.gates}
+    for name in ("illegal_transitions", "unauthorized_tool_executions", "duplicate_side_effects", RATE_GATE):
+        assert chances[name] > 0, name
+    runtime.close()
+
+
+def _illegal(runtime: Runtime, run_id: str) -> None:
+    moved = {"state_before": "COMPLETED", "state_after": "RUNNING", "reason": "forged"}
+    forge(runtime, run_id, [NewEvent(type=EventType.STATE_TRANSITION, payload=moved)])
+
+
+def _unauthorized(runtime: Runtime, run_id: str) -> None:
+    record = SideEffectRecord(
+        idempotency_key="idem_no_admission",
+        run_id=run_id,
+        tool="refund",
+        status="SUCCEEDED",
+        updated_at=datetime.now(UTC),
+    )
+    runtime.store.put_side_effect(record)  # a handler that ran without passing the gateway
+
+
+def _duplicate(runtime: Runtime, run_id: str) -> None:
+    again = next(e for e in runtime.store.read_events(run_id) if e.type is EventType.TOOL_ATTEMPTED)
+    forge(runtime, run_id, [NewEvent(type=EventType.TOOL_ATTEMPTED, payload=again.payload)])
+
+
+def _no_evidence(runtime: Runtime, run_id: str) -> None:
+    checks = [{"name": "claims_have_evidence", "verdict": "FAIL", "detail": "a bare claim"}]
+    payload = {"artifact": "report:v1", "outcome": "DEGRADED_DELIVERY", "checks": checks}
+    forge(runtime, run_id, [NewEvent(type=EventType.VERIFICATION_RECORDED, payload=payload)])
+
+
+def _reset(runtime: Runtime, run_id: str) -> None:
+    payload = {"by": "forger", "from_status": "PAUSED", "usage": {"steps": 0, "model_calls": 0}, "reconciled": []}
+    forge(runtime, run_id, [NewEvent(type=EventType.RUN_RESUMED, payload=payload)])
+
+
+def _unfenced(runtime: Runtime, run_id: str, db: Path) -> None:
+    with sqlite3.connect(db) as conn:  # a write of a superseded holder that fencing would have refused
+        conn.execute(
+            "UPDATE event_batches SET lease_version = 1 WHERE seq = (SELECT MAX(seq) FROM event_batches)"
+            " AND run_key = (SELECT run_key FROM runs WHERE run_id = ?)",
+            (run_id,),
+        )
+
+
+def _unbounded(runtime: Runtime, run_id: str) -> None:
+    state = runtime.get(run_id)
+    over = state.model_copy(
+        update={"usage": state.usage.model_copy(update={"steps": (state.budget.max_steps or 0) + 5})}
+    )
+    forge(runtime, run_id, [], state=over)
+
+
+SWITCHED_OFF: dict[str, Callable[..., None]] = {
+    "illegal_transitions": _illegal,
+    "unauthorized_tool_executions": _unauthorized,
+    "duplicate_side_effects": _duplicate,
+    "high_risk_without_evidence": _no_evidence,
+    "budget_resets": _reset,
+    "double_executions": _unfenced,
+    "unbounded_loops": _unbounded,
+    RATE_GATE: _reset,
+}
+
+
+@pytest.mark.parametrize("name", [*COUNT_GATES, RATE_GATE])
+def test_each_gate_fails_when_its_protection_is_off(tmp_path: Path, name: str) -> None:
+    runtime, run_id = driven(tmp_path / "runs.db")
+    if name == "double_executions":
+        _unfenced(runtime, run_id, tmp_path / "runs.db")
+    else:
+        SWITCHED_OFF[name](runtime, run_id)
+    report = audit(runtime.store, [run_id])
+    broken = next(g for g in report.gates if g.name == name)
+    assert not broken.holds and not report.passed and name in report.breaches()
+    assert broken.value < 1.0 if name == RATE_GATE else broken.value >= 1
+    runtime.close()
+
+
+def test_the_cli_prints_every_gate_and_exits_non_zero_on_a_breach(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    runtime, run_id = driven(db)
+    runtime.close()
+    ok = CliRunner().invoke(app, ["gates", "--db", str(db), "--json"])
+    assert ok.exit_code == 0, ok.output
+    data = json.loads(ok.output)
+    assert [g["name"] for g in data["gates"]] == [*COUNT_GATES, RATE_GATE] and data["passed"] is True
+    runtime = Runtime.open(str(db), agents=AGENTS)
+    _unauthorized(runtime, run_id)
+    runtime.close()
+    bad = CliRunner().invoke(app, ["gates", "--db", str(db), "--json"])
+    assert bad.exit_code == 1 and json.loads(bad.output)["breaches"] == ["unauthorized_tool_executions"]
+
+
+@pytest.mark.slow
+def test_a_storm_of_killed_workers_meets_every_gate() -> None:
+    """CI's gate run: the chaos storm (SIGKILLs at persistence boundaries, SIGSTOPs past the lease TTL,
+    approvers dying) on a new store, then the audit; every gate had chances and holds."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "stateward.cli.main", "gates", "--runs", "8", "--kills", "15", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"] is True and data["finished_or_waiting"] >= 0.95
+    chances = {g["name"]: g["opportunities"] for g in data["gates"]}
+    for name in ("illegal_transitions", "unauthorized_tool_executions", "duplicate_side_effects", "budget_resets"):
+        assert chances[name] > 0, name
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_storm_on_postgres_meets_every_gate(pg_url: str) -> None:
+    """The same campaign and audit on PostgreSQL (several workers claiming with SKIP LOCKED)."""
+    from stateward.chaos.harness import ChaosConfig, Harness
+    from stateward.store.base import open_store
+
+    Harness(ChaosConfig(db=pg_url, runs=8, kills=15, seed=5, max_seconds=240)).run()
+    store = open_store(pg_url)
+    try:
+        report = audit(store, [r.run_id for r in store.page_runs(limit=100).items])
+    finally:
+        store.close()
+    assert report.passed, report.breaches()
+    chances = {g.name: g.opportunities for g in report.gates}
+    assert report.runs == 8 and chances["unauthorized_tool_executions"] > 0 and chances["illegal_transitions"] > 0
