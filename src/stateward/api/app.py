@@ -321,7 +321,7 @@ def _control_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         """Resume a PAUSED run, recorded as the caller's."""
         require(who, Role.OPERATOR)
         visible_run(runtime, run_id, who.tenant)
-        return _summary(runtime, runtime.resume(run_id, by=who.subject, roles=who.roles))
+        return _summary(runtime, runtime.resume(run_id, by=who.subject, tenant=who.tenant, roles=frozenset(who.roles)))
 
     @v1.post("/runs/{run_id}/cancel", response_model=RunSummary, tags=["control"])
     def cancel(run_id: str, who: Caller) -> RunSummary:
