@@ -304,10 +304,15 @@ class ProgressTracker(_Frozen):
 
 
 class SelectedAction(_Frozen):
-    """The tool and arguments one local ReAct step chose."""
+    """The tool (and arguments) one local ReAct step chose.
+
+    As stored in the log the arguments are not repeated: ``call`` names the step (``step:N``) whose
+    signal and ``tool_attempted`` record the full call, once (``arguments`` None means exactly that).
+    """
 
     tool: str = Field(min_length=1)
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: dict[str, Any] | None = None
+    call: str | None = None  # "step:N": where the full call is recorded
 
 
 class ReactDecisionSummary(_Frozen):
@@ -315,7 +320,7 @@ class ReactDecisionSummary(_Frozen):
 
     decision_id: str = Field(min_length=1)
     work_item_id: str = Field(min_length=1)
-    objective: str = Field(min_length=1)
+    objective: str | None = Field(default=None, min_length=1)  # None: as in this attempt's first decision
     observation_refs: tuple[str, ...] = ()
     selected_action: SelectedAction
     reason_summary: str = Field(min_length=1, max_length=280)

@@ -156,17 +156,21 @@ class ItemSteps(Part):
             )
         run.steps.append(ctx.state.usage.steps + 1)  # the observation of this step belongs to this item
         if decision is not None and decision.action:
-            # What is kept of the decision: facts and a short stated reason, never hidden reasoning.
+            # What is kept of the decision: facts and a short stated reason, never hidden reasoning. The call
+            # itself is recorded once, by this step's signal and tool attempt (``call`` names the step), and
+            # the objective once per attempt (its first decision, before any observation of its own).
+            step = ctx.state.usage.steps + 1
             summary = ReactDecisionSummary(
-                decision_id=f"{item.work_item_id}:{ctx.state.usage.steps + 1}",
+                decision_id=f"{item.work_item_id}:{step}",
                 work_item_id=item.work_item_id,
-                objective=item.title,
+                objective=None if mine else item.title,
                 observation_refs=tuple(f"step:{o.step}" for o in mine[-5:]),
-                selected_action=SelectedAction(tool=decision.action, arguments=decision.args or {}),
+                selected_action=SelectedAction(tool=decision.action, call=f"step:{step}"),
                 reason_summary=(decision.reason or "no reason given")[:280],
                 remaining_steps=run.tracker.remaining_steps(),
             )
-            notes.append(NewEvent(type=EventType.REACT_DECISION, payload=summary.model_dump(mode="json")))
+            payload = summary.model_dump(mode="json", exclude_none=True)
+            notes.append(NewEvent(type=EventType.REACT_DECISION, payload=payload))
         return Proposal(
             signal=reply.text,
             source=SignalSource.MODEL,
