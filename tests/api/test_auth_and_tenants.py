@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -142,3 +143,23 @@ def test_the_openapi_document_is_served_and_has_no_identity_fields_in_bodies(ser
     for name in ("StartRun", "ApproveOrReject", "Reply"):
         assert not {"by", "tenant", "roles", "role"} & set(doc["components"]["schemas"][name]["properties"])
     assert "HTTPBearer" in doc["components"]["securitySchemes"]
+
+
+def test_the_matrix_covers_every_route_the_service_documents(service: Service) -> None:
+    """A /v1 route added to the service but not to ROUTES would escape every check above."""
+    doc = service.client.get("/openapi.json").json()
+    documented = {
+        (method.upper(), path)
+        for path, operations in doc["paths"].items()
+        if path.startswith("/v1/")
+        for method in operations
+    }
+    covered = {(m, p.format(run="run_x")) for m, p, _, _ in ROUTES}
+
+    def in_matrix(method: str, template: str) -> bool:
+        pattern = re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", template) + "$")
+        return any(m == method and pattern.match(p) for m, p in covered)
+
+    missing = sorted(f"{m} {t}" for m, t in documented if not in_matrix(m, t))
+    assert missing == []
+    assert len(documented) >= len(ROUTES) - 1  # the matrix is not padded with routes that do not exist

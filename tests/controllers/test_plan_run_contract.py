@@ -303,3 +303,62 @@ def test_a_plan_to_revise_goes_back_to_the_planner_and_only_the_accepted_one_run
     refused = runtime.start(stubborn, GOAL.objective)
     assert refused.status is RunStatus.FAILED and refused.usage.model_calls == 2
     assert not [e for e in runtime.store.read_events(refused.run_id) if e.type is EventType.WORK_ITEM_STARTED]
+
+
+def test_a_tool_result_s_confidence_is_what_the_local_loop_measures() -> None:
+    from stateward.controllers.plan_support import step_record
+    from stateward.core.contract import Observation
+
+    def obs(result: Any) -> Observation:
+        return Observation(step=1, action="search", args={}, status="SUCCESS", result=result)
+
+    assert step_record(obs({"hits": [], "confidence": 0.7})).confidence == 0.7
+    for unmeasured in ({"confidence": "high"}, {"confidence": True}, {"confidence": 2}, {"x": {"confidence": 0.5}}, []):
+        assert step_record(obs(unmeasured)).confidence is None
+
+
+def _budget_goal(on_met: str) -> GoalContract:
+    criterion = {
+        "criterion_id": "no-budget-for-ranking",
+        "description": "budget insufficient to complete the risk ranking",
+        "predicate": {"kind": "budget_insufficient_for", "value": "ranking"},
+        "on_met": on_met,
+    }
+    return goal_with(failure_criteria=[criterion])
+
+
+# W1 is estimated at one tool call and takes two: after it, the three calls left carry W2 but not W2 + W3.
+UNDERESTIMATED = plan_doc(
+    [
+        item("W1", [], ["search"], "findings", estimated_cost={"tool_calls": 1, "model_calls": 2, "tokens": 0}),
+        item("W2", ["W1"], [], "summary"),
+        item("W3", ["W2"], [], "ranking"),
+    ]
+)
+
+
+def test_a_budget_that_cannot_reach_the_ranking_delivers_the_confirmed_facts_at_once(runtime: Runtime) -> None:
+    # Source 3 / 15.4: "budget insufficient to complete the risk verification" is a failure criterion, and a run
+    # that meets it keeps what it confirmed and delivers it partially, with the budget it would need.
+    agent = make_agent(UNDERESTIMATED, goal=_budget_goal("DEGRADE"), budget=BudgetLimits(max_tool_calls=5))
+    state = runtime.start(agent, GOAL.objective)
+    outcome = state.memo["outcome"]
+    assert state.status is RunStatus.PARTIALLY_COMPLETED
+    assert outcome["reason_code"] == "GOAL_FAILURE_CRITERION"
+    assert state.memo["verified"] == ["W1"] and "W2" not in state.memo["items"]  # W2 was never started
+    assert outcome["budget_to_continue"]["tool_calls"] == 4
+    assert [e["reason"] for e in events(runtime, state.run_id, EventType.TERMINATION_RECORDED)] == [
+        "GOAL_FAILURE_CRITERION"
+    ]
+
+
+def test_a_failure_criterion_that_rules_out_a_safe_delivery_fails_the_run(runtime: Runtime) -> None:
+    agent = make_agent(UNDERESTIMATED, goal=_budget_goal("FAIL"), budget=BudgetLimits(max_tool_calls=5))
+    state = runtime.start(agent, GOAL.objective)
+    assert (state.status, state.terminal_reason) == (RunStatus.FAILED, "goal_failure_criterion")
+
+
+def test_without_the_criterion_the_affordable_item_still_runs(runtime: Runtime) -> None:
+    agent = make_agent(UNDERESTIMATED, budget=BudgetLimits(max_tool_calls=5))
+    state = runtime.start(agent, GOAL.objective)
+    assert "W2" in state.memo["items"]

@@ -30,7 +30,10 @@ FIELDS = {
     "final_artifact",
     "unresolved_issues",
     "pending",
+    "stages",
+    "stage",
 }
+SOURCE_STAGES = ["INTAKE", "PLAN", "VALIDATE_PLAN", "EXECUTE", "VERIFY", "HUMAN_APPROVAL", "DELIVER"]
 
 
 @pytest.fixture(autouse=True)
@@ -47,10 +50,12 @@ def test_the_cli_prints_the_sources_final_summary(tmp_path: Path) -> None:
     assert set(waiting) >= FIELDS
     assert waiting["status"] == "WAITING_FOR_USER" and waiting["completion_mode"] is None
     assert waiting["pending"]["kind"] == "approval"
+    assert waiting["stage"] == "HUMAN_APPROVAL" and waiting["stages"] == SOURCE_STAGES[:-1]
     assert waiting["pending"]["action"] == {"tool": "deliver_report", "args": {"report_ref": V2}}
 
     done = json.loads(cli.invoke(demo_app, ["payment-migration", "--db", db, "--json", "--approve"]).output)
     assert done["status"] == "COMPLETED" and done["pending"] is None
+    assert done["stages"] == SOURCE_STAGES and done["stage"] == "DELIVER"  # the source's global stages, in order
     # The source ends COMPLETED / DEGRADED: everything verified, one repository could not be read.
     assert (done["completion_mode"], done["rung"]) == ("DEGRADED", "REPORT_WITH_GAPS")
     assert done["plan_version"] == 2  # patched once the inventory showed billing-worker unreadable

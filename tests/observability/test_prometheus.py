@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -97,3 +98,69 @@ def test_a_running_worker_serves_run_metrics(tmp_path: Path) -> None:
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.communicate(timeout=30)
+
+
+def started_service(db: Path, port: int, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``stateward serve`` as a process, once its /readyz answers."""
+    service = subprocess.Popen(
+        [sys.executable, "-m", "stateward.cli.main", "serve", "--db", str(db), "--port", str(port), *args],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        assert service.poll() is None, service.communicate()
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200:
+                return service
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the service did not become ready in 60 s"
+        time.sleep(0.2)
+
+
+def status_of(url: str, headers: dict[str, str]) -> int:
+    try:
+        return int(urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5).status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_the_service_serves_the_same_metrics_behind_its_token(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    runtime = Runtime.open(str(db), agents=AGENTS)
+    for _ in range(2):
+        runtime.drive(runtime.submit(refunder(), "refund c-1").run_id)  # waits for approval of the refund
+    runtime.submit(refunder(), "refund c-2")  # left RUNNING for a worker
+    runtime.close()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "STATEWARD_METRICS_TOKEN": "scrape-secret",
+    }
+    port = free_port()
+    service = started_service(db, port, "--metrics", env=env)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        assert status_of(url, {}) == 401
+        assert status_of(url, {"Authorization": "Bearer wrong"}) == 401
+        request = urllib.request.Request(url, headers={"Authorization": "Bearer scrape-secret"})
+        text = urllib.request.urlopen(request, timeout=5).read().decode()
+        samples: dict[str, list[Sample]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                samples.setdefault(sample.name, []).append(sample)
+        assert value(samples, "stateward_runs", status="WAITING_FOR_USER") == 2, samples.keys()
+        assert value(samples, "stateward_runs", status="RUNNING") == 1
+        assert value(samples, "stateward_runs", status="COMPLETED") == 0
+        assert value(samples, "stateward_requests_oldest_waiting_age_seconds") >= 0
+        assert "stateward_requests_oldest_waiting_age_seconds" in samples
+    finally:
+        service.terminate()
+        service.communicate(timeout=30)
+    port = free_port()
+    plain = started_service(db, port, env={k: v for k, v in env.items() if k != "STATEWARD_METRICS_TOKEN"})
+    try:  # without --metrics the route does not exist
+        assert status_of(f"http://127.0.0.1:{port}/metrics", {"Authorization": "Bearer scrape-secret"}) == 404
+    finally:
+        plain.terminate()
+        plain.communicate(timeout=30)

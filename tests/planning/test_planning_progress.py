@@ -184,3 +184,34 @@ def test_decision_summary_matches_the_reference_record_and_keeps_the_reason_shor
         ReactDecisionSummary.model_validate({**doc, "reason_summary": "thinking... " * 40})
     with pytest.raises(ValidationError):
         ReactDecisionSummary.model_validate({**doc, "hidden_reasoning": "..."})
+
+
+def test_confidence_not_rising_while_budget_is_spent_is_no_progress() -> None:
+    # New evidence every step, so only the confidence rule can see that the loop is not getting anywhere.
+    t = ProgressTracker.start(10, max_steps_without_confidence_gain=2)
+    for i, c in enumerate([0.4, 0.4, 0.3]):
+        t, verdict = t.observe(step(result=f"r{i}", evidence=(f"e{i}",), args={"query": f"q{i}"}, confidence=c))
+    assert (verdict.signal, verdict.rule) == (S.NO_PROGRESS, NoProgressRule.CONFIDENCE_NOT_RISING)
+    assert "0.4" in verdict.detail and t.steps_without_confidence_gain == 2
+
+
+def test_rising_confidence_resets_the_streak_and_unmeasured_loops_are_not_judged_by_it() -> None:
+    rising = [
+        step(result=f"r{i}", evidence=(f"e{i}",), args={"query": f"q{i}"}, confidence=c)
+        for i, c in enumerate([0.4, 0.4, 0.5, 0.5, 0.6])
+    ]
+    _, signals = run(ProgressTracker.start(10, max_steps_without_confidence_gain=2), *rising)
+    assert signals == [S.CONTINUE] * 5
+    unmeasured = [step(result=f"r{i}", evidence=(f"e{i}",), args={"query": f"q{i}"}) for i in range(5)]
+    t, signals = run(ProgressTracker.start(10, max_steps_without_confidence_gain=1), *unmeasured)
+    assert signals == [S.CONTINUE] * 5
+    assert t.best_confidence is None
+    # Once measured, a step that measures nothing does not raise it either.
+    _, signals = run(ProgressTracker.start(10, max_steps_without_confidence_gain=2), rising[0], *unmeasured[1:3])
+    assert signals == [S.CONTINUE, S.CONTINUE, S.NO_PROGRESS]
+
+
+def test_a_confidence_must_be_a_finite_number_between_zero_and_one() -> None:
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValidationError):
+            step(confidence=bad)

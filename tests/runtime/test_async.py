@@ -352,17 +352,18 @@ def ledger_agents(ledger: Ledger, peak: list[int]) -> AgentRegistry:
     return registry
 
 
-def test_many_concurrent_runs_under_async_workers_each_side_effect_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])  # store calls offloaded / on the loop's thread
+def test_many_concurrent_runs_under_async_workers_each_side_effect_once(tmp_path: Path, synchronous: str) -> None:
     runs = 60
     ledger = Ledger(tmp_path / "ledger.db")
     peak = [0]
     agents = ledger_agents(ledger, peak)
     db = tmp_path / "runs.db"
-    submitter = Runtime(SQLiteStore(db), agents=agents)
+    submitter = Runtime(SQLiteStore(db, synchronous=synchronous), agents=agents)
     ids = [submitter.submit(agents.create("ledger-poster"), f"post {i}").run_id for i in range(runs)]
     submitter.close()
     # Two workers on one store, in one loop: every claim must exclude the other.
-    runtimes = [Runtime(SQLiteStore(db), agents=agents) for _ in range(2)]
+    runtimes = [Runtime(SQLiteStore(db, synchronous=synchronous), agents=agents) for _ in range(2)]
     workers = [AsyncWorker(rt, concurrency=25, poll_s=0.02, expire_every_s=60) for rt in runtimes]
 
     async def main() -> None:
@@ -397,3 +398,35 @@ def test_a_stopped_async_worker_claims_nothing_and_leaves_runs_running(tmp_path:
     finally:
         runtime.close()
         ledger.close()
+
+
+@pytest.mark.parametrize(("synchronous", "on_loop_thread"), [("FULL", False), ("NORMAL", True)])
+def test_the_async_runtime_calls_a_store_without_fsyncs_on_the_loop_thread(
+    tmp_path: Path, synchronous: str, on_loop_thread: bool
+) -> None:
+    """A commit that fsyncs would stall every run in the loop: it goes to a thread. One that does not
+    costs less than the hop, so it runs where it is called."""
+    threads: list[int] = []
+
+    class Watched(SQLiteStore):
+        def commit_step(self, *args: Any, **kwargs: Any) -> int:
+            threads.append(threading.get_ident())
+            return super().commit_step(*args, **kwargs)
+
+    runtime = Runtime(Watched(tmp_path / "runs.db", synchronous=synchronous))
+    model = AsyncScriptedModel(call_once_then_finish("quote", {"sku": "A"}))
+
+    @tool
+    async def quote(sku: str) -> dict[str, str]:
+        """An async tool."""
+        return {"sku": sku}
+
+    async def main() -> tuple[Any, int]:
+        return await runtime.astart(react(model, quote), "quote A"), threading.get_ident()
+
+    try:
+        state, loop_thread = asyncio.run(main())
+    finally:
+        runtime.close()
+    assert state.status is RunStatus.COMPLETED and len(threads) >= 2
+    assert all((t == loop_thread) is on_loop_thread for t in threads)

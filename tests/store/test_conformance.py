@@ -236,6 +236,81 @@ def test_a_snapshot_over_the_limit_is_refused_and_writes_nothing(backend: Backen
     assert code_of(lambda: store.load_run("run_big")) == "RUN_NOT_FOUND"
 
 
+# -- large state parts: written only when they change (store/parts.py) -----------------------------------------
+PLAN = {"items": [{"id": f"W{i:02}", "title": "move this payment call site to the new SDK"} for i in range(40)]}
+
+
+def stored_parts(backend: Backend) -> tuple[int, int]:
+    """(parts, their bytes) in the whole database."""
+    count, size = backend.query("SELECT count(*), coalesce(sum(length(body)), 0) FROM state_parts")[0]
+    return int(count), int(size)
+
+
+def set_memo(store: Store, memo: dict[str, Any], **write: Any) -> RunState:
+    state, seq = store.load_run_at(RUN)
+    new = state.model_copy(update={"memo": memo})
+    store.commit_step(RUN, seq, StepWrite(state=new, events=[ev(seq)], **write))
+    return new
+
+
+def test_a_large_memo_entry_is_written_once_while_it_stays_the_same(backend: Backend) -> None:
+    store = backend.open()
+    start(store)
+    set_memo(store, {"plan": PLAN, "cursor": 0})  # a new entry stays in the row
+    assert stored_parts(backend) == (0, 0)
+    set_memo(store, {"plan": PLAN, "cursor": 1})  # the same for a step: from now on a part, written once
+    once = stored_parts(backend)
+    assert once[0] == 1 and once[1] >= len(json.dumps(PLAN, separators=(",", ":")))
+    for cursor in range(2, 8):
+        last = set_memo(store, {"plan": PLAN, "cursor": cursor})
+    assert stored_parts(backend) == once  # steps that leave the plan alone write none of it
+    row = backend.query("SELECT length(snapshot) FROM runs WHERE run_id=?", RUN)[0][0]
+    assert row < once[1]  # the row holds the rest of the state, not the plan
+    assert store.load_run(RUN) == last and list(store.load_run(RUN).memo) == ["plan", "cursor"]
+    assert backend.open().load_run(RUN) == last  # another process reads the same state
+
+
+def test_a_changed_plan_is_a_new_part_and_every_version_reads_back(backend: Backend) -> None:
+    store = backend.open()
+    start(store)
+    for cursor in range(3):
+        set_memo(store, {"plan": PLAN, "cursor": cursor})
+    patched = {"items": [*PLAN["items"], {"id": "W40", "title": "one more call site found by the search"}]}
+    changed = set_memo(store, {"plan": patched, "cursor": 3})
+    assert store.load_run(RUN) == changed and stored_parts(backend)[0] == 1  # changed: back in the row once
+    waiting = set_memo(store, {"plan": patched, "cursor": 4}, checkpoint="wait")
+    assert stored_parts(backend)[0] == 2
+    checkpoint = store.latest_checkpoint(RUN)
+    assert checkpoint is not None and checkpoint.state == waiting
+    resumed = backend.open()  # a fresh process knows no parts: it writes nothing it need not, reads all
+    state, seq = resumed.load_run_at(RUN)
+    assert state == waiting
+    resumed.commit_step(RUN, seq, StepWrite(state=state.model_copy(update={"facts": {"n": 1}}), events=[ev(seq)]))
+    assert resumed.load_run(RUN).memo == waiting.memo and stored_parts(backend)[0] == 2
+
+
+def test_a_missing_part_is_named_never_read_as_an_empty_memo(backend: Backend) -> None:
+    store = backend.open()
+    start(store)
+    for cursor in range(2):
+        set_memo(store, {"plan": PLAN, "cursor": cursor})
+    backend.query("DELETE FROM state_parts")
+    assert code_of(lambda: backend.open().load_run(RUN)) == "STORE_CORRUPT"
+
+
+def test_the_snapshot_limit_counts_the_parts_of_the_state(backend: Backend) -> None:
+    limit = len(json.dumps(PLAN)) + 600
+    store = backend.open(limits=PayloadLimits(snapshot_bytes=limit))
+    start(store)
+    for cursor in range(2):
+        set_memo(store, {"plan": PLAN, "cursor": cursor})
+    before = durable(store, backend)
+    state, seq = store.load_run_at(RUN)
+    grown = state.model_copy(update={"memo": {"plan": PLAN, "cursor": 2, "notes": "n" * 800}})
+    assert code_of(lambda: store.commit_step(RUN, seq, StepWrite(state=grown, events=[ev(seq)]))) == "PAYLOAD_TOO_LARGE"
+    assert durable(store, backend) == before
+
+
 def test_the_event_limit_is_per_event_and_measured_in_utf8_bytes(backend: Backend) -> None:
     store = backend.open(limits=PayloadLimits(event_bytes=1000))
     start(store)

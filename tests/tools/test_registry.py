@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from stateward import UserError
@@ -39,3 +41,19 @@ def test_one_name_registers_once() -> None:
 def test_the_description_is_the_docstrings_first_paragraph_unless_given() -> None:
     assert lookup.description == "Look a record up by key."
     assert delete.description == "Delete a record."
+
+
+def test_a_tools_input_schema_is_made_once_and_every_caller_gets_its_own_copy() -> None:
+    """Every agent built over a tool (a worker builds one per run) shares one generated schema."""
+
+    @tool
+    def quote(sku: str, qty: int = 1) -> dict[str, int]:
+        """Price a SKU."""
+        return {"cents": 100 * qty}
+
+    pristine = copy.deepcopy(quote.input_schema())
+    assert pristine["required"] == ["sku"] and set(pristine["properties"]) == {"sku", "qty"}
+    mine = quote.input_schema()
+    mine["properties"]["sku"]["type"] = "integer"  # a caller changing its copy changes nobody else's
+    mine["required"].append("qty")
+    assert quote.input_schema() == pristine

@@ -150,6 +150,18 @@ def _print_payment(out: dict[str, Any], db: str) -> None:
         typer.echo(f"  delivery-receipt: {out['delivery_receipt']}")
 
 
+@app.command("conflicting-rules")
+def demo_conflicting_rules(as_json: JsonOpt = False) -> None:
+    """Two rules that contradict each other (wait for confirmation / never stop), under all three controllers."""
+    from stateward_demos.conflicting_rules import COLUMNS, run_conflicting_rules
+
+    rows = run_conflicting_rules()
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table("Conflicting rules: which one wins is the Runtime's call", COLUMNS, rows)
+
+
 @app.command("refund")
 def demo_refund(as_json: JsonOpt = False) -> None:
     """refund_order through the Tool Gateway: refusals, timeouts and reconciliation."""

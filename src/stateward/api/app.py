@@ -25,6 +25,7 @@ from stateward.api.caller import Caller
 from stateward.api.errors import error_body, status_of
 from stateward.api.identity import Principal, Role, require
 from stateward.api.limits import BodyLimit
+from stateward.api.metrics_route import metrics_route
 from stateward.api.oidc import OidcSettings, OidcVerifier
 from stateward.api.schemas import (
     AnswerOutcome,
@@ -75,6 +76,7 @@ class ApiSettings:
     sessions: SessionSettings = field(default_factory=SessionSettings)
     inbox_poll_s: float = 1.0
     oidc: OidcSettings | None = None  # accept an issuer's JWTs besides API keys
+    metrics_token: str | None = None  # required as a bearer token on /metrics when set (see metrics_route)
 
 
 def _utcnow() -> datetime:
@@ -82,10 +84,14 @@ def _utcnow() -> datetime:
 
 
 def create_app(
-    runtime: Runtime, settings: ApiSettings | None = None, *, clock: Callable[[], datetime] = _utcnow
+    runtime: Runtime,
+    settings: ApiSettings | None = None,
+    *,
+    clock: Callable[[], datetime] = _utcnow,
+    metrics: Callable[[], tuple[bytes, str]] | None = None,
 ) -> FastAPI:
     """The service over ``runtime`` (its store holds runs and keys): routes under ``/v1``, the inbox under
-    ``/inbox``, ``/healthz``, ``/readyz``."""
+    ``/inbox``, ``/healthz``, ``/readyz``, and ``/metrics`` when ``metrics`` (the Prometheus text) is given."""
     settings = settings or ApiSettings()
     keys = key_store(runtime)
     app = FastAPI(title="stateward", version="1", summary="The model proposes, the runtime decides.")
@@ -93,6 +99,8 @@ def create_app(
     app.state.oidc = None if settings.oidc is None else OidcVerifier(settings.oidc)
     _error_handlers(app)
     _health_routes(app, runtime)
+    if metrics is not None:
+        metrics_route(app, metrics, token=settings.metrics_token)
     v1 = APIRouter(prefix="/v1", responses=_ERRORS)
     _run_routes(v1, runtime, settings, clock)
     _request_routes(v1, runtime, settings, clock)
@@ -321,7 +329,7 @@ def _control_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         """Resume a PAUSED run, recorded as the caller's."""
         require(who, Role.OPERATOR)
         visible_run(runtime, run_id, who.tenant)
-        return _summary(runtime, runtime.resume(run_id, by=who.subject, roles=who.roles))
+        return _summary(runtime, runtime.resume(run_id, by=who.subject, tenant=who.tenant, roles=frozenset(who.roles)))
 
     @v1.post("/runs/{run_id}/cancel", response_model=RunSummary, tags=["control"])
     def cancel(run_id: str, who: Caller) -> RunSummary:

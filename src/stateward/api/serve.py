@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from stateward.api.app import ApiSettings, create_app
+from stateward.api.metrics_route import METRICS_TOKEN_ENV
 from stateward.api.oidc import OidcSettings
 from stateward.api.web.session import SessionSettings
 from stateward.api.webhook_routes import webhook_store
 from stateward.api.webhooks import DeliveryPolicy, WebhookDispatcher
 from stateward.runtime.runtime import Runtime
+from stateward.store.base import open_store
 
 
 def serve(
@@ -17,17 +22,23 @@ def serve(
     port: int = 8080,
     settings: ApiSettings | None = None,
     webhooks: DeliveryPolicy | None = None,
+    metrics: bool = False,
 ) -> None:
     """Serve the HTTP API and the inbox on ``db`` (an existing store: the service never creates one), and
-    deliver its webhook outbox, until stopped."""
+    deliver its webhook outbox, until stopped. ``metrics``: also ``/metrics`` (Prometheus; the otel extra,
+    METRICS_UNAVAILABLE without it), behind ``STATEWARD_METRICS_TOKEN`` when that is set."""
     import uvicorn
 
-    runtime = Runtime.open(db, create=False)
+    exposed, telemetry = _prometheus(db) if metrics else (None, None)
+    runtime = Runtime.open(db, create=False, telemetry=telemetry)
     dispatcher: WebhookDispatcher | None = None
     try:
-        app = create_app(
-            runtime, settings or ApiSettings(sessions=SessionSettings.from_env(), oidc=OidcSettings.from_env())
+        settings = settings or ApiSettings(
+            sessions=SessionSettings.from_env(),
+            oidc=OidcSettings.from_env(),
+            metrics_token=os.environ.get(METRICS_TOKEN_ENV) or None,
         )
+        app = create_app(runtime, settings, metrics=None if exposed is None else exposed.text)
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.
         dispatcher = WebhookDispatcher(webhook_store(runtime), webhooks or DeliveryPolicy.from_env())
         dispatcher.start()
@@ -36,3 +47,21 @@ def serve(
         if dispatcher is not None:
             dispatcher.close()
         runtime.close()
+        if exposed is not None:
+            exposed.close()
+
+
+def _prometheus(db: str) -> tuple[Any, Any]:
+    """The service's Prometheus metrics and the telemetry its Runtime records into (imported only when asked:
+    the otel extra is optional, and its absence is METRICS_UNAVAILABLE)."""
+    from stateward.core.errors import ErrorCode, UserError
+
+    try:
+        from stateward.observability.prometheus import prometheus_metrics
+        from stateward.observability.tracing import Telemetry
+    except ImportError as exc:
+        raise UserError(
+            "--metrics needs the otel extra (pip install 'stateward[otel]')", code=ErrorCode.METRICS_UNAVAILABLE
+        ) from exc
+    exposed = prometheus_metrics(lambda: open_store(db, create=False))
+    return exposed, Telemetry(metrics=exposed.metrics)

@@ -485,11 +485,19 @@ def serve(
     db: DbOpt = DEFAULT_DB,
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to bind.")] = 8080,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics",
+            help="Also serve Prometheus text at /metrics (otel extra); bearer STATEWARD_METRICS_TOKEN if set.",
+        ),
+    ] = False,
 ) -> None:
     """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
 
     Answers record and return at once; run `stateward worker` on the same store to drive runs. Needs
-    the `serve` extra (pip install 'stateward[serve]').
+    the `serve` extra (pip install 'stateward[serve]'). /metrics takes no API key (a scraper is no
+    tenant): keep the bind address private or set STATEWARD_METRICS_TOKEN.
     """
     with reported_errors(False):
         try:
@@ -501,7 +509,7 @@ def serve(
                 f"the HTTP service needs FastAPI and uvicorn ({exc}); pip install 'stateward[serve]'",
                 code=ErrorCode.CONFIGURATION_ERROR,
             ) from None
-        run_service(db, host=host, port=port)
+        run_service(db, host=host, port=port, metrics=metrics)
 
 
 @app.command("chaos")

@@ -84,7 +84,16 @@ def step_record(obs: Observation) -> StepRecord:
         new_evidence_ids=tuple(evidence_ids(obs.result)),
         succeeded=obs.status == "SUCCESS",
         error_code=obs.error_code,
+        confidence=measured_confidence(obs.result),
     )
+
+
+def measured_confidence(result: Any) -> float | None:
+    """A tool result's top-level ``confidence`` (a number in 0..1), or None: anything else is not a measurement."""
+    value = result.get("confidence") if isinstance(result, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0.0 <= value <= 1.0 else None
 
 
 def evidence_ids(value: Any) -> list[str]:

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ValidationError
 
 from stateward.controllers.base import provider_rejection
 from stateward.core.contract import DecisionContext, Proposal, SignalFailure, WaitSpec
-from stateward.core.decision import ControlDecision, DecisionType, SignalSource
-from stateward.core.errors import ErrorCode, UserError
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
+from stateward.core.errors import DecisionParseError, ErrorCode, UserError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AnswerVerdict, RequestKind
 from stateward.models.base import AnyModel, ModelRequest, Usage, complete
@@ -33,6 +33,7 @@ class NodeKind(StrEnum):
     HUMAN = "HUMAN"
     WAIT = "WAIT"
     COMPENSATION = "COMPENSATION"
+    REACT = "REACT"
     FINISH = "FINISH"
     FAIL = "FAIL"
 
@@ -138,7 +139,31 @@ class FailNode:
     kind: NodeKind = NodeKind.FAIL
 
 
-Node = ToolNode | ModelNode | RuleNode | HumanNode | ValidationNode | TimerNode | FinishNode | FailNode
+@dataclass(frozen=True)
+class ReActNode:
+    """One workflow step explored by a bounded ReAct loop (source 2: "ReAct manages local exploration").
+
+    The model picks each call among ``tools`` from this node's own observations, at most ``max_steps`` times;
+    the node is done when ``done`` (code, over recorded facts) says so - never because the model says so. A
+    model that stops early, or a loop out of steps, takes ``on_failure`` (None: the run fails). The loop cannot
+    change the workflow's route, reach another tool or skip an approval: the Runtime still decides each call.
+    """
+
+    id: str
+    tools: tuple[str, ...]
+    instructions: str
+    done: Callable[[DecisionContext], bool]
+    max_steps: int = 5
+    next: str | None = None
+    on_failure: str | None = None
+    kind: NodeKind = NodeKind.REACT
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or not self.tools:
+            raise UserError(f"ReAct node {self.id} needs tools and max_steps >= 1", code=ErrorCode.INVALID_WORKFLOW)
+
+
+Node = ToolNode | ModelNode | RuleNode | HumanNode | ValidationNode | TimerNode | FinishNode | FailNode | ReActNode
 
 
 class WorkflowController:
@@ -193,7 +218,68 @@ class WorkflowController:
             return self._finish(ctx, node.reason, notes)
         if isinstance(node, FailNode):
             return self._fail(node.reason, notes)
+        if isinstance(node, ReActNode):
+            return self._react(ctx, node, notes)
         return self._act(ctx, node, notes)
+
+    def _react(
+        self, ctx: DecisionContext, node: ReActNode, notes: list[NewEvent]
+    ) -> Proposal | tuple[str | None, str | None]:
+        """One step of the node's loop, or its route out once recorded facts (or its bound) decide."""
+        loop = ctx.state.memo.get("react") or {}
+        steps: list[int] = list(loop.get("steps", [])) if loop.get("node") == node.id else []
+        if node.done(ctx):
+            return node.next, None
+        if len(steps) >= node.max_steps:
+            return self._react_failed(node, f"STEP_LIMIT after {len(steps)} steps", notes)
+        if self.model is None:
+            raise UserError(f"node {node.id} needs a model", code=ErrorCode.INVALID_WORKFLOW)
+        mine = [o for o in ctx.observations if o.step in steps]
+        reply = complete(
+            self.model,
+            ModelRequest(
+                purpose="decide",
+                goal=ctx.state.goal,
+                inventory=list(ctx.inventory),
+                observations=[o.model_dump(mode="json") for o in mine],
+                visible_actions=ctx.specs(node.tools),
+                facts={"node": node.id, "remaining_steps": node.max_steps - len(steps)},
+                instructions=node.instructions,
+            ),
+        )
+        try:
+            decision: ControlDecision | None = parse_decision(reply.text)
+        except DecisionParseError:
+            decision = None  # the Runtime names the parse failure; the step still counts against the bound
+        if decision is not None and decision.type is not DecisionType.EXECUTE_TOOL:
+            # Saying "done" does not make the node done: only ``done`` over recorded facts does.
+            return self._react_failed(node, f"MODEL_DECLARED_STOP ({decision.type.value})", notes)
+        memo = {
+            "node": node.id,
+            "react": {"node": node.id, "steps": [*steps, ctx.state.usage.steps + 1]},
+            "calls": ctx.state.memo.get("calls", {}),
+        }
+        return Proposal(
+            signal=provider_rejection(reply) or reply.text,
+            source=SignalSource.MODEL,
+            visible_actions=frozenset(node.tools),
+            model_usage=(reply.usage,),
+            memo=memo,
+            notes=notes,
+        )
+
+    def _react_failed(
+        self, node: ReActNode, why: str, notes: list[NewEvent]
+    ) -> Proposal | tuple[str | None, str | None]:
+        notes.append(
+            NewEvent(
+                type=EventType.BRANCH_TAKEN,
+                payload={"node": node.id, "branch": "react_stopped", "branch_taken": True, "detail": why},
+            )
+        )
+        if node.on_failure is not None:
+            return node.on_failure, None
+        return self._fail(f"react node {node.id} stopped without its goal: {why}", notes)
 
     @staticmethod
     def _rule(ctx: DecisionContext, node: RuleNode, notes: list[NewEvent]) -> str:

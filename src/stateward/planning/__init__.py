@@ -41,9 +41,11 @@ from stateward.planning.delivery import (
 )
 from stateward.planning.goal import (
     ArtifactPredicate,
+    BudgetPredicate,
     CapabilityPredicate,
     ConstraintViolation,
     Criterion,
+    CriterionEffect,
     EvidenceRequirement,
     GoalAssessment,
     GoalContract,
@@ -110,6 +112,7 @@ from stateward.planning.progress import (
     StepRecord,
     normalize_query,
 )
+from stateward.planning.stages import RunStage, StageEntry
 from stateward.planning.termination import (
     FailureFact,
     TerminationDecision,
@@ -173,6 +176,7 @@ __all__ = [
     "BudgetError",
     "BudgetLedger",
     "BudgetLimits",
+    "BudgetPredicate",
     "BudgetRemaining",
     "CapabilityPredicate",
     "CompletionMode",
@@ -180,6 +184,7 @@ __all__ = [
     "Confidence",
     "ConstraintViolation",
     "Criterion",
+    "CriterionEffect",
     "DecisionOption",
     "DegradationRung",
     "DeliveryFacts",
@@ -227,9 +232,11 @@ __all__ = [
     "RiskLevel",
     "RunFacts",
     "RunOutcome",
+    "RunStage",
     "Scope",
     "SelectedAction",
     "SoftConstraint",
+    "StageEntry",
     "StepRecord",
     "TaskType",
     "TerminationDecision",

@@ -57,8 +57,17 @@ class ArtifactPredicate(_Frozen):
     value: str = Field(min_length=1)
 
 
+class BudgetPredicate(_Frozen):
+    """The budget left cannot carry the work still needed to produce an artifact (e.g. ``risk-matrix``): the
+    unfinished items making it and their unfinished dependencies, at the plan's estimates (source 3:
+    "budget insufficient to complete the risk verification")."""
+
+    kind: Literal["budget_insufficient_for"]
+    value: str = Field(min_length=1)
+
+
 Predicate = Annotated[
-    LimitPredicate | CapabilityPredicate | MetricPredicate | ArtifactPredicate,
+    LimitPredicate | CapabilityPredicate | MetricPredicate | ArtifactPredicate | BudgetPredicate,
     Field(discriminator="kind"),
 ]
 
@@ -73,6 +82,8 @@ class RunFacts(_Frozen):
     capabilities_used: tuple[str, ...] = ()
     artifacts: tuple[str, ...] = ()
     metrics: dict[str, float] = Field(default_factory=dict)
+    # Artifacts the budget left can no longer reach; None: not measured (no plan, so no estimates yet).
+    unaffordable: tuple[str, ...] | None = None
 
 
 def evaluate(predicate: Predicate, facts: RunFacts) -> bool | None:
@@ -89,6 +100,8 @@ def evaluate(predicate: Predicate, facts: RunFacts) -> bool | None:
         return predicate.value not in facts.capabilities_used
     if isinstance(predicate, ArtifactPredicate):
         return predicate.value in facts.artifacts
+    if isinstance(predicate, BudgetPredicate):
+        return None if facts.unaffordable is None else predicate.value in facts.unaffordable
     measured = facts.metrics.get(predicate.metric)
     if measured is None:
         return None
@@ -126,12 +139,22 @@ class HardConstraint(SoftConstraint):
     on_violation: Literal[ViolationEffect.BLOCK, ViolationEffect.HANDOFF] = ViolationEffect.BLOCK
 
 
+class CriterionEffect(StrEnum):
+    """What a met failure criterion does to the run. FAIL: nothing can be safely delivered once it holds.
+    DEGRADE: the goal cannot be met in full, but what was verified is delivered (source 12: FAILED is for
+    what "cannot be completed and cannot be safely degraded"; 15.4: out of budget -> confirmed facts)."""
+
+    FAIL = "FAIL"
+    DEGRADE = "DEGRADE"
+
+
 class Criterion(_Frozen):
     """A machine-checkable success or failure condition."""
 
     criterion_id: str = Field(min_length=1)
     description: str
     predicate: Predicate
+    on_met: CriterionEffect = CriterionEffect.FAIL  # failure criteria only
 
 
 class EvidenceRequirement(_Frozen):

@@ -48,6 +48,7 @@ class NoProgressRule(StrEnum):
     NO_NEW_EVIDENCE = "NO_NEW_EVIDENCE"
     REPEATED_FAILED_ACTION = "REPEATED_FAILED_ACTION"
     REWORDED_QUERY = "REWORDED_QUERY"
+    CONFIDENCE_NOT_RISING = "CONFIDENCE_NOT_RISING"
 
 
 DEFAULT_STOPWORDS: frozenset[str] = frozenset(
@@ -105,6 +106,8 @@ class StepRecord(_Frozen):
     new_evidence_ids: tuple[str, ...] = ()
     succeeded: bool = True
     error_code: str | None = None
+    # A confidence the step's result measured (e.g. a checker's score), 0..1; None when it measured none.
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
 
 
 class ProgressConfig(_Frozen):
@@ -113,6 +116,8 @@ class ProgressConfig(_Frozen):
     max_react_steps: PositiveInt
     max_steps_without_evidence: PositiveInt = 2
     query_similarity: float = Field(default=0.8, ge=0.0, le=1.0)
+    # Steps that spend budget without raising the best measured confidence, once one was measured.
+    max_steps_without_confidence_gain: PositiveInt = 3
     stopwords: frozenset[str] = DEFAULT_STOPWORDS
     query_keys: tuple[str, ...] = DEFAULT_QUERY_KEYS
     step_cost: BudgetAmount = BudgetAmount(tool_calls=1, model_calls=1)  # what one more step needs
@@ -147,6 +152,8 @@ class ProgressTracker(_Frozen):
     evidence_ids: tuple[str, ...] = ()  # in discovery order, unique
     failed_actions: tuple[tuple[str, str], ...] = ()  # (action, canonical args digest)
     queries: tuple[_QuerySeen, ...] = ()
+    best_confidence: float | None = None  # the highest confidence measured so far
+    steps_without_confidence_gain: NonNegativeInt = 0
 
     @classmethod
     def start(cls, max_react_steps: int, **config: Any) -> ProgressTracker:
@@ -202,6 +209,7 @@ class ProgressTracker(_Frozen):
                 if step.succeeded or key in self.failed_actions
                 else (*self.failed_actions, key),
                 "queries": self.queries if query is None else (*self.queries, query),
+                **self._confidence_after(step.confidence),
             }
         )
         return updated, updated._after(step, repeat, same_result, remaining, pause_requested)
@@ -224,6 +232,12 @@ class ProgressTracker(_Frozen):
         if self.steps_without_evidence >= self.config.max_steps_without_evidence:
             detail = f"{self.steps_without_evidence} steps in a row without new evidence"
             return self._verdict(stop_np, NoProgressRule.NO_NEW_EVIDENCE, detail)
+        if self.steps_without_confidence_gain >= self.config.max_steps_without_confidence_gain:
+            detail = (
+                f"{self.steps_without_confidence_gain} steps spent budget without raising confidence "
+                f"above {self.best_confidence}"
+            )
+            return self._verdict(stop_np, NoProgressRule.CONFIDENCE_NOT_RISING, detail)
         if self.steps_taken >= self.config.max_react_steps:
             return self._verdict(ProgressSignal.STEP_LIMIT, detail=f"{self.steps_taken} steps taken")
         return self._verdict(ProgressSignal.CONTINUE)
@@ -237,6 +251,16 @@ class ProgressTracker(_Frozen):
             dims = ", ".join(s["dimension"] for s in remaining.shortfalls(self.config.step_cost))
             return self._verdict(ProgressSignal.BUDGET_EXHAUSTED, detail=f"no budget for another step: {dims}")
         return None
+
+    def _confidence_after(self, measured: float | None) -> dict[str, Any]:
+        """Every step spends budget: once a confidence was measured, a step that does not raise the best one
+        (measuring none counts as not raising it) adds to the streak; a higher one resets it."""
+        best = self.best_confidence
+        if measured is not None and (best is None or measured > best):
+            return {"best_confidence": measured, "steps_without_confidence_gain": 0}
+        if best is None:
+            return {}
+        return {"steps_without_confidence_gain": self.steps_without_confidence_gain + 1}
 
     def _repeat_rule(self, action: str, args: dict[str, Any]) -> NoProgressRule | None:
         if (action, args_digest(args)) in self.failed_actions:
@@ -280,10 +304,15 @@ class ProgressTracker(_Frozen):
 
 
 class SelectedAction(_Frozen):
-    """The tool and arguments one local ReAct step chose."""
+    """The tool (and arguments) one local ReAct step chose.
+
+    As stored in the log the arguments are not repeated: ``call`` names the step (``step:N``) whose
+    signal and ``tool_attempted`` record the full call, once (``arguments`` None means exactly that).
+    """
 
     tool: str = Field(min_length=1)
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: dict[str, Any] | None = None
+    call: str | None = None  # "step:N": where the full call is recorded
 
 
 class ReactDecisionSummary(_Frozen):
@@ -291,7 +320,7 @@ class ReactDecisionSummary(_Frozen):
 
     decision_id: str = Field(min_length=1)
     work_item_id: str = Field(min_length=1)
-    objective: str = Field(min_length=1)
+    objective: str | None = Field(default=None, min_length=1)  # None: as in this attempt's first decision
     observation_refs: tuple[str, ...] = ()
     selected_action: SelectedAction
     reason_summary: str = Field(min_length=1, max_length=280)

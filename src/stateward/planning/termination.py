@@ -6,7 +6,8 @@ a person's explicit wish, then causes a person has to fix, then resource exhaust
 
 1. ``HARD_CONSTRAINT_VIOLATED`` - a hard constraint of the goal does not hold
    (:func:`stateward.planning.check_constraints`): effect BLOCK -> FAIL, effect HANDOFF -> HANDOFF.
-2. ``GOAL_FAILURE_CRITERION`` - a failure criterion of the goal is met -> FAIL.
+2. ``GOAL_FAILURE_CRITERION`` - a failure criterion of the goal is met -> FAIL, or DEGRADE when every
+   met criterion says so (``on_met``: what was verified can still be delivered safely).
 3. ``PAUSE_REQUESTED`` -> PAUSE (state is saved; the run can resume).
 4. ``REPEATED_FAILURE`` - the same action failed with the same error code N times in a row -> HANDOFF
    (retrying again would not change anything; a person has to fix access, the tool or the scope).
@@ -26,7 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
 from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.planning.budget import BudgetAmount, BudgetLedger
-from stateward.planning.goal import GoalContract, RunFacts, ViolationEffect, assess_goal, check_constraints
+from stateward.planning.goal import (
+    CriterionEffect,
+    GoalContract,
+    RunFacts,
+    ViolationEffect,
+    assess_goal,
+    check_constraints,
+)
 from stateward.planning.patch import WorkItemState
 
 
@@ -127,7 +135,10 @@ def _goal_rules(s: TerminationSnapshot, p: TerminationPolicy) -> Finding | None:
     failures = assess_goal(s.goal, s.facts).failures
     if failures:
         detail = f"failure criteria met: {', '.join(failures)}"
-        return TerminationDecision.FAIL, TerminationReason.GOAL_FAILURE_CRITERION, detail, failures
+        # The run fails only if some met criterion rules out a safe partial delivery.
+        fatal = any(c.on_met is CriterionEffect.FAIL for c in s.goal.failure_criteria if c.criterion_id in failures)
+        decision = TerminationDecision.FAIL if fatal else TerminationDecision.DEGRADE
+        return decision, TerminationReason.GOAL_FAILURE_CRITERION, detail, failures
     return None
 
 

@@ -18,6 +18,7 @@ stores exactly those params, so every process rebuilds the same agent.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
@@ -82,6 +83,14 @@ class RegisteredAgent:
 
 
 def _takes_params_dict(factory: AgentFactory) -> bool:
+    """Whether ``factory`` takes one ``params`` dict; remembered per factory (a worker builds an agent per run)."""
+    try:
+        return _params_dict_cached(factory)
+    except TypeError:  # an unhashable callable: inspect it every time
+        return _inspect_params_dict(factory)
+
+
+def _inspect_params_dict(factory: AgentFactory) -> bool:
     try:
         parameters = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):
@@ -91,6 +100,9 @@ def _takes_params_dict(factory: AgentFactory) -> bool:
         and parameters[0].name == "params"
         and parameters[0].kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     )
+
+
+_params_dict_cached = functools.lru_cache(maxsize=256)(_inspect_params_dict)
 
 
 class AgentRegistry:

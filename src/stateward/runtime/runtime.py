@@ -32,6 +32,7 @@ from stateward.runtime import transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
+from stateward.runtime.authority import authorize_resume
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, default_telemetry
@@ -435,14 +436,18 @@ class Runtime:
         self.store.commit_step(state.run_id, seq, write, lease)
         return write.state
 
-    def resume(self, run_id: str, *, by: str = "operator", roles: frozenset[str] = frozenset()) -> RunState:
+    def resume(
+        self, run_id: str, *, by: str = "operator", tenant: str | None = None, roles: frozenset[str] | None = None
+    ) -> RunState:
         """Continue a PAUSED run (or a RUNNING one whose process died) exactly where it stopped.
 
-        Loads the latest checkpoint, verifies artifact hashes, reconciles side effects left in
-        flight through the gateway's idempotency lookup, keeps the budget it had used, records
-        ``run_resumed`` and drives on.
+        Authorizes the resumer first (an authenticated principal passes its ``tenant`` and ``roles``;
+        ``None`` is the operator's own path, the CLI's), then loads the latest checkpoint, verifies artifact
+        hashes, reconciles side effects left in flight through the gateway's idempotency lookup, keeps the
+        budget it had used, records ``run_resumed`` and drives on.
         """
         state = self.store.load_run(run_id)
+        authorize_resume(state, tenant=tenant, roles=roles)
         if state.status not in (RunStatus.PAUSED, RunStatus.RUNNING):
             raise RunError(
                 f"run {run_id} is {state.status.value}; only a PAUSED or abandoned RUNNING run resumes",
@@ -461,7 +466,7 @@ class Runtime:
             self._verify_checkpoint(state, seq)
             reconciled = self._reconcile(state, lease.version)
             resumed, events = transition.resume(
-                state, "resumed", by=by, roles=roles, setback=without_retry(state.setback)
+                state, "resumed", by=by, roles=roles or frozenset(), setback=without_retry(state.setback)
             )
             events = [
                 *events,
@@ -469,7 +474,7 @@ class Runtime:
                     type=EventType.RUN_RESUMED,
                     payload={
                         "by": by,
-                        **({"roles": sorted(roles)} if roles else {}),
+                        **({} if roles is None else {"roles": sorted(roles)}),
                         "from_status": state.status.value,
                         "usage": state.usage.model_dump(),
                         "reconciled": reconciled,

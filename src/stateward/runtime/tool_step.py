@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from stateward.core.canonical import sha256_hex
 from stateward.core.contract import Observation
@@ -85,14 +86,7 @@ def execute_tool(
     step.events.append(
         NewEvent(
             type=EventType.TOOL_ATTEMPTED,
-            payload={
-                "observation": step.observation.model_dump(mode="json"),
-                "runtime_action": outcome.runtime_action.value,
-                "idempotency_key": outcome.idempotency_key,
-                "idempotency_status": None if outcome.idempotency_status is None else outcome.idempotency_status.value,
-                "attempts": len(outcome.attempts),
-                "handler_calls": outcome.handler_calls,
-            },
+            payload=_attempted(step.observation, outcome),
         )
     )
     if blocked:
@@ -161,3 +155,22 @@ def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: To
     step.state, events = suspend(state, pending, "awaiting_reconciliation")
     step.pending = pending
     step.events.extend(events)
+
+
+def _attempted(observation: Observation, outcome: ToolOutcome) -> dict[str, Any]:
+    """The ``tool_attempted`` payload: an absent error code, artifact list or idempotency status is left out
+    (readers take the Observation's defaults) rather than repeated as null on every step of a long run."""
+    observed = observation.model_dump(mode="json")
+    for key in ("error_code", "artifacts"):
+        if not observed.get(key):
+            observed.pop(key, None)
+    payload: dict[str, Any] = {
+        "observation": observed,
+        "runtime_action": outcome.runtime_action.value,
+        "idempotency_key": outcome.idempotency_key,
+        "attempts": len(outcome.attempts),
+        "handler_calls": outcome.handler_calls,
+    }
+    if outcome.idempotency_status is not None:
+        payload["idempotency_status"] = outcome.idempotency_status.value
+    return payload

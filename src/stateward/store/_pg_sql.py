@@ -20,9 +20,12 @@ SCHEMA_VERSION = "SELECT coalesce(max(version), 0) FROM stateward_schema"
 SCHEMA_RECORD = "INSERT INTO stateward_schema(version) VALUES (%s)"
 
 # -- runs -------------------------------------------------------------------------------------------
-CREATE_RUN = """INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, last_seq)
-    VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id) DO NOTHING RETURNING created_at"""
-SNAPSHOT = "SELECT snapshot, last_seq FROM runs WHERE run_id=%s"
+CREATE_RUN = """INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, parts, last_seq)
+    VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id) DO NOTHING RETURNING created_at"""
+SNAPSHOT = "SELECT snapshot, last_seq, parts FROM runs WHERE run_id=%s"
+# Large memo entries stored apart (store/parts.py): immutable, so read outside the row's transaction.
+INSERT_PART = "INSERT INTO state_parts(run_id, digest, body) VALUES (%s,%s,%s) ON CONFLICT DO NOTHING"
+READ_PARTS = "SELECT digest, body FROM state_parts WHERE run_id=%s AND digest = ANY(%s)"
 LAST_SEQ = "SELECT last_seq FROM runs WHERE run_id=%s"
 GET_CONTROL = "SELECT control FROM runs WHERE run_id=%s"
 SET_CONTROL = "UPDATE runs SET control=%s WHERE run_id=%s"
@@ -69,7 +72,7 @@ def step_update(*, leased: bool, clear_control: bool) -> str:
         else f"(lease_owner IS NULL OR lease_expires_at < {DB_EPOCH})"
     )
     return (
-        "UPDATE runs SET status=%(status)s, terminal_reason=%(reason)s, snapshot=%(snapshot)s,"
+        "UPDATE runs SET status=%(status)s, terminal_reason=%(reason)s, snapshot=%(snapshot)s, parts=%(parts)s,"
         " last_seq=%(new_seq)s, updated_at=now(), not_before=%(not_before)s"
         + (", control=NULL" if clear_control else "")
         + f" WHERE run_id=%(run_id)s AND last_seq=%(expected)s AND {guard} RETURNING now()"
@@ -87,8 +90,9 @@ INSERT_ARTIFACT = """INSERT INTO artifacts(run_id, name, version, sha256, media_
     VALUES (%s,%s,%s,%s,%s,%s,%s)"""
 UPSERT_ATTEMPT = """INSERT INTO tool_attempts(attempt_id, run_id, step, body) VALUES (%s,%s,%s,%s)
     ON CONFLICT (attempt_id) DO UPDATE SET run_id=EXCLUDED.run_id, step=EXCLUDED.step, body=EXCLUDED.body"""
-INSERT_CHECKPOINT = "INSERT INTO checkpoints(run_id, seq, reason, snapshot, created_at) VALUES (%s,%s,%s,%s,%s)"
-LATEST_CHECKPOINT = """SELECT seq, reason, snapshot, created_at FROM checkpoints WHERE run_id=%s
+INSERT_CHECKPOINT = """INSERT INTO checkpoints(run_id, seq, reason, snapshot, parts, created_at)
+    VALUES (%s,%s,%s,%s,%s,%s)"""
+LATEST_CHECKPOINT = """SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=%s
     ORDER BY seq DESC LIMIT 1"""
 
 # -- leases -----------------------------------------------------------------------------------------

@@ -187,6 +187,17 @@ class PayloadLimits:
         if size is not None:
             raise _too_large(run_id, "the run's snapshot", size, self.snapshot_bytes)
 
+    def check_snapshot_parts(self, run_id: str, texts: Sequence[str]) -> None:
+        """The snapshot as stored in parts (store/parts.py): the limit applies to all of them together."""
+        if len(texts) == 1:
+            self.check_snapshot(run_id, texts[0])
+            return
+        if self.snapshot_bytes is None or sum(len(t) for t in texts) * 4 <= self.snapshot_bytes:
+            return
+        size = sum(len(t.encode("utf-8")) for t in texts)
+        if size > self.snapshot_bytes:
+            raise _too_large(run_id, "the run's snapshot", size, self.snapshot_bytes)
+
     def check_events(self, run_id: str, events: Sequence[NewEvent], texts: Sequence[str]) -> None:
         """``texts`` holds each event's payload as it would be stored."""
         if self.event_bytes is None:

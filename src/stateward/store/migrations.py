@@ -164,6 +164,17 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         _REQUEST_TENANTS,
         _OPEN_BY_TENANT,
     ],
+    # 6: large memo entries (a plan) are parts of their run, addressed by the SHA-256 of their JSON and
+    # written only when they change (store/parts.py); a run's row and a checkpoint name theirs in ``parts``.
+    [
+        """CREATE TABLE state_parts (
+            run_key INTEGER NOT NULL,
+            digest TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (run_key, digest))""",
+        "ALTER TABLE runs ADD COLUMN parts TEXT",
+        "ALTER TABLE checkpoints ADD COLUMN parts TEXT",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -299,5 +310,15 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         'ALTER TABLE pending_requests ADD COLUMN tenant TEXT COLLATE "C"',
         _REQUEST_TENANTS,
         _OPEN_BY_TENANT,
+    ],
+    # 6: large memo entries as parts of their run, written only when they change, as in SQLite.
+    [
+        """CREATE TABLE state_parts (
+            run_id TEXT COLLATE "C" NOT NULL,
+            digest TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (run_id, digest))""",
+        "ALTER TABLE runs ADD COLUMN parts TEXT",
+        "ALTER TABLE checkpoints ADD COLUMN parts TEXT",
     ],
 ]

@@ -4,6 +4,10 @@ sqlite3 and psycopg block; called from the event loop's thread they would stall 
 is driving. Wrapped here, the same store methods (the same transactions, the same fencing) run on
 ``executor`` while the loop goes on; outside a bridge (a lease heartbeat's thread, say) they are
 called directly, exactly as before. The stores already serialize their own connections.
+
+A store whose every call is brief (``brief_calls``: SQLite without an fsync per commit) is not
+wrapped: its calls take microseconds on one connection, and a hop to a thread and back would cost
+more CPU than the call itself (that hop was most of the async worker's cost per run).
 """
 
 from __future__ import annotations
@@ -45,5 +49,8 @@ class OffloadedStore:
 
 
 def offloaded(store: Store, executor: Executor) -> Store:
-    """``store`` whose calls from bridged code run on ``executor`` (a Store in every other respect)."""
+    """``store`` whose calls from bridged code run on ``executor`` (a Store in every other respect);
+    a store whose calls are all brief, as it is."""
+    if getattr(store, "brief_calls", False):
+        return store
     return cast(Store, OffloadedStore(store, executor))

@@ -46,6 +46,7 @@ from stateward.store.paging import (
     request_row,
     run_filters,
 )
+from stateward.store.parts import PartCache, SplitState, join_state, referenced, split_state
 from stateward.store.records import (
     ArtifactRecord,
     Checkpoint,
@@ -89,6 +90,7 @@ class PostgresStore(OutboxMethods):
         """``limits`` caps event payloads and snapshots (default: 1 MiB and 4 MiB, or
         STATEWARD_MAX_EVENT_BYTES / STATEWARD_MAX_SNAPSHOT_BYTES)."""
         self.limits = limits if limits is not None else PayloadLimits.from_env()
+        self._parts = PartCache()
         try:
             params = conninfo_to_dict(url)
         except psycopg.Error as exc:
@@ -194,8 +196,8 @@ class PostgresStore(OutboxMethods):
 
     # -- runs -----------------------------------------------------------------------------------
     def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
-        snapshot = state.model_dump_json()
-        self.limits.check_snapshot(state.run_id, snapshot)
+        split = split_state(state)
+        self.limits.check_snapshot_parts(state.run_id, split.texts)
         texts = self._event_texts(state.run_id, events)
         with self._tx() as conn:
             row = conn.execute(
@@ -206,20 +208,30 @@ class PostgresStore(OutboxMethods):
                     state.agent.name,
                     state.status.value,
                     state.terminal_reason,
-                    snapshot,
+                    split.snapshot,
+                    split.refs,
                     len(events),
                 ),
             ).fetchone()
             if row is None:
                 raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
-            return self._append(conn, state.run_id, 0, events, row[0], 0, texts)
+            written = self._append(conn, state.run_id, 0, events, row[0], 0, texts)
+        self._parts.committed(state.run_id, split.known)  # a new run has no parts yet (see store/parts.py)
+        return written
 
     def load_run(self, run_id: str) -> RunState:
         return self.load_run_at(run_id)[0]
 
     def load_run_at(self, run_id: str) -> tuple[RunState, int]:
         row = self._one(q.SNAPSHOT, run_id)
-        return RunState.model_validate_json(row[0]), int(row[1])
+        return join_state(run_id, row[0], row[2], self._read_parts(run_id, row[2])), int(row[1])
+
+    def _read_parts(self, run_id: str, refs: str | None) -> dict[str, str]:
+        digests = referenced(refs)
+        if not digests:
+            return {}
+        with self._conn() as conn:
+            return {str(d): str(b) for d, b in conn.execute(q.READ_PARTS, (run_id, digests)).fetchall()}
 
     def last_seq(self, run_id: str) -> int:
         return int(self._one(q.LAST_SEQ, run_id)[0])
@@ -236,10 +248,12 @@ class PostgresStore(OutboxMethods):
     def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
         state = write.state
         new_seq = expected_seq + len(write.events)
+        split = split_state(state, self._parts.known(run_id))  # large memo entries apart, written when changed
         params: dict[str, Any] = {
             "status": state.status.value,
             "reason": state.terminal_reason,
-            "snapshot": state.model_dump_json(),
+            "snapshot": split.snapshot,
+            "parts": split.refs,
             "new_seq": new_seq,
             "run_id": run_id,
             "expected": expected_seq,
@@ -247,7 +261,7 @@ class PostgresStore(OutboxMethods):
         }
         if lease is not None:
             params.update(owner=lease.owner, version=lease.version)
-        self.limits.check_snapshot(run_id, params["snapshot"])  # refused before the transaction
+        self.limits.check_snapshot_parts(run_id, split.texts)  # refused before the transaction
         texts = self._event_texts(run_id, write.events)
         sql = q.step_update(leased=lease is not None, clear_control=write.clear_control)
         with self._tx() as conn:
@@ -255,14 +269,15 @@ class PostgresStore(OutboxMethods):
             if row is None:
                 raise self._why_not_written(conn, run_id, expected_seq, lease)
             try:
-                self._write_contents(conn, run_id, expected_seq, write, lease, row[0], params["snapshot"], texts)
-                return new_seq
+                self._write_contents(conn, run_id, expected_seq, write, lease, row[0], split, texts)
             except pg_errors.UniqueViolation as exc:
                 raise RunError(
                     f"step of run {run_id} repeats a record that already exists: {_first_line(exc)}",
                     code=ErrorCode.DUPLICATE_RECORD,
                     details={"run_id": run_id, "expected_seq": expected_seq},
                 ) from None
+        self._parts.committed(run_id, split.known)
+        return new_seq
 
     def _write_contents(
         self,
@@ -272,7 +287,7 @@ class PostgresStore(OutboxMethods):
         write: StepWrite,
         lease: Lease | None,
         now: datetime,
-        snapshot: str,
+        split: SplitState,
         texts: list[str],
     ) -> None:
         """Everything a step writes besides the snapshot, in the same transaction."""
@@ -280,6 +295,8 @@ class PostgresStore(OutboxMethods):
         notices = notices_of(write.state, expected_seq, write.events) if write.events else []
         if notices:  # a wait, an end: the outbox row commits with the step (store/outbox.py)
             enqueue(conn, "%s", write.state, notices, now.timestamp())
+        for digest, body in split.new_parts.items():
+            conn.execute(q.INSERT_PART, (run_id, digest, body))
         if write.close_request is not None:
             self._close_request(conn, run_id, write.close_request)
         if write.close_all_requests is not None:
@@ -302,7 +319,7 @@ class PostgresStore(OutboxMethods):
                 )
         if write.checkpoint is not None:
             new_seq = expected_seq + len(write.events)
-            conn.execute(q.INSERT_CHECKPOINT, (run_id, new_seq, write.checkpoint, snapshot, now))
+            conn.execute(q.INSERT_CHECKPOINT, (run_id, new_seq, write.checkpoint, split.snapshot, split.refs, now))
 
     @staticmethod
     def _why_not_written(conn: Conn, run_id: str, expected_seq: int, lease: Lease | None) -> RunError:
@@ -480,9 +497,8 @@ class PostgresStore(OutboxMethods):
             row = conn.execute(q.LATEST_CHECKPOINT, (run_id,)).fetchone()
         if row is None:
             return None
-        return Checkpoint(
-            run_id=run_id, seq=row[0], reason=row[1], state=RunState.model_validate_json(row[2]), created_at=row[3]
-        )
+        state = join_state(run_id, row[2], row[4], self._read_parts(run_id, row[4]))
+        return Checkpoint(run_id=run_id, seq=row[0], reason=row[1], state=state, created_at=row[3])
 
     # -- pending requests -----------------------------------------------------------------------
     def get_request(self, run_id: str, request_id: str) -> PendingRecord | None:

@@ -42,6 +42,7 @@ from stateward.store.paging import (
     request_row,
     run_filters,
 )
+from stateward.store.parts import PartCache, SplitState, join_state, referenced, split_state
 from stateward.store.records import (
     ArtifactRecord,
     Checkpoint,
@@ -91,15 +92,17 @@ def _step_updates(fenced: bool, clear_control: bool) -> tuple[str, str]:
     fence = " AND lease_owner=? AND lease_version=?" if fenced else " AND (lease_owner IS NULL OR lease_expires_at<?)"
     control = ", control=NULL" if clear_control else ""
     return (
-        f"UPDATE runs SET terminal_reason=?, snapshot=?, last_seq=?, updated_at=?, not_before=?{control}"
+        f"UPDATE runs SET terminal_reason=?, snapshot=?, parts=?, last_seq=?, updated_at=?, not_before=?{control}"
         f" WHERE run_key=? AND last_seq=? AND status=?{fence}",
-        f"UPDATE runs SET status=?, terminal_reason=?, snapshot=?, last_seq=?, updated_at=?, not_before=?{control}"
+        f"UPDATE runs SET status=?, terminal_reason=?, snapshot=?, parts=?, last_seq=?, updated_at=?,"
+        f" not_before=?{control}"
         f" WHERE run_key=? AND last_seq=?{fence}",
     )
 
 
 _STEP_UPDATES = {(fenced, clear): _step_updates(fenced, clear) for fenced in (False, True) for clear in (False, True)}
 _RUN_KEY_CACHE = 10_000
+_INSERT_PART = "INSERT OR IGNORE INTO state_parts(run_key, digest, body) VALUES (?,?,?)"
 _INSERT_BATCH = "INSERT INTO event_batches(run_key, seq, count, events, lease_version, at) VALUES (?,?,?,?,?,?)"
 
 
@@ -214,6 +217,7 @@ class SQLiteStore(OutboxMethods):
         self.limits = limits if limits is not None else PayloadLimits.from_env()
         if synchronous not in {"FULL", "NORMAL", "OFF", "EXTRA"}:
             raise UserError(f"unknown synchronous mode {synchronous!r}", code=ErrorCode.CONFIGURATION_ERROR)
+        self.synchronous = synchronous
         self.path = str(path)
         if not self.path:
             raise UserError("the database path is empty", code=ErrorCode.CONFIGURATION_ERROR)
@@ -229,6 +233,7 @@ class SQLiteStore(OutboxMethods):
         self._checkpointer = WalCheckpointer(self.path)
         self._step_cursor = self._db.cursor()
         self._run_keys: dict[str, int] = {}
+        self._parts = PartCache()
         try:
             self._db.execute("PRAGMA busy_timeout=30000")
             version = self._refuse_foreign(create)  # before anything below changes the file
@@ -242,6 +247,15 @@ class SQLiteStore(OutboxMethods):
             if isinstance(exc, sqlite3.Error):
                 raise store_error(exc, self.path) from exc
             raise
+
+    @property
+    def brief_calls(self) -> bool:
+        """Whether every call returns in microseconds: no fsync per commit (``synchronous`` NORMAL or OFF).
+
+        The async Runtime then calls this store on the event loop's thread (see store/offload.py): the
+        one connection serializes every call anyway, and a thread hop costs more CPU than such a call.
+        """
+        return self.synchronous in ("NORMAL", "OFF")
 
     # -- plumbing -------------------------------------------------------------------------------
     @contextmanager
@@ -332,21 +346,22 @@ class SQLiteStore(OutboxMethods):
     # -- runs -----------------------------------------------------------------------------------
     def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
         now = _now()
-        snapshot = state.model_dump_json()
-        self.limits.check_snapshot(state.run_id, snapshot)
+        split = split_state(state)
+        self.limits.check_snapshot_parts(state.run_id, split.texts)
         batch = _event_batch(state.run_id, events, self.limits) if events else ""
         with self._tx() as db:
             try:
                 cur = db.execute(
-                    "INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, last_seq,"
-                    " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, parts, last_seq,"
+                    " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (
                         state.run_id,
                         state.tenant,
                         state.agent.name,
                         state.status.value,
                         state.terminal_reason,
-                        snapshot,
+                        split.snapshot,
+                        split.refs,
                         len(events),
                         now,
                         time.time(),
@@ -357,7 +372,9 @@ class SQLiteStore(OutboxMethods):
             # The new key is not cached: this transaction may still roll back and the key go to another run.
             key = cur.lastrowid
             assert key is not None
-            return self._append(db, key, state.run_id, events, now, batch)
+            written = self._append(db, key, state.run_id, events, now, batch)
+        self._parts.committed(state.run_id, split.known)  # a new run has no parts yet (see store/parts.py)
+        return written
 
     def _run_key(self, db: sqlite3.Connection | sqlite3.Cursor, run_id: str) -> int:
         """The key of a committed run never changes (runs are never deleted), so each process reads it once."""
@@ -375,8 +392,24 @@ class SQLiteStore(OutboxMethods):
         return self.load_run_at(run_id)[0]
 
     def load_run_at(self, run_id: str) -> tuple[RunState, int]:
-        row = self._one("SELECT snapshot, last_seq FROM runs WHERE run_id=?", run_id)
-        return RunState.model_validate_json(row[0]), int(row[1])
+        with self._lock:
+            row = self._db.execute("SELECT snapshot, last_seq, parts, run_key FROM runs WHERE run_id=?", (run_id,))
+            found = row.fetchone()
+            if found is None:
+                raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+            parts = self._read_parts(int(found[3]), found[2])
+        return join_state(run_id, found[0], found[2], parts), int(found[1])
+
+    def _read_parts(self, run_key: int, refs: str | None) -> dict[str, str]:
+        """The parts a row names (see store/parts.py); immutable, so read outside the row's transaction."""
+        digests = referenced(refs)
+        if not digests:
+            return {}
+        marks = ",".join("?" * len(digests))
+        rows = self._db.execute(
+            f"SELECT digest, body FROM state_parts WHERE run_key=? AND digest IN ({marks})", (run_key, *digests)
+        ).fetchall()
+        return {str(d): str(b) for d, b in rows}
 
     def last_seq(self, run_id: str) -> int:
         return int(self._one("SELECT last_seq FROM runs WHERE run_id=?", run_id)[0])
@@ -400,9 +433,10 @@ class SQLiteStore(OutboxMethods):
     def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
         # The hot path of every run: prepared SQL text, one clock read, one serializer call per document.
         state = write.state
-        snapshot = state.__pydantic_serializer__.to_json(state).decode()
+        split = split_state(state, self._parts.known(run_id))  # large memo entries apart, written when changed
+        snapshot = split.snapshot
         events = write.events
-        self.limits.check_snapshot(run_id, snapshot)  # refused before the transaction: nothing is written
+        self.limits.check_snapshot_parts(run_id, split.texts)  # refused before the transaction: nothing is written
         batch = _event_batch(run_id, events, self.limits) if events else ""
         new_seq = expected_seq + len(events)
         now = time.time()
@@ -422,9 +456,10 @@ class SQLiteStore(OutboxMethods):
             try:
                 key = self._run_key(cur, run_id)
                 # Most steps leave the status alone: keep it out of the SET list so its index is not rewritten.
-                cur.execute(same_status, (reason, snapshot, new_seq, now, hold, key, expected_seq, status, *fence))
+                row = (snapshot, split.refs, new_seq, now, hold, key, expected_seq)
+                cur.execute(same_status, (reason, *row, status, *fence))
                 if cur.rowcount != 1:
-                    cur.execute(any_status, (status, reason, snapshot, new_seq, now, hold, key, expected_seq, *fence))
+                    cur.execute(any_status, (status, reason, *row, *fence))
                     if cur.rowcount != 1:
                         self._run_keys.pop(run_id, None)  # in case the run is gone: look it up afresh next time
                         raise self._why_not_written(self._db, run_id, expected_seq, lease)
@@ -433,12 +468,15 @@ class SQLiteStore(OutboxMethods):
                     notices = notices_of(state, expected_seq, events)
                     if notices:  # a wait, an end: the outbox row commits with the step (store/outbox.py)
                         enqueue(cur, "?", state, notices, now)
+                for digest, body in split.new_parts.items():
+                    cur.execute(_INSERT_PART, (key, digest, body))
                 if write.has_contents:
-                    self._write_contents(self._db, run_id, expected_seq, new_seq, write, snapshot, _now())
+                    self._write_contents(self._db, run_id, expected_seq, new_seq, write, split, _now())
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            self._parts.committed(run_id, split.known)
         self._checkpointer.note_commit()
         return new_seq
 
@@ -449,7 +487,7 @@ class SQLiteStore(OutboxMethods):
         expected_seq: int,
         new_seq: int,
         write: StepWrite,
-        snapshot: str,
+        split: SplitState,
         now: str,
     ) -> None:
         """The rarer parts of a step: requests, artifacts, attempts, a checkpoint."""
@@ -479,8 +517,8 @@ class SQLiteStore(OutboxMethods):
                 )
             if write.checkpoint is not None:
                 db.execute(
-                    "INSERT INTO checkpoints(run_id, seq, reason, snapshot, created_at) VALUES (?,?,?,?,?)",
-                    (run_id, new_seq, write.checkpoint, snapshot, now),
+                    "INSERT INTO checkpoints(run_id, seq, reason, snapshot, parts, created_at) VALUES (?,?,?,?,?,?)",
+                    (run_id, new_seq, write.checkpoint, split.snapshot, split.refs, now),
                 )
         except sqlite3.IntegrityError as exc:  # e.g. an artifact version written twice
             raise RunError(
@@ -576,16 +614,18 @@ class SQLiteStore(OutboxMethods):
     def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT seq, reason, snapshot, created_at FROM checkpoints WHERE run_id=? ORDER BY seq DESC LIMIT 1",
+                "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=?"
+                " ORDER BY seq DESC LIMIT 1",
                 (run_id,),
             ).fetchone()
-        if row is None:
-            return None
+            if row is None:
+                return None
+            parts = self._read_parts(self._run_key(self._db, run_id), row[4]) if row[4] else {}
         return Checkpoint(
             run_id=run_id,
             seq=row[0],
             reason=row[1],
-            state=RunState.model_validate_json(row[2]),
+            state=join_state(run_id, row[2], row[4], parts),
             created_at=datetime.fromisoformat(row[3]),
         )
 

@@ -131,6 +131,9 @@ def final_summary(runtime: Runtime, state: RunState) -> dict[str, Any]:
         "completion_mode": outcome.get("completion_mode"),
         "rung": outcome.get("rung"),
         "plan_version": plan.get("version"),
+        # The global stages the run went through (first entries, in order) and the one it is in now.
+        "stages": list(dict.fromkeys(e["stage"] for e in state.memo.get("stages", []))),
+        "stage": (state.memo.get("stages") or [{"stage": None}])[-1]["stage"],
         **_counts(runtime, state.run_id),
         "report_versions": [f"{REPORT}:v{v}" for v in versions],
         "final_artifact": outcome.get("final_artifact"),

@@ -1,0 +1,32 @@
+"""Goal-driven plan execution: the plan orders the work, a bounded local ReAct explores each work item,
+verification checks what comes out — and none of them can change the goal, reset the budget or skip
+an approval.
+
+Every step still leaves as one ControlDecision for ``Runtime.handle``. What the controller remembers
+(the validated plan, per-item attempts, the budget ledger, the progress tracker) is its memo, committed
+with the step. Work-item states are derived from recorded facts on every decision, never from a model
+saying "done": an item completes when its declared output artifact was written by a successful tool
+call, and a deliverable only counts once its checks pass.
+"""
+
+from stateward.controllers.plan_run.controller import PlanRunController
+from stateward.controllers.plan_run.memo import (
+    ApprovalAction,
+    EvidenceVerifier,
+    ItemRun,
+    PlanRunConfig,
+    PlanRunMemo,
+    Verifier,
+    start_item_guard,
+)
+
+__all__ = [
+    "ApprovalAction",
+    "EvidenceVerifier",
+    "ItemRun",
+    "PlanRunConfig",
+    "PlanRunController",
+    "PlanRunMemo",
+    "Verifier",
+    "start_item_guard",
+]

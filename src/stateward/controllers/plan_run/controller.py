@@ -1,0 +1,197 @@
+"""The plan run's coordinator: one decision per step, handed to planning, item execution or delivery."""
+
+from __future__ import annotations
+
+from stateward.controllers.plan_run.delivery import DeliverySteps
+from stateward.controllers.plan_run.facts import RunView
+from stateward.controllers.plan_run.items import ItemSteps
+from stateward.controllers.plan_run.memo import (
+    UNAVAILABLE,
+    PlanRunConfig,
+    PlanRunMemo,
+)
+from stateward.controllers.plan_run.planning import PlanningSteps
+from stateward.core.contract import DecisionContext, Proposal
+from stateward.core.decision import ControlDecision, DecisionType
+from stateward.core.events import EventType, NewEvent
+from stateward.models.base import AnyModel
+from stateward.planning.budget import BudgetLedger
+from stateward.planning.patch import (
+    WorkItemState,
+)
+from stateward.planning.plan import WorkItem
+from stateward.planning.stages import RunStage
+from stateward.planning.termination import (
+    TerminationDecision,
+    TerminationRecord,
+    TerminationSnapshot,
+)
+from stateward.planning.termination import evaluate as evaluate_termination
+
+
+class PlanRunController:
+    """Runs a Goal Contract through a validated plan DAG: items start when their dependencies are verified, their
+    approval is granted and their budget fits; each item is a bounded local ReAct; deliverables are verified; the
+    run degrades or hands off instead of looping."""
+
+    mode = "plan_run"
+
+    def __init__(self, planner: AnyModel, worker: AnyModel, config: PlanRunConfig):
+        self.planner = planner
+        self.worker = worker
+        self.config = config
+        self.view = RunView(self)
+        self.planning = PlanningSteps(self)
+        self.items = ItemSteps(self)
+        self.delivery = DeliverySteps(self)
+
+    def decide(self, ctx: DecisionContext) -> Proposal:
+        memo = (
+            PlanRunMemo.model_validate(ctx.state.memo)
+            if ctx.state.memo
+            else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
+        )
+        self.view.tick(memo)
+        if memo.plan is None:
+            return self._before_plan(ctx, memo)
+        notes: list[NewEvent] = []
+        if memo.awaiting_handoff or memo.handoff_request is not None:
+            outcome = self.delivery.after_handoff(ctx, memo, notes)
+            if outcome is not None:
+                return outcome
+        for wid in list(memo.running):
+            self.items.absorb(ctx, memo, wid, notes)
+        states = self.view.states(ctx, memo)
+        if not memo.running:
+            # A running item's own tracker bounds its local loop (NO_PROGRESS / STEP_LIMIT); counting each of
+            # its steps here would read any loop longer than the stall window as a stalled plan.
+            memo.history = [*memo.history[-9:], states]
+        facts = self.view.goal_facts(ctx, memo)
+        self.view.record_deviations(facts, memo, notes)
+        verdict = evaluate_termination(
+            TerminationSnapshot(
+                step=ctx.state.usage.steps,
+                budget=self.view.live_ledger(memo),
+                no_progress_streak=memo.no_progress_streak,
+                failures=tuple(memo.failures[-10:]),
+                state_history=tuple(memo.history),
+                goal=self.config.goal,
+                facts=facts,
+                next_estimate=self.view.next_estimate(memo, states),
+            )
+        )
+        if verdict.stops and memo.delivery is None:
+            stopped = self._stop(ctx, memo, notes, verdict, states)
+            if stopped is not None:
+                return stopped
+        if memo.delivery == "partial" or memo.delivery == "accepted":
+            return self.view.propose(
+                ControlDecision(type=DecisionType.FINISH, reason=f"delivery {memo.delivery}"), memo, notes
+            )
+        return self.schedule(ctx, memo, notes, states)
+
+    def _before_plan(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
+        """No plan yet: stop if the goal already rules it out, research until ready, then plan."""
+        memo.enter(RunStage.INTAKE, ctx.state.usage.steps + 1)
+        stopped = self._stopped_before_planning(ctx, memo)
+        if stopped is not None:
+            return stopped
+        if self.config.readiness is not None and not self.planning.ready(ctx, memo):
+            return self.planning.research(ctx, memo)
+        return self.planning.make_plan(ctx, memo)
+
+    def _stop(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        verdict: TerminationRecord,
+        states: dict[str, WorkItemState],
+    ) -> Proposal | None:
+        """The termination service said stop: fail, hand off or deliver what is done (a PAUSE is the
+        Runtime's, not the controller's)."""
+        notes.append(NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json")))
+        if verdict.decision is TerminationDecision.FAIL:
+            return self.view.propose(
+                ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes
+            )
+        if verdict.decision is TerminationDecision.HANDOFF:
+            return self.delivery.handoff(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
+        if verdict.decision is TerminationDecision.DEGRADE:
+            return self.delivery.deliver_partial(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
+        return None
+
+    def _stopped_before_planning(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal | None:
+        """Research spends budget too: the goal's constraints hold there as well. With no plan yet there
+        is nothing to hand over, so a broken hard constraint fails the run."""
+        verdict = evaluate_termination(
+            TerminationSnapshot(
+                step=ctx.state.usage.steps, goal=self.config.goal, facts=self.view.goal_facts(ctx, memo)
+            )
+        )
+        if not verdict.stops:
+            return None
+        notes = [NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json"))]
+        return self.view.propose(
+            ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes
+        )
+
+    def decide_with(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
+        """Continue deciding in the same step once a plan was recorded."""
+        inner = self.decide(
+            DecisionContext(
+                state=ctx.state.model_copy(update={"memo": memo.model_dump(mode="json")}),
+                observations=ctx.observations,
+                inventory=ctx.inventory,
+                actions=ctx.actions,
+            )
+        )
+        return Proposal(
+            signal=inner.signal,
+            source=inner.source,
+            visible_actions=inner.visible_actions,
+            model_usage=inner.model_usage,
+            memo=inner.memo,
+            notes=[*notes, *inner.notes],
+            wait=inner.wait,
+        )
+
+    def schedule(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
+    ) -> Proposal:
+        replanned = self.planning.replan_on_new_facts(ctx, memo, notes)
+        if replanned is not None:
+            return replanned
+        plan = memo.plan
+        assert plan is not None
+        waiting: WorkItem | None = None
+        for item in plan.work_items:  # plan order: the oldest ready item goes first, none starves
+            if len(memo.running) >= max(1, self.config.max_parallel):
+                break
+            state = states[item.work_item_id]
+            if state is WorkItemState.WAITING_FOR_APPROVAL and waiting is None:
+                waiting = item
+            elif state in (WorkItemState.READY, WorkItemState.RETRY_WAIT) and item.work_item_id not in memo.running:
+                refused = self.items.start(ctx, memo, notes, item)
+                if refused is not None:
+                    return refused
+        if memo.running:
+            wid = memo.running[memo.turn % len(memo.running)]
+            memo.turn += 1
+            return self.items.item_step(ctx, memo, wid, notes)
+        if waiting is not None:  # nothing else can move: now the run really waits for the person
+            memo.enter(RunStage.HUMAN_APPROVAL, ctx.state.usage.steps + 1)
+            return self.items.ask_approval(waiting, memo, notes)
+        if all(s is WorkItemState.SUCCEEDED for s in states.values()):
+            return self.delivery.finish(ctx, memo, notes, states)
+        stuck = sorted(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
+        replanned = self.planning.replan(ctx, memo, notes, states)
+        if replanned is not None:
+            return replanned
+        down = sorted({f.action for f in memo.failures if f.error_code in UNAVAILABLE})
+        if down and memo.delivery is None:
+            # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
+            # it or accept less - delivering as if the gap were final would hide a fixable cause.
+            detail = f"cannot proceed: {stuck}; unavailable after retries and fallbacks: {', '.join(down)}"
+            return self.delivery.handoff(ctx, memo, notes, "DEPENDENCY_UNAVAILABLE", detail, states)
+        return self.delivery.deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {stuck}", states)

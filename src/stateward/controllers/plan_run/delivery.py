@@ -1,0 +1,250 @@
+"""Delivering a plan run: the full delivery when the success criteria hold, a partial delivery at the
+best verified rung otherwise, a handoff package when a person must choose, and that person's answer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stateward.controllers.plan_run.memo import (
+    PlanRunMemo,
+    amount_text,
+)
+from stateward.controllers.plan_run.part import Part
+from stateward.controllers.plan_support import (
+    PARTIAL_ARTIFACT,
+    PARTIAL_TOOL,
+    evidence_ids,
+)
+from stateward.core.contract import DecisionContext, Proposal, WaitSpec
+from stateward.core.decision import ControlDecision, DecisionType
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import RequestKind
+from stateward.planning.budget import BudgetAmount
+from stateward.planning.delivery import (
+    AttemptSummary,
+    DecisionOption,
+    DegradationRung,
+    DeliveryFacts,
+    HandoffPackage,
+    PartialDelivery,
+    ResumePoint,
+    choose_rung,
+    standard_options,
+)
+from stateward.planning.goal import RunFacts, assess_goal
+from stateward.planning.outcome import (
+    RunOutcome,
+    completion_mode,
+    criterion_texts,
+)
+from stateward.planning.patch import (
+    AttemptOutcome,
+    WorkItemState,
+)
+from stateward.planning.plan import Plan
+from stateward.planning.stages import RunStage
+from stateward.planning.termination import (
+    TerminationReason,
+)
+
+
+class DeliverySteps(Part):
+    """Ends a plan run on what was verified: full, partial (with the budget to continue) or handed off."""
+
+    def deliver_partial(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        code: str,
+        detail: str,
+        states: dict[str, WorkItemState],
+        undecidable: tuple[str, ...] = (),
+    ) -> Proposal:
+        """Deliver the best rung the verified facts support, with its gaps and what continuing would cost."""
+        memo.enter(RunStage.DELIVER, ctx.state.usage.steps + 1)
+        plan = memo.plan
+        assert plan is not None
+        done = tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED)
+        missing = tuple(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
+        rung = choose_rung(self.delivery_facts(memo, states))
+        to_continue = self.estimate(plan, missing)
+        delivery = PartialDelivery(
+            original_goal=self.config.goal.objective,
+            rung=rung,
+            reason_code=code,
+            reason=detail or code,
+            done_scope=done,
+            missing_scope=missing,
+            undecidable=(*undecidable, *memo.measurement.unresolved),
+            needed_to_continue=(
+                *(f"complete {w}" for w in missing),
+                *([f"budget to continue: {amount_text(to_continue)}"] if missing else []),
+            ),
+            budget_used=memo.ledger.used,
+            artifact_refs=tuple(self.owner.view.outputs(memo).values()),
+        )
+        memo.delivery = "partial"
+        for wid in list(memo.running):
+            self.owner.items.end_attempt(memo, self.owner.view.item(memo, wid), AttemptOutcome.FAILED, code, notes)
+        report = self.report_ref(memo)
+        final = report or f"{PARTIAL_ARTIFACT}:v{ctx.state.artifacts.get(PARTIAL_ARTIFACT, 0) + 1}"
+        self.record_outcome(memo, rung, code, final, (*undecidable, *memo.measurement.unresolved), to_continue)
+        decision = ControlDecision(
+            type=DecisionType.EXECUTE_TOOL, action=PARTIAL_TOOL, args={"content": delivery.model_dump_json()}
+        )
+        return self.owner.view.propose(decision, memo, notes, visible=frozenset({PARTIAL_TOOL}))
+
+    def finish(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
+    ) -> Proposal:
+        """Every item verified: the goal's success criteria, not the item count, decide whether it is done."""
+        memo.enter(RunStage.DELIVER, ctx.state.usage.steps + 1)
+        goal = self.config.goal
+        assessment = assess_goal(goal, self.owner.view.goal_facts(ctx, memo))
+        if assessment.unmet:
+            texts = criterion_texts({c.criterion_id: c.description for c in goal.success_criteria}, assessment.unmet)
+            detail = f"success criteria not met: {', '.join(assessment.unmet)}"
+            return self.deliver_partial(ctx, memo, notes, "SUCCESS_CRITERIA_UNMET", detail, states, texts)
+        rung = choose_rung(self.delivery_facts(memo, states))
+        self.record_outcome(memo, rung, "GOAL_MET", self.report_ref(memo), memo.measurement.unresolved, None)
+        memo.delivery = "accepted"
+        reason = "success criteria met" + (" with open issues" if memo.measurement.unresolved else "")
+        return self.owner.view.propose(ControlDecision(type=DecisionType.FINISH, reason=reason), memo, notes)
+
+    def record_outcome(
+        self,
+        memo: PlanRunMemo,
+        rung: DegradationRung,
+        code: str,
+        final: str | None,
+        unresolved: tuple[str, ...],
+        to_continue: BudgetAmount | None,
+    ) -> None:
+        goal = self.config.goal
+        facts = RunFacts(metrics=memo.measurement.metrics, artifacts=self.owner.view.verified_types(memo))
+        assessment = assess_goal(goal, facts)
+        memo.outcome = RunOutcome(
+            completion_mode=completion_mode(rung, unresolved),
+            rung=rung,
+            reason_code=code,
+            plan_version=memo.plan.version if memo.plan else None,
+            final_artifact=final,
+            unresolved_issues=unresolved,
+            criteria_met=assessment.met,
+            criteria_unmet=assessment.unmet,
+            metrics=memo.measurement.metrics,
+            budget_used=memo.ledger.used,
+            budget_to_continue=to_continue,
+        )
+
+    def delivery_facts(self, memo: PlanRunMemo, states: dict[str, WorkItemState]) -> DeliveryFacts:
+        """Only verified outputs count: the report if its checks passed, fact lists if their items were verified."""
+        unresolved = memo.measurement.unresolved
+        return DeliveryFacts(
+            expected_scope=(*states, *unresolved),
+            covered_scope=tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED),
+            report_verified=self.report_ref(memo) is not None,
+            verified_facts=sum(1 for t in self.owner.view.verified_types(memo) if t in self.config.fact_artifacts),
+            completed_artifacts=tuple(self.owner.view.outputs(memo).values()),
+        )
+
+    def report_ref(self, memo: PlanRunMemo) -> str | None:
+        """The verified deliverable's artifact ref, if the deliverable passed verification."""
+        if self.config.deliverable is None or memo.plan is None:
+            return None
+        for item in memo.plan.work_items:
+            if item.output_spec.artifact_type == self.config.deliverable and item.work_item_id in memo.verified:
+                return memo.items[item.work_item_id].output
+        return None
+
+    @staticmethod
+    def estimate(plan: Plan, missing: Sequence[str]) -> BudgetAmount:
+        """What the unfinished items would still need, from the plan's own estimates."""
+        total = BudgetAmount()
+        for item in plan.work_items:
+            if item.work_item_id in missing:
+                total = total + BudgetAmount.from_estimate(item.estimated_cost)
+        return total
+
+    def handoff(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        code: str,
+        detail: str,
+        states: dict[str, WorkItemState],
+    ) -> Proposal:
+        memo.enter(RunStage.HUMAN_APPROVAL, ctx.state.usage.steps + 1)
+        plan = memo.plan
+        assert plan is not None
+        package = HandoffPackage(
+            reason_code=code,
+            reason=detail or code,
+            goal=self.config.goal.objective,
+            plan_version=plan.version,
+            completed_items=tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED),
+            blocked_items=tuple(w for w, s in states.items() if s in (WorkItemState.BLOCKED, WorkItemState.FAILED)),
+            artifact_refs=tuple(self.owner.view.outputs(memo).values()),
+            attempt_history=tuple(
+                AttemptSummary(
+                    work_item_id=wid,
+                    attempts=len(run.attempts),
+                    last_error_code=run.attempts[-1].error_class if run.attempts else None,
+                )
+                for wid, run in memo.items.items()
+            ),
+            evidence_refs=tuple(dict.fromkeys(e for o in ctx.observations for e in evidence_ids(o.result))),
+            options=self.handoff_options(code),
+            resume_point=ResumePoint(
+                checkpoint_seq=ctx.state.usage.steps,
+                work_item_id=memo.running[0] if memo.running else None,
+                plan_version=plan.version,
+                budget=memo.ledger,
+            ),
+        )
+        memo.awaiting_handoff = True  # the Runtime mints the request id; the answer says its kind
+        notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
+        decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
+        return self.owner.view.propose(
+            decision, memo, notes, wait=WaitSpec(kind=RequestKind.HANDOFF, options=package.option_ids)
+        )
+
+    @staticmethod
+    def handoff_options(code: str) -> tuple[DecisionOption, ...]:
+        """No one at a handoff can authorise past a hard constraint of the goal: only ending is offered."""
+        options = standard_options()
+        if code == TerminationReason.HARD_CONSTRAINT_VIOLATED.value:
+            return tuple(o for o in options if o.option_id != "continue_authorized")
+        return options
+
+    def after_handoff(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal | None:
+        """A person chose an option: it is the only way a handed-off run moves on."""
+        answer = ctx.state.last_answer
+        if answer is None:
+            return None
+        # Escalation keeps the kind, so an escalated handoff's answer is taken as well.
+        taken = answer.kind is RequestKind.HANDOFF if memo.awaiting_handoff else answer.answers(memo.handoff_request)
+        if not taken:
+            return None
+        choice = (answer.text or "").strip().lower()
+        memo.handoff_request, memo.awaiting_handoff = None, False
+        notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload={"option": choice, "by": answer.by}))
+        if choice == "cancel":
+            return self.owner.view.propose(
+                ControlDecision(type=DecisionType.FAIL, reason="cancelled_at_handoff"), memo, notes
+            )
+        if choice == "accept_partial":
+            return self.deliver_partial(
+                ctx,
+                memo,
+                notes,
+                "ACCEPTED_PARTIAL",
+                "a person accepted the partial scope",
+                self.owner.view.states(ctx, memo),
+            )
+        memo.failures.clear()
+        memo.no_progress_streak = 0
+        memo.history.clear()
+        return None

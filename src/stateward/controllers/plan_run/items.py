@@ -1,0 +1,313 @@
+"""Executing work items: starting one against its reserved budget, its bounded local ReAct steps,
+folding its observations into its tracker, verifying its output and ending its attempt."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stateward.controllers.base import provider_rejection
+from stateward.controllers.plan_run.memo import (
+    ITEM_INSTRUCTIONS,
+    ItemRun,
+    PlanRunMemo,
+    start_item_guard,
+    strings_in,
+    tokens_of,
+)
+from stateward.controllers.plan_run.part import Part
+from stateward.controllers.plan_support import (
+    OUTPUT_TOOL,
+    content_of,
+    evidence_ids,
+    output_ref,
+    step_record,
+)
+from stateward.core.contract import DecisionContext, Observation, Proposal, SignalFailure, WaitSpec
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
+from stateward.core.errors import DecisionParseError, ErrorCode
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import RequestKind
+from stateward.models.base import ModelRequest, complete
+from stateward.planning.budget import BudgetAmount, BudgetError
+from stateward.planning.patch import (
+    AttemptFact,
+    AttemptOutcome,
+)
+from stateward.planning.plan import WorkItem
+from stateward.planning.progress import ProgressTracker, ReactDecisionSummary, SelectedAction
+from stateward.planning.stages import RunStage
+from stateward.planning.termination import (
+    FailureFact,
+)
+from stateward.verify.policy import VerificationOutcome
+from stateward.verify.policy import decide as verification_decision
+
+
+class ItemSteps(Part):
+    """One work item at a time: a bounded local ReAct loop whose completion is read from recorded facts."""
+
+    def ask_approval(self, item: WorkItem, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
+        guard = (self.config.approval_action or start_item_guard)(item, memo)
+        question = (
+            f"Work item {item.work_item_id} ({item.title}, risk {item.risk_level.value}) needs approval "
+            f"before it runs: {guard.tool} {json.dumps(guard.args, sort_keys=True)}."
+        )
+        decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
+        return self.owner.view.propose(decision, memo, notes, wait=WaitSpec(guard=guard, kind=RequestKind.APPROVAL))
+
+    def start(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], item: WorkItem) -> Proposal | None:
+        """Reserve the item's budget and put it in flight; a partial delivery if the budget cannot carry it."""
+        wid = item.work_item_id
+        try:
+            memo.ledger = memo.ledger.reserve(wid, BudgetAmount.from_estimate(item.estimated_cost))
+        except BudgetError as exc:  # an item estimated above what is left never starts
+            notes.append(
+                NewEvent(
+                    type=EventType.WORK_ITEM_BLOCKED,
+                    payload={"work_item_id": wid, "code": exc.code, "message": exc.message},
+                )
+            )
+            return self.owner.delivery.deliver_partial(
+                ctx, memo, notes, "BUDGET_EXHAUSTED", exc.message, self.owner.view.states(ctx, memo)
+            )
+        run = memo.items.setdefault(wid, ItemRun())
+        run.attempts.append(AttemptFact(outcome=AttemptOutcome.RUNNING))
+        run.steps, run.absorbed = [], 0  # a new attempt: none of its observations has been seen yet
+        run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
+        memo.running.append(wid)
+        notes.append(
+            NewEvent(
+                type=EventType.WORK_ITEM_STARTED,
+                payload={
+                    "work_item_id": wid,
+                    "attempt": len(run.attempts),
+                    "reserved": memo.ledger.reserved[wid].model_dump(),
+                },
+            )
+        )
+        return None
+
+    def item_step(self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent]) -> Proposal:
+        memo.enter(RunStage.EXECUTE, ctx.state.usage.steps + 1)
+        item = self.owner.view.item(memo, wid)
+        run = memo.items[wid]
+        assert run.tracker is not None
+        before = run.tracker.before_step(remaining=memo.ledger.remaining())
+        if before.should_stop:
+            self.end_attempt(memo, item, AttemptOutcome.FAILED, before.signal.value, notes)
+            return self.owner.decide_with(ctx, memo, notes)
+        visible = (*(c for c in item.required_capabilities if c in ctx.actions), OUTPUT_TOOL)
+        mine = [o for o in ctx.observations if o.step in run.steps]
+        request = ModelRequest(
+            purpose="decide",
+            goal=f"{item.work_item_id}: {item.title}",
+            inventory=list(ctx.inventory),
+            observations=[o.model_dump(mode="json") for o in mine],
+            visible_actions=ctx.specs(visible),
+            facts={
+                "work_item": item.model_dump(mode="json"),
+                "outputs": self.owner.view.outputs(memo),
+                "inputs": self.owner.view.inputs(ctx, memo, item),
+                "correction": run.correction,
+                "remaining_steps": run.tracker.remaining_steps(),
+            },
+            instructions=ITEM_INSTRUCTIONS,
+            correction=ctx.state.correction,  # the Runtime refused the last proposal: say why, once
+        )
+        left = self.owner.view.live_ledger(memo).remaining().tokens
+        if left is not None and request.json_chars() // 4 > left:
+            # The request alone would not fit what is left: do not send it (tokens are spent, not refunded).
+            detail = f"the next model request needs ~{request.json_chars() // 4} tokens, {left} left"
+            return self.owner.delivery.deliver_partial(
+                ctx, memo, notes, "BUDGET_EXHAUSTED", detail, self.owner.view.states(ctx, memo)
+            )
+        reply = complete(self.owner.worker, request)
+        run.model_calls += 1
+        run.tokens += tokens_of(reply.usage)
+        rejected = provider_rejection(reply)
+        if rejected is not None:
+            return Proposal(
+                signal=rejected,
+                source=SignalSource.MODEL,
+                visible_actions=frozenset(visible),
+                model_usage=(reply.usage,),
+                memo=memo.model_dump(mode="json"),
+                notes=notes,
+            )
+        try:
+            decision = parse_decision(reply.text)
+        except DecisionParseError:
+            decision = None  # the Runtime names the parse failure; we never guess
+        if decision is not None and decision.type is not DecisionType.EXECUTE_TOOL:
+            # A worker saying "done" (or asking to stop) ends its attempt; it never completes the item.
+            self.end_attempt(memo, item, AttemptOutcome.FAILED, "MODEL_DECLARED_STOP", notes)
+            return self.owner.view.with_usage(self.owner.decide_with(ctx, memo, notes), reply.usage)
+        outside = self.out_of_scope(decision)
+        if outside is not None:
+            # The goal's scope holds for what a call touches, not only for which tool it is.
+            return Proposal(
+                signal=SignalFailure(code=ErrorCode.OUT_OF_SCOPE_ARGUMENT, message=outside, raw=reply.text[:2000]),
+                source=SignalSource.MODEL,
+                visible_actions=frozenset(visible),
+                model_usage=(reply.usage,),
+                memo=memo.model_dump(mode="json"),
+                notes=notes,
+            )
+        run.steps.append(ctx.state.usage.steps + 1)  # the observation of this step belongs to this item
+        if decision is not None and decision.action:
+            # What is kept of the decision: facts and a short stated reason, never hidden reasoning. The call
+            # itself is recorded once, by this step's signal and tool attempt (``call`` names the step), and
+            # the objective once per attempt (its first decision, before any observation of its own).
+            step = ctx.state.usage.steps + 1
+            summary = ReactDecisionSummary(
+                decision_id=f"{item.work_item_id}:{step}",
+                work_item_id=item.work_item_id,
+                objective=None if mine else item.title,
+                observation_refs=tuple(f"step:{o.step}" for o in mine[-5:]),
+                selected_action=SelectedAction(tool=decision.action, call=f"step:{step}"),
+                reason_summary=(decision.reason or "no reason given")[:280],
+                remaining_steps=run.tracker.remaining_steps(),
+            )
+            payload = summary.model_dump(mode="json", exclude_none=True)
+            notes.append(NewEvent(type=EventType.REACT_DECISION, payload=payload))
+        return Proposal(
+            signal=reply.text,
+            source=SignalSource.MODEL,
+            visible_actions=frozenset(visible),
+            model_usage=(reply.usage,),
+            memo=memo.model_dump(mode="json"),
+            notes=notes,
+        )
+
+    def out_of_scope(self, decision: ControlDecision | None) -> str | None:
+        """Why a proposed call's arguments reach outside the goal's scope (an ``out_of_scope`` name, or a path
+        under one, as any string argument), or None."""
+        fenced = self.config.goal.scope.out_of_scope
+        if decision is None or not fenced or not decision.args:
+            return None
+        for key, value in strings_in(decision.args):
+            for name in fenced:
+                if value == name or value.startswith((f"{name}/", f"{name}:")):
+                    return f"argument {key}={value!r} is outside the goal's scope ({name})"
+        return None
+
+    def absorb(self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent]) -> None:
+        """Fold a running item's new observations into its tracker; complete or stop it on facts."""
+        item = self.owner.view.item(memo, wid)
+        run = memo.items[wid]
+        assert run.tracker is not None
+        mine = [o for o in ctx.observations if o.step in run.steps]
+        for obs in mine[run.absorbed :]:
+            run.absorbed += 1
+            run.tracker, verdict = run.tracker.observe(step_record(obs), remaining=memo.ledger.remaining())
+            if obs.status != "SUCCESS" and obs.error_code:
+                memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
+            output = output_ref(obs, item.output_spec.artifact_type)
+            if output is not None:
+                self.complete(ctx, memo, item, output, obs, notes)
+                return
+            if verdict.should_stop:
+                self.end_attempt(
+                    memo,
+                    item,
+                    AttemptOutcome.FAILED,
+                    verdict.signal.value,
+                    notes,
+                    partial=run.tracker.partial_result(verdict).model_dump(mode="json"),
+                )
+                return
+
+    def complete(
+        self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
+    ) -> None:
+        run = memo.items[item.work_item_id]
+        has_verifier = self.config.verifier is not None or self.config.evidence_verifier is not None
+        checked = item.output_spec.artifact_type == self.config.deliverable and has_verifier
+        if checked and not self.verify_deliverable(ctx, memo, item, ref, obs, notes):
+            return
+        run.output = ref
+        memo.verified.append(item.work_item_id)
+        memo.no_progress_streak = 0
+        self.end_attempt(memo, item, AttemptOutcome.COMPLETED, None, notes)
+
+    def verify_deliverable(
+        self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
+    ) -> bool:
+        """Every check on every version; at most the budgeted repairs; UNKNOWN never passes. An evidence
+        verifier checks the cited evidence against what the run recorded, not against what exists."""
+        memo.enter(RunStage.VERIFY, ctx.state.usage.steps + 1)
+        content = content_of(obs)
+        if self.config.evidence_verifier is not None:
+            recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
+            results = list(self.config.evidence_verifier(content, recorded))
+        else:
+            assert self.config.verifier is not None
+            results = list(self.config.verifier(content))
+        name = item.output_spec.artifact_type
+        used = memo.ledger.reflections.get(name, 0)
+        limit = memo.ledger.limits.max_reflections_per_artifact
+        policy = verification_decision(
+            results,
+            used,
+            1 if limit is None else limit,
+            self.config.deliverable_risk,
+            self.config.deliverable_confidence,
+        )
+        notes.append(
+            NewEvent(
+                type=EventType.VERIFICATION_RECORDED,
+                payload={
+                    "artifact": ref,
+                    "outcome": policy.outcome.value,
+                    "reason_code": policy.reason_code,
+                    "checks": [{"name": r.name, "verdict": r.verdict.value, "detail": r.detail} for r in results],
+                },
+            )
+        )
+        if policy.outcome is VerificationOutcome.ACCEPT:
+            return True
+        run = memo.items[item.work_item_id]
+        if policy.outcome is VerificationOutcome.REPAIR_ONCE:
+            memo.ledger = memo.ledger.record_reflection(name)
+            # The fresh tracker below restarts the step count: charge the drafting loop's tool calls now, or
+            # settling the item would record only the repair's calls and the ledger would under-count.
+            spent = run.tracker.steps_taken if run.tracker else 0
+            memo.ledger = memo.ledger.charge(BudgetAmount(tool_calls=spent))
+            run.correction = "; ".join(policy.reasons)
+            run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
+            run.steps, run.absorbed = [], 0  # the repair is a fresh local loop that must write a new version
+            return False
+        self.end_attempt(memo, item, AttemptOutcome.FAILED, f"VERIFICATION_{policy.outcome.value}", notes)
+        return False
+
+    def end_attempt(
+        self,
+        memo: PlanRunMemo,
+        item: WorkItem,
+        outcome: AttemptOutcome,
+        error: str | None,
+        notes: list[NewEvent],
+        partial: dict[str, Any] | None = None,
+    ) -> None:
+        run = memo.items[item.work_item_id]
+        run.attempts[-1] = AttemptFact(outcome=outcome, error_class=error)
+        memo.ledger = memo.ledger.settle(item.work_item_id, self.owner.view.spent(run))
+        run.model_calls = run.tokens = 0
+        # The attempt's loop state is spent: keeping it would make every later step rewrite it.
+        run.tracker, run.steps, run.absorbed = None, [], 0
+        if error == "NO_PROGRESS":
+            memo.no_progress_streak += 1
+        memo.running = [w for w in memo.running if w != item.work_item_id]
+        notes.append(
+            NewEvent(
+                type=EventType.WORK_ITEM_ENDED,
+                payload={
+                    "work_item_id": item.work_item_id,
+                    "outcome": outcome.value,
+                    "error": error,
+                    "partial": partial,
+                    "output": run.output,
+                },
+            )
+        )

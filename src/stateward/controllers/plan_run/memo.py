@@ -1,0 +1,153 @@
+"""What a plan run keeps and is configured with: its memo (plan, per-item runs, ledger, progress), its config,
+the instructions its models are given, and the default approval binding."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stateward.core.canonical import action_digest
+from stateward.core.state import GuardedAction
+from stateward.models.base import Usage
+from stateward.planning.budget import BudgetAmount, BudgetLedger, BudgetLimits
+from stateward.planning.delivery import (
+    Confidence,
+    FindingRisk,
+)
+from stateward.planning.goal import GoalContract
+from stateward.planning.outcome import (
+    Measure,
+    Measurement,
+    RunOutcome,
+)
+from stateward.planning.patch import (
+    AttemptFact,
+    WorkItemState,
+)
+from stateward.planning.plan import Plan, WorkItem
+from stateward.planning.progress import ProgressTracker
+from stateward.planning.readiness import ReadinessContract
+from stateward.planning.stages import RunStage, StageEntry, entered
+from stateward.planning.termination import (
+    FailureFact,
+)
+from stateward.verify.checks import CheckResult
+
+PLAN_INSTRUCTIONS = "Reply with one JSON plan document: plan_id, version, goal_id, milestones, work_items."
+ITEM_INSTRUCTIONS = (
+    "Work on this one work item only, with its tools. Reply with exactly one JSON decision: "
+    '{"type": "EXECUTE_TOOL", "action": ..., "args": {...}}. The item is done when its output artifact is '
+    "written; saying so does not make it done."
+)
+Verifier = Callable[[str], Sequence[CheckResult]]
+PLAN_REVISIONS = 1  # a plan the validator says to REVISE goes back to the planner this many times
+MAX_INPUT_CHARS = 200_000  # recorded outputs handed to one work item's model request, in all
+# A verifier that also reads the run's evidence store: every evidence id the run's tool calls returned.
+EvidenceVerifier = Callable[[str, frozenset[str]], Sequence[CheckResult]]
+# Error codes saying a tool or its service is down (not that the call was wrong): a person can fix these.
+UNAVAILABLE = frozenset({"TIMEOUT", "CIRCUIT_OPEN", "TOOL_UNAVAILABLE", "SERVICE_UNAVAILABLE", "RATE_LIMITED"})
+ApprovalAction = Callable[[WorkItem, "PlanRunMemo"], GuardedAction]
+
+
+class ItemRun(BaseModel):
+    """What the controller recorded about one work item."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempts: list[AttemptFact] = Field(default_factory=list)
+    steps: list[int] = Field(default_factory=list)  # the steps whose observations belong to this attempt
+    absorbed: int = 0  # how many of those observations the tracker has seen
+    tracker: ProgressTracker | None = None
+    output: str | None = None  # artifact ref of the accepted output
+    correction: str | None = None  # what the last verification asked the worker to fix
+    model_calls: int = 0
+    tokens: int = 0  # tokens of this attempt's model calls, settled with the attempt
+
+
+class PlanRunMemo(BaseModel):
+    """A plan run's working memory in the run's state: its plan, each item's progress and its ledger."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    plan: Plan | None = None
+    items: dict[str, ItemRun] = Field(default_factory=dict)
+    running: list[str] = Field(default_factory=list)  # items in flight, at most max_parallel
+    turn: int = 0  # round robin over running items, so none starves
+    verified: list[str] = Field(default_factory=list)
+    ledger: BudgetLedger = BudgetLedger()
+    failures: list[FailureFact] = Field(default_factory=list)
+    no_progress_streak: int = 0
+    history: list[dict[str, WorkItemState]] = Field(default_factory=list)
+    delivery: str | None = None  # "accepted" | "partial"
+    research_steps: int = 0
+    handoff_request: str | None = None  # kept for snapshots written before awaiting_handoff
+    awaiting_handoff: bool = False  # a handoff was asked: the next handoff answer is this run's choice
+    deviations: list[str] = Field(default_factory=list)  # soft constraints already recorded as not holding
+    started_at: datetime | None = None  # the run's first decision: elapsed time is charged from here
+    measurement: Measurement = Measurement()  # goal metrics, re-measured when the verified set changes
+    measured: int = -1  # len(verified) at the last measurement
+    outcome: RunOutcome | None = None  # what the run delivered, once it delivers
+    patched_for: list[str] = Field(default_factory=list)  # measured open issues the planner was asked about
+    stages: list[StageEntry] = Field(default_factory=list)  # the global stages entered, in order
+
+    def enter(self, stage: RunStage, step: int) -> None:
+        """Record that the run entered a global stage (nothing if it is already in it)."""
+        self.stages = entered(self.stages, stage, step)
+
+
+@dataclass(frozen=True)
+class PlanRunConfig:
+    """How a plan run runs its goal: the goal contract, budget limits, the deliverable and its verifier, approval
+    binding, capabilities, readiness and parallelism."""
+
+    goal: GoalContract
+    budget: BudgetLimits = field(default_factory=BudgetLimits)
+    deliverable: str | None = None  # artifact type checked with bounded reflection before it counts
+    verifier: Verifier | None = None
+    evidence_verifier: EvidenceVerifier | None = None  # preferred over ``verifier``: checks against recorded evidence
+    default_react_steps: int = 4
+    deliverable_risk: FindingRisk = FindingRisk.LOW
+    deliverable_confidence: Confidence = Confidence.MEDIUM
+    approval_action: ApprovalAction | None = None  # the exact action an approval-gated item's approval admits
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+    readiness: ReadinessContract | None = None  # research must satisfy it before a plan is made
+    research_tools: tuple[str, ...] = ()
+    max_research_steps: int = 8
+    max_parallel: int = 1  # work items in flight at once; their steps interleave, each one transaction
+    measure: Measure | None = None  # the goal's metrics, measured from verified outputs and recorded evidence
+    fact_artifacts: frozenset[str] = frozenset()  # verified outputs that are confirmed fact lists (a rung)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # charges elapsed time
+
+
+def tokens_of(usage: Usage) -> int:
+    """Tokens a model call spent, input and output."""
+    return usage.input_tokens + usage.output_tokens
+
+
+def strings_in(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """Every string inside ``value`` (dicts and lists walked), with its dotted path."""
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in strings_in(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list | tuple):
+        return [s for i, v in enumerate(value) for s in strings_in(v, f"{path}[{i}]")]
+    return []
+
+
+def amount_text(amount: BudgetAmount) -> str:
+    """A budget amount as a person reads it."""
+    return f"{amount.tool_calls} tool calls, {amount.model_calls} model calls, {amount.tokens} tokens"
+
+
+def start_item_guard(item: WorkItem, memo: PlanRunMemo) -> GuardedAction:
+    """By default an approval admits starting exactly this item of exactly this plan version."""
+    version = memo.plan.version if memo.plan else None
+    args = {"work_item_id": item.work_item_id}
+    return GuardedAction(
+        tool="start_work_item", args=args, plan_version=version, digest=action_digest("start_work_item", args, version)
+    )
