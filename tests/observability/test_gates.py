@@ -147,16 +147,26 @@ def test_the_cli_prints_every_gate_and_exits_non_zero_on_a_breach(tmp_path: Path
     assert bad.exit_code == 1 and json.loads(bad.output)["breaches"] == ["unauthorized_tool_executions"]
 
 
+def test_every_source_fault_is_a_scenario_or_said_not_covered() -> None:
+    """The campaign's table answers for every fault the source lists: a scenario, the storm, or a reason."""
+    from stateward.chaos.campaign import _WHY_NOT, SCENARIOS, STORM_FAULTS, SourceFault
+
+    expressed = {s.fault for s in SCENARIOS} | set(STORM_FAULTS)
+    assert set(SourceFault) <= expressed | set(_WHY_NOT)
+    assert all(s.agent != "refund" for s in SCENARIOS)  # the refund demo registers no agent
+
+
 @pytest.mark.slow
-def test_a_storm_of_killed_workers_meets_every_gate() -> None:
-    """CI's gate run: the chaos storm (SIGKILLs at persistence boundaries, SIGSTOPs past the lease TTL,
-    approvers dying) on a new store, then the audit; every gate had chances and holds."""
+def test_the_campaign_meets_every_gate() -> None:
+    """CI's gate run: the fault-injection campaign (the ledger storm, then blog and payment-migration with
+    SIGKILLs at each persistence boundary, pauses at random steps and payment's faults) and the audit;
+    every gate had chances and holds, and cells say what ran and what is not covered."""
     import os
     import subprocess
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-m", "stateward.cli.main", "gates", "--runs", "8", "--kills", "15", "--json"],
+        [sys.executable, "-m", "stateward.cli.main", "gates", "--size", "1", "--json"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -166,23 +176,47 @@ def test_a_storm_of_killed_workers_meets_every_gate() -> None:
     data = json.loads(proc.stdout)
     assert data["passed"] is True and data["finished_or_waiting"] >= 0.95
     chances = {g["name"]: g["opportunities"] for g in data["gates"]}
-    for name in ("illegal_transitions", "unauthorized_tool_executions", "duplicate_side_effects", "budget_resets"):
-        assert chances[name] > 0, name
+    for name in chances:
+        if name != "unbounded_loops" or chances[name]:
+            assert chances[name] > 0, name
+    cells = {(c["agent"], c["fault"]): c for c in data["campaign"]["cells"]}
+    assert cells[("payment-migration", "report-missing-evidence")]["coverage"] == "ran"
+    assert cells[("blog", "sigkill-at-persistence-boundary")]["kills"] >= 1
+    assert cells[("chaos-ledger", "two-workers-resume-one-run")]["coverage"] == "ran"
+    assert cells[("refund", "permission-denied")]["coverage"] == "not_covered"
+
+
+@pytest.mark.slow
+def test_agents_not_installed_are_skipped_not_passed(tmp_path: Path) -> None:
+    """Without the demos' agents, their cells are ``skipped``; only the ledger storm runs."""
+    from stateward.chaos.campaign import Campaign, Coverage
+    from stateward.runtime.agent_registry import AgentRegistry, builtin_agents
+
+    registry = AgentRegistry()
+    registry.merge(builtin_agents())
+    ran = Campaign(str(tmp_path / "c.db"), registry, storm_kills=2).run()
+    by = {(c.agent, c.fault.value): c.coverage for c in ran.cells}
+    assert by[("blog", "sigkill-at-persistence-boundary")] is Coverage.SKIPPED
+    assert by[("payment-migration", "prompt-injection-in-document")] is Coverage.SKIPPED
+    assert {a for a, _ in ran.covered()} == {"chaos-ledger"}
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_a_storm_on_postgres_meets_every_gate(pg_url: str) -> None:
-    """The same campaign and audit on PostgreSQL (several workers claiming with SKIP LOCKED)."""
-    from stateward.chaos.harness import ChaosConfig, Harness
+def test_the_campaign_on_postgres_meets_every_gate(pg_url: str) -> None:
+    """The same campaign and audit on PostgreSQL (storm workers claiming with SKIP LOCKED, forked drivers
+    killed at each persistence boundary)."""
+    from stateward.chaos.campaign import Campaign
+    from stateward.runtime.agent_registry import process_agents
     from stateward.store.base import open_store
 
-    Harness(ChaosConfig(db=pg_url, runs=8, kills=15, seed=5, max_seconds=240)).run()
+    ran = Campaign(pg_url, process_agents(), seed=5).run()
     store = open_store(pg_url)
     try:
-        report = audit(store, [r.run_id for r in store.page_runs(limit=100).items])
+        report = audit(store, ran.run_ids)
     finally:
         store.close()
     assert report.passed, report.breaches()
     chances = {g.name: g.opportunities for g in report.gates}
-    assert report.runs == 8 and chances["unauthorized_tool_executions"] > 0 and chances["illegal_transitions"] > 0
+    assert chances["unauthorized_tool_executions"] > 0 and chances["illegal_transitions"] > 0
+    assert ("payment-migration", "sigkill-at-persistence-boundary") in ran.covered()

@@ -22,3 +22,18 @@ class RandomKill:
             os.write(fd, f"{name}\n".encode())
             os.close(fd)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillAt:
+    """SIGKILLs its own process the ``nth`` time it reaches ``name``: a crash at one persistence boundary."""
+
+    def __init__(self, name: str, nth: int = 1):
+        self._name = name
+        self._left = nth
+
+    def point(self, name: str) -> None:
+        if name != self._name:
+            return
+        self._left -= 1
+        if self._left <= 0:
+            os.kill(os.getpid(), signal.SIGKILL)

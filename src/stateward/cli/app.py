@@ -549,24 +549,36 @@ def chaos(
 def gates(
     db: Annotated[
         str | None,
-        typer.Option("--db", help="Audit this store's runs; without it, a chaos storm on a new temporary store first."),
+        typer.Option("--db", help="Audit this store's runs; without it, the fault campaign on a new store first."),
     ] = None,
-    runs: Annotated[int, typer.Option(min=1, help="Runs of the storm (without --db).")] = 20,
-    kills: Annotated[int, typer.Option(min=0, help="Process kills of the storm (without --db).")] = 60,
-    seed: Annotated[int, typer.Option(help="Seed of the storm (without --db).")] = 1,
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="Run the campaign on this new store (a SQLite path or postgresql:// URL)."),
+    ] = None,
+    size: Annotated[int, typer.Option(min=1, max=100, help="Repeats of each campaign scenario (CI: 1).")] = 1,
+    kills: Annotated[int, typer.Option(min=0, help="Process kills of the ledger storm, per size step.")] = 15,
+    seed: Annotated[int, typer.Option(help="Seed of the campaign.")] = 1,
     max_runs: Annotated[int, typer.Option(min=1, max=1_000_000, help="Audit at most this many runs.")] = 10_000,
     as_json: JsonOpt = False,
 ) -> None:
     """The eight hard gates (each count 0, pause/resume 100%) with their opportunities and the liveness
-    floor, audited from the event log and the side-effect journal; exit 1 on any breach."""
+    floor, audited from the event log and the side-effect journal; exit 1 on any breach.
+
+    Without --db: the campaign (agent x fault x this store) runs first; its cells say which faults ran,
+    which were skipped (agent not installed) and which no agent covers."""
     from stateward.observability.gates import audit
 
+    campaign: dict[str, object] | None = None
+    cells: list[dict[str, object]] = []
     with reported_errors(as_json):
         if db is None:
-            from stateward.chaos.harness import ChaosConfig, Harness
+            from stateward.chaos.campaign import Campaign
+            from stateward.runtime.agent_registry import process_agents
 
-            db = str(Path(tempfile.mkdtemp(prefix="stateward-gates-")) / "gates.db")
-            Harness(ChaosConfig(db=db, runs=runs, kills=kills, seed=seed)).run()
+            db = store or str(Path(tempfile.mkdtemp(prefix="stateward-gates-")) / "gates.db")
+            ran = Campaign(db, process_agents(), size=size, seed=seed, storm_kills=kills).run()
+            cells = [c.model_dump(mode="json") for c in ran.cells]
+            campaign = {"cells": cells, "storm_kills": ran.storm["kills"]}
         runtime = open_runtime(db)
         ids: list[str] = []
         cursor = None
@@ -577,7 +589,7 @@ def gates(
             if cursor is None:
                 break
         report = audit(runtime.store, ids)
-    data = {"db": db, **report.model_dump(mode="json"), "breaches": report.breaches()}
+    data = {"db": db, **report.model_dump(mode="json"), "breaches": report.breaches(), "campaign": campaign}
     if as_json:
         emit_json(data)
     else:
@@ -587,6 +599,8 @@ def gates(
         ]
         print_table(f"gates over {report.runs} runs ({db})", ("gate", "value", "opportunities", "holds"), rows)
         typer.echo(f"finished or waiting: {report.finished_or_waiting} (floor 0.95): {report.liveness_holds}")
+        if cells:
+            print_table("campaign", ("agent", "fault", "coverage", "runs", "kills"), cells)
     if not report.passed:
         raise typer.Exit(1)
 
