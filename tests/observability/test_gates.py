@@ -184,6 +184,10 @@ def test_the_campaign_meets_every_gate() -> None:
     assert cells[("blog", "sigkill-at-persistence-boundary")]["kills"] >= 1
     assert cells[("chaos-ledger", "two-workers-resume-one-run")]["coverage"] == "ran"
     assert cells[("refund", "permission-denied")]["coverage"] == "not_covered"
+    # Only runs that were really paused count for pause/resume: the storm never pauses.
+    assert cells[("blog", "pause-resume-at-random-point")]["coverage"] == "ran"
+    ledger_pause = cells[("chaos-ledger", "pause-resume-at-random-point")]
+    assert ledger_pause["coverage"] == "not_covered" and "never pauses" in ledger_pause["reason"]
 
 
 @pytest.mark.slow
