@@ -26,6 +26,10 @@ class MeteredModel:
     calls_left: int | None
     tokens_left: int | None
     usages: list[Usage] = field(default_factory=list)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or str(getattr(self.inner, "name", "checker"))
 
     @classmethod
     def within(cls, inner: AnyModel, remaining: BudgetRemaining) -> MeteredModel:
@@ -33,10 +37,6 @@ class MeteredModel:
         calls = None if remaining.model_calls is None else int(remaining.model_calls)
         tokens = None if remaining.tokens is None else int(remaining.tokens)
         return cls(inner, calls, tokens)
-
-    @property
-    def name(self) -> str:
-        return str(getattr(self.inner, "name", "checker"))
 
     @property
     def provider(self) -> str | None:
