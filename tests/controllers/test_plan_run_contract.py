@@ -16,6 +16,7 @@ from tests.controllers.test_plan_run import GOAL, THREE_ITEMS, events, item, mak
 
 from stateward import RunStatus, Runtime
 from stateward.controllers.plan_run import PlanRunController
+from stateward.controllers.plan_support import PARTIAL_ARTIFACT
 from stateward.core.events import EventType
 from stateward.models import ModelRequest, ScriptedModel, complete
 from stateward.planning import (
@@ -166,6 +167,10 @@ def test_a_measured_metric_fires_a_failure_criterion(runtime: Runtime) -> None:
     agent = configured(make_agent(TWO_ITEMS, goal=goal_with(**COVERAGE_GOAL)), measure=measured(0.3))
     state = runtime.start(agent, GOAL.objective)
     assert (state.status, state.terminal_reason) == (RunStatus.FAILED, "goal_failure_criterion")
+    # W1 was verified, but the goal says nothing may be delivered once this criterion holds: the lowest rung.
+    outcome = state.memo["outcome"]
+    assert (outcome["rung"], outcome["completion_mode"], outcome["final_artifact"]) == ("SAFE_FAILURE", "NONE", None)
+    assert state.memo["verified"] == ["W1"] and PARTIAL_ARTIFACT not in state.artifacts
     assert "W2" not in state.memo["verified"]  # it stopped as soon as the measurement showed the failure
 
 
@@ -358,6 +363,10 @@ def test_a_failure_criterion_that_rules_out_a_safe_delivery_fails_the_run(runtim
     agent = make_agent(UNDERESTIMATED, goal=_budget_goal("FAIL"), budget=BudgetLimits(max_tool_calls=5))
     state = runtime.start(agent, GOAL.objective)
     assert (state.status, state.terminal_reason) == (RunStatus.FAILED, "goal_failure_criterion")
+    # W1 was verified, but the goal says nothing may be delivered once this criterion holds: the lowest rung.
+    outcome = state.memo["outcome"]
+    assert (outcome["rung"], outcome["completion_mode"], outcome["final_artifact"]) == ("SAFE_FAILURE", "NONE", None)
+    assert state.memo["verified"] == ["W1"] and PARTIAL_ARTIFACT not in state.artifacts
 
 
 def test_without_the_criterion_the_affordable_item_still_runs(runtime: Runtime) -> None:

@@ -119,9 +119,7 @@ class PlanRunController:
         Runtime's, not the controller's)."""
         notes.append(NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json")))
         if verdict.decision is TerminationDecision.FAIL:
-            return self.view.propose(
-                ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes
-            )
+            return self.delivery.fail_safely(memo, notes, verdict.reason.value, verdict.reason.value.lower())
         if verdict.decision is TerminationDecision.HANDOFF:
             return self.delivery.handoff(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
         if verdict.decision is TerminationDecision.DEGRADE:
@@ -139,9 +137,7 @@ class PlanRunController:
         if not verdict.stops:
             return None
         notes = [NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json"))]
-        return self.view.propose(
-            ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes
-        )
+        return self.delivery.fail_safely(memo, notes, verdict.reason.value, verdict.reason.value.lower())
 
     def decide_with(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
         """Continue deciding in the same step once a plan was recorded."""
