@@ -19,6 +19,7 @@ from stateward_demos.payment.evaluation import GATES
 pytestmark = [pytest.mark.live_model, pytest.mark.slow]
 
 MAX_STEPS = 24  # a small step budget: a 135M model on 2 cores stays within a couple of minutes
+CALL_TIMEOUT_S = 30
 FINISHED_OR_WAITING = (
     RunStatus.COMPLETED,
     RunStatus.PARTIALLY_COMPLETED,
@@ -27,7 +28,14 @@ FINISHED_OR_WAITING = (
 )
 
 
-def test_a_real_model_drives_the_payment_case_and_breaches_no_gate(live_env: LocalServer, tmp_path: Path) -> None:
+def test_a_real_model_drives_the_payment_case_and_breaches_no_gate(
+    live_env: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bounded calls keep the test short: a plan is long JSON under a large schema, which a 135M model writes
+    # slowly; a call past the bound leaves the run PAUSED (model_unavailable), which is an outcome too.
+    monkeypatch.setenv("STATEWARD_MODEL_TIMEOUT_S", str(CALL_TIMEOUT_S))
+    monkeypatch.setenv("STATEWARD_MODEL_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("STATEWARD_MODEL_MAX_TOKENS", "160")
     db = tmp_path / "eval.db"
     args = ["payment-migration", "--model", "openai+json:smollm2", "--runs", "2", "--max-steps", str(MAX_STEPS)]
     result = CliRunner().invoke(app, [*args, "--db", str(db), "--json"])

@@ -10,6 +10,7 @@ in another process.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -180,4 +181,44 @@ def test_a_side_effecting_call_in_flight_is_waited_for_not_cancelled(tmp_path: P
 
     done = runtime.resume(run_id)
     assert done.status is RunStatus.COMPLETED and len(executed) == 1  # not repeated on resume
+    runtime.close()
+
+
+def test_under_the_async_runtime_a_pause_cancels_the_async_tool_s_task(tmp_path: Path) -> None:
+    started, cancelled = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    @tool(description="Read a page (slowly, the first time).", timeout_s=60)
+    async def read(page: int) -> dict[str, Any]:
+        calls.append(page)
+        if len(calls) == 1:
+            started.set()
+            try:
+                await asyncio.sleep(WAIT_S)
+            except asyncio.CancelledError:
+                cancelled.set()  # cooperative: the task was cancelled, not abandoned
+                raise
+        return {"text": "page one"}
+
+    db = tmp_path / "a.db"
+    runtime = Runtime.open(str(db))
+    agent = _agent(read, _read_then_finish)
+    runtime.agents.register("tests:slow", lambda: agent)
+
+    async def scenario() -> RunState:
+        run = asyncio.create_task(runtime.astart(agent, "read the page"))
+        assert await asyncio.to_thread(started.wait, WAIT_S)
+        run_id = runtime.list_runs().items[0].run_id
+        other = Runtime.open(str(db))
+        await asyncio.to_thread(other.pause, run_id)
+        paused = await asyncio.wait_for(run, WAIT_S / 2)
+        other.close()
+        return paused
+
+    paused = asyncio.run(scenario())
+    assert paused.status is RunStatus.PAUSED and cancelled.is_set()
+    [note] = _events(runtime, paused.run_id, EventType.CALL_CANCELLED)
+    assert (note["kind"], note["name"]) == ("tool", "read")
+    done = runtime.resume(paused.run_id)
+    assert done.status is RunStatus.COMPLETED and calls == [1, 1]
     runtime.close()
