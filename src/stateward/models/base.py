@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -12,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from stateward.core.bridge import blocking, in_bridge, resolve, run_coroutine
-from stateward.core.interrupt import PauseToken, abandon_on_pause, cancel_on_pause, pause_token
+from stateward.core.interrupt import CallCancelled, PauseToken, abandon_on_pause, cancel_on_pause, pause_token
 from stateward.core.model_io import ActionSpec, ModelReply, ModelRequest, Usage
 
 __all__ = [
@@ -155,5 +156,18 @@ def _cancellable(model: AnyModel, request: ModelRequest, token: PauseToken) -> M
         return resolve(cancel_on_pause(future, "model", name, token))
     if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
         return run_coroutine(cancel_on_pause(model.acomplete(request), "model", name, token))
-    sync = model
-    return abandon_on_pause(lambda: sync.complete(request), "model", name, token)
+    sync, sink, gone = model, model_attempt_sink.get(), threading.Event()
+
+    def record(attempt: dict[str, Any]) -> None:
+        if sink is not None and not gone.is_set():  # an abandoned call's later retries are not the run's
+            sink(attempt)
+
+    def call() -> ModelReply:
+        model_attempt_sink.set(record)
+        return sync.complete(request)
+
+    try:
+        return abandon_on_pause(call, "model", name, token)
+    except CallCancelled:
+        gone.set()
+        raise
