@@ -222,3 +222,31 @@ def test_under_the_async_runtime_a_pause_cancels_the_async_tool_s_task(tmp_path:
     done = runtime.resume(paused.run_id)
     assert done.status is RunStatus.COMPLETED and calls == [1, 1]
     runtime.close()
+
+
+def test_a_cancel_asked_during_a_slow_read_ends_the_run_without_waiting_for_it(tmp_path: Path) -> None:
+    in_flight, release = threading.Event(), threading.Event()
+
+    @tool(description="Read a page slowly.", timeout_s=60)
+    def read(page: int) -> dict[str, Any]:
+        in_flight.set()
+        release.wait(WAIT_S)
+        return {"text": "late"}
+
+    db = tmp_path / "c.db"
+    runtime = Runtime.open(str(db))
+    thread, out = _start_in_thread(runtime, _agent(read, _read_then_finish))
+    try:
+        assert in_flight.wait(WAIT_S)
+        run_id = runtime.list_runs().items[0].run_id
+        other = Runtime.open(str(db))
+        other.cancel(run_id, by="bob")
+        thread.join(WAIT_S)
+        assert not thread.is_alive() and not release.is_set()
+        assert out["state"].status is RunStatus.CANCELLED
+        [note] = _events(runtime, run_id, EventType.CALL_CANCELLED)
+        assert (note["kind"], note["reason"]) == ("tool", "cancel_requested")
+        other.close()
+    finally:
+        release.set()
+    runtime.close()
