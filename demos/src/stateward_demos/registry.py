@@ -16,3 +16,8 @@ AGENTS.register_lazy(
     "stateward_demos.payment.agent:build_agent",
     description="the Payment SDK migration assessment (plan run)",
 )
+AGENTS.register_lazy(
+    "refund",
+    "stateward_demos.refund_agent:build_agent",
+    description="the refund agent: find an order, refund it with a person's approval (faults: --param fault=...)",
+)
