@@ -147,20 +147,36 @@ def test_the_cli_prints_every_gate_and_exits_non_zero_on_a_breach(tmp_path: Path
     assert bad.exit_code == 1 and json.loads(bad.output)["breaches"] == ["unauthorized_tool_executions"]
 
 
-def test_every_source_fault_is_a_scenario_or_said_not_covered() -> None:
-    """The campaign's table answers for every fault the source lists: a scenario, the storm, or a reason."""
-    from stateward.chaos.campaign import _WHY_NOT, SCENARIOS, STORM_FAULTS, SourceFault
+def test_every_agent_x_fault_cell_is_a_scenario_or_says_why_not() -> None:
+    """The campaign's table answers for every fault on every agent: a scenario, the storm, or a reason
+    (not applicable, or not covered yet); every scenario's fault has an observer that proves it happened."""
+    from stateward.chaos.campaign import (
+        _WHY_NOT,
+        CAMPAIGN_AGENTS,
+        LEDGER,
+        NOT_APPLICABLE,
+        OBSERVERS,
+        SCENARIOS,
+        STORM_FAULTS,
+        SourceFault,
+    )
 
-    expressed = {s.fault for s in SCENARIOS} | set(STORM_FAULTS)
-    assert set(SourceFault) <= expressed | set(_WHY_NOT)
-    assert all(s.agent != "refund" for s in SCENARIOS)  # the refund demo registers no agent
+    expressed = {(s.agent, s.fault) for s in SCENARIOS} | {(LEDGER, f) for f in STORM_FAULTS}
+    for agent in CAMPAIGN_AGENTS:
+        for fault in SourceFault:
+            said = (agent, fault) in expressed or (agent, fault) in NOT_APPLICABLE or (agent, fault) in _WHY_NOT
+            assert said, (agent, fault)
+    assert not set(NOT_APPLICABLE) & expressed
+    assert all(s.fault in OBSERVERS or s.kill_at for s in SCENARIOS)
+    assert {s.agent for s in SCENARIOS} == set(CAMPAIGN_AGENTS) - {LEDGER}
 
 
 @pytest.mark.slow
 def test_the_campaign_meets_every_gate() -> None:
-    """CI's gate run: the fault-injection campaign (the ledger storm, then blog and payment-migration with
-    SIGKILLs at each persistence boundary, pauses at random steps and payment's faults) and the audit;
-    every gate had chances and holds, and cells say what ran and what is not covered."""
+    """CI's gate run: the fault-injection campaign (the ledger storm, then blog, refund and payment-migration
+    with SIGKILLs at each persistence boundary, two workers on one run, pauses at random steps and each
+    agent's faults) and the audit; every gate had chances and holds, and cells say what ran (observed in
+    the run's records), what does not apply and what is not covered."""
     import os
     import subprocess
     import sys
@@ -183,7 +199,12 @@ def test_the_campaign_meets_every_gate() -> None:
     assert cells[("payment-migration", "report-missing-evidence")]["coverage"] == "ran"
     assert cells[("blog", "sigkill-at-persistence-boundary")]["kills"] >= 1
     assert cells[("chaos-ledger", "two-workers-resume-one-run")]["coverage"] == "ran"
-    assert cells[("refund", "permission-denied")]["coverage"] == "not_covered"
+    refund_faults = ("permission-denied", "timeout-once-then-recovery", "same-search-repeated", "high-risk-low-confidence")
+    for fault in refund_faults:
+        assert cells[("refund", fault)]["coverage"] == "ran" and cells[("refund", fault)]["runs"] >= 1, fault
+    for agent in ("blog", "refund", "payment-migration"):
+        assert cells[(agent, "two-workers-resume-one-run")]["coverage"] == "ran", agent
+    assert cells[("refund", "plan-with-a-cycle")]["coverage"] == "not_applicable"
     # Only runs that were really paused count for pause/resume: the storm never pauses.
     assert cells[("blog", "pause-resume-at-random-point")]["coverage"] == "ran"
     ledger_pause = cells[("chaos-ledger", "pause-resume-at-random-point")]
@@ -202,6 +223,7 @@ def test_agents_not_installed_are_skipped_not_passed(tmp_path: Path) -> None:
     by = {(c.agent, c.fault.value): c.coverage for c in ran.cells}
     assert by[("blog", "sigkill-at-persistence-boundary")] is Coverage.SKIPPED
     assert by[("payment-migration", "prompt-injection-in-document")] is Coverage.SKIPPED
+    assert by[("refund", "permission-denied")] is Coverage.SKIPPED
     assert {a for a, _ in ran.covered()} == {"chaos-ledger"}
 
 
