@@ -199,7 +199,8 @@ def test_the_campaign_meets_every_gate() -> None:
     assert cells[("payment-migration", "report-missing-evidence")]["coverage"] == "ran"
     assert cells[("blog", "sigkill-at-persistence-boundary")]["kills"] >= 1
     assert cells[("chaos-ledger", "two-workers-resume-one-run")]["coverage"] == "ran"
-    refund_faults = ("permission-denied", "timeout-once-then-recovery", "same-search-repeated", "high-risk-low-confidence")
+    refund_faults = ("permission-denied", "timeout-once-then-recovery", "same-search-repeated")
+    refund_faults += ("high-risk-low-confidence",)
     for fault in refund_faults:
         assert cells[("refund", fault)]["coverage"] == "ran" and cells[("refund", fault)]["runs"] >= 1, fault
     for agent in ("blog", "refund", "payment-migration"):
@@ -230,19 +231,39 @@ def test_agents_not_installed_are_skipped_not_passed(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_the_campaign_on_postgres_meets_every_gate(pg_url: str) -> None:
-    """The same campaign and audit on PostgreSQL (storm workers claiming with SKIP LOCKED, forked drivers
-    killed at each persistence boundary)."""
-    from stateward.chaos.campaign import Campaign
+    """The campaign's process faults on PostgreSQL (storm workers claiming with SKIP LOCKED, forked drivers
+    killed at each persistence boundary, two workers racing on one run, pauses) and the audit. The faults
+    that change only what an agent meets (a timeout, a refused permission, ...) are store-independent and
+    run in the SQLite campaign, and so does the payment agent (its 90-step run is the campaign's slowest,
+    and its writes are the same store calls as the other agents'): keeping them out keeps CI's two
+    campaigns within their time."""
+    from stateward.chaos.campaign import Campaign, SourceFault
+    from stateward.observability.gates import agent_permissions
     from stateward.runtime.agent_registry import process_agents
     from stateward.store.base import open_store
 
-    ran = Campaign(pg_url, process_agents(), seed=5).run()
+    process_faults = (
+        SourceFault.SIGKILL_AT_BOUNDARY,
+        SourceFault.CRASH_AFTER_TOOL,
+        SourceFault.TWO_WORKERS,
+        SourceFault.PAUSE_RESUME,
+    )
+    agents = process_agents()
+    quick = ("chaos-ledger", "blog", "refund")
+    ran = Campaign(pg_url, agents, seed=5, only=process_faults, agents_only=quick).run()
     store = open_store(pg_url)
     try:
-        report = audit(store, ran.run_ids)
+        report = audit(
+            store, ran.run_ids, permissions=agent_permissions(agents), witnessed_duplicates=ran.witnessed_duplicates
+        )
     finally:
         store.close()
     assert report.passed, report.breaches()
+    assert ran.errors == []
     chances = {g.name: g.opportunities for g in report.gates}
-    assert chances["unauthorized_tool_executions"] > 0 and chances["illegal_transitions"] > 0
-    assert ("payment-migration", "sigkill-at-persistence-boundary") in ran.covered()
+    for name in ("unauthorized_tool_executions", "illegal_transitions", "double_executions", RATE_GATE):
+        assert chances[name] > 0, name
+    covered = set(ran.covered())
+    for agent in quick:
+        assert (agent, "sigkill-at-persistence-boundary") in covered, agent
+        assert (agent, "two-workers-resume-one-run") in covered, agent

@@ -32,6 +32,8 @@ from stateward.chaos import observe
 from stateward.chaos.forked import CHILD_TIMEOUT_S, kill_child, race, resume_race
 from stateward.chaos.forked import finish_with as _finish
 from stateward.core.errors import StatewardError
+from stateward.core.events import Event
+from stateward.core.state import RunState
 from stateward.core.status import RunStatus
 from stateward.runtime.agent_registry import AgentRegistry
 from stateward.runtime.faults import BOUNDARIES
@@ -268,26 +270,25 @@ class Campaign:
             storm_runs = 4 + 4 * self.size
             config = ChaosConfig(db=self.db, runs=storm_runs, kills=self.storm_kills * self.size, seed=self.seed)
             storm = Harness(config).run()
-        runtime = Runtime(open_store(self.db), lease=self.lease, agents=self.agents, owner="campaign")
-        ids = [r.run_id for r in runtime.store.list_runs(limit=storm_runs + 10)] if storm_runs else []
+        ids: list[str] = []
+        if storm_runs:
+            with closing(open_store(self.db)) as store:
+                ids = [r.run_id for r in store.list_runs(limit=storm_runs + 10)]
         storm_s = time.monotonic() - started
         tally: dict[tuple[str, SourceFault], list[float]] = {
             (LEDGER, f): [storm_runs, 0, storm["kills"], storm_s]
             for f in STORM_FAULTS
             if storm_runs and self._selected(LEDGER, f)
         }
-        try:
-            for scenario in self.scenarios():
-                for _ in range(self.size):
-                    began = time.monotonic()
-                    run_id, seen, killed = self._one(runtime, scenario)
-                    ids.append(run_id)
-                    cell = tally.setdefault((scenario.agent, scenario.fault), [0, 0, 0, 0.0])
-                    cell[0 if seen else 1] += 1
-                    cell[2] += killed
-                    cell[3] += time.monotonic() - began
-        finally:
-            runtime.close()
+        for scenario in self.scenarios():
+            for _ in range(self.size):
+                began = time.monotonic()
+                run_id, seen, killed = self._one(scenario)
+                ids.append(run_id)
+                cell = tally.setdefault((scenario.agent, scenario.fault), [0, 0, 0, 0.0])
+                cell[0 if seen else 1] += 1
+                cell[2] += killed
+                cell[3] += time.monotonic() - began
         witnessed = int(storm.get("duplicate_side_effects", 0)) + self._book_duplicates()
         return CampaignReport(
             store=self.db,
@@ -310,10 +311,19 @@ class Campaign:
     def _params(self, scenario: Scenario) -> dict[str, Any]:
         return {**scenario.params, "book": self.book} if scenario.agent == REFUND else dict(scenario.params)
 
-    def _one(self, runtime: Runtime, scenario: Scenario) -> tuple[str, bool, bool]:
+    def _runtime(self) -> Runtime:
+        return Runtime(open_store(self.db), lease=self.lease, agents=self.agents, owner="campaign")
+
+    def _one(self, scenario: Scenario) -> tuple[str, bool, bool]:
         """One run of ``scenario``: its id, whether its fault was observed, whether a driver was killed."""
         agent = self.agents.create(scenario.agent, self._params(scenario))
-        run_id = runtime.submit(agent, scenario.goal).run_id
+        with closing(self._runtime()) as runtime:
+            run_id = runtime.submit(agent, scenario.goal).run_id
+            paused = (scenario.pause or scenario.resume_race) and self._pause(runtime, run_id)
+            if scenario.pause and paused:
+                runtime.resume(run_id)
+        # No store of this process is open across a fork: a child must not inherit a lock that one of its
+        # threads (the WAL checkpointer's connect, a connection pool's worker) held at the fork.
         killed = raced = False
         # An approval boundary is met once per answer: the first arrival; any other, the first or second.
         nth = scenario.nth or (1 if (scenario.kill_at or "").startswith("approval") else self.rng.randint(1, 2))
@@ -321,26 +331,28 @@ class Campaign:
             killed = kill_child(self.db, self.agents, run_id, scenario.kill_at, nth, self.lease, _finish)
         elif scenario.race_at is not None:
             raced = race(self.db, self.agents, run_id, scenario.race_at, nth, self.lease, _finish)
-        elif scenario.resume_race:
-            raced = self._pause(runtime, run_id) and resume_race(self.db, self.agents, run_id, self.lease)
-        elif scenario.pause and self._pause(runtime, run_id):
-            runtime.resume(run_id)
-        try:
-            state = _finish(runtime, run_id, time.monotonic() + 4 * CHILD_TIMEOUT_S)
-        except StatewardError as exc:  # the audit reads what the run left; the report names the refusal
-            self.errors.append(f"{scenario.agent}/{scenario.fault.value}: {exc.code}: {exc.message}"[:300])
-            state = runtime.get(run_id)
-        events = runtime.store.read_events(run_id)
-        observer = OBSERVERS.get(scenario.fault)
+        elif scenario.resume_race and paused:
+            raced = resume_race(self.db, self.agents, run_id, self.lease)
+        with closing(self._runtime()) as runtime:
+            try:
+                state = _finish(runtime, run_id, time.monotonic() + 4 * CHILD_TIMEOUT_S)
+            except StatewardError as exc:  # the audit reads what the run left; the report names the refusal
+                self.errors.append(f"{scenario.agent}/{scenario.fault.value}: {exc.code}: {exc.message}"[:300])
+                state = runtime.get(run_id)
+            events = runtime.store.read_events(run_id)
+        return run_id, self._seen(scenario, state, events, killed, raced), killed
+
+    @staticmethod
+    def _seen(scenario: Scenario, state: RunState, events: list[Event], killed: bool, raced: bool) -> bool:
+        """Whether the run met the scenario's fault, by its own records."""
         if scenario.kill_at is not None:
-            seen = killed
-        elif scenario.race_at is not None:
-            seen = raced and observe.two_lease_holders(state, events)
-        elif scenario.resume_race:
-            seen = raced and observe.paused_and_resumed(state, events)
-        else:
-            seen = observer is not None and observer(state, events)
-        return run_id, seen, killed
+            return killed
+        if scenario.race_at is not None:
+            return raced and observe.two_lease_holders(state, events)
+        if scenario.resume_race:
+            return raced and observe.paused_and_resumed(state, events)
+        observer = OBSERVERS.get(scenario.fault)
+        return observer is not None and observer(state, events)
 
     def _pause(self, runtime: Runtime, run_id: str) -> bool:
         """Pause after one to three steps (answering a wait on the way); True when the run is PAUSED."""
