@@ -86,6 +86,7 @@ class Scenario(BaseModel):
     fault: SourceFault
     params: dict[str, Any] = Field(default_factory=dict)
     goal: str = "campaign run"
+    builder: str | None = None  # the registered name that builds this agent under the fault (default: agent)
     kill_at: str | None = None  # a persistence boundary where a forked driver SIGKILLs itself
     race_at: str | None = None  # a boundary where a forked worker freezes while a second one takes over
     nth: int | None = None  # which arrival at the boundary (None: 1 or 2 at random)
@@ -124,6 +125,8 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
     Scenario(agent=PAYMENT, fault=_F.PROMPT_INJECTION, goal=_PAY_GOAL, params={"fault": "injection"}),
     # The baseline's first draft has a high-risk claim citing nothing; verification must catch it.
     Scenario(agent=PAYMENT, fault=_F.MISSING_EVIDENCE, goal=_PAY_GOAL),
+    # The planner's first plan has a dependency cycle: a variant the payment demo registers by its own name.
+    Scenario(agent=PAYMENT, fault=_F.PLAN_CYCLE, goal=_PAY_GOAL, builder="payment-migration-plan-cycle"),
     # Last: its three timeouts open search_docs' circuit breaker, which the store keeps for every run after it.
     Scenario(agent=PAYMENT, fault=_F.THREE_FAILURES, goal=_PAY_GOAL, params={"fault": "doc-search-timeout"}),
 )  # fmt: skip
@@ -174,7 +177,6 @@ _WHY_NOT: Final[dict[tuple[str, SourceFault], str]] = {
     (LEDGER, _F.PERMISSION_DENIED): "the ledger agent holds every permission its tools need",
     (LEDGER, _F.BUDGET_EXHAUSTED): "the storm's ledger runs stay within budget",
     (PAYMENT, _F.TIMEOUT_ONCE): "the payment demo's search times out persistently (three-failures), never once",
-    (PAYMENT, _F.PLAN_CYCLE): "the payment demo's scripted planner has no cyclic-plan variant",
     (PAYMENT, _F.SAME_SEARCH): "the payment demo's worker does not repeat a search",
     (PAYMENT, _F.HIGH_RISK_LOW_CONFIDENCE): "the payment demo has no low-confidence variant",
 }
@@ -249,7 +251,7 @@ class Campaign:
 
     def scenarios(self) -> list[Scenario]:
         """The rows this campaign runs: the table, limited to ``only``, for the agents registered here."""
-        rows = [s for s in SCENARIOS if s.agent in self.agents and self._selected(s.agent, s.fault)]
+        rows = [s for s in SCENARIOS if (s.builder or s.agent) in self.agents and self._selected(s.agent, s.fault)]
         heavy = [s for s in rows if s.agent == PAYMENT and s.fault is _F.SIGKILL_AT_BOUNDARY]
         if self.size < 3 and heavy:
             keep = random.Random(self.seed).sample(heavy, min(len(heavy), self.size + 1))
@@ -316,7 +318,7 @@ class Campaign:
 
     def _one(self, scenario: Scenario) -> tuple[str, bool, bool]:
         """One run of ``scenario``: its id, whether its fault was observed, whether a driver was killed."""
-        agent = self.agents.create(scenario.agent, self._params(scenario))
+        agent = self.agents.create(scenario.builder or scenario.agent, self._params(scenario))
         with closing(self._runtime()) as runtime:
             run_id = runtime.submit(agent, scenario.goal).run_id
             paused = (scenario.pause or scenario.resume_race) and self._pause(runtime, run_id)
@@ -386,9 +388,10 @@ class Campaign:
             return Cell(agent=agent, fault=fault, coverage=Coverage.NOT_COVERED, unobserved=int(ran[1]), reason=why)
         if (agent, fault) in NOT_APPLICABLE:
             return Cell(agent=agent, fault=fault, coverage=Coverage.NOT_APPLICABLE, reason=NOT_APPLICABLE[agent, fault])
-        expressed = any(s.agent == agent and s.fault is fault for s in SCENARIOS)
-        if expressed and agent not in self.agents:
-            why = f"agent {agent!r} is not registered in this process (install stateward-demos)"
+        builders = {s.builder or s.agent for s in SCENARIOS if s.agent == agent and s.fault is fault}
+        expressed = bool(builders)
+        if expressed and not any(b in self.agents for b in builders):
+            why = f"agent {sorted(builders)[0]!r} is not registered in this process (install stateward-demos)"
             return Cell(agent=agent, fault=fault, coverage=Coverage.SKIPPED, reason=why)
         if expressed or (agent == LEDGER and fault in STORM_FAULTS):  # left out by only / agents_only
             return Cell(agent=agent, fault=fault, coverage=Coverage.NOT_COVERED, reason="left out of this campaign")

@@ -63,8 +63,14 @@ def permission_denied(state: RunState, events: list[Event]) -> bool:
 
 
 def plan_cycle(state: RunState, events: list[Event]) -> bool:
-    """A proposed plan was refused for a dependency cycle."""
-    return any("CYCLE" in json.dumps(e.payload).upper() for e in events if e.type is not EventType.TOOL_ATTEMPTED)
+    """A proposed plan was refused for a dependency cycle, and a plan the validator accepted ran."""
+    refused = any(
+        e.type is EventType.RUNTIME_VALIDATED
+        and e.payload.get("code") == "PLAN_REJECT"
+        and "CYCLE" in str(e.payload.get("message"))
+        for e in events
+    )
+    return refused and any(e.type is EventType.PLAN_RECORDED for e in events)
 
 
 def same_search(state: RunState, events: list[Event]) -> bool:
