@@ -118,6 +118,30 @@ SWITCHED_OFF: dict[str, Callable[..., None]] = {
 }
 
 
+def test_a_resume_of_a_waiting_run_is_an_illegal_transition(tmp_path: Path) -> None:
+    """An operator's resume moves a paused run: one recorded from a wait skipped the answer it waited for."""
+    runtime, run_id = driven(tmp_path / "runs.db")
+    assert gate(runtime, run_id, "illegal_transitions")[0] == 0
+    usage = runtime.get(run_id).usage.model_dump()
+    payload = {"by": "racer", "from_status": "WAITING_FOR_USER", "usage": usage, "reconciled": []}
+    forge(runtime, run_id, [NewEvent(type=EventType.RUN_RESUMED, payload=payload)])
+    assert gate(runtime, run_id, "illegal_transitions")[0] == 1
+    runtime.close()
+
+
+def test_a_resume_with_fewer_steps_than_decisions_so_far_is_not_correct(tmp_path: Path) -> None:
+    """Usage that did not go down between two events can still have been lost at the pause: a resume must
+    carry at least as many steps as the decisions recorded before it."""
+    runtime = Runtime.open(str(tmp_path / "runs.db"), agents=AGENTS)
+    run = runtime.start(refunder(), "refund c-1")  # a lookup and a wait: two decisions recorded
+    usage = {**runtime.get(run.run_id).usage.model_dump(), "steps": 0, "model_calls": 99, "tool_attempts": 99}
+    payload = {"by": "forger", "from_status": "PAUSED", "usage": usage, "reconciled": []}
+    forge(runtime, run.run_id, [NewEvent(type=EventType.RUN_RESUMED, payload=payload)])
+    value, chances = gate(runtime, run.run_id, RATE_GATE)
+    assert chances == 1 and value == 0.0
+    runtime.close()
+
+
 @pytest.mark.parametrize("name", [*COUNT_GATES, RATE_GATE])
 def test_each_gate_fails_when_its_protection_is_off(tmp_path: Path, name: str) -> None:
     runtime, run_id = driven(tmp_path / "runs.db")
