@@ -262,7 +262,7 @@ def test_the_campaign_on_postgres_meets_every_gate(pg_url: str) -> None:
     and its writes are the same store calls as the other agents'): keeping them out keeps CI's two
     campaigns within their time."""
     from stateward.chaos.campaign import Campaign, SourceFault
-    from stateward.observability.gates import agent_permissions
+    from stateward.chaos.permissions import agent_permissions
     from stateward.runtime.agent_registry import process_agents
     from stateward.store.base import open_store
 

@@ -572,7 +572,8 @@ def gates(
 
     Without --db: the campaign (agent x fault x this store) runs first; its cells say which faults ran,
     which were skipped (agent not installed) and which no agent covers."""
-    from stateward.observability.gates import agent_permissions, audit
+    from stateward.chaos.permissions import agent_permissions
+    from stateward.observability.gates import audit
     from stateward.runtime.agent_registry import process_agents
 
     campaign: dict[str, object] | None = None

@@ -31,19 +31,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from stateward.core.errors import StatewardError
 from stateward.core.events import Event, EventType
 from stateward.core.journal import SideEffectStatus
 from stateward.core.state import RunState
 from stateward.core.status import TRANSITIONS, RunStatus
 from stateward.store.base import Store
-
-if TYPE_CHECKING:
-    from stateward.runtime.agent_registry import AgentRegistry
 
 LEGAL_MOVES = frozenset((before.value, after.value) for (before, _), after in TRANSITIONS.items())
 COUNT_GATES = (
@@ -199,30 +194,6 @@ class _Audit:
             self.counts["high_risk_without_evidence"] += 1
 
 
-def agent_permissions(agents: AgentRegistry) -> PermissionsOf:
-    """For each run, whether its agent (rebuilt from the registered name and params the run stored) holds
-    the permission each of its tools needs; None for a run whose agent this process cannot build."""
-    known: dict[str, dict[str, bool] | None] = {}
-
-    def held(state: RunState) -> dict[str, bool] | None:
-        ref = state.agent
-        key = f"{ref.name}:{sorted(ref.params.items())!r}"
-        if key not in known:
-            try:
-                agent = agents.build(ref)
-            except StatewardError:
-                known[key] = None
-            else:
-                known[key] = {
-                    spec.name: spec.permission is None or spec.permission in agent.permissions
-                    for spec in (agent.tools.get(n) for n in agent.tools.names())
-                    if spec is not None
-                }
-        return known[key]
-
-    return held
-
-
 def audit(
     store: Store,
     run_ids: Iterable[str],
@@ -230,9 +201,10 @@ def audit(
     permissions: PermissionsOf | None = None,
     witnessed_duplicates: int = 0,
 ) -> GateReport:
-    """The eight gates over ``run_ids`` as ``store`` recorded them. ``permissions`` (see
-    :func:`agent_permissions`) lets the audit check journalled calls against the permissions the run's
-    agent holds; ``witnessed_duplicates`` adds side effects a domain saw performed twice."""
+    """The eight gates over ``run_ids`` as ``store`` recorded them. ``permissions`` (e.g.
+    :func:`stateward.chaos.permissions.agent_permissions`) lets the audit check journalled calls against
+    the permissions the run's agent holds; ``witnessed_duplicates`` adds side effects a domain saw performed
+    twice."""
     found = _Audit()
     found.counts["duplicate_side_effects"] += witnessed_duplicates
     statuses: Counter[str] = Counter()
