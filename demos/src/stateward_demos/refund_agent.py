@@ -33,6 +33,7 @@ from stateward import (
     ErrorCode,
     FinishCheck,
     LookupStatus,
+    ModelRequest,
     ReActController,
     RetryPolicy,
     RunState,
@@ -42,7 +43,6 @@ from stateward import (
     tool,
 )
 from stateward.models import ScriptedModel
-from stateward.models.base import ModelRequest
 
 NAME: Final = "refund"
 PERMISSION: Final = "refunds:write"

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from stateward import Agent, AgentRef
+from stateward import Agent, AgentRef, ModelRequest
 from stateward.models import ScriptedModel
-from stateward.models.base import ModelRequest
 from stateward_demos.payment import agent as payment
 from stateward_demos.payment.scripts import planner_policy
 
