@@ -58,8 +58,9 @@ TARGET_GROWTH = 1.2
 TARGET_COMMIT = 3.0
 
 
-def loop_agent(n: int, stamps: list[tuple[int, int]]) -> Agent:
-    """A ReAct agent whose script calls ``noop`` until it has seen ``n`` observations, then finishes."""
+def loop_agent(n: int, stamps: list[tuple[int, int]], tracked: list[int] | None = None) -> Agent:
+    """A ReAct agent whose script calls ``noop`` until it has seen ``n`` observations, then finishes;
+    ``tracked`` gets the number of objects the garbage collector tracks at that last model call."""
 
     @tool(description="Do nothing.")
     def noop(i: int) -> dict[str, int]:
@@ -72,6 +73,8 @@ def loop_agent(n: int, stamps: list[tuple[int, int]]) -> Agent:
         model.calls.clear()  # a test's request history would keep every request of the run alive
         seen = len(request.observations)
         if seen >= n:
+            if tracked is not None:
+                tracked.append(len(gc.get_objects()))
             return {"type": "FINISH", "reason": "done"}
         return {"type": "EXECUTE_TOOL", "action": "noop", "args": {"i": seen}}
 
@@ -112,7 +115,8 @@ def loop_run(
     runtime = Runtime(SQLiteStore(path, synchronous=synchronous))
     stamps: list[tuple[int, int]] = []
     clock = GcClock()
-    agent = loop_agent(n, stamps)
+    tracked: list[int] = []
+    agent = loop_agent(n, stamps, tracked)
     gc.callbacks.append(clock)
     if profiler is not None:
         profiler.enable()  # the run only: not the store's warm-up
@@ -133,6 +137,7 @@ def loop_run(
         "cpu_us": cpu / 1000,
         "gc_us": clock.ns / n / 1000,
         "full_gcs": clock.full,
+        "gc_tracked": tracked[0],
     }
 
 
@@ -274,6 +279,7 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
             f"{r['cpu_us'] / 1000:.3f}",
             f"{r['gc_us'] / 1000:.3f}",
             int(r["full_gcs"]),
+            f"{int(r['gc_tracked']):,}",
             f"{r['mean_us'] / commit:.2f}x",
             f"{r['mean_us'] / result['floor_us']:.2f}x",
         ]
@@ -293,7 +299,17 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
     return [
         table(
             "the ReAct loop at FULL: ms per step (model call to model call)",
-            ("N", "mean", "median", "CPU mean", "in GC", "full GCs", "mean / commit", "mean / floor"),
+            (
+                "N",
+                "mean",
+                "median",
+                "CPU mean",
+                "in GC",
+                "full GCs",
+                "GC-tracked at end",
+                "mean / commit",
+                "mean / floor",
+            ),
             rows,
         ),
         table("the floor beside it", ("measure", "value"), floor),
