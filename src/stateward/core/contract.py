@@ -13,6 +13,8 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import chain
+from operator import attrgetter
 from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -120,10 +122,14 @@ class ObservationLog(Sequence[Observation]):
         return len(self._ends)
 
     def __iter__(self) -> Iterator[Observation]:
-        return (self._observation(i) for i in range(len(self._ends)))
+        recent = tuple(self._recent.values())  # in order; the common case (a short run) is all of them
+        older = (self._observation(i) for i in range(len(self._ends) - len(recent)))
+        return chain(older, map(_OBSERVATION, recent))
 
     def __reversed__(self) -> Iterator[Observation]:
-        return (self._observation(i) for i in reversed(range(len(self._ends))))
+        recent = tuple(self._recent.values())
+        older = (self._observation(i) for i in reversed(range(len(self._ends) - len(recent))))
+        return chain(map(_OBSERVATION, reversed(recent)), older)
 
 
 class _Recent:
@@ -134,6 +140,9 @@ class _Recent:
     def __init__(self, observation: Observation):
         self.observation = observation
         self.json: dict[str, Any] | None = None
+
+
+_OBSERVATION = attrgetter("observation")
 
 
 class ObservationHistory(Sequence[dict[str, Any]]):
