@@ -8,9 +8,9 @@ and read replies; the Runtime counts usage. The Model protocol itself lives in `
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, TypeAdapter, field_serializer
 
 
 class ActionSpec(BaseModel):
@@ -23,6 +23,20 @@ class ActionSpec(BaseModel):
     input_schema: dict[str, Any] = Field(default_factory=dict)
 
 
+_OBSERVATION_LIST = TypeAdapter(list[dict[str, Any]])
+
+
+def _observation_list(value: Any) -> list[dict[str, Any]]:
+    # Validated as a list (pydantic's own list validator; a Sequence validator runs in Python, and a
+    # view attached by ``with_history`` is never validated).
+    return _OBSERVATION_LIST.validate_python(value)
+
+
+Observations = Annotated[
+    Sequence[dict[str, Any]], PlainValidator(_observation_list, json_schema_input_type=list[dict[str, Any]])
+]
+
+
 class ModelRequest(BaseModel):
     """What a model sees: the goal, what has been observed, and the actions visible right now."""
 
@@ -32,7 +46,7 @@ class ModelRequest(BaseModel):
     goal: str
     inventory: list[str] = Field(default_factory=list)
     # A list, or (from ``with_history``) a view of the run's observation log that is not copied per request.
-    observations: Sequence[dict[str, Any]] = Field(default_factory=list)
+    observations: Observations = Field(default_factory=list)
     visible_actions: list[ActionSpec] = Field(default_factory=list)
     facts: dict[str, Any] = Field(default_factory=dict)
     instructions: str = ""
