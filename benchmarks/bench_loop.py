@@ -6,14 +6,19 @@ steps (``--quick``: up to 1,000). A step is timed from one model call to the nex
 request), handle, the tool through the gateway, the commit. Targets: mean ms/step at the largest N /
 at 100 <= 1.2x; ms/step at 100 / the store's own ``commit_step`` at FULL (timed in blocks between the
 runs) <= 3x. The floor beside it is what a step cannot avoid: the commit plus the tool's timeout thread
-(every handler call runs in its own thread, see tools/execution.py). A cProfile of a 1,000-step run at
-NORMAL shows what remains and counts the pydantic ``model_dump`` calls.
+(every handler call runs in its own thread, see tools/execution.py); the no-op tool has no side effect,
+so no journal commit precedes it. The step is reported against both the bare commit and that floor.
+Time in Python's garbage collector per step is measured for every run (``gc.callbacks``): a history
+the collector had to walk made a long run's steps slower. A cProfile of one run at NORMAL
+(``--profile N``, default 1,000 steps) shows what remains, split by area (runtime, gateway, store,
+model, thread, pydantic), and counts the pydantic ``model_dump`` calls.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import itertools
 import pstats
 import statistics
@@ -53,8 +58,9 @@ TARGET_GROWTH = 1.2
 TARGET_COMMIT = 3.0
 
 
-def loop_agent(n: int, stamps: list[tuple[int, int]]) -> Agent:
-    """A ReAct agent whose script calls ``noop`` until it has seen ``n`` observations, then finishes."""
+def loop_agent(n: int, stamps: list[tuple[int, int]], tracked: list[int] | None = None) -> Agent:
+    """A ReAct agent whose script calls ``noop`` until it has seen ``n`` observations, then finishes;
+    ``tracked`` gets the number of objects the garbage collector tracks at that last model call."""
 
     @tool(description="Do nothing.")
     def noop(i: int) -> dict[str, int]:
@@ -67,6 +73,8 @@ def loop_agent(n: int, stamps: list[tuple[int, int]]) -> Agent:
         model.calls.clear()  # a test's request history would keep every request of the run alive
         seen = len(request.observations)
         if seen >= n:
+            if tracked is not None:
+                tracked.append(len(gc.get_objects()))
             return {"type": "FINISH", "reason": "done"}
         return {"type": "EXECUTE_TOOL", "action": "noop", "args": {"i": seen}}
 
@@ -80,22 +88,57 @@ def loop_agent(n: int, stamps: list[tuple[int, int]]) -> Agent:
     )
 
 
-def loop_run(tmp: Path, n: int, index: int, synchronous: str = "FULL") -> dict[str, float]:
-    """One run of ``n`` tool steps: mean and median µs per step (model call to model call), and the
-    mean CPU µs per step of the whole process (a busy machine inflates wall time much more)."""
+class GcClock:
+    """Wall time spent in the garbage collector's collections while installed, and the full ones."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+        self.full = 0
+        self._start = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter_ns()
+            return
+        self.ns += time.perf_counter_ns() - self._start
+        self.full += info["generation"] == 2
+
+
+def loop_run(
+    tmp: Path, n: int, index: int, synchronous: str = "FULL", profiler: cProfile.Profile | None = None
+) -> dict[str, float]:
+    """One run of ``n`` tool steps: mean and median µs per step (model call to model call), the
+    mean CPU µs per step of the whole process (a busy machine inflates wall time much more), and the
+    µs per step spent in garbage collections."""
     path = tmp / f"loop-{n}-{index}.db"
     warm = warm_store(path)
     runtime = Runtime(SQLiteStore(path, synchronous=synchronous))
     stamps: list[tuple[int, int]] = []
+    clock = GcClock()
+    tracked: list[int] = []
+    agent = loop_agent(n, stamps, tracked)
+    gc.callbacks.append(clock)
+    if profiler is not None:
+        profiler.enable()  # the run only: not the store's warm-up
     try:
-        state = runtime.start(loop_agent(n, stamps), "call noop until done")
+        state = runtime.start(agent, "call noop until done")
         assert state.usage.tool_attempts == n, state
     finally:
+        if profiler is not None:
+            profiler.disable()
+        gc.callbacks.remove(clock)
         runtime.close()
         warm.close()
     steps = [b[0] - a[0] for a, b in itertools.pairwise(stamps)]
     cpu = (stamps[-1][1] - stamps[0][1]) / (len(stamps) - 1)
-    return {"mean_us": mean_us(steps), "median_us": median_us(steps), "cpu_us": cpu / 1000}
+    return {
+        "mean_us": mean_us(steps),
+        "median_us": median_us(steps),
+        "cpu_us": cpu / 1000,
+        "gc_us": clock.ns / n / 1000,
+        "full_gcs": clock.full,
+        "gc_tracked": tracked[0],
+    }
 
 
 def commit_block(driver: StepDriver, samples: list[int]) -> None:
@@ -130,27 +173,55 @@ def measure(tmp: Path, sizes: tuple[int, ...]) -> tuple[dict[int, dict[str, floa
     return out, commits
 
 
+AREAS = (  # where a function's self time is charged, first match on its file (or built-in's name) wins
+    ("thread (timeout)", ("threading.py", "start_new_thread", "_thread.lock")),
+    ("store + SQLite", ("stateward/store/", "sqlite3")),
+    ("gateway (tools/)", ("stateward/tools/",)),
+    ("model (scripted) + bench policy", ("stateward/models/", "bench_loop.py", "process_time_ns")),
+    ("pydantic", ("pydantic",)),
+    ("runtime, core, controllers", ("stateward/runtime/", "stateward/core/", "stateward/controllers/")),
+)
+
+
+def area_of(file: str, fn: str) -> str:
+    where = f"{file}:{fn}"
+    return next((name for name, marks in AREAS if any(m in where for m in marks)), "other (stdlib, json, ...)")
+
+
 def profile_run(tmp: Path, n: int) -> dict[str, Any]:
-    """cProfile of one ``n``-step run at NORMAL: top self times and the pydantic dump calls."""
+    """cProfile of one ``n``-step run at NORMAL: self time per area and per step, top self times and
+    the pydantic dump calls."""
+    loop_run(tmp, n, 98, synchronous="NORMAL")  # warm: imports, schemas, caches of a first run
     profiler = cProfile.Profile()
-    profiler.enable()
-    loop_run(tmp, n, 99, synchronous="NORMAL")
-    profiler.disable()
+    loop_run(tmp, n, 99, synchronous="NORMAL", profiler=profiler)
     stats = pstats.Stats(profiler)
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     rows = []
     dumps = 0
+    areas: dict[str, float] = {}
     for (file, line, fn), (_cc, calls, tottime, cumtime, _callers) in raw.items():
         if fn in ("model_dump", "model_dump_json"):
             dumps += calls
         rows.append((tottime, calls, cumtime, f"{Path(file).name}:{line}({fn})"))
+        area = area_of(file, fn)
+        areas[area] = areas.get(area, 0.0) + tottime
     rows.sort(reverse=True)
     total = sum(r[0] for r in rows)
     top = [
         {"function": name, "calls": calls, "self_ms": round(t * 1000, 1), "share": round(t / total, 3)}
         for t, calls, _cum, name in rows[:15]
     ]
-    return {"steps": n, "model_dump_calls": dumps, "total_ms": round(total * 1000, 1), "top_self": top}
+    by_area = {
+        name: {"us_per_step": round(t / n * 1e6, 1), "share": round(t / total, 3)}
+        for name, t in sorted(areas.items(), key=lambda kv: -kv[1])
+    }
+    return {
+        "steps": n,
+        "model_dump_calls": dumps,
+        "total_ms": round(total * 1000, 1),
+        "by_area": by_area,
+        "top_self": top,
+    }
 
 
 def parse() -> argparse.Namespace:
@@ -158,6 +229,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument("--quick", action="store_true", help=f"stop at N = {QUICK_MAX:,} (for CI)")
     parser.add_argument("--sizes", help="comma-separated N to run instead (the first is the baseline)")
+    parser.add_argument("--profile", type=int, default=PROFILED_N, help="steps of the profiled run at NORMAL")
     return parser.parse_args()
 
 
@@ -170,7 +242,7 @@ def main() -> None:
         tmp = Path(name)
         runs, commits = measure(tmp, sizes)
         thread_us = thread_floor_us()
-        profile = profile_run(tmp, min(PROFILED_N, max(sizes)))
+        profile = profile_run(tmp, args.profile)
     commit_us = median_us(commits)
     first, last = sizes[0], sizes[-1]
     floor_us = commit_us + thread_us
@@ -178,6 +250,7 @@ def main() -> None:
     targets = [
         Target(f"mean ms/step at N={last:,} / at N={first:,}", growth, TARGET_GROWTH),
         Target(f"ms/step at N={first:,} / commit_step at FULL", runs[first]["mean_us"] / commit_us, TARGET_COMMIT),
+        Target(f"ms/step at N={first:,} / floor (commit + thread)", runs[first]["mean_us"] / floor_us, TARGET_COMMIT),
     ]
     result = {
         "benchmark": "loop",
@@ -189,6 +262,7 @@ def main() -> None:
         "floor_ratio": round(floor_us / commit_us, 3),
         "median_growth": round(runs[last]["median_us"] / runs[first]["median_us"], 3),
         "cpu_growth": round(runs[last]["cpu_us"] / runs[first]["cpu_us"], 3),
+        "step_over_floor": round(runs[first]["mean_us"] / floor_us, 3),
         "profile_normal": profile,
         "targets": [t.as_dict() for t in targets],
     }
@@ -203,7 +277,11 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
             f"{r['mean_us'] / 1000:.3f}",
             f"{r['median_us'] / 1000:.3f}",
             f"{r['cpu_us'] / 1000:.3f}",
+            f"{r['gc_us'] / 1000:.3f}",
+            int(r["full_gcs"]),
+            f"{int(r['gc_tracked']):,}",
             f"{r['mean_us'] / commit:.2f}x",
+            f"{r['mean_us'] / result['floor_us']:.2f}x",
         ]
         for n, r in result["steps_us"].items()
     ]
@@ -216,14 +294,30 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
         ["CPU ms/step, largest N / smallest", f"{result['cpu_growth']:.2f}x"],
     ]
     prof = result["profile_normal"]
+    area_rows = [[name, a["us_per_step"], f"{a['share'] * 100:.1f}%"] for name, a in prof["by_area"].items()]
     prof_rows = [[p["function"], p["calls"], p["self_ms"], f"{p['share'] * 100:.1f}%"] for p in prof["top_self"]]
     return [
         table(
             "the ReAct loop at FULL: ms per step (model call to model call)",
-            ("N", "mean", "median", "CPU mean", "mean / commit"),
+            (
+                "N",
+                "mean",
+                "median",
+                "CPU mean",
+                "in GC",
+                "full GCs",
+                "GC-tracked at end",
+                "mean / commit",
+                "mean / floor",
+            ),
             rows,
         ),
         table("the floor beside it", ("measure", "value"), floor),
+        table(
+            f"cProfile of a {prof['steps']:,}-step run at NORMAL: self time by area (cProfile inflates Python calls)",
+            ("area", "µs/step", "share"),
+            area_rows,
+        ),
         table(
             f"cProfile of a {prof['steps']:,}-step run at NORMAL ({prof['total_ms']} ms;"
             f" model_dump calls: {prof['model_dump_calls']:,}), top self time",

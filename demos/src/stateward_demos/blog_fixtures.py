@@ -6,6 +6,7 @@ shown (observations, facts, visible actions), never of how many times it was cal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from stateward import ModelRequest
@@ -48,7 +49,7 @@ def brief_args(read: dict[str, dict[str, Any]], note: str | None = None) -> dict
     return {"title": "Why retries need idempotency keys", "outline": outline, "sources": sorted(read)}
 
 
-def _read_materials(observations: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _read_materials(observations: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {
         o["args"]["material_id"]: o["result"]
         for o in observations

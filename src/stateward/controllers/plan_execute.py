@@ -6,7 +6,6 @@ REQUEST_USER_INPUT decision; the plan text itself can stop nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -59,6 +58,21 @@ class StepPlan(BaseModel):
 _PLAN = TypeAdapter(StepPlan)
 
 
+class PlanExecuteMemo(BaseModel):
+    """What a plan-and-execute run keeps between decisions: its plan, the next step and which rejection
+    it last replanned after. Written with only the fields set (``dump``): no plan yet is an empty memo."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    plan: StepPlan | None = None
+    cursor: int = 0  # the plan step to hand to the Runtime next
+    planned_after: str | None = None  # the rejected request the current plan answers
+    plan_version: int = 0
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", include=set(self.model_fields_set))  # nested models whole
+
+
 def parse_step_plan(text: str, known_actions: set[str]) -> StepPlan | SignalFailure:
     """A planner's reply as a plan, or a named failure; unknown actions are refused before anything runs."""
     try:
@@ -91,10 +105,10 @@ class PlanAndExecuteController:
         self.planner = planner
 
     def decide(self, ctx: DecisionContext) -> Proposal:
-        memo = dict(ctx.state.memo)
+        memo = PlanExecuteMemo.model_validate(ctx.state.memo)
         answer = ctx.state.last_answer
-        needs_plan = "plan" not in memo or (
-            answer is not None and answer.verdict == "rejected" and memo.get("planned_after") != answer.request_id
+        needs_plan = memo.plan is None or (
+            answer is not None and answer.verdict == "rejected" and memo.planned_after != answer.request_id
         )
         usage: tuple[Usage, ...] = ()
         notes: list[NewEvent] = []
@@ -116,20 +130,21 @@ class PlanAndExecuteController:
                 return Proposal(
                     signal=parsed, source=SignalSource.PLAN_STEP, visible_actions=frozenset(), model_usage=usage
                 )
-            memo = {
-                "plan": json.loads(parsed.model_dump_json()),
-                "cursor": 0,
-                "planned_after": None if answer is None else answer.request_id,
-                "plan_version": int(memo.get("plan_version", 0)) + 1,
-            }
+            memo = PlanExecuteMemo(
+                plan=parsed,
+                cursor=0,
+                planned_after=None if answer is None else answer.request_id,
+                plan_version=memo.plan_version + 1,
+            )
             notes.append(
                 NewEvent(
                     type=EventType.PLAN_RECORDED,
-                    payload={"plan_version": memo["plan_version"], "steps": len(parsed.steps), "validator": "ACCEPT"},
+                    payload={"plan_version": memo.plan_version, "steps": len(parsed.steps), "validator": "ACCEPT"},
                 )
             )
-        plan = _PLAN.validate_python(memo["plan"])
-        cursor = int(memo["cursor"])
+        plan = memo.plan
+        assert plan is not None
+        cursor = memo.cursor
         if cursor >= len(plan.steps):
             decision = ControlDecision(type=DecisionType.FINISH, reason="plan exhausted")
         else:
@@ -140,6 +155,6 @@ class PlanAndExecuteController:
             source=SignalSource.PLAN_STEP,
             visible_actions=visible,
             model_usage=usage,
-            memo={**memo, "cursor": cursor + 1},
+            memo=memo.model_copy(update={"cursor": cursor + 1}).dump(),
             notes=notes,
         )

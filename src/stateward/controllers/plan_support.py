@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from stateward.core.canonical import sha256_hex
 from stateward.core.contract import FinishCheck, Observation
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import RunError
 from stateward.core.state import RunState
 from stateward.planning.delivery import PartialDelivery
+from stateward.planning.plan import Plan
 from stateward.planning.progress import StepRecord
 from stateward.planning.readiness import parse_evidence
 from stateward.tools.errors import ToolInvalidArgument
@@ -55,14 +58,23 @@ def plan_run_tools() -> list[ToolSpec]:
     return [record_output, record_partial_delivery, submit_readiness]
 
 
+class PlannedMemo(BaseModel):
+    """The one entry of a plan run's memo (``PlanRunMemo``) its finish policy reads, typed; the rest is
+    the plan run's own and not read here."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    plan: Plan | None = None
+
+
 def plan_finish_policy(decision: ControlDecision, state: RunState) -> FinishCheck:
     """A plan run finishes on recorded facts only: a partial delivery, or every item's output written."""
     if PARTIAL_ARTIFACT in state.artifacts:
         return FinishCheck(partial=True)
-    plan = state.memo.get("plan")
+    plan = PlannedMemo.model_validate(state.memo).plan
     if plan is None:
         return FinishCheck(rejected="finish_without_plan")
-    missing = sorted({w["output_spec"]["artifact_type"] for w in plan["work_items"]} - set(state.artifacts))
+    missing = sorted({w.output_spec.artifact_type for w in plan.work_items} - set(state.artifacts))
     if missing:
         return FinishCheck(rejected="finish_without_outputs")
     return FinishCheck()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stateward.controllers.base import provider_rejection
 from stateward.core.contract import DecisionContext, Proposal, SignalFailure, WaitSpec
@@ -166,6 +166,49 @@ class ReActNode:
 Node = ToolNode | ModelNode | RuleNode | HumanNode | ValidationNode | TimerNode | FinishNode | FailNode | ReActNode
 
 
+class ActedNode(BaseModel):
+    """A TOOL or MODEL node whose call the run is about to make: the step that holds its outcome."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str
+    step: int
+
+
+class ReActProgress(BaseModel):
+    """A ReAct node's loop so far: the steps it has taken."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str
+    steps: tuple[int, ...] = ()
+
+
+class WorkflowMemo(BaseModel):
+    """What a workflow run keeps between decisions, in the run's state. Written with only the fields a
+    decision sets (``dump``), so an unset ``node`` (start here) stays apart from ``node=None`` (no node
+    left: finish)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str | None = None  # the node the walk resumes at
+    awaiting: str | None = None  # the HUMAN or TIMER node whose answer the run waits for
+    acted: ActedNode | None = None
+    react: ReActProgress | None = None
+    calls: dict[str, int] = Field(default_factory=dict)  # calls made per TOOL node (its max_calls)
+
+    @classmethod
+    def of(cls, memo: Mapping[str, Any]) -> WorkflowMemo:
+        return cls.model_validate(memo)
+
+    def node_or(self, start: str) -> str | None:
+        """The node to resume at: ``start`` when none was ever recorded."""
+        return self.node if "node" in self.model_fields_set else start
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", include=set(self.model_fields_set))  # nested models whole
+
+
 class WorkflowController:
     """Code fixes the node sequence; a model only fills a MODEL node's content.
 
@@ -184,10 +227,11 @@ class WorkflowController:
     def decide(self, ctx: DecisionContext) -> Proposal:
         """Walk from the current node through code-only nodes (rules, validations, answered waits) to the
         next node that needs the Runtime: a tool call, a wait, a finish or a failure."""
-        node_id: str | None = ctx.state.memo.get("node", self.start)
-        awaiting: str | None = ctx.state.memo.get("awaiting")
+        memo = WorkflowMemo.of(ctx.state.memo)
+        node_id = memo.node_or(self.start)
+        awaiting = memo.awaiting
         notes: list[NewEvent] = []
-        acted = ctx.state.memo.get("acted")
+        acted = memo.acted
         if acted is not None:
             node_id, failed = self._route_after(ctx, acted)
             if failed is not None:
@@ -226,8 +270,9 @@ class WorkflowController:
         self, ctx: DecisionContext, node: ReActNode, notes: list[NewEvent]
     ) -> Proposal | tuple[str | None, str | None]:
         """One step of the node's loop, or its route out once recorded facts (or its bound) decide."""
-        loop = ctx.state.memo.get("react") or {}
-        steps: list[int] = list(loop.get("steps", [])) if loop.get("node") == node.id else []
+        memo = WorkflowMemo.of(ctx.state.memo)
+        loop = memo.react
+        steps = list(loop.steps) if loop is not None and loop.node == node.id else []
         if node.done(ctx):
             return node.next, None
         if len(steps) >= node.max_steps:
@@ -254,17 +299,13 @@ class WorkflowController:
         if decision is not None and decision.type is not DecisionType.EXECUTE_TOOL:
             # Saying "done" does not make the node done: only ``done`` over recorded facts does.
             return self._react_failed(node, f"MODEL_DECLARED_STOP ({decision.type.value})", notes)
-        memo = {
-            "node": node.id,
-            "react": {"node": node.id, "steps": [*steps, ctx.state.usage.steps + 1]},
-            "calls": ctx.state.memo.get("calls", {}),
-        }
+        progress = ReActProgress(node=node.id, steps=(*steps, ctx.state.usage.steps + 1))
         return Proposal(
             signal=provider_rejection(reply) or reply.text,
             source=SignalSource.MODEL,
             visible_actions=frozenset(node.tools),
             model_usage=(reply.usage,),
-            memo=memo,
+            memo=WorkflowMemo(node=node.id, react=progress, calls=memo.calls).dump(),
             notes=notes,
         )
 
@@ -320,7 +361,7 @@ class WorkflowController:
             signal=decision,
             source=SignalSource.WORKFLOW_NODE,
             visible_actions=frozenset(),
-            memo={"node": node.id, "awaiting": node.id, "calls": ctx.state.memo.get("calls", {})},
+            memo=WorkflowMemo(node=node.id, awaiting=node.id, calls=WorkflowMemo.of(ctx.state.memo).calls).dump(),
             notes=notes,
             wait=WaitSpec(kind=RequestKind.TIMER, expires_in_s=node.seconds),
         )
@@ -340,7 +381,7 @@ class WorkflowController:
             return routes.get(answer.verdict), None
         question = node.question(ctx) if callable(node.question) else node.question
         decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
-        memo = {"node": node.id, "awaiting": node.id, "calls": ctx.state.memo.get("calls", {})}
+        memo = WorkflowMemo(node=node.id, awaiting=node.id, calls=WorkflowMemo.of(ctx.state.memo).calls).dump()
         return Proposal(
             signal=decision,
             source=SignalSource.WORKFLOW_NODE,
@@ -351,7 +392,7 @@ class WorkflowController:
 
     def _act(self, ctx: DecisionContext, node: ToolNode | ModelNode, notes: list[NewEvent]) -> Proposal:
         usage: tuple[Usage, ...] = ()
-        calls = dict(ctx.state.memo.get("calls", {}))
+        calls = dict(WorkflowMemo.of(ctx.state.memo).calls)
         if isinstance(node, ToolNode) and node.max_calls is not None and calls.get(node.id, 0) >= node.max_calls:
             return self._fail(f"node {node.id} call budget exhausted ({node.max_calls})", notes)
         calls[node.id] = calls.get(node.id, 0) + 1
@@ -413,18 +454,20 @@ class WorkflowController:
             source=SignalSource.WORKFLOW_NODE,
             visible_actions=frozenset({node.tool}),
             model_usage=usage,
-            memo={"node": node.id, "acted": {"node": node.id, "step": ctx.state.usage.steps + 1}, "calls": calls},
+            memo=WorkflowMemo(
+                node=node.id, acted=ActedNode(node=node.id, step=ctx.state.usage.steps + 1), calls=calls
+            ).dump(),
             notes=notes,
         )
 
-    def _route_after(self, ctx: DecisionContext, acted: dict[str, Any]) -> tuple[str | None, str | None]:
+    def _route_after(self, ctx: DecisionContext, acted: ActedNode) -> tuple[str | None, str | None]:
         """Where to go after a TOOL/MODEL node, from the recorded outcome of its call (a fact, not a claim).
 
         Returns (next node, failure reason); a failure without an ``on_failure`` route fails the run.
         """
-        node = self.nodes[acted["node"]]
+        node = self.nodes[acted.node]
         assert isinstance(node, ToolNode | ModelNode)
-        outcome = next((o for o in reversed(ctx.observations) if o.step == acted["step"]), None)
+        outcome = next((o for o in reversed(ctx.observations) if o.step == acted.step), None)
         code = "no outcome recorded" if outcome is None else (outcome.error_code or outcome.status)
         if outcome is not None and outcome.status == "SUCCESS":
             schema = node.output_schema if isinstance(node, ToolNode) else None
@@ -445,7 +488,11 @@ class WorkflowController:
     def _fail(reason: str, notes: list[NewEvent]) -> Proposal:
         decision = ControlDecision(type=DecisionType.FAIL, reason=reason)
         return Proposal(
-            signal=decision, source=SignalSource.WORKFLOW_NODE, visible_actions=frozenset(), memo={}, notes=notes
+            signal=decision,
+            source=SignalSource.WORKFLOW_NODE,
+            visible_actions=frozenset(),
+            memo=WorkflowMemo().dump(),
+            notes=notes,
         )
 
     @staticmethod
@@ -455,6 +502,6 @@ class WorkflowController:
             signal=decision,
             source=SignalSource.WORKFLOW_NODE,
             visible_actions=frozenset(),
-            memo={"node": None},
+            memo=WorkflowMemo(node=None).dump(),
             notes=notes,
         )

@@ -8,9 +8,13 @@ meet. Plain data and protocols only; no I/O.
 
 from __future__ import annotations
 
+import json
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import chain
+from operator import attrgetter
 from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,19 +39,30 @@ class Observation(BaseModel):
     artifacts: list[str] = Field(default_factory=list)
 
 
+DEFAULT_WINDOW = 256  # the most recent observations a log keeps as objects; older ones stay bytes
+
+
 class ObservationLog(Sequence[Observation]):
-    """A run's observations in order, each kept with its JSON form and that form's length, both made
-    once when it is recorded: a model request then carries the history by reference, and no step
-    re-serializes what earlier steps observed (that made a long run's loop quadratic).
+    """A run's observations in order, each serialized to compact JSON once, when it is recorded, and kept
+    as bytes in one buffer: a model request then carries the history as a view of that buffer, and no
+    step re-serializes (or copies) what earlier steps observed (that made a long run's loop quadratic).
+
+    A buffer of bytes and an array of offsets are not tracked by Python's garbage collector, so the
+    history of a long run adds nothing for a collection to walk. Only the most recent ``window``
+    observations are also kept as objects (the Observation and, once a request reads it, its JSON
+    dict); an older one is parsed from its bytes each time it is read.
 
     Append-only. As a Sequence it is the view a controller sees: indexing and a tail slice cost what
     they touch, never the whole history.
     """
 
-    def __init__(self, observations: Iterable[Observation] = ()):
-        self._items: list[Observation] = []
-        self._json: list[dict[str, Any]] = []
+    def __init__(self, observations: Iterable[Observation] = (), *, window: int = DEFAULT_WINDOW):
+        """``window``: how many of the most recent observations stay objects (at least 1)."""
+        self._buffer = bytearray()
+        self._ends = array("Q")  # where each observation's JSON ends in the buffer
         self._chars = 0
+        self._window = max(1, window)
+        self._recent: dict[int, _Recent] = {}
         for observation in observations:
             self.record(observation)
 
@@ -57,34 +72,113 @@ class ObservationLog(Sequence[Observation]):
         return observations if isinstance(observations, ObservationLog) else cls(observations)
 
     def record(self, observation: Observation) -> None:
-        self._items.append(observation)
-        self._json.append(observation.model_dump(mode="json"))
-        self._chars += len(observation.model_dump_json())
+        text = observation.model_dump_json()
+        self._buffer += text.encode()
+        self._ends.append(len(self._buffer))
+        self._chars += len(text)
+        index = len(self._ends) - 1
+        self._recent[index] = _Recent(observation)
+        self._recent.pop(index - self._window, None)
 
-    def json_forms(self) -> list[dict[str, Any]]:
-        """Every observation's JSON form, in a new list holding the cached dicts (not copies of them)."""
-        return self._json[:]
+    def history(self) -> ObservationHistory:
+        """The observations recorded so far as JSON dicts: a view of this log fixed at today's length,
+        never a copy (later records do not show in it)."""
+        return ObservationHistory(self, len(self._ends))
+
+    def json_form(self, index: int) -> dict[str, Any]:
+        """One observation's JSON form (``index`` >= 0): a recent one's is made once and shared, so treat
+        it as read-only."""
+        recent = self._recent.get(index)
+        if recent is None:
+            parsed: dict[str, Any] = json.loads(self._bytes(index))
+            return parsed
+        if recent.json is None:
+            recent.json = json.loads(self._bytes(index))
+        return recent.json
 
     @property
     def json_chars(self) -> int:
         """Total length of the observations' compact JSON forms."""
         return self._chars
 
+    def _bytes(self, index: int) -> bytes:
+        start = self._ends[index - 1] if index else 0
+        return bytes(self._buffer[start : self._ends[index]])
+
+    def _observation(self, index: int) -> Observation:
+        recent = self._recent.get(index)
+        return recent.observation if recent is not None else Observation.model_validate_json(self._bytes(index))
+
     @overload
     def __getitem__(self, index: int) -> Observation: ...
     @overload
     def __getitem__(self, index: slice) -> list[Observation]: ...
     def __getitem__(self, index: int | slice) -> Observation | list[Observation]:
-        return self._items[index]
+        if isinstance(index, slice):
+            return [self._observation(i) for i in range(*index.indices(len(self._ends)))]
+        return self._observation(range(len(self._ends))[index])
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._ends)
 
     def __iter__(self) -> Iterator[Observation]:
-        return iter(self._items)
+        recent = tuple(self._recent.values())  # in order; the common case (a short run) is all of them
+        older = (self._observation(i) for i in range(len(self._ends) - len(recent)))
+        return chain(older, map(_OBSERVATION, recent))
 
     def __reversed__(self) -> Iterator[Observation]:
-        return reversed(self._items)
+        recent = tuple(self._recent.values())
+        older = (self._observation(i) for i in reversed(range(len(self._ends) - len(recent))))
+        return chain(map(_OBSERVATION, reversed(recent)), older)
+
+
+class _Recent:
+    """A recent observation kept as objects: the Observation recorded and, once read, its JSON dict."""
+
+    __slots__ = ("json", "observation")
+
+    def __init__(self, observation: Observation):
+        self.observation = observation
+        self.json: dict[str, Any] | None = None
+
+
+_OBSERVATION = attrgetter("observation")
+
+
+class ObservationHistory(Sequence[dict[str, Any]]):
+    """The first ``length`` observations of a log as JSON dicts: what a model request carries. A view,
+    not a copy; equal to any sequence of the same dicts (so to the list it stands for)."""
+
+    __slots__ = ("_length", "_log")
+
+    def __init__(self, log: ObservationLog, length: int):
+        self._log = log
+        self._length = length
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self._log.json_form(i) for i in range(*index.indices(self._length))]
+        return self._log.json_form(range(self._length)[index])
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self._log.json_form(i) for i in range(self._length))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(other) == self._length and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ObservationHistory({self._length} observations)"
 
 
 class SignalFailure(BaseModel):
@@ -133,7 +227,7 @@ class DecisionContext:
     def request(self, **fields: Any) -> ModelRequest:
         """A ModelRequest carrying the whole observation history by reference (see ObservationLog)."""
         log = ObservationLog.of(self.observations)
-        return ModelRequest.with_history(log.json_forms(), log.json_chars, **fields)
+        return ModelRequest.with_history(log.history(), log.json_chars, **fields)
 
 
 class RefusalReason(StrEnum):

@@ -7,9 +7,10 @@ and read replies; the Runtime counts usage. The Model protocol itself lives in `
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, TypeAdapter, field_serializer
 
 
 class ActionSpec(BaseModel):
@@ -22,6 +23,20 @@ class ActionSpec(BaseModel):
     input_schema: dict[str, Any] = Field(default_factory=dict)
 
 
+_OBSERVATION_LIST = TypeAdapter(list[dict[str, Any]])
+
+
+def _observation_list(value: Any) -> list[dict[str, Any]]:
+    # Validated as a list (pydantic's own list validator; a Sequence validator runs in Python, and a
+    # view attached by ``with_history`` is never validated).
+    return _OBSERVATION_LIST.validate_python(value)
+
+
+Observations = Annotated[
+    Sequence[dict[str, Any]], PlainValidator(_observation_list, json_schema_input_type=list[dict[str, Any]])
+]
+
+
 class ModelRequest(BaseModel):
     """What a model sees: the goal, what has been observed, and the actions visible right now."""
 
@@ -30,7 +45,8 @@ class ModelRequest(BaseModel):
     purpose: str  # "decide" (one ControlDecision), "plan", "content"
     goal: str
     inventory: list[str] = Field(default_factory=list)
-    observations: list[dict[str, Any]] = Field(default_factory=list)
+    # A list, or (from ``with_history``) a view of the run's observation log that is not copied per request.
+    observations: Observations = Field(default_factory=list)
     visible_actions: list[ActionSpec] = Field(default_factory=list)
     facts: dict[str, Any] = Field(default_factory=dict)
     instructions: str = ""
@@ -40,9 +56,10 @@ class ModelRequest(BaseModel):
     _history: _KnownSize | None = PrivateAttr(default=None)
 
     @classmethod
-    def with_history(cls, observations: list[dict[str, Any]], json_chars: int, **fields: Any) -> ModelRequest:
-        """A request whose observations are already JSON forms, attached as given: validating (copying)
-        the whole history again on every step is what made a long run's loop quadratic.
+    def with_history(cls, observations: Sequence[dict[str, Any]], json_chars: int, **fields: Any) -> ModelRequest:
+        """A request whose observations are already JSON forms, attached as given (a view of the run's log,
+        see core.contract.ObservationHistory): validating (copying) the whole history again on every step
+        is what made a long run's loop quadratic.
 
         ``json_chars`` is the total length of the observations' compact JSON, so ``json_chars()`` of the
         request never serializes the history either. The dicts are shared: treat them as read-only.
@@ -50,6 +67,10 @@ class ModelRequest(BaseModel):
         request = cls(**fields).model_copy(update={"observations": observations})
         request._history = _KnownSize(observations, json_chars)
         return request
+
+    @field_serializer("observations")
+    def _observations_as_list(self, observations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return observations if isinstance(observations, list) else list(observations)
 
     def json_chars(self) -> int:
         """``len(self.model_dump_json())``, without serializing a history whose length is already known."""
@@ -65,7 +86,7 @@ class _KnownSize:
 
     __slots__ = ("chars", "observations")
 
-    def __init__(self, observations: list[dict[str, Any]], chars: int):
+    def __init__(self, observations: Sequence[dict[str, Any]], chars: int):
         self.observations = observations
         self.chars = chars
 

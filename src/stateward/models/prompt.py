@@ -36,7 +36,7 @@ def user_text(request: ModelRequest, *, native_tools: bool) -> str:
     if request.inventory:
         doc["inventory"] = request.inventory
     doc["facts"] = request.facts
-    doc["observations"] = request.observations
+    doc["observations"] = list(request.observations)  # a view of the run's log: json wants a list
     if not (native_tools and request.purpose == "decide"):
         doc["actions"] = [
             {"name": a.name, "description": a.description, "args": arg_summary(a.input_schema)}
