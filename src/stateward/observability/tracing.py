@@ -336,8 +336,9 @@ class Segment:
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": call.provider,
             "gen_ai.request.model": call.model,
-            "stateward.model.purpose": call.request.purpose,
         }
+        if call.request.purpose != "decide":  # the routine purpose is left out; planning, content, ... are said
+            attrs["stateward.model.purpose"] = call.request.purpose
         reply = call.reply
         if reply is not None:
             if reply.model and reply.model != call.model:  # the model that answered, when not the one named
