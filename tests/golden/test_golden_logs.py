@@ -17,6 +17,7 @@ import pytest
 
 from stateward import Runtime
 from stateward.core.events import Event
+from stateward.observability.payloads import with_defaults
 from stateward.testing import temporary_runtime
 from stateward_demos import blog_fixtures as fx
 from stateward_demos.blog import MODES, build_agent
@@ -69,7 +70,8 @@ RUN_SPECIFIC_ARTIFACTS = frozenset({"delivery-receipt"})
 def reduce(events: list[Event]) -> list[dict[str, Any]]:
     out = []
     for event in events:
-        kept = {p: _pick(event.payload, p) for p in KEEP.get(event.type.value, ())}
+        payload = with_defaults(event.type, event.payload)  # behaviour, not how compactly it is stored
+        kept = {p: _pick(payload, p) for p in KEEP.get(event.type.value, ())}
         if kept.get("name") in RUN_SPECIFIC_ARTIFACTS:
             kept.pop("sha256", None)
         out.append({"type": event.type.value, **{k: v for k, v in kept.items() if v is not None}})

@@ -4,6 +4,7 @@ new process would have)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from stateward import Agent, AgentRegistry, ReActController, RunStatus, Runtime,
 from stateward.models.base import ModelRequest
 from stateward.observability import ContentPolicy, Telemetry
 from stateward.testing import ScriptedModel
+from stateward.tools import RetryPolicy, ServiceUnavailable
 from stateward.tools.redaction import REDACTED
 
 
@@ -192,4 +194,42 @@ def test_a_plan_run_nests_plan_work_items_attempts_and_their_calls(tmp_path: Pat
     outcomes = {str((v.attributes or {})["stateward.verification.outcome"]) for v in verifies}
     assert len(outcomes) >= 2  # report v1 fails (a repair), v2 passes
     assert all(s.context.trace_id == segment.context.trace_id for s in spans)
+    proc.runtime.close()
+
+
+def test_a_tool_span_covers_its_call_and_names_only_what_is_not_routine(db: Path) -> None:
+    """A routine call's span leaves out what most calls share (one attempt, one handler call, executed);
+    a retried call's span says how many attempts it took. Both span the gateway's call."""
+    failures = [ServiceUnavailable("down for a moment")]
+    timings: list[int] = []
+
+    @tool(retry=RetryPolicy(max_attempts=2, backoff_base_s=0))
+    def flaky(n: int) -> int:
+        """Fails once, then answers."""
+        timings.append(time.time_ns())
+        if failures:
+            raise failures.pop()
+        return n
+
+    def calls(request: ModelRequest) -> dict[str, Any]:
+        if len(request.observations) < 2:
+            return {"type": "EXECUTE_TOOL", "action": "flaky", "args": {"n": len(request.observations)}}
+        return {"type": "FINISH", "reason": "done"}
+
+    proc = Process(db)
+    run = proc.runtime.start(
+        Agent(name="flaky", controller=ReActController(ScriptedModel(calls)), tools=ToolRegistry([flaky])), "go"
+    )
+    assert run.status is RunStatus.COMPLETED
+    retried, routine = by_name(proc.spans(), "execute_tool flaky")
+    for span in (retried, routine):
+        assert span.attributes is not None and span.attributes["stateward.tool.status"] == "SUCCESS"
+        assert span.start_time is not None and span.end_time is not None
+    assert retried.start_time <= timings[0] and timings[1] <= (retried.end_time or 0)  # type: ignore[operator]
+    assert retried.attributes["stateward.tool.attempts"] == 2  # type: ignore[index]
+    assert retried.attributes["stateward.tool.runtime_action"] == "RETRY"  # type: ignore[index]
+    assert not {"stateward.tool.attempts", "stateward.tool.runtime_action", "stateward.tool.handler_calls"} & set(
+        routine.attributes or {}
+    )
+    assert str((routine.attributes or {})["gen_ai.tool.call.id"]).startswith("idem_")
     proc.runtime.close()

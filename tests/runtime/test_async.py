@@ -34,6 +34,7 @@ from stateward.core.events import EventType
 from stateward.core.state import is_run_suspended
 from stateward.models.base import ModelReply, ModelRequest
 from stateward.models.errors import AuthFailedError, ServiceUnavailableError
+from stateward.observability.payloads import with_defaults
 from stateward.runtime.async_worker import AsyncWorker
 from stateward.store.sqlite import SQLiteStore
 from stateward.testing import AsyncScriptedModel, InMemoryGatewayStore, ScriptedModel
@@ -57,7 +58,7 @@ def react(model: Any, *tools: Any, name: str = "async-test") -> Agent:
 
 
 def tool_events(runtime: Runtime, run_id: str) -> list[dict[str, Any]]:
-    return [e.payload for e in runtime.events(run_id) if e.type is EventType.TOOL_ATTEMPTED]
+    return [with_defaults(e.type, e.payload) for e in runtime.events(run_id) if e.type is EventType.TOOL_ATTEMPTED]
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from stateward import RequestRefusedError, RunStatus, Runtime, is_run_suspended
 from stateward.core.events import EventType
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
+from stateward.observability.payloads import with_defaults
 from stateward_demos import blog_fixtures as fx
 from stateward_demos.blog import MODES, build_agent, scripted_models
 
@@ -163,7 +164,7 @@ def test_wait_trace_is_the_same_for_every_signal_source(runtime: Runtime) -> Non
     for mode in MODES:
         run = runtime.start(build_agent(mode), fx.GOAL)
         events = runtime.store.read_events(run.run_id)[-5:]
-        tails.append([(e.type.value, sorted(e.payload)) for e in events])
+        tails.append([(e.type.value, sorted(with_defaults(e.type, e.payload))) for e in events])
         assert (
             events[0].payload["signal_source"]
             == {"react": "model", "plan_and_execute": "plan_step", "workflow": "workflow_node"}[mode]

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     pass
 
 from stateward.cli import DEFAULT_DB
-from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
+from stateward.cli.output import emit_json, emit_json_lines, print_summary, print_table, reported_errors
 from stateward.cli.plugins import DbOpt, JsonOpt, ModelOpt, load_group, open_runtime, plugin_groups
 from stateward.core.errors import ErrorCode, UserError
 
@@ -222,16 +222,23 @@ def requests_list(
         typer.echo("\n".join(pending_lines(row)))
 
 
+_TRACE_FIELDS = {"seq", "type", "at", "payload"}
+
+
+def _trace_row(event: dict[str, Any]) -> dict[str, Any]:
+    return {"seq": event["seq"], "type": event["type"], "at": event["at"], "payload": event["payload"]}
+
+
 @app.command("trace")
 def trace(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
-    """A run's events in order."""
+    """A run's events in order (``--json``: one event per line, as the API writes them)."""
     with reported_errors(as_json):
         runtime = open_runtime(db)
         runtime.get(run_id)
         events = runtime.store.read_events(run_id)
-    rows = [{"seq": e.seq, "type": e.type.value, "at": e.at.isoformat(), "payload": e.payload} for e in events]
+    rows = [_trace_row(e.model_dump(mode="json", include=_TRACE_FIELDS)) for e in events]
     if as_json:
-        emit_json(rows)
+        emit_json_lines(rows)
     else:
         print_table(
             f"trace of {run_id}", ("seq", "type", "payload"), [{**r, "payload": str(r["payload"])[:120]} for r in rows]

@@ -31,6 +31,13 @@ def emit_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
+def emit_json_lines(rows: list[dict[str, Any]]) -> None:
+    """Print ``rows`` as one JSON array with one compact row per line: a long listing (a run's trace) stays
+    a JSON document, readable line by line, without indentation outweighing its content."""
+    lines = [json.dumps(row, ensure_ascii=False, separators=(",", ":"), default=str) for row in rows]
+    sys.stdout.write("[\n" + ",\n".join(lines) + ("\n]\n" if lines else "]\n"))
+
+
 @contextmanager
 def reported_errors(as_json: bool) -> Iterator[None]:
     """Turn a StatewardError into a one-line reason (or a JSON error object) and a non-zero exit."""

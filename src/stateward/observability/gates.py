@@ -38,6 +38,7 @@ from stateward.core.events import Event, EventType
 from stateward.core.journal import SideEffectStatus
 from stateward.core.state import RunState
 from stateward.core.status import TRANSITIONS, RunStatus
+from stateward.observability.payloads import with_defaults
 from stateward.store.base import Store
 
 LEGAL_MOVES = frozenset((before.value, after.value) for (before, _), after in TRANSITIONS.items())
@@ -128,6 +129,7 @@ class _Audit:
         for ev in events:
             p = ev.payload
             if ev.type is EventType.TOOL_ATTEMPTED and p.get("idempotency_key"):
+                p = with_defaults(ev.type, p)  # a call executed once is stored without saying so
                 key = str(p["idempotency_key"])
                 admitted.add(key)
                 if p.get("runtime_action") == "EXECUTE" and int(p.get("handler_calls") or 0) > 0:

@@ -22,6 +22,10 @@ DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
 
+_ChatAttributes = tuple[dict[str, str], dict[str, str], dict[str, str]]
+_MAX_CACHED = 256
+
+
 class RunMetrics:
     """Counters and histograms of runs, fed by the driver's observer (one instance per process is enough)."""
 
@@ -46,6 +50,7 @@ class RunMetrics:
             description="Duration of one call through the Tool Gateway (retries and reconciliation included).",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
+        self._chat: dict[tuple[str, str, str | None], _ChatAttributes] = {}
         self.counters: dict[Signal, Counter] = {
             s: meter.create_counter(f"stateward.{s.value}", unit="1", description=f"Recorded {s.value}.")
             for s in Signal
@@ -65,18 +70,26 @@ class RunMetrics:
 
     def model_call(self, call: ModelCall) -> None:
         """Token usage and duration of one chat call (``error.type`` on a failed one)."""
-        attrs: dict[str, str] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": call.provider,
-            "gen_ai.request.model": call.model,
-        }
-        if call.error_code is not None:
-            attrs["error.type"] = call.error_code
+        attrs, inputs, outputs = self._chat_attributes(call.provider, call.model, call.error_code)
         self.operation_duration.record((call.ended_ns - call.started_ns) / 1e9, attrs)
         if call.reply is not None:
             usage = call.reply.usage
-            self.token_usage.record(usage.input_tokens, {**attrs, "gen_ai.token.type": "input"})
-            self.token_usage.record(usage.output_tokens, {**attrs, "gen_ai.token.type": "output"})
+            self.token_usage.record(usage.input_tokens, inputs)
+            self.token_usage.record(usage.output_tokens, outputs)
+
+    def _chat_attributes(self, provider: str, model: str, error: str | None) -> _ChatAttributes:
+        """The three attribute sets of a chat call, made once per provider, model and error (a run makes
+        the same few on every step); bounded, so a model naming itself differently each time cannot grow it."""
+        key = (provider, model, error)
+        found = self._chat.get(key)
+        if found is None:
+            attrs = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model}
+            if error is not None:
+                attrs["error.type"] = error
+            found = (attrs, {**attrs, "gen_ai.token.type": "input"}, {**attrs, "gen_ai.token.type": "output"})
+            if len(self._chat) < _MAX_CACHED:
+                self._chat[key] = found
+        return found
 
     def tool_call(self, seconds: float, attrs: Mapping[str, str]) -> None:
         self.tool_duration.record(seconds, attrs)

@@ -1,11 +1,17 @@
 """Trace hygiene: an event keeps ids, hashes and sizes; a large value lives in an artifact named by its hash.
 
 The event log is what operators read, stream and export; copying every tool argument, result and raw
-model reply into it made a long run's trace mostly payload. Before a step is committed, any value in
-an event payload whose JSON is over the threshold is replaced by a reference
-``{"$payload": "sha256:<hex>", "bytes": n}`` and the value itself is written,
-once per run and content, as that artifact (``application/json``) in the same transaction. Whoever needs
-the value back (the driver rebuilding a controller's observations) resolves the reference by hash.
+model reply into it made a long run's trace mostly payload. Before a step is committed, two things
+happen to its events, both here:
+
+- a value a reader assumes is left out (``compacted``): the per-type defaults in ``DEFAULTS`` (a tool
+  call executed once, a signal from one model call) and a work item's unreserved budget dimensions;
+  ``with_defaults`` puts the defaults back for a reader that wants every key;
+- any value whose JSON is over the threshold (content — tool arguments and results, model words — sooner,
+  wherever it sits in the payload) is replaced by a reference ``{"$payload": "sha256:<hex>", "bytes": n}``
+  and the value itself is written, once per run and content, as that artifact (``application/json``) in
+  the same transaction. Whoever needs the value back (the driver rebuilding a controller's observations)
+  resolves the reference by hash.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stateward.core.canonical import compact_json, sha256_hex
-from stateward.core.events import NewEvent
+from stateward.core.events import EventType, NewEvent
 
 DEFAULT_THRESHOLD = 512  # bytes of compact JSON above which a value leaves the event
 # Content (model words, tool arguments and results, outputs) leaves the event sooner: the log keeps its hash.
@@ -24,6 +30,48 @@ CONTENT_THRESHOLD = 128
 REF_KEY = "$payload"
 PREFIX = "payload-"
 MEDIA_TYPE = "application/json"
+
+# Per event type, the values a stored payload leaves out because a reader assumes them: most tool calls
+# run once and most signals come from one model call, and saying so on every step of a long run was a
+# tenth of its trace. Compared by type and value (``True`` is not ``1``).
+DEFAULTS: dict[EventType, dict[str, Any]] = {
+    EventType.TOOL_ATTEMPTED: {"runtime_action": "EXECUTE", "attempts": 1, "handler_calls": 1},
+    EventType.SIGNAL_RECEIVED: {"model_calls": 1},
+    EventType.WORK_ITEM_STARTED: {"attempt": 1},
+}
+# Budget amounts (a work item's reservation): a dimension not reserved is left out rather than stored as 0.
+_AMOUNTS = frozenset({"reserved"})
+
+
+def _is_default(defaults: dict[str, Any], key: str, value: Any) -> bool:
+    if key not in defaults:
+        return False
+    default = defaults[key]
+    return type(value) is type(default) and value == default
+
+
+def compacted(event: NewEvent) -> NewEvent:
+    """``event`` without the type's ``DEFAULTS`` and the zero budget amounts it carries."""
+    defaults = DEFAULTS.get(event.type, {})
+    payload: dict[str, Any] = {}
+    changed = False
+    for key, value in event.payload.items():
+        if _is_default(defaults, key, value):
+            changed = True
+            continue
+        if key in _AMOUNTS and isinstance(value, dict) and any(v == 0 for v in value.values()):
+            value = {k: v for k, v in value.items() if v != 0}
+            changed = True
+        payload[key] = value
+    return NewEvent(type=event.type, payload=payload) if changed else event
+
+
+def with_defaults(event_type: EventType, payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` as written before ``compacted``: every default of its type present."""
+    defaults = DEFAULTS.get(event_type)
+    if not defaults:
+        return payload
+    return {**defaults, **payload}
 
 
 def artifact_name(digest: str) -> str:
@@ -54,8 +102,10 @@ class Offloader:
         self.blobs: dict[str, str] = {}
 
     def events(self, events: Sequence[NewEvent]) -> list[NewEvent]:
+        """``events`` compacted, each value over its threshold replaced by a reference (collected in ``blobs``)."""
         out: list[NewEvent] = []
         for event in events:
+            event = compacted(event)
             if len(compact_json(event.payload)) <= CONTENT_THRESHOLD:
                 out.append(event)
                 continue
@@ -64,21 +114,21 @@ class Offloader:
         return out
 
     def _value(self, value: Any, key: str = "") -> Any:
-        text = compact_json(value)
-        limit = min(self.threshold, CONTENT_THRESHOLD) if key in CONTENT_KEYS else self.threshold
-        if len(text) <= limit or is_ref(value):
+        if is_ref(value):
             return value
-        if isinstance(value, list) and key not in CONTENT_KEYS and all(isinstance(v, dict) for v in value):
-            value = [self._value(v) for v in value]  # a list of records (checks, issues): each kept in shape
-            text = compact_json(value)
-            if len(text) <= self.threshold * 4:
-                return value
-        if isinstance(value, dict) and key not in CONTENT_KEYS:  # keep the structure (ids, codes) visible
-            inner = {k: self._value(v, k) for k, v in value.items()}
-            if len(compact_json(inner)) <= self.threshold * 2:
-                return inner
-            text = compact_json(inner)
-            value = inner
+        content = key in CONTENT_KEYS
+        records = isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+        if not content:  # keep the structure (ids, codes) visible; the content inside leaves sooner
+            if isinstance(value, dict):
+                value = {k: self._value(v, k) for k, v in value.items()}
+            elif records:  # a list of records (checks, issues): each kept in shape
+                value = [self._value(v) for v in value]
+        text = compact_json(value)
+        limit = min(self.threshold, CONTENT_THRESHOLD) if content else self.threshold
+        if len(text) <= limit:
+            return value
+        if not content and len(text) <= self.threshold * (4 if records else 2 if isinstance(value, dict) else 1):
+            return value
         digest = sha256_hex(text)
         self.blobs.setdefault(digest, text)
         return {REF_KEY: f"sha256:{digest}", "bytes": len(text.encode())}

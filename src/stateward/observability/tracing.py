@@ -172,6 +172,8 @@ class Segment:
         self._items: dict[str, _Item] = {}
         self._current: str | None = None
         self._calls: list[ModelCall] = []
+        self._ctx_span: Span | None = None
+        self._ctx: Context | None = None
 
     # -- where children go ----------------------------------------------------------------------
     def _parent(self) -> Span:
@@ -182,9 +184,16 @@ class Segment:
             return next(reversed(self._items.values())).attempt
         return self._plan or self.span
 
+    def _context_of(self, span: Span) -> Context:
+        """The context whose current span is ``span``, made once per parent (every step has children)."""
+        ctx = self._ctx
+        if ctx is None or span is not self._ctx_span:
+            ctx = trace.set_span_in_context(span)
+            self._ctx_span, self._ctx = span, ctx
+        return ctx
+
     def _child(self, name: str, kind: SpanKind = SpanKind.INTERNAL, *, under: Span | None = None, **kw: Any) -> Span:
-        ctx = trace.set_span_in_context(under or self._parent())
-        return self._t.tracer.start_span(name, context=ctx, kind=kind, **kw)
+        return self._t.tracer.start_span(name, context=self._context_of(under or self._parent()), kind=kind, **kw)
 
     # -- hooks the driver calls -----------------------------------------------------------------
     def model_call(self, call: ModelCall) -> None:
@@ -327,11 +336,13 @@ class Segment:
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": call.provider,
             "gen_ai.request.model": call.model,
-            "stateward.model.purpose": call.request.purpose,
         }
+        if call.request.purpose != "decide":  # the routine purpose is left out; planning, content, ... are said
+            attrs["stateward.model.purpose"] = call.request.purpose
         reply = call.reply
         if reply is not None:
-            attrs["gen_ai.response.model"] = reply.model
+            if reply.model and reply.model != call.model:  # the model that answered, when not the one named
+                attrs["gen_ai.response.model"] = reply.model
             attrs["gen_ai.usage.input_tokens"] = reply.usage.input_tokens
             attrs["gen_ai.usage.output_tokens"] = reply.usage.output_tokens
             attrs["gen_ai.response.finish_reasons"] = (reply.stop_reason or "stop",)
@@ -354,50 +365,68 @@ class Segment:
 
 
 class _ToolSpan:
-    """One ``execute_tool`` span; ``done`` sets what the gateway answered."""
+    """One ``execute_tool`` span. Its parent is fixed when the call starts; the span itself is made when the
+    call returns, with its start time and every attribute at once (one pass through the SDK's attribute
+    checks, nothing set twice). ``done`` records what the gateway answered."""
 
     def __init__(self, segment: Segment, tool: str, args: Mapping[str, Any], redact: RedactionRules | None):
         self._segment = segment
+        self._tool = tool
         self._started = time.perf_counter()
         self._attrs: dict[str, str] = {"gen_ai.tool.name": tool}
-        self.span: Span | None = None
+        self._span_attrs: dict[str, Any] | None = None
+        self._under: Context | None = None
+        self._start_ns = 0
+        self._error: str | None = None
         if segment.recording:
+            self._under = segment._context_of(segment._parent())
+            self._start_ns = time.time_ns()
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": tool,
                 "gen_ai.tool.type": "function",
             }
-            rendered = segment._t.content.render(dict(args), redact)
-            if rendered is not None:
-                attributes["gen_ai.tool.call.arguments"] = rendered
-            self.span = segment._child(f"execute_tool {tool}", attributes=attributes)
-        self._outcome: ToolOutcome | None = None
+            content = segment._t.content
+            if content.capture:
+                rendered = content.render(dict(args), redact)
+                if rendered is not None:
+                    attributes["gen_ai.tool.call.arguments"] = rendered
+            self._span_attrs = attributes
 
     def done(self, outcome: ToolOutcome, call_id: str) -> None:
-        self._outcome = outcome
-        self._attrs["stateward.tool.status"] = outcome.status.value
-        span = self.span
-        if span is None:
+        status = outcome.status.value
+        self._attrs["stateward.tool.status"] = status
+        attrs = self._span_attrs
+        if attrs is None:
             return
-        attrs: dict[str, Any] = {
-            "gen_ai.tool.call.id": call_id,
-            "stateward.tool.status": outcome.status.value,
-            "stateward.tool.runtime_action": outcome.runtime_action.value,
-            "stateward.tool.attempts": len(outcome.attempts),
-            "stateward.tool.handler_calls": outcome.handler_calls,
-        }
-        if outcome.idempotency_key:
+        attrs["gen_ai.tool.call.id"] = call_id
+        attrs["stateward.tool.status"] = status
+        # What most calls share (executed once, by one attempt) is left out, as in the event log.
+        if outcome.runtime_action.value != "EXECUTE":
+            attrs["stateward.tool.runtime_action"] = outcome.runtime_action.value
+        if len(outcome.attempts) != 1:
+            attrs["stateward.tool.attempts"] = len(outcome.attempts)
+        if outcome.handler_calls != 1:
+            attrs["stateward.tool.handler_calls"] = outcome.handler_calls
+        if outcome.idempotency_key and outcome.idempotency_key != call_id:
             attrs["stateward.tool.idempotency_key"] = outcome.idempotency_key
         if outcome.error_code is not None:
             attrs["error.type"] = outcome.error_code.value
-        span.set_attributes(attrs)
-        if outcome.status.value != "SUCCESS":
-            span.set_status(Status(StatusCode.ERROR, outcome.status.value))
-        rendered = self._segment._t.content.render(outcome.result)
-        if rendered is not None:
-            span.set_attribute("gen_ai.tool.call.result", rendered)
+        if status != "SUCCESS":
+            self._error = status
+        content = self._segment._t.content
+        if content.capture:
+            rendered = content.render(outcome.result)
+            if rendered is not None:
+                attrs["gen_ai.tool.call.result"] = rendered
 
     def end(self) -> None:
         self._segment._metrics.tool_call(time.perf_counter() - self._started, self._attrs)
-        if self.span is not None:
-            self.span.end()
+        if self._span_attrs is None:
+            return
+        span = self._segment._t.tracer.start_span(
+            f"execute_tool {self._tool}", context=self._under, attributes=self._span_attrs, start_time=self._start_ns
+        )
+        if self._error is not None:
+            span.set_status(Status(StatusCode.ERROR, self._error))
+        span.end()

@@ -306,24 +306,31 @@ class ProgressTracker(_Frozen):
 class SelectedAction(_Frozen):
     """The tool (and arguments) one local ReAct step chose.
 
-    As stored in the log the arguments are not repeated: ``call`` names the step (``step:N``) whose
-    signal and ``tool_attempted`` record the full call, once (``arguments`` None means exactly that).
+    The log does not repeat it: the decision's own step (the step its ``decision_id``, ``work_item:step``,
+    names) has a ``signal_received`` and a ``tool_attempted`` that record the full call, once. ``call``
+    (``step:N``) names another step when the call is recorded there; ``arguments`` None means elsewhere.
     """
 
     tool: str = Field(min_length=1)
     arguments: dict[str, Any] | None = None
-    call: str | None = None  # "step:N": where the full call is recorded
+    call: str | None = None  # "step:N": where the full call is recorded, when not the decision's own step
 
 
 class ReactDecisionSummary(_Frozen):
-    """What is stored about one ReAct decision: auditable facts and a short reason, not hidden reasoning."""
+    """What is stored about one ReAct decision: auditable facts and a short reason, not hidden reasoning.
 
-    decision_id: str = Field(min_length=1)
+    As the log stores it (``react_decision``) nothing another event of its step holds is repeated: no
+    ``decision_id`` (it is ``work_item_id:step``, the step of the ``signal_received`` that follows), no
+    ``selected_action`` (that step's signal and tool attempt are the call), no reason when the model gave
+    none, the objective only on an attempt's first decision, and the observations it saw as step numbers.
+    """
+
+    decision_id: str | None = Field(default=None, min_length=1)  # None: work_item_id and the step it is in
     work_item_id: str = Field(min_length=1)
     objective: str | None = Field(default=None, min_length=1)  # None: as in this attempt's first decision
-    observation_refs: tuple[str, ...] = ()
-    selected_action: SelectedAction
-    reason_summary: str = Field(min_length=1, max_length=280)
+    observation_refs: tuple[int | str, ...] = ()  # a step number (that step's observation) or another id
+    selected_action: SelectedAction | None = None  # None: the decision's own step records the call
+    reason_summary: str | None = Field(default=None, min_length=1, max_length=280)  # None: the model gave none
     remaining_steps: NonNegativeInt
 
 

@@ -352,11 +352,11 @@ class Driver:
             run.segment.observe(write.events[observed:] if observed else write.events)
 
     def _offloaded(self, run_id: str, write: StepWrite) -> StepWrite:
-        """Large event values leave the log for artifacts named by their hash (observability/payloads.py)."""
+        """Events compacted, large values leaving for artifacts named by their hash (observability/payloads.py)."""
         offloader = Offloader(self.payload_threshold)
         events = offloader.events(write.events)
         if not offloader.blobs:
-            return write
+            return write.model_copy(update={"events": events})
         blobs = [
             NewArtifact(name=artifact_name(digest), version=1, content=text, media_type=MEDIA_TYPE)
             for digest, text in offloader.blobs.items()

@@ -36,7 +36,7 @@ from stateward.planning.patch import (
     AttemptOutcome,
 )
 from stateward.planning.plan import WorkItem
-from stateward.planning.progress import ProgressTracker, ReactDecisionSummary, SelectedAction
+from stateward.planning.progress import ProgressTracker, ReactDecisionSummary
 from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
     FailureFact,
@@ -157,20 +157,18 @@ class ItemSteps(Part):
             )
         run.steps.append(ctx.state.usage.steps + 1)  # the observation of this step belongs to this item
         if decision is not None and decision.action:
-            # What is kept of the decision: facts and a short stated reason, never hidden reasoning. The call
-            # itself is recorded once, by this step's signal and tool attempt (``call`` names the step), and
-            # the objective once per attempt (its first decision, before any observation of its own).
-            step = ctx.state.usage.steps + 1
+            # What is kept of the decision: facts and a short stated reason (none when the model gave none),
+            # never hidden reasoning. The call itself is recorded once, by this step's signal and tool attempt
+            # (the decision is the item's at that step), the observations it saw by their steps, and the
+            # objective once per attempt (its first decision, before any observation of its own).
             summary = ReactDecisionSummary(
-                decision_id=f"{item.work_item_id}:{step}",
                 work_item_id=item.work_item_id,
                 objective=None if mine else item.title,
-                observation_refs=tuple(f"step:{o.step}" for o in mine[-5:]),
-                selected_action=SelectedAction(tool=decision.action, call=f"step:{step}"),
-                reason_summary=(decision.reason or "no reason given")[:280],
+                observation_refs=tuple(o.step for o in mine[-5:]),
+                reason_summary=decision.reason[:280] if decision.reason else None,
                 remaining_steps=run.tracker.remaining_steps(),
             )
-            payload = summary.model_dump(mode="json", exclude_none=True)
+            payload = summary.model_dump(mode="json", exclude_defaults=True)
             notes.append(NewEvent(type=EventType.REACT_DECISION, payload=payload))
         return Proposal(
             signal=reply.text,
