@@ -6,6 +6,8 @@ machines whose clocks disagree still agree on who holds a run.
 
 from __future__ import annotations
 
+import functools
+
 # Seconds since the epoch by the database clock, read when the statement runs (not at transaction start).
 DB_EPOCH = "extract(epoch from clock_timestamp())::float8"
 
@@ -64,8 +66,9 @@ def page_requests(*, run_id: bool, tenant: bool, open_only: bool, after: bool) -
     )
 
 
-def step_update(*, leased: bool, clear_control: bool) -> str:
-    """The guarded snapshot update of ``commit_step``; it matches no row unless the write may happen."""
+def step_update(*, leased: bool, clear_control: bool, release: bool = False) -> str:
+    """The guarded snapshot update of ``commit_step``; it matches no row unless the write may happen.
+    ``release`` (leased only) gives the lease up in the same statement."""
     guard = (
         "lease_owner=%(owner)s AND lease_version=%(version)s"
         if leased
@@ -75,7 +78,28 @@ def step_update(*, leased: bool, clear_control: bool) -> str:
         "UPDATE runs SET status=%(status)s, terminal_reason=%(reason)s, snapshot=%(snapshot)s, parts=%(parts)s,"
         " last_seq=%(new_seq)s, updated_at=now(), not_before=%(not_before)s"
         + (", control=NULL" if clear_control else "")
-        + f" WHERE run_id=%(run_id)s AND last_seq=%(expected)s AND {guard} RETURNING now()"
+        + (", lease_owner=NULL, lease_expires_at=NULL" if release and leased else "")
+        + f" WHERE run_id=%(run_id)s AND last_seq=%(expected)s AND {guard} RETURNING now() AS at"
+    )
+
+
+@functools.cache
+def step_statement(*, leased: bool, clear_control: bool, release: bool, events: int) -> str:
+    """A step's run-row update and its ``events`` events as ONE statement (one round trip; in autocommit
+    it is its own transaction): the events are inserted only from the row the guarded update returned,
+    so a refused update inserts nothing. Parameters: those of :func:`step_update` plus ``lease_version``
+    and ``seq_<i>``, ``type_<i>``, ``payload_<i>`` per event (plain values: an array parameter would be
+    escaped element by element on the client)."""
+    update = step_update(leased=leased, clear_control=clear_control, release=release)
+    if not events:
+        return update
+    rows = ",".join(f"(%(seq_{i})s::bigint,%(type_{i})s,%(payload_{i})s)" for i in range(events))
+    return (
+        f"WITH moved AS ({update}),"
+        " appended AS (INSERT INTO events(run_id, seq, type, payload, lease_version, at)"
+        " SELECT %(run_id)s, e.seq, e.type, e.payload, %(lease_version)s, moved.at FROM moved,"
+        f" (VALUES {rows}) AS e(seq, type, payload))"
+        " SELECT at FROM moved"
     )
 
 
@@ -83,7 +107,8 @@ def step_update(*, leased: bool, clear_control: bool) -> str:
 INSERT_EVENT = "INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (%s,%s,%s,%s,%s,%s)"
 READ_EVENTS = """SELECT seq, type, payload, lease_version, at FROM events WHERE run_id=%s AND seq>%s
     ORDER BY seq LIMIT %s"""
-CLOSE_REQUEST = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL"
+CLOSE_REQUEST = """UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL
+    RETURNING request_id"""  # a row read back, not a row count: what a pipeline reports
 CLOSE_ALL_REQUESTS = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND answer IS NULL"
 OPEN_REQUEST = "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (%s,%s,%s,NULL,%s)"
 INSERT_ARTIFACT = """INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)
