@@ -303,9 +303,7 @@ class PostgresStore(OutboxMethods):
         with self._conn() as conn:
             try:
                 if write.has_contents or split.new_parts or notices:
-                    with _pipeline(conn), conn.transaction():
-                        now = self._guarded_step(conn, sql, params, lease)
-                        self._write_contents(conn, run_id, expected_seq, write, now, split, notices)
+                    self._pipelined_step(conn, sql, params, lease, write, split, notices)
                 else:
                     self._guarded_step(conn, sql, params, lease)
             except pg_errors.UniqueViolation as exc:
@@ -316,6 +314,30 @@ class PostgresStore(OutboxMethods):
                 ) from None
         self._parts.committed(run_id, split.known)
         return new_seq
+
+    def _pipelined_step(
+        self,
+        conn: Conn,
+        sql: str,
+        params: dict[str, Any],
+        lease: Lease | None,
+        write: StepWrite,
+        split: SplitState,
+        notices: list[Notice],
+    ) -> None:
+        """One transaction sent as a pipeline: BEGIN and the guarded statement (whose row is awaited),
+        then the contents and COMMIT, awaited together when the pipeline ends (a webhook lookup adds one wait)."""
+        try:
+            with _pipeline(conn):
+                conn.execute("BEGIN")
+                now = self._guarded_step(conn, sql, params, lease)
+                self._write_contents(conn, params["run_id"], params["expected"], write, now, split, notices)
+                conn.execute("COMMIT")
+        except BaseException:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):  # a broken connection is discarded by the pool anyway
+                    conn.execute("ROLLBACK")
+            raise
 
     def _guarded_step(self, conn: Conn, sql: str, params: dict[str, Any], lease: Lease | None) -> datetime:
         """The step's statement; the reason nothing was written if its guard matched no row."""
