@@ -34,22 +34,35 @@ class WireTrace:
     def __init__(self, path: Path):
         self.path = path
         self._file = path.open("w")
+        self._traced: list[psycopg.Connection[Any]] = []
 
     def __call__(self, conn: psycopg.Connection[Any]) -> None:
+        self._traced.append(conn)
+        self._trace(conn)
+
+    def _trace(self, conn: psycopg.Connection[Any]) -> None:
         conn.pgconn.trace(self._file.fileno())
         conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
 
+    def _flush(self) -> None:
+        """libpq buffers its trace; untracing flushes it (then tracing goes on). Called between calls only."""
+        for conn in self._traced:
+            if not conn.closed:
+                conn.pgconn.untrace()
+                self._trace(conn)
+
     def mark(self) -> int:
+        self._flush()
         return self.path.stat().st_size
 
     def since(self, mark: int) -> list[str]:
+        self._flush()
         with self.path.open() as f:
             f.seek(mark)
             return [line for line in f.read().splitlines() if line[:2] in ("F\t", "B\t")]
 
     def round_trips(self, mark: int) -> int:
-        """Batches of messages the client sent: each one starts after a reply (libpq writes what it
-        sent at once, but may still hold the last replies in its buffer, so those are not counted on)."""
+        """Batches of messages the client sent, each one after the replies to the one before."""
         lines = self.since(mark)
         return sum(1 for i, line in enumerate(lines) if line[0] == "F" and (i == 0 or lines[i - 1][0] == "B"))
 
