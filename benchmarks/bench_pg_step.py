@@ -108,7 +108,8 @@ class Floor:
 
 
 def round_trips(url: str, write: StepWrite) -> int:
-    """Batches of messages one warm ``commit_step`` sends (libpq's trace; see tests/store/test_postgres_round_trips.py)."""
+    """Batches of messages one warm ``commit_step`` sends, by libpq's protocol trace (as
+    tests/store/test_postgres_round_trips.py counts them)."""
     from psycopg import pq
 
     with tempfile.TemporaryDirectory() as tmp:
