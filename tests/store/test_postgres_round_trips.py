@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from stateward.core.errors import StaleLeaseError
+from stateward.core.errors import RunError, StaleLeaseError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.journal import AttemptRecord
 from stateward.core.state import AgentRef, RunState
@@ -115,6 +115,15 @@ def test_a_step_with_its_events_is_one_round_trip(store: PostgresStore, wire: Wi
         (seq, EventType.TOOL_ATTEMPTED, lease.version) for seq in (2, 3, 4)
     ]
     assert [e.payload["n"] for e in written[1:4]] == [0, 1, 2] and store.last_seq(RUN) == 4
+
+
+def test_a_new_run_with_its_first_events_is_one_round_trip(store: PostgresStore, wire: WireTrace) -> None:
+    state = RunState(run_id="run_new", agent=AgentRef(name="tests.store:agent"), goal="wire")
+    assert counted(wire, lambda: store.create_run(state, [started(), *events(2)])) == 1
+    assert [e.seq for e in store.read_events("run_new")] == [1, 2, 3] and store.last_seq("run_new") == 3
+    with pytest.raises(RunError) as err:
+        store.create_run(state, events(1))
+    assert err.value.code == "RUN_EXISTS" and len(store.read_events("run_new")) == 3
 
 
 def test_a_refused_one_statement_step_inserts_no_events(store: PostgresStore) -> None:

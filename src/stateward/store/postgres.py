@@ -81,6 +81,14 @@ def _both(first: Callable[[Conn], None], then: Callable[[Conn], None]) -> Callab
     return configure
 
 
+def _event_params(params: dict[str, Any], after_seq: int, events: list[NewEvent], texts: list[str]) -> None:
+    """The per-event parameters of ``_pg_sql.with_events``."""
+    for i, (event, text) in enumerate(zip(events, texts, strict=True)):
+        params[f"seq_{i}"] = after_seq + 1 + i
+        params[f"type_{i}"] = event.type.value
+        params[f"payload_{i}"] = text
+
+
 def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[Any]:
     """Statements queued and sent together, waiting only where a result is read (libpq >= 14)."""
     return conn.pipeline() if psycopg.Pipeline.is_supported() else contextlib.nullcontext()
@@ -219,28 +227,31 @@ class PostgresStore(OutboxMethods):
 
     # -- runs -----------------------------------------------------------------------------------
     def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
+        """The run's row and first events in one statement (one round trip)."""
         split = split_state(state)
         self.limits.check_snapshot_parts(state.run_id, split.texts)
         texts = self._event_texts(state.run_id, events)
-        with self._tx() as conn:
-            row = conn.execute(
-                q.CREATE_RUN,
-                (
-                    state.run_id,
-                    state.tenant,
-                    state.agent.name,
-                    state.status.value,
-                    state.terminal_reason,
-                    split.snapshot,
-                    split.refs,
-                    len(events),
-                ),
-            ).fetchone()
-            if row is None:
-                raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
-            written = self._append(conn, state.run_id, 0, events, row[0], 0, texts)
+        params: dict[str, Any] = {
+            "run_id": state.run_id,
+            "tenant": state.tenant,
+            "agent": state.agent.name,
+            "status": state.status.value,
+            "reason": state.terminal_reason,
+            "snapshot": split.snapshot,
+            "parts": split.refs,
+            "new_seq": len(events),
+            "lease_version": 0,
+        }
+        _event_params(params, 0, events, texts)
+        with self._conn() as conn:
+            row = conn.execute(q.create_statement(len(events)), params).fetchone()
+        if row is None:
+            raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
         self._parts.committed(state.run_id, split.known)  # a new run has no parts yet (see store/parts.py)
-        return written
+        return [
+            Event(run_id=state.run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=0, at=row[0])
+            for seq, ev in enumerate(events, start=1)
+        ]
 
     def load_run(self, run_id: str) -> RunState:
         return self.load_run_at(run_id)[0]
@@ -287,10 +298,7 @@ class PostgresStore(OutboxMethods):
             "not_before": None if write.not_before is None else write.not_before.timestamp(),
             "lease_version": 0 if lease is None else lease.version,
         }
-        for i, (event, text) in enumerate(zip(write.events, texts, strict=True)):
-            params[f"seq_{i}"] = expected_seq + 1 + i
-            params[f"type_{i}"] = event.type.value
-            params[f"payload_{i}"] = text
+        _event_params(params, expected_seq, write.events, texts)
         if lease is not None:
             params.update(owner=lease.owner, version=lease.version)
         sql = q.step_statement(
@@ -405,31 +413,6 @@ class PostgresStore(OutboxMethods):
         texts = [compact_json(ev.payload) for ev in events]
         self.limits.check_events(run_id, events, texts)
         return texts
-
-    @staticmethod
-    def _append(
-        conn: Conn,
-        run_id: str,
-        after_seq: int,
-        events: list[NewEvent],
-        at: datetime,
-        lease_version: int,
-        texts: list[str],
-    ) -> list[Event]:
-        out = [
-            Event(run_id=run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=lease_version, at=at)
-            for seq, ev in enumerate(events, start=after_seq + 1)
-        ]
-        if out:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    q.INSERT_EVENT,
-                    [
-                        (run_id, ev.seq, ev.type.value, text, lease_version, at)
-                        for ev, text in zip(out, texts, strict=True)
-                    ],
-                )
-        return out
 
     def read_events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         with self._conn() as conn:
