@@ -118,3 +118,27 @@ def test_workers_hand_the_lease_back_with_each_runs_last_commit(store: Recording
     assert [runtime.get(run_id).status for run_id in ids] == [RunStatus.COMPLETED] * 4
     assert store.calls["release_lease"] == 0
     assert all(store.lease_of(run_id) is None for run_id in ids)
+
+
+class FailAfterCommit:
+    """A failure right after a commit (as the fault-injection campaign makes one), the first time only."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def point(self, name: str) -> None:
+        if name == "after_commit" and not self.failed:
+            self.failed = True
+            raise RuntimeError("failed after the commit")
+
+
+def test_a_failure_after_the_final_commit_records_nothing_on_the_handed_back_run(store: Recording) -> None:
+    runtime = Runtime(store, faults=FailAfterCommit())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="after the commit"):
+        runtime.start(build("launch"), "launch")  # its first commit is its last: it waits for a person
+    (row,) = store.list_runs()
+    state = store.load_run(row.run_id)
+    assert state.status is RunStatus.WAITING_FOR_USER and state.setback is None  # as committed, no crash record
+    assert store.lease_of(row.run_id) is None
+    approved = Runtime(store.inner, agents=AGENTS).approve(row.run_id, "approval_001", by="ann")
+    assert approved.state.status is RunStatus.COMPLETED

@@ -183,9 +183,11 @@ class Driver:
             try:
                 self._next(run, keeper.lease)
             except Exception as exc:
-                if is_store_refusal(exc):
+                # A lease lost meanwhile, or handed back by the step's own (committed, final) write:
+                # nothing more can be recorded on the run; the next holder decides.
+                if is_store_refusal(exc) or keeper.returned:
                     raise
-                keeper.check()  # a lease lost meanwhile: record nothing, the new holder decides
+                keeper.check()
                 self._crashed(run, keeper.lease, exc)
                 break
 

@@ -100,6 +100,11 @@ class LeaseKeeper:
         no heartbeat may renew a lease that commit gives up. :meth:`handed_back` once it committed."""
         self.stop(release=False)
 
+    @property
+    def returned(self) -> bool:
+        """Whether the lease was given up (released, or handed back by a committed write)."""
+        return self._returned
+
     def handed_back(self) -> None:
         """The lease was released by a committed write: a later :meth:`stop` releases nothing."""
         self._returned = True
