@@ -12,12 +12,13 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.controllers.test_plan_run import GOAL, THREE_ITEMS, events, item, make_agent, plan_doc
+from tests.controllers.test_plan_run import GOAL, THREE_ITEMS, events, item, make_agent, plan_doc, worker_policy
 
 from stateward import RunStatus, Runtime
 from stateward.controllers.plan_run import PlanRunController
+from stateward.controllers.plan_support import PARTIAL_ARTIFACT
 from stateward.core.events import EventType
-from stateward.models import ModelRequest, ScriptedModel
+from stateward.models import ModelRequest, ScriptedModel, complete
 from stateward.planning import (
     BudgetLimits,
     CompletionMode,
@@ -31,7 +32,9 @@ from stateward.planning import (
     load_plan,
     validate_plan,
 )
+from stateward.planning.budget import BudgetError
 from stateward.store.sqlite import SQLiteStore
+from stateward.verify import CheckResult, CheckVerdict
 
 TWO_ITEMS = plan_doc([item("W1", [], ["search"], "findings"), item("W2", ["W1"], [], "summary")])
 
@@ -164,6 +167,10 @@ def test_a_measured_metric_fires_a_failure_criterion(runtime: Runtime) -> None:
     agent = configured(make_agent(TWO_ITEMS, goal=goal_with(**COVERAGE_GOAL)), measure=measured(0.3))
     state = runtime.start(agent, GOAL.objective)
     assert (state.status, state.terminal_reason) == (RunStatus.FAILED, "goal_failure_criterion")
+    # W1 was verified, but the goal says nothing may be delivered once this criterion holds: the lowest rung.
+    outcome = state.memo["outcome"]
+    assert (outcome["rung"], outcome["completion_mode"], outcome["final_artifact"]) == ("SAFE_FAILURE", "NONE", None)
+    assert state.memo["verified"] == ["W1"] and PARTIAL_ARTIFACT not in state.artifacts
     assert "W2" not in state.memo["verified"]  # it stopped as soon as the measurement showed the failure
 
 
@@ -356,9 +363,85 @@ def test_a_failure_criterion_that_rules_out_a_safe_delivery_fails_the_run(runtim
     agent = make_agent(UNDERESTIMATED, goal=_budget_goal("FAIL"), budget=BudgetLimits(max_tool_calls=5))
     state = runtime.start(agent, GOAL.objective)
     assert (state.status, state.terminal_reason) == (RunStatus.FAILED, "goal_failure_criterion")
+    # W1 was verified, but the goal says nothing may be delivered once this criterion holds: the lowest rung.
+    outcome = state.memo["outcome"]
+    assert (outcome["rung"], outcome["completion_mode"], outcome["final_artifact"]) == ("SAFE_FAILURE", "NONE", None)
+    assert state.memo["verified"] == ["W1"] and PARTIAL_ARTIFACT not in state.artifacts
 
 
 def test_without_the_criterion_the_affordable_item_still_runs(runtime: Runtime) -> None:
     agent = make_agent(UNDERESTIMATED, budget=BudgetLimits(max_tool_calls=5))
     state = runtime.start(agent, GOAL.objective)
     assert "W2" in state.memo["items"]
+
+
+# --------------------------------------------------------------------------- the deliverable's model check is charged
+
+# W2 is estimated at one model call and takes two (a search, then the summary).
+CHECKED = plan_doc(
+    [
+        item("W1", [], ["search"], "findings"),
+        item("W2", ["W1"], ["search"], "summary", estimated_cost={"tool_calls": 1, "model_calls": 1, "tokens": 0}),
+    ]
+)
+
+
+def _writes_both_sections(req: ModelRequest) -> Any:
+    if req.facts["work_item"]["work_item_id"] != "W2":
+        return worker_policy(req)
+    if not req.observations:
+        return {"type": "EXECUTE_TOOL", "action": "search", "args": {"query": "what else"}}
+    args = {"artifact_type": "summary", "content": json.dumps({"sections": ["intro", "evidence"]})}
+    return {"type": "EXECUTE_TOOL", "action": "record_output", "args": args}
+
+
+def _judged(asked: list[ModelRequest]) -> Any:
+    """An evidence verifier whose semantic check asks the checker it is handed (the run's metered checker)."""
+
+    def verify(content: str, recorded: frozenset[str], checker: Any) -> list[CheckResult]:
+        assert checker is not None
+        try:
+            reply = complete(checker, ModelRequest(purpose="content", goal="judge the summary", facts={"c": content}))
+        except BudgetError as exc:
+            return [CheckResult(name="judged", verdict=CheckVerdict.UNKNOWN, detail=f"{exc.code}: {exc.message}")]
+        return [CheckResult(name="judged", verdict=CheckVerdict(json.loads(reply.text)["verdict"]))]
+
+    return verify
+
+
+def _checked_agent(asked: list[ModelRequest], budget: BudgetLimits) -> Any:
+    def judge(req: ModelRequest) -> dict[str, str]:
+        asked.append(req)
+        return {"verdict": "PASS", "detail": "two sections"}
+
+    agent = make_agent(CHECKED, worker=_writes_both_sections, budget=budget)
+    return configured(agent, verifier=None, evidence_verifier=_judged(asked), checker=ScriptedModel(judge))
+
+
+def test_the_deliverable_s_model_check_is_charged_like_every_model_call(runtime: Runtime) -> None:
+    asked: list[ModelRequest] = []
+    state = runtime.start(_checked_agent(asked, BudgetLimits(max_reflections_per_artifact=1)), GOAL.objective)
+    unchecked = runtime.start(
+        configured(make_agent(CHECKED, worker=_writes_both_sections), verifier=None, evidence_verifier=None),
+        GOAL.objective,
+    )
+    assert state.status is unchecked.status is RunStatus.COMPLETED and len(asked) == 1
+    used, before = state.memo["ledger"]["used"], unchecked.memo["ledger"]["used"]
+    # One more model call and its tokens, in the Runtime's counters and in the plan's ledger alike.
+    assert state.usage.model_calls == unchecked.usage.model_calls + 1 == used["model_calls"]
+    assert used["model_calls"] == before["model_calls"] + 1
+    tokens = state.usage.input_tokens + state.usage.output_tokens
+    assert tokens > unchecked.usage.input_tokens + unchecked.usage.output_tokens and used["tokens"] == tokens
+
+
+def test_a_run_whose_budget_cannot_afford_the_check_does_not_make_it(runtime: Runtime) -> None:
+    # The planner and W1 take three calls, W2 the two left: nothing is left for the check, so it is not made.
+    asked: list[ModelRequest] = []
+    agent = _checked_agent(asked, BudgetLimits(max_model_calls=5, max_reflections_per_artifact=1))
+    state = runtime.start(agent, GOAL.objective)
+    assert asked == [] and state.usage.model_calls == 5
+    [verification] = events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)
+    [check] = verification["checks"]
+    assert check["verdict"] == "UNKNOWN" and check["detail"].startswith("BUDGET_EXCEEDED: no model call left")
+    assert verification["outcome"] != "ACCEPT" and state.status is not RunStatus.COMPLETED
+    assert "W2" not in state.memo["verified"]  # an unchecked deliverable never counts

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from stateward import EventType, Runtime
 from stateward_demos.cli import app as demo_app
 from stateward_demos.payment import tools as payment_tools
 from stateward_demos.payment.fault_runs import run_fault
@@ -41,7 +42,21 @@ def test_a_budget_running_out_delivers_confirmed_facts_and_an_estimate(tmp_path:
     assert (row["status"], out["completion_mode"]) == ("PARTIALLY_COMPLETED", "DEGRADED")
     assert out["coverage"] == {"expected": 12, "accessible": 11, "analysed": 11}  # the facts that were confirmed
     assert out["breaking_changes"] == 8 and out["risk"] is None  # no unverified risk ranking
-    assert out["budget_to_continue"]["attempts"] == 6
+    # The goal's third failure criterion (budget insufficient for the risk verification, on_met DEGRADE) is met
+    # once the fact lists are confirmed (W11): W12-W14 no longer fit the one attempt left, so nothing more starts.
+    assert out["budget_to_continue"]["attempts"] == 7
+    runtime = Runtime.open(str(tmp_path / "budget.db"))
+    [row_] = runtime.list_runs().items
+    state = runtime.get(row_.run_id)
+    events = runtime.store.read_events(state.run_id)
+    [verdict] = [e.payload for e in events if e.type is EventType.TERMINATION_RECORDED]
+    assert (verdict["reason"], verdict["constraint_ids"]) == (
+        "GOAL_FAILURE_CRITERION",
+        ["no-budget-for-risk-verification"],
+    )
+    started = [e.payload["work_item_id"] for e in events if e.type is EventType.WORK_ITEM_STARTED]
+    assert started[-1] == "W11" and state.memo["verified"][-1] == "W11"
+    runtime.close()
 
 
 def test_pause_and_resume_in_another_process_give_the_same_result(tmp_path: Path) -> None:

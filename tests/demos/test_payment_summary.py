@@ -7,6 +7,7 @@ controller concluded from verified outputs and the goal's success criteria.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ FIELDS = {
     "stages",
     "stage",
 }
+START = datetime(2030, 1, 1, tzinfo=UTC)
 SOURCE_STAGES = ["INTAKE", "PLAN", "VALIDATE_PLAN", "EXECUTE", "VERIFY", "HUMAN_APPROVAL", "DELIVER"]
 
 
@@ -84,3 +86,26 @@ def test_a_token_budget_is_charged_and_stops_the_run_with_a_budget_estimate(runt
     partial = json.loads(delivered.content)
     assert partial["reason_code"] == "BUDGET_EXHAUSTED" and partial["missing_scope"]
     assert any(n.startswith("budget to continue:") for n in partial["needed_to_continue"])
+
+
+class _Overrun:
+    """The world's clock: every reading after the first is 46 minutes later (the goal allows 45)."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def __call__(self) -> datetime:
+        self.readings += 1
+        return START + (timedelta(0) if self.readings == 1 else timedelta(minutes=46))
+
+
+def test_a_run_with_nothing_confirmed_and_nothing_safe_to_deliver_fails_safely(runtime: Runtime) -> None:
+    # The ladder's lowest rung: the deadline (a hard constraint that blocks) is gone before any fact is confirmed,
+    # so nothing is verified, nothing may be delivered, and nothing is - the run fails with SAFE_FAILURE.
+    state = runtime.start(build_agent(clock=_Overrun()), goal().objective)
+    out = summary(runtime, state)
+    assert (state.status, state.terminal_reason) == (RunStatus.FAILED, "hard_constraint_violated")
+    assert (out["rung"], out["completion_mode"]) == ("SAFE_FAILURE", "NONE")
+    assert state.memo["verified"] == [] and out["final_artifact"] is None
+    assert out["artifacts"] == [] and out["delivery_receipt"] is None and out["report_versions"] == []
+    assert "DELIVER" not in out["stages"]

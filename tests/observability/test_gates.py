@@ -118,6 +118,30 @@ SWITCHED_OFF: dict[str, Callable[..., None]] = {
 }
 
 
+def test_a_resume_of_a_waiting_run_is_an_illegal_transition(tmp_path: Path) -> None:
+    """An operator's resume moves a paused run: one recorded from a wait skipped the answer it waited for."""
+    runtime, run_id = driven(tmp_path / "runs.db")
+    assert gate(runtime, run_id, "illegal_transitions")[0] == 0
+    usage = runtime.get(run_id).usage.model_dump()
+    payload = {"by": "racer", "from_status": "WAITING_FOR_USER", "usage": usage, "reconciled": []}
+    forge(runtime, run_id, [NewEvent(type=EventType.RUN_RESUMED, payload=payload)])
+    assert gate(runtime, run_id, "illegal_transitions")[0] == 1
+    runtime.close()
+
+
+def test_a_resume_with_fewer_steps_than_decisions_so_far_is_not_correct(tmp_path: Path) -> None:
+    """Usage that did not go down between two events can still have been lost at the pause: a resume must
+    carry at least as many steps as the decisions recorded before it."""
+    runtime = Runtime.open(str(tmp_path / "runs.db"), agents=AGENTS)
+    run = runtime.start(refunder(), "refund c-1")  # a lookup and a wait: two decisions recorded
+    usage = {**runtime.get(run.run_id).usage.model_dump(), "steps": 0, "model_calls": 99, "tool_attempts": 99}
+    payload = {"by": "forger", "from_status": "PAUSED", "usage": usage, "reconciled": []}
+    forge(runtime, run.run_id, [NewEvent(type=EventType.RUN_RESUMED, payload=payload)])
+    value, chances = gate(runtime, run.run_id, RATE_GATE)
+    assert chances == 1 and value == 0.0
+    runtime.close()
+
+
 @pytest.mark.parametrize("name", [*COUNT_GATES, RATE_GATE])
 def test_each_gate_fails_when_its_protection_is_off(tmp_path: Path, name: str) -> None:
     runtime, run_id = driven(tmp_path / "runs.db")
@@ -147,20 +171,36 @@ def test_the_cli_prints_every_gate_and_exits_non_zero_on_a_breach(tmp_path: Path
     assert bad.exit_code == 1 and json.loads(bad.output)["breaches"] == ["unauthorized_tool_executions"]
 
 
-def test_every_source_fault_is_a_scenario_or_said_not_covered() -> None:
-    """The campaign's table answers for every fault the source lists: a scenario, the storm, or a reason."""
-    from stateward.chaos.campaign import _WHY_NOT, SCENARIOS, STORM_FAULTS, SourceFault
+def test_every_agent_x_fault_cell_is_a_scenario_or_says_why_not() -> None:
+    """The campaign's table answers for every fault on every agent: a scenario, the storm, or a reason
+    (not applicable, or not covered yet); every scenario's fault has an observer that proves it happened."""
+    from stateward.chaos.campaign import (
+        _WHY_NOT,
+        CAMPAIGN_AGENTS,
+        LEDGER,
+        NOT_APPLICABLE,
+        OBSERVERS,
+        SCENARIOS,
+        STORM_FAULTS,
+        SourceFault,
+    )
 
-    expressed = {s.fault for s in SCENARIOS} | set(STORM_FAULTS)
-    assert set(SourceFault) <= expressed | set(_WHY_NOT)
-    assert all(s.agent != "refund" for s in SCENARIOS)  # the refund demo registers no agent
+    expressed = {(s.agent, s.fault) for s in SCENARIOS} | {(LEDGER, f) for f in STORM_FAULTS}
+    for agent in CAMPAIGN_AGENTS:
+        for fault in SourceFault:
+            said = (agent, fault) in expressed or (agent, fault) in NOT_APPLICABLE or (agent, fault) in _WHY_NOT
+            assert said, (agent, fault)
+    assert not set(NOT_APPLICABLE) & expressed
+    assert all(s.fault in OBSERVERS or s.kill_at for s in SCENARIOS)
+    assert {s.agent for s in SCENARIOS} == set(CAMPAIGN_AGENTS) - {LEDGER}
 
 
 @pytest.mark.slow
 def test_the_campaign_meets_every_gate() -> None:
-    """CI's gate run: the fault-injection campaign (the ledger storm, then blog and payment-migration with
-    SIGKILLs at each persistence boundary, pauses at random steps and payment's faults) and the audit;
-    every gate had chances and holds, and cells say what ran and what is not covered."""
+    """CI's gate run: the fault-injection campaign (the ledger storm, then blog, refund and payment-migration
+    with SIGKILLs at each persistence boundary, two workers on one run, pauses at random steps and each
+    agent's faults) and the audit; every gate had chances and holds, and cells say what ran (observed in
+    the run's records), what does not apply and what is not covered."""
     import os
     import subprocess
     import sys
@@ -183,7 +223,13 @@ def test_the_campaign_meets_every_gate() -> None:
     assert cells[("payment-migration", "report-missing-evidence")]["coverage"] == "ran"
     assert cells[("blog", "sigkill-at-persistence-boundary")]["kills"] >= 1
     assert cells[("chaos-ledger", "two-workers-resume-one-run")]["coverage"] == "ran"
-    assert cells[("refund", "permission-denied")]["coverage"] == "not_covered"
+    refund_faults = ("permission-denied", "timeout-once-then-recovery", "same-search-repeated")
+    refund_faults += ("high-risk-low-confidence",)
+    for fault in refund_faults:
+        assert cells[("refund", fault)]["coverage"] == "ran" and cells[("refund", fault)]["runs"] >= 1, fault
+    for agent in ("blog", "refund", "payment-migration"):
+        assert cells[(agent, "two-workers-resume-one-run")]["coverage"] == "ran", agent
+    assert cells[("refund", "plan-with-a-cycle")]["coverage"] == "not_applicable"
     # Only runs that were really paused count for pause/resume: the storm never pauses.
     assert cells[("blog", "pause-resume-at-random-point")]["coverage"] == "ran"
     ledger_pause = cells[("chaos-ledger", "pause-resume-at-random-point")]
@@ -202,25 +248,46 @@ def test_agents_not_installed_are_skipped_not_passed(tmp_path: Path) -> None:
     by = {(c.agent, c.fault.value): c.coverage for c in ran.cells}
     assert by[("blog", "sigkill-at-persistence-boundary")] is Coverage.SKIPPED
     assert by[("payment-migration", "prompt-injection-in-document")] is Coverage.SKIPPED
+    assert by[("refund", "permission-denied")] is Coverage.SKIPPED
     assert {a for a, _ in ran.covered()} == {"chaos-ledger"}
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_the_campaign_on_postgres_meets_every_gate(pg_url: str) -> None:
-    """The same campaign and audit on PostgreSQL (storm workers claiming with SKIP LOCKED, forked drivers
-    killed at each persistence boundary)."""
-    from stateward.chaos.campaign import Campaign
+    """The campaign's process faults on PostgreSQL (storm workers claiming with SKIP LOCKED, forked drivers
+    killed at each persistence boundary, two workers racing on one run, pauses) and the audit. The faults
+    that change only what an agent meets (a timeout, a refused permission, ...) are store-independent and
+    run in the SQLite campaign, and so does the payment agent (its 90-step run is the campaign's slowest,
+    and its writes are the same store calls as the other agents'): keeping them out keeps CI's two
+    campaigns within their time."""
+    from stateward.chaos.campaign import Campaign, SourceFault
+    from stateward.chaos.permissions import agent_permissions
     from stateward.runtime.agent_registry import process_agents
     from stateward.store.base import open_store
 
-    ran = Campaign(pg_url, process_agents(), seed=5).run()
+    process_faults = (
+        SourceFault.SIGKILL_AT_BOUNDARY,
+        SourceFault.CRASH_AFTER_TOOL,
+        SourceFault.TWO_WORKERS,
+        SourceFault.PAUSE_RESUME,
+    )
+    agents = process_agents()
+    quick = ("chaos-ledger", "blog", "refund")
+    ran = Campaign(pg_url, agents, seed=5, only=process_faults, agents_only=quick).run()
     store = open_store(pg_url)
     try:
-        report = audit(store, ran.run_ids)
+        report = audit(
+            store, ran.run_ids, permissions=agent_permissions(agents), witnessed_duplicates=ran.witnessed_duplicates
+        )
     finally:
         store.close()
     assert report.passed, report.breaches()
+    assert ran.errors == []
     chances = {g.name: g.opportunities for g in report.gates}
-    assert chances["unauthorized_tool_executions"] > 0 and chances["illegal_transitions"] > 0
-    assert ("payment-migration", "sigkill-at-persistence-boundary") in ran.covered()
+    for name in ("unauthorized_tool_executions", "illegal_transitions", "double_executions", RATE_GATE):
+        assert chances[name] > 0, name
+    covered = set(ran.covered())
+    for agent in quick:
+        assert (agent, "sigkill-at-persistence-boundary") in covered, agent
+        assert (agent, "two-workers-resume-one-run") in covered, agent

@@ -27,12 +27,13 @@ app = typer.Typer(no_args_is_help=True, help="Runnable demonstrations on offline
 def demo_stop_signal(
     as_json: JsonOpt = False,
     materials: Annotated[str, typer.Option(help="Fixture set: default | no_clue.")] = "default",
+    model: ModelOpt = None,
 ) -> None:
-    """Naive loops vs the Runtime, for ReAct, plan-and-execute and workflow."""
+    """Naive loops vs the Runtime, for ReAct, plan-and-execute and workflow (scripted models, or --model)."""
     from stateward_demos.stop_signal import COLUMNS, compare
 
     with reported_errors(as_json), tempfile.TemporaryDirectory() as tmp:
-        rows = compare(Path(tmp), materials)
+        rows = compare(Path(tmp), materials, model_spec=model)
     if as_json:
         emit_json(rows)
     else:
@@ -164,7 +165,12 @@ def demo_conflicting_rules(as_json: JsonOpt = False) -> None:
 
 @app.command("refund")
 def demo_refund(as_json: JsonOpt = False) -> None:
-    """refund_order through the Tool Gateway: refusals, timeouts and reconciliation."""
+    """refund_order through the Tool Gateway: refusals, timeouts and reconciliation.
+
+    No model is involved, so there is no --model: each scenario makes one fixed call and breaks the payment
+    system in one way, because what is shown is what the gateway does with the call (refuse, time out, look the
+    refund up, replay it, never repeat it), whatever proposed it.
+    """
     from stateward_demos.refund import COLUMNS, run_refund_scenarios
 
     rows = run_refund_scenarios()

@@ -104,6 +104,7 @@ def payment_migration(
         str, typer.Option("--model", help="Model spec (as for stop-signal), or 'scripted' for the offline models.")
     ],
     runs: Annotated[int, typer.Option("--runs", min=1, max=100, help="Runs of the case.")] = 5,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1, max=1000, help="Step budget of each run.")] = 200,
     db: Annotated[
         str | None,
         typer.Option("--db", help="Store for the runs (SQLite path or postgresql:// URL); default temporary."),
@@ -121,7 +122,7 @@ def payment_migration(
 
     spec = None if model == "scripted" else model
     with reported_errors(as_json), _local_server(local_server), tempfile.TemporaryDirectory() as tmp:
-        report = run_payment_eval(spec, runs, db or str(Path(tmp) / "eval.db"))
+        report = run_payment_eval(spec, runs, db or str(Path(tmp) / "eval.db"), max_steps=max_steps)
     if as_json:
         emit_json(report)
     else:

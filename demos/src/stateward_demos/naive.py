@@ -15,9 +15,11 @@ from stateward import (
     AgentRef,
     AwaitStep,
     DecisionContext,
+    DecisionParseError,
     DecisionType,
     FinishStep,
     HumanNode,
+    Model,
     ModelNode,
     ModelRequest,
     Observation,
@@ -133,13 +135,17 @@ class _Harness:
         self.run.status, self.run.terminal_reason = "COMPLETED", "completed"
 
 
-def naive_react(materials: str = "default", max_model_calls: int = 8) -> NaiveRun:
+def naive_react(materials: str = "default", max_model_calls: int = 8, model: Model | None = None) -> NaiveRun:
+    """``model``: the signal source (default: the blog's scripted ReAct model)."""
     h = _Harness("react", materials)
-    model = blog.scripted_models()["react"]
+    source = model or blog.scripted_models()["react"]
     for _ in range(max_model_calls):
-        reply = model.complete(h.request("decide"))
+        reply = complete(source, h.request("decide"))
         h.run.model_calls += 1
-        decision = parse_decision(reply.text)
+        try:
+            decision = parse_decision(reply.text)
+        except DecisionParseError:
+            continue  # the naive loop just asks again
         if decision.type is DecisionType.EXECUTE_TOOL and decision.action:
             h.invoke(decision.action, decision.args or {})
         elif decision.type is DecisionType.REQUEST_USER_INPUT:
@@ -151,9 +157,10 @@ def naive_react(materials: str = "default", max_model_calls: int = 8) -> NaiveRu
     return h.run
 
 
-def naive_plan_and_execute(materials: str = "default") -> NaiveRun:
+def naive_plan_and_execute(materials: str = "default", model: Model | None = None) -> NaiveRun:
+    """``model``: the planner (default: the blog's scripted planner)."""
     h = _Harness("plan_and_execute", materials)
-    reply = blog.scripted_models()["plan_and_execute"].complete(h.request("plan"))
+    reply = complete(model or blog.scripted_models()["plan_and_execute"], h.request("plan"))
     h.run.model_calls += 1
     plan = parse_step_plan(reply.text, set(h.agent.tools.names()))
     if isinstance(plan, SignalFailure):
@@ -170,9 +177,10 @@ def naive_plan_and_execute(materials: str = "default") -> NaiveRun:
     return h.run
 
 
-def naive_workflow(materials: str = "default") -> NaiveRun:
+def naive_workflow(materials: str = "default", model: Model | None = None) -> NaiveRun:
+    """``model``: what fills the workflow's model nodes (default: the blog's scripted one)."""
     h = _Harness("workflow", materials)
-    controller = blog.workflow_nodes(blog.scripted_models()["workflow"], h.inventory)
+    controller = blog.workflow_nodes(model or blog.scripted_models()["workflow"], h.inventory)
     node_id: str | None = controller.start
     while node_id is not None:
         node = controller.nodes[node_id]
@@ -187,7 +195,10 @@ def naive_workflow(materials: str = "default") -> NaiveRun:
         elif isinstance(node, ModelNode) and controller.model is not None:
             reply = complete(controller.model, h.request("content", node.inputs(h.context())))
             h.run.model_calls += 1
-            args = json.loads(reply.text)
+            try:
+                args = json.loads(reply.text)
+            except ValueError:
+                args = {}  # whatever came back is passed on as it is: no arguments
             h.invoke(node.tool, args if isinstance(args, dict) else {})
             node_id = node.next
         else:

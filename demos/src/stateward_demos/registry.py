@@ -16,3 +16,13 @@ AGENTS.register_lazy(
     "stateward_demos.payment.agent:build_agent",
     description="the Payment SDK migration assessment (plan run)",
 )
+AGENTS.register_lazy(
+    "refund",
+    "stateward_demos.refund_agent:build_agent",
+    description="the refund agent: find an order, refund it with a person's approval (faults: --param fault=...)",
+)
+AGENTS.register_lazy(
+    "payment-migration-plan-cycle",
+    "stateward_demos.payment.plan_cycle:build_agent",
+    description="the payment migration whose planner first proposes a plan with a dependency cycle",
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stateward import RunState, Runtime
+from stateward import Model, RunState, Runtime
 from stateward_demos import blog, blog_fixtures, naive
 
 COLUMNS = (
@@ -49,17 +49,30 @@ def correct_row(mode: str, state: RunState) -> dict[str, Any]:
     }
 
 
-def compare(db_dir: Path, materials: str = "default") -> list[dict[str, Any]]:
-    """Six rows: naive then correct, for react, plan_and_execute and workflow."""
+def compare(
+    db_dir: Path, materials: str = "default", model_spec: str | None = None, *, model: Model | None = None
+) -> list[dict[str, Any]]:
+    """Six rows: naive then correct, for react, plan_and_execute and workflow.
+
+    ``model_spec`` (``--model``) or ``model``: every row's signals come from that one model instead of the
+    scripted ones - the same comparison, one run per controller and variant (as ``stateward eval stop-signal
+    --runs 1`` does for the correct rows).
+    """
+    if model is None and model_spec is not None:
+        from stateward.models import model_from_spec
+
+        model = model_from_spec(model_spec)
     rows = [
-        naive.naive_react(materials, max_model_calls=BUDGET_STEPS).row(),
-        naive.naive_plan_and_execute(materials).row(),
-        naive.naive_workflow(materials).row(),
+        naive.naive_react(materials, max_model_calls=BUDGET_STEPS, model=model).row(),
+        naive.naive_plan_and_execute(materials, model=model).row(),
+        naive.naive_workflow(materials, model=model).row(),
     ]
     runtime = Runtime.open(str(db_dir / "stop-signal.db"))
     try:
         for mode in blog.MODES:
-            agent = blog.build_agent(mode, max_steps=BUDGET_STEPS, materials=materials)
+            agent = blog.build_agent(
+                mode, max_steps=BUDGET_STEPS, materials=materials, model=model, model_spec=model_spec
+            )
             rows.append(correct_row(mode, runtime.start(agent, blog_fixtures.GOAL)))
     finally:
         runtime.close()

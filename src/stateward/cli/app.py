@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
 from stateward.cli.plugins import DbOpt, JsonOpt, ModelOpt, load_group, open_runtime, plugin_groups
-from stateward.core.errors import ErrorCode
+from stateward.core.errors import ErrorCode, UserError
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -503,8 +503,6 @@ def serve(
         try:
             from stateward.api.serve import serve as run_service
         except ImportError as exc:
-            from stateward.core.errors import UserError
-
             raise UserError(
                 f"the HTTP service needs FastAPI and uvicorn ({exc}); pip install 'stateward[serve]'",
                 code=ErrorCode.CONFIGURATION_ERROR,
@@ -559,6 +557,14 @@ def gates(
     kills: Annotated[int, typer.Option(min=0, help="Process kills of the ledger storm, per size step.")] = 15,
     seed: Annotated[int, typer.Option(help="Seed of the campaign.")] = 1,
     max_runs: Annotated[int, typer.Option(min=1, max=1_000_000, help="Audit at most this many runs.")] = 10_000,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Run only the campaign cells of this source fault (repeatable)."),
+    ] = None,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option("--agent", help="Run only the campaign cells of this registered agent (repeatable)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The eight hard gates (each count 0, pause/resume 100%) with their opportunities and the liveness
@@ -566,19 +572,37 @@ def gates(
 
     Without --db: the campaign (agent x fault x this store) runs first; its cells say which faults ran,
     which were skipped (agent not installed) and which no agent covers."""
+    from stateward.chaos.permissions import agent_permissions
     from stateward.observability.gates import audit
+    from stateward.runtime.agent_registry import process_agents
 
     campaign: dict[str, object] | None = None
     cells: list[dict[str, object]] = []
+    witnessed = 0
     with reported_errors(as_json):
+        agents = process_agents()
         if db is None:
-            from stateward.chaos.campaign import Campaign
-            from stateward.runtime.agent_registry import process_agents
+            from stateward.chaos.campaign import Campaign, SourceFault
 
+            known = {f.value: f for f in SourceFault}
+            unknown = [name for name in only or () if name not in known]
+            if unknown:
+                raise UserError(
+                    f"unknown fault {unknown[0]!r}; known: {', '.join(known)}", code=ErrorCode.INVALID_ARGUMENT
+                )
+            faults = None if not only else [known[name] for name in only]
             db = store or str(Path(tempfile.mkdtemp(prefix="stateward-gates-")) / "gates.db")
-            ran = Campaign(db, process_agents(), size=size, seed=seed, storm_kills=kills).run()
+            ran = Campaign(
+                db, agents, size=size, seed=seed, storm_kills=kills, only=faults, agents_only=agent or None
+            ).run()
             cells = [c.model_dump(mode="json") for c in ran.cells]
-            campaign = {"cells": cells, "storm_kills": ran.storm["kills"]}
+            witnessed = ran.witnessed_duplicates
+            campaign = {
+                "cells": cells,
+                "storm_kills": ran.storm["kills"],
+                "witnessed_duplicates": witnessed,
+                "errors": ran.errors,
+            }
         runtime = open_runtime(db)
         ids: list[str] = []
         cursor = None
@@ -588,19 +612,18 @@ def gates(
             cursor = page.next_cursor
             if cursor is None:
                 break
-        report = audit(runtime.store, ids)
+        report = audit(runtime.store, ids, permissions=agent_permissions(agents), witnessed_duplicates=witnessed)
     data = {"db": db, **report.model_dump(mode="json"), "breaches": report.breaches(), "campaign": campaign}
     if as_json:
         emit_json(data)
     else:
         rows = [
-            {"gate": g.name, "value": g.value, "opportunities": g.opportunities, "holds": g.holds}
-            for g in report.gates
+            {"gate": g.name, "value": g.value, "opportunities": g.opportunities, "holds": g.holds} for g in report.gates
         ]
         print_table(f"gates over {report.runs} runs ({db})", ("gate", "value", "opportunities", "holds"), rows)
         typer.echo(f"finished or waiting: {report.finished_or_waiting} (floor 0.95): {report.liveness_holds}")
         if cells:
-            print_table("campaign", ("agent", "fault", "coverage", "runs", "kills"), cells)
+            print_table("campaign", ("agent", "fault", "coverage", "runs", "unobserved", "kills", "reason"), cells)
     if not report.passed:
         raise typer.Exit(1)
 

@@ -42,9 +42,12 @@ checks it)::
                                             STORE_UNAVAILABLE, PAYLOAD_TOO_LARGE)
 
 Control signals (a wait, a blocked action) are never exceptions: they are decisions and outcomes
-that the Runtime records. Refusal reasons of well-formed decisions (``RefusalReason`` in core.contract,
-and the reasons agents' policies give) and terminal reasons (``completed``, ``budget_exhausted``, a
-FAIL decision's own reason, ...) are recorded words, lower case, not error codes.
+that the Runtime records. The one exception is internal: ``CallCancelled`` (core.interrupt, a
+``BaseException`` and no StatewardError) unwinds a call in flight to the driver when a pause is asked;
+the driver records it and pauses the run, so it never reaches a caller. Refusal reasons of well-formed
+decisions (``RefusalReason`` in core.contract, and the reasons agents' policies give) and terminal
+reasons (``completed``, ``budget_exhausted``, a FAIL decision's own reason, ...) are recorded words,
+lower case, not error codes.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ class EventType(StrEnum):
 
     RUN_STARTED = "run_started"
     MODEL_CALL_FAILED = "model_call_failed"
+    CALL_CANCELLED = "call_cancelled"  # a model or read-only tool call in flight gave way to a pause
     SIGNAL_RECEIVED = "signal_received"
     RUNTIME_VALIDATED = "runtime_validated"
     STATE_TRANSITION = "state_transition"

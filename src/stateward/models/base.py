@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -10,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from stateward.core.bridge import blocking, in_bridge, resolve, run_coroutine
+from stateward.core.interrupt import CallCancelled, PauseToken, abandon_on_pause, cancel_on_pause, pause_token
 from stateward.core.model_io import ActionSpec, ModelReply, ModelRequest, Usage
 
 __all__ = [
@@ -127,6 +131,9 @@ def _call(
 
 
 def _complete(model: AnyModel, request: ModelRequest) -> ModelReply:
+    token = pause_token.get()
+    if token is not None:  # a pause asked meanwhile cancels the call (see core/interrupt.py)
+        return _cancellable(model, request, token)
     if in_bridge():
         if isinstance(model, AsyncModel):
             return resolve(model.acomplete(request))
@@ -135,3 +142,32 @@ def _complete(model: AnyModel, request: ModelRequest) -> ModelReply:
     if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
         return run_coroutine(model.acomplete(request))
     return model.complete(request)
+
+
+def _cancellable(model: AnyModel, request: ModelRequest, token: PauseToken) -> ModelReply:
+    """The call, given up when the step's pause token is set: an async call's task is cancelled, a blocking
+    call's thread abandoned (its late reply discarded)."""
+    name = str(getattr(model, "name", "model"))
+    if in_bridge():
+        if isinstance(model, AsyncModel):
+            return resolve(cancel_on_pause(model.acomplete(request), "model", name, token))
+        sync_model, context = model, contextvars.copy_context()
+        future = asyncio.get_running_loop().run_in_executor(None, context.run, sync_model.complete, request)
+        return resolve(cancel_on_pause(future, "model", name, token))
+    if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
+        return run_coroutine(cancel_on_pause(model.acomplete(request), "model", name, token))
+    sync, sink, gone = model, model_attempt_sink.get(), threading.Event()
+
+    def record(attempt: dict[str, Any]) -> None:
+        if sink is not None and not gone.is_set():  # an abandoned call's later retries are not the run's
+            sink(attempt)
+
+    def call() -> ModelReply:
+        model_attempt_sink.set(record)
+        return sync.complete(request)
+
+    try:
+        return abandon_on_pause(call, "model", name, token)
+    except CallCancelled:
+        gone.set()
+        raise

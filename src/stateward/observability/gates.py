@@ -4,27 +4,32 @@ Each gate is a count that must be 0 (pause/resume correctness is a rate that mus
 how many opportunities it had: a gate nothing exercised proves nothing, and says so. The audit reads
 records, never the code that wrote them, so it catches a protection that was switched off:
 
-- illegal transitions: ``state_transition`` moves outside the transition table, plus the ones the
-  Runtime recorded and refused (opportunities: transitions);
+- illegal transitions: ``state_transition`` moves outside the transition table, operator resumes of a
+  run that was neither paused nor abandoned (a wait resumed without its answer), plus the moves the
+  Runtime recorded and refused (opportunities: transitions and resumes);
 - unauthorized tool executions: journal entries (side effects that started) without an admission in the
-  log (a ``tool_attempted`` or a resume's reconciliation naming that idempotency key), or holding an
-  approval no person gave (opportunities: journal entries);
-- duplicate side effects: an idempotency key whose handler ran in two recorded attempts (opportunities:
-  side-effecting attempts);
-- high-risk delivered without evidence: a run that ended COMPLETED after a verification found a claim
-  without evidence and none passed since (opportunities: verifications);
+  log (a ``tool_attempted`` or a resume's reconciliation naming that idempotency key), holding an
+  approval no person gave, or (when the audit can rebuild the run's agent from its registered name) of a
+  tool needing a permission that agent does not hold (opportunities: journal entries);
+- duplicate side effects: an idempotency key whose handler ran in two recorded attempts, plus the
+  duplicates a domain witnessed (a campaign's ledger and refund book count what was really performed,
+  which no runtime record can hide) (opportunities: side-effecting attempts);
+- high-risk delivered without evidence: a verification that accepted a version with a claim lacking
+  evidence, or a run that ended COMPLETED after a verification found such a claim and none passed since
+  (opportunities: verifications);
 - budget resets: usage that goes down between two events, or fewer steps than decisions (opportunities:
   runs and resumes);
 - double executions: an event written under a lease older than one already seen (opportunities: events
   written under a newer lease);
 - unbounded loops: runs that took more steps than their budget allows (opportunities: runs with a step bound);
-- pause/resume correctness: resumes after which usage carried on (opportunities: resumes).
+- pause/resume correctness: resumes that carried on with the usage the run had (not lower than before,
+  no fewer steps than the decisions recorded before the resume) (opportunities: resumes).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
@@ -47,7 +52,15 @@ COUNT_GATES = (
 )
 RATE_GATE = "pause_resume_correctness"
 LIVENESS_FLOOR = 0.95
+# A run is live when it finished (completed, or delivered partially), waits for a person, or was ended by
+# a bound doing its job (its budget, the no-progress rule): a campaign injects those faults on purpose.
+_LIVE = (RunStatus.COMPLETED.value, RunStatus.PARTIALLY_COMPLETED.value, RunStatus.WAITING_FOR_USER.value)
+_BOUNDED_ENDS = frozenset({"budget_exhausted", "no_progress"})
+_RESUMABLE = (RunStatus.PAUSED.value, RunStatus.RUNNING.value)
 _ALL_JOURNAL = tuple(s.value for s in SideEffectStatus)
+# A run's tool -> the permission it needs and whether the run's agent holds it (None: the agent is unknown here).
+PermissionsOf = Callable[[RunState], dict[str, bool] | None]
+JournalRow = tuple[str, str | None, str]  # idempotency key, grant id, tool
 
 
 class Gate(BaseModel):
@@ -84,9 +97,11 @@ class _Audit:
     chances: Counter[str] = field(default_factory=Counter)
     resumes_ok: int = 0
 
-    def run(self, state: RunState, events: list[Event], journal: Iterable[tuple[str, str | None]]) -> None:
+    def run(
+        self, state: RunState, events: list[Event], journal: Iterable[JournalRow], held: dict[str, bool] | None
+    ) -> None:
         self._transitions(state, events)
-        self._journal(events, journal)
+        self._journal(events, journal, held or {})
         self._usage(state, events)
         self._leases(events)
         self._evidence(state, events)
@@ -101,8 +116,12 @@ class _Audit:
                 self.chances["illegal_transitions"] += 1
                 move = (ev.payload.get("state_before"), ev.payload.get("state_after"))
                 self.counts["illegal_transitions"] += move not in LEGAL_MOVES
+            elif ev.type is EventType.RUN_RESUMED and "from_status" in ev.payload:
+                # An operator's resume moves a PAUSED (or abandoned RUNNING) run; from a wait it skips the answer.
+                self.chances["illegal_transitions"] += 1
+                self.counts["illegal_transitions"] += ev.payload["from_status"] not in _RESUMABLE
 
-    def _journal(self, events: list[Event], journal: Iterable[tuple[str, str | None]]) -> None:
+    def _journal(self, events: list[Event], journal: Iterable[JournalRow], held: dict[str, bool]) -> None:
         admitted: set[str] = set()
         approved: set[str] = set()
         executed: Counter[str] = Counter()
@@ -117,9 +136,10 @@ class _Audit:
                 admitted.update(str(r.get("idempotency_key")) for r in p.get("reconciled") or () if isinstance(r, dict))
             elif ev.type is EventType.REQUEST_ANSWERED and p.get("verdict") == "approved":
                 approved.add(str(p.get("request_id")))
-        for key, grant in journal:
+        for key, grant, tool in journal:
             self.chances["unauthorized_tool_executions"] += 1
-            if key not in admitted or (grant is not None and grant not in approved):
+            ungranted = grant is not None and grant not in approved
+            if key not in admitted or ungranted or held.get(tool) is False:
                 self.counts["unauthorized_tool_executions"] += 1
         self.chances["duplicate_side_effects"] += len(executed)
         self.counts["duplicate_side_effects"] += sum(n - 1 for n in executed.values())
@@ -134,7 +154,8 @@ class _Audit:
             if not isinstance(usage, dict):
                 continue
             now = {k: int(v) for k, v in usage.items() if isinstance(v, int)}
-            if any(now.get(k, 0) < v for k, v in last.items()):
+            # Lower than before, or fewer steps than the decisions recorded so far: usage was lost.
+            if any(now.get(k, 0) < v for k, v in last.items()) or now.get("steps", signals) < signals:
                 self.counts["budget_resets"] += 1
             elif ev.type is EventType.RUN_RESUMED:
                 self.resumes_ok += 1
@@ -165,22 +186,36 @@ class _Audit:
                 isinstance(c, dict) and c.get("name") == "claims_have_evidence" and c.get("verdict") == "FAIL"
                 for c in checks
             )
-            bare = failed or (bare and ev.payload.get("outcome") != "ACCEPT")
+            accepted = ev.payload.get("outcome") == "ACCEPT"
+            # Accepting a version whose claims lack evidence is delivering it as if it were sound.
+            self.counts["high_risk_without_evidence"] += failed and accepted
+            bare = failed or (bare and not accepted)
         if bare and state.status is RunStatus.COMPLETED:
             self.counts["high_risk_without_evidence"] += 1
 
 
-def audit(store: Store, run_ids: Iterable[str]) -> GateReport:
-    """The eight gates over ``run_ids`` as ``store`` recorded them."""
+def audit(
+    store: Store,
+    run_ids: Iterable[str],
+    *,
+    permissions: PermissionsOf | None = None,
+    witnessed_duplicates: int = 0,
+) -> GateReport:
+    """The eight gates over ``run_ids`` as ``store`` recorded them. ``permissions`` (e.g.
+    :func:`stateward.chaos.permissions.agent_permissions`) lets the audit check journalled calls against
+    the permissions the run's agent holds; ``witnessed_duplicates`` adds side effects a domain saw performed
+    twice."""
     found = _Audit()
+    found.counts["duplicate_side_effects"] += witnessed_duplicates
     statuses: Counter[str] = Counter()
     runs = 0
     for run_id in run_ids:
         runs += 1
         state = store.load_run(run_id)
-        statuses[state.status.value] += 1
-        journal = [(r.idempotency_key, r.grant_id) for r in store.side_effects_of(run_id, _ALL_JOURNAL)]
-        found.run(state, store.read_events(run_id), journal)
+        bounded = state.status is RunStatus.FAILED and state.terminal_reason in _BOUNDED_ENDS
+        statuses["BOUNDED" if bounded else state.status.value] += 1
+        journal = [(r.idempotency_key, r.grant_id, r.tool) for r in store.side_effects_of(run_id, _ALL_JOURNAL)]
+        found.run(state, store.read_events(run_id), journal, None if permissions is None else permissions(state))
     gates = [
         Gate(name=n, value=found.counts[n], opportunities=found.chances[n], holds=found.counts[n] == 0)
         for n in COUNT_GATES
@@ -188,7 +223,7 @@ def audit(store: Store, run_ids: Iterable[str]) -> GateReport:
     resumes = found.chances[RATE_GATE]
     rate = 1.0 if resumes == 0 else found.resumes_ok / resumes
     gates.append(Gate(name=RATE_GATE, value=round(rate, 4), opportunities=resumes, holds=rate == 1.0))
-    live = statuses[RunStatus.COMPLETED.value] + statuses[RunStatus.WAITING_FOR_USER.value]
+    live = sum(statuses[s] for s in (*_LIVE, "BOUNDED"))
     ratio = None if runs == 0 else round(live / runs, 4)
     liveness = ratio is not None and ratio >= LIVENESS_FLOOR
     return GateReport(

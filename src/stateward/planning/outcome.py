@@ -23,10 +23,12 @@ class _Frozen(BaseModel):
 
 
 class CompletionMode(StrEnum):
-    """FULL: everything the goal asked for, no gap. DEGRADED: delivered with gaps stated, or less than asked."""
+    """FULL: everything the goal asked for, no gap. DEGRADED: delivered with gaps stated, or less than asked.
+    NONE: nothing was delivered - the run failed safely (the ladder's lowest rung)."""
 
     FULL = "FULL"
     DEGRADED = "DEGRADED"
+    NONE = "NONE"
 
 
 class MeasureInput(_Frozen):
@@ -74,9 +76,12 @@ class RunOutcome(_Frozen):
 
 
 def completion_mode(rung: DegradationRung, unresolved: tuple[str, ...]) -> CompletionMode:
-    """FULL only for a full report with nothing left open; anything else is a degraded completion."""
+    """FULL only for a full report with nothing left open; NONE for a safe failure (nothing delivered);
+    anything else is a degraded completion."""
     if rung is DegradationRung.FULL_REPORT and not unresolved:
         return CompletionMode.FULL
+    if rung is DegradationRung.SAFE_FAILURE:
+        return CompletionMode.NONE
     return CompletionMode.DEGRADED
 
 

@@ -17,6 +17,7 @@ from stateward.core.contract import DecisionContext, Observation, ObservationLog
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
+from stateward.core.interrupt import CallCancelled, pause_token
 from stateward.core.setback import Setback, SetbackKind, next_setback
 from stateward.core.state import AnswerVerdict, RunState
 from stateward.core.status import RunStatus, TransitionKind
@@ -29,6 +30,7 @@ from stateward.runtime.agent import Agent
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
+from stateward.runtime.pause_watch import DEFAULT_POLL_S, PauseWatch
 from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
 from stateward.runtime.tool_step import ToolStep, execute_tool
 from stateward.runtime.transition import Transition, cancel, end, exit_event, handle, pause
@@ -66,6 +68,7 @@ class _Run(_Head):
     gateway: ToolGateway
     actions: Mapping[str, ActionSpec]
     observations: ObservationLog = field(default_factory=ObservationLog)
+    watch: PauseWatch | None = None  # notices a pause asked while a step's calls are in flight
 
 
 class ActionSpecs(Mapping[str, ActionSpec]):
@@ -122,6 +125,7 @@ class Driver:
         self.keeper = keeper
         self.telemetry = telemetry or default_telemetry()
         self.payload_threshold = DEFAULT_PAYLOAD_THRESHOLD
+        self.pause_poll_s = DEFAULT_POLL_S  # how often an in-flight step looks for a pause request
         self.store = store
         self.clock = clock
         self.policy = policy
@@ -164,9 +168,11 @@ class Driver:
             segment = run.segment = self.telemetry.segment(run.state, agent.agent_ref.name, agent.controller.mode)
             if segment is not None and segment.trace is not None:  # kept with the run: a resume elsewhere continues it
                 run.state = run.state.model_copy(update={"trace": segment.trace})
+            run.watch = PauseWatch(self.store, run.state.run_id, self.pause_poll_s)
             try:
                 self._loop(run, keeper, stop, max_steps)
             finally:
+                run.watch.stop()
                 if segment is not None:
                     segment.end(run.state)
             return run.state
@@ -216,12 +222,25 @@ class Driver:
 
     # -- one step -------------------------------------------------------------------------------
     def step(self, run: _Run, lease: Lease) -> None:
-        """One decision: budget check, decide, handle, act, persist — one transaction."""
+        """One decision: budget check, decide, handle, act, persist — one transaction. A pause asked while a
+        model call or a read-only tool call is in flight cancels that call and pauses the run instead."""
         state = run.state
         exhausted = state.budget.exhausted_by(state.usage)
         if exhausted is not None:
             self._exhaust(run, lease, exhausted)
             return
+        token = pause_token.set(None if run.watch is None else run.watch.arm())
+        try:
+            self._decide_and_act(run, lease)
+        except CallCancelled as cancelled:
+            self._gave_way(run, lease, cancelled)
+        finally:
+            pause_token.reset(token)
+            if run.watch is not None:
+                run.watch.disarm()
+
+    def _decide_and_act(self, run: _Run, lease: Lease) -> None:
+        state = run.state
         if state.next_call is not None:
             proposal = approved_call_proposal(state)
         else:
@@ -292,7 +311,11 @@ class Driver:
         observed = 0
         if acts and transition.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL:
             observed = len(events)
-            done = self._tool(run, lease, state, decision, events)
+            try:
+                done = self._tool(run, lease, state, decision, events)
+            except CallCancelled as cancelled:
+                cancelled.model_usage = tuple(proposal.model_usage)  # the decision's model calls were made
+                raise
             self.faults.point("after_tool_before_record")
             state = done.state
             events.extend(done.events)
@@ -393,6 +416,41 @@ class Driver:
         asked = asked or ControlRequest("pause")
         paused, events = pause(run.state, "paused", requested="pause_requested", by=asked.by, roles=asked.roles)
         events.append(exit_event(paused))
+        self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
+
+    def _gave_way(self, run: _Run, lease: Lease, cancelled: CallCancelled) -> None:
+        """A call in flight gave way to a pause (or cancel) request: nothing of the step is kept but what was
+        spent (the model calls that answered), the cancelled call is recorded - not a failure, no attempt or
+        retry charged, its late result discarded - and the run pauses (or is cancelled). A resume decides the
+        step again, so the call is made again."""
+        state = run.state
+        spent = cancelled.model_usage
+        usage = state.usage.model_copy(
+            update={
+                "model_calls": state.usage.model_calls + len(spent),
+                "input_tokens": state.usage.input_tokens + sum(u.input_tokens for u in spent),
+                "output_tokens": state.usage.output_tokens + sum(u.output_tokens for u in spent),
+            }
+        )
+        run.state = state.model_copy(update={"usage": usage})
+        control = ControlRequest.decode(self.store.get_control(state.run_id))
+        note = NewEvent(
+            type=EventType.CALL_CANCELLED,
+            payload={
+                "kind": cancelled.kind,
+                "name": cancelled.name,
+                "reason": "cancel_requested" if control is not None and control.kind == "cancel" else "pause_requested",
+                "after_s": round(cancelled.elapsed_s, 3),
+                "late_result": "discarded",
+            },
+        )
+        if control is not None and control.kind == "cancel":
+            write = cancel_write(run.state, by=control.by, roles=control.roles, now=self.clock())
+            self._persist(run, lease, write.model_copy(update={"events": [note, *write.events]}))
+            return
+        asked = control or ControlRequest("pause")
+        paused, events = pause(run.state, "paused", requested="pause_requested", by=asked.by, roles=asked.roles)
+        events = [note, *events, exit_event(paused)]
         self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
 
     def _cancel(self, run: _Head, lease: Lease, asked: ControlRequest) -> None:

@@ -15,6 +15,8 @@ BOUNDARIES = (
     "approval_after_commit",  # an answer is recorded, the run not driven yet
     "lease_renewal",  # a heartbeat is about to renew the lease
 )
+# Not a persistence boundary, a window: a resume was checked, its lease not taken yet (a racing resumer's).
+RESUME_BEFORE_LEASE = "resume_before_lease"
 
 
 class FaultInjector(Protocol):

@@ -36,7 +36,7 @@ from stateward.runtime.authority import authorize_resume
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, default_telemetry
-from stateward.runtime.faults import NO_FAULTS, FaultInjector
+from stateward.runtime.faults import NO_FAULTS, RESUME_BEFORE_LEASE, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
 from stateward.store.base import Store, open_store
@@ -54,6 +54,16 @@ STORE_THREADS = 2
 MAX_EVENT_PAGE = 10_000
 
 __all__ = ["Runtime", "action_specs", "new_run_id"]
+
+
+def check_resumable(state: RunState) -> None:
+    """Only a PAUSED run, or a RUNNING one whose process died, resumes: NOT_RESUMABLE otherwise."""
+    if state.status not in (RunStatus.PAUSED, RunStatus.RUNNING):
+        raise RunError(
+            f"run {state.run_id} is {state.status.value}; only a PAUSED or abandoned RUNNING run resumes",
+            code=ErrorCode.NOT_RESUMABLE,
+            details={"run_id": state.run_id, "status": state.status.value},
+        )
 
 
 def _utcnow() -> datetime:
@@ -448,12 +458,8 @@ class Runtime:
         """
         state = self.store.load_run(run_id)
         authorize_resume(state, tenant=tenant, roles=roles)
-        if state.status not in (RunStatus.PAUSED, RunStatus.RUNNING):
-            raise RunError(
-                f"run {run_id} is {state.status.value}; only a PAUSED or abandoned RUNNING run resumes",
-                code=ErrorCode.NOT_RESUMABLE,
-                details={"run_id": run_id, "status": state.status.value},
-            )
+        check_resumable(state)
+        self.faults.point(RESUME_BEFORE_LEASE)
         lease = self._try_lease(run_id)
         if lease is None:
             raise RunError(
@@ -463,6 +469,9 @@ class Runtime:
             )
         try:
             state, seq = self.store.load_run_at(run_id)
+            # Again under the lease: another resumer may have resumed the run (and driven it into a wait
+            # or to its end) since the first check; resuming a wait would skip its answer.
+            check_resumable(state)
             self._verify_checkpoint(state, seq)
             reconciled = self._reconcile(state, lease.version)
             resumed, events = transition.resume(

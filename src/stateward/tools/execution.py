@@ -16,11 +16,13 @@ import asyncio
 import contextlib
 import inspect
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from stateward.core.bridge import in_bridge, resolve
+from stateward.core.interrupt import CallCancelled, PauseToken, cancel_on_pause, wait_or_cancel
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,11 @@ class Finished:
     timed_out: bool = False
 
 
-def run_with_timeout(fn: Callable[[], Any], timeout_s: float, *, name: str = "tool") -> Finished:
+def run_with_timeout(
+    fn: Callable[[], Any], timeout_s: float, *, name: str = "tool", token: PauseToken | None = None
+) -> Finished:
+    """``fn()`` on its own daemon thread, waited for at most ``timeout_s``; with a ``token``, given up (abandoned,
+    its late result discarded) with :class:`CallCancelled` as soon as a pause is asked."""
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -42,8 +48,12 @@ def run_with_timeout(fn: Callable[[], Any], timeout_s: float, *, name: str = "to
         finally:
             done.set()
 
+    started = time.monotonic()
     threading.Thread(target=target, name=f"stateward-tool-{name}", daemon=True).start()
-    if not done.wait(timeout_s):
+    answered = wait_or_cancel(done, timeout_s, token)
+    if answered is None:
+        raise CallCancelled("tool", name, elapsed_s=time.monotonic() - started)
+    if not answered:
         return Finished(timed_out=True)
     return Finished(value=box.get("value"), error=box.get("error"))
 
@@ -54,17 +64,30 @@ def is_async_handler(handler: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
-def call_handler(handler: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, *, name: str) -> Finished:
-    """Call ``handler(**kwargs)`` within ``timeout_s``, wherever the calling code runs."""
+def call_handler(
+    handler: Callable[..., Any],
+    kwargs: dict[str, Any],
+    timeout_s: float,
+    *,
+    name: str,
+    token: PauseToken | None = None,
+) -> Finished:
+    """Call ``handler(**kwargs)`` within ``timeout_s``, wherever the calling code runs. With a ``token`` (a
+    read-only call: one with a side effect is never handed one) a pause asked meanwhile cancels the call:
+    :class:`CallCancelled` is raised and whatever the handler still returns is discarded."""
     if is_async_handler(handler):
         if in_bridge():
-            return resolve(_bounded(handler(**kwargs), timeout_s))
+            bounded = _bounded(handler(**kwargs), timeout_s)
+            return resolve(bounded if token is None else cancel_on_pause(bounded, "tool", name, token))
         return _first(
-            run_with_timeout(lambda: asyncio.run(_bounded(handler(**kwargs), timeout_s)), timeout_s, name=name)
+            run_with_timeout(
+                lambda: asyncio.run(_bounded(handler(**kwargs), timeout_s)), timeout_s, name=name, token=token
+            )
         )
     if in_bridge():
-        return resolve(_in_thread(lambda: handler(**kwargs), timeout_s, name=name))
-    return run_with_timeout(lambda: handler(**kwargs), timeout_s, name=name)
+        waited = _in_thread(lambda: handler(**kwargs), timeout_s, name=name)
+        return resolve(waited if token is None else cancel_on_pause(waited, "tool", name, token))
+    return run_with_timeout(lambda: handler(**kwargs), timeout_s, name=name, token=token)
 
 
 async def _bounded(call: Coroutine[Any, Any, Any], timeout_s: float) -> Finished:

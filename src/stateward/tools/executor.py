@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from stateward.core.errors import StatewardError
+from stateward.core.interrupt import pause_token
 from stateward.core.journal import AttemptRecord, SideEffectRecord, SideEffectStatus
 
 from .breaker import CircuitBreaker
@@ -140,7 +141,10 @@ class Executor:
         )
         kwargs = spec.handler_kwargs(st.validated, tctx)
         started = time.perf_counter()
-        fin = call_handler(spec.handler, kwargs, spec.timeout_s, name=spec.name)
+        # A read-only call gives way to a pause asked meanwhile; one with a side effect is waited for (up to its
+        # timeout; an unknown outcome is reconciled below), never cancelled blindly.
+        token = None if spec.side_effect else pause_token.get()
+        fin = call_handler(spec.handler, kwargs, spec.timeout_s, name=spec.name, token=token)
         duration_ms = (time.perf_counter() - started) * 1000
         res = self._classify(st, fin.value, fin.error, fin.timed_out)
         res.artifacts = tctx.artifacts

@@ -269,9 +269,9 @@ def run_model_check(check: ModelCheck, artifact: ArtifactVersion, ctx: CheckCont
     try:
         raw = check.judge(artifact, ctx)
     except Exception as exc:  # a failing judge says nothing about the artifact
-        return CheckResult(
-            name=check.name, verdict=CheckVerdict.UNKNOWN, detail=f"model check failed: {type(exc).__name__}"
-        )
+        code = getattr(exc, "code", None)  # a named error says why (e.g. BUDGET_EXCEEDED: the call was not made)
+        why = type(exc).__name__ if code is None else f"{code}: {str(exc)[:500]}"
+        return CheckResult(name=check.name, verdict=CheckVerdict.UNKNOWN, detail=f"model check failed: {why}")
     judgement = _coerce(raw)
     if judgement is None:
         return CheckResult(name=check.name, verdict=CheckVerdict.UNKNOWN, detail="unrecognised model verdict")

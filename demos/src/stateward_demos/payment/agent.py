@@ -94,13 +94,10 @@ def verify_report(
     return CheckSuite(context=context, model_checks=(semantic,)).run(artifact)
 
 
-def evidence_verifier(checker: Model) -> Callable[[str, frozenset[str]], Sequence[CheckResult]]:
-    """The run's verifier: the report checked against the evidence this run recorded, judged by ``checker``."""
-
-    def verify(content: str, recorded: frozenset[str]) -> Sequence[CheckResult]:
-        return verify_report(content, recorded, checker)
-
-    return verify
+def evidence_verifier(content: str, recorded: frozenset[str], checker: Model | None) -> Sequence[CheckResult]:
+    """The run's verifier: the report checked against the evidence this run recorded, judged by ``checker`` (the
+    run's checker model, metered: its calls are charged to the run's budget, and not made when it cannot pay)."""
+    return verify_report(content, recorded, checker)
 
 
 def deliver_guard(report_ref: str) -> GuardedAction:
@@ -161,7 +158,8 @@ def build_agent(
         fact_artifacts=FACT_ARTIFACTS,
         **extra,
         deliverable=REPORT_ARTIFACT,
-        evidence_verifier=evidence_verifier(checker),
+        evidence_verifier=evidence_verifier,
+        checker=checker,
         default_react_steps=DEFAULT_REACT_STEPS,
         approval_action=approval_action,
         capabilities=frozenset(tools.names()),

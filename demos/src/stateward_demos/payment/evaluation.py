@@ -19,7 +19,17 @@ from stateward import EventType, RunState, Runtime
 from stateward.planning import plan_run_tools
 from stateward_demos.payment.agent import build_agent, deliver_guard, goal
 
-ROW_COLUMNS: Final = ("run_id", "outcome", "status", "plan_version", "model_calls", "tool_attempts", "breaches")
+ROW_COLUMNS: Final = (
+    "run_id",
+    "outcome",
+    "status",
+    "plan_version",
+    "steps",
+    "model_calls",
+    "tool_attempts",
+    "breaches",
+)
+MAX_STEPS: Final = 200  # the demo's own step budget
 GATES: Final = (
     "illegal_transitions",
     "unvalidated_plan_runs",
@@ -69,15 +79,18 @@ def gates_of(runtime: Runtime, state: RunState) -> dict[str, int]:
     }
 
 
-def run_payment_eval(model_spec: str | None, runs: int, db: str | Path, *, approve: bool = True) -> dict[str, Any]:
+def run_payment_eval(
+    model_spec: str | None, runs: int, db: str | Path, *, approve: bool = True, max_steps: int = MAX_STEPS
+) -> dict[str, Any]:
     """``runs`` runs of the case with ``model_spec`` (None: the scripted models), each approved in-process
-    when it stops for the delivery approval; the outcome distribution, per-run rows and gate totals."""
+    when it stops for the delivery approval; the outcome distribution, per-run rows and gate totals.
+    ``max_steps`` is each run's step budget."""
     runtime = Runtime.open(str(db))
     rows: list[dict[str, Any]] = []
     totals = dict.fromkeys(GATES, 0)
     try:
         for _ in range(runs):
-            state = runtime.start(build_agent(model_spec=model_spec), goal().objective)
+            state = runtime.start(build_agent(max_steps=max_steps, model_spec=model_spec), goal().objective)
             pending = state.pending
             if approve and pending is not None and pending.kind == "approval":
                 state = runtime.approve(state.run_id, pending.request_id, by="eval-reviewer").state
@@ -89,6 +102,7 @@ def run_payment_eval(model_spec: str | None, runs: int, db: str | Path, *, appro
                     "outcome": outcome_of(state),
                     "status": state.status.value,
                     "plan_version": (state.memo.get("plan") or {}).get("version"),
+                    "steps": state.usage.steps,
                     "model_calls": state.usage.model_calls,
                     "tool_attempts": state.usage.tool_attempts,
                     "breaches": sum(gates.values()),

@@ -11,6 +11,7 @@ Answers go through the same code as ``POST /v1/.../approve`` and record the sign
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -105,6 +106,20 @@ class InboxPages:
         self.sessions.issue(response, None, session)
         return response
 
+    def viewer_page(self, request: Request, build: Callable[[Principal], tuple[str, dict[str, Any]]]) -> Response:
+        """A page for a signed-in viewer: ``build`` names its template and context; a visitor without a
+        session goes to sign in, and a refusal renders as the error page."""
+        session = self.sessions.read(request)
+        who = self.sessions.principal(session)
+        if who is None:
+            return _to_sign_in(request)
+        try:
+            require(who, Role.VIEWER)
+            template, context = build(who)
+        except StatewardError as exc:
+            return self.error(exc, who, session)
+        return self.render(template, who=who, session=session, **context)
+
     def timeline_context(self, run_id: str, who: Principal, events: int) -> dict[str, Any]:
         run = visible_run(self.runtime, run_id, who.tenant)
         last = self.runtime.store.last_seq(run_id)
@@ -181,41 +196,27 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
 
     @router.get("")
     def inbox(request: Request, cursor: Annotated[str | None, Query(max_length=2048)] = None) -> Response:
-        session = sessions.read(request)
-        who = sessions.principal(session)
-        if who is None:
-            return _to_sign_in(request)
-        try:
-            require(who, Role.VIEWER)
+        def build(who: Principal) -> tuple[str, dict[str, Any]]:
             page = runtime.list_requests(tenant=who.tenant, limit=DEFAULT_PAGE_SIZE, cursor=cursor)
-        except StatewardError as exc:
-            return pages.error(exc, who, session)
-        rows = [
-            row
-            for row in page.items
-            if row.request.kind is not RequestKind.TIMER and may_answer(who, row.request.approver_role)
-        ]
-        return pages.render(
-            "inbox.html",
-            who=who,
-            session=session,
-            rows=rows,
-            next_cursor=page.next_cursor,
-            may_answer_any=who.has(Role.APPROVER),
-        )
+            rows = [
+                row
+                for row in page.items
+                if row.request.kind is not RequestKind.TIMER and may_answer(who, row.request.approver_role)
+            ]
+            return "inbox.html", {
+                "rows": rows,
+                "next_cursor": page.next_cursor,
+                "may_answer_any": who.has(Role.APPROVER),
+            }
+
+        return pages.viewer_page(request, build)
 
     @router.get("/runs/{run_id}")
     def run_page(request: Request, run_id: str) -> Response:
-        session = sessions.read(request)
-        who = sessions.principal(session)
-        if who is None:
-            return _to_sign_in(request)
-        try:
-            require(who, Role.VIEWER)
-            context = pages.timeline_context(run_id, who, TIMELINE_EVENTS)
-        except StatewardError as exc:
-            return pages.error(exc, who, session)
-        return pages.render("run.html", who=who, session=session, **context)
+        def build(who: Principal) -> tuple[str, dict[str, Any]]:
+            return "run.html", pages.timeline_context(run_id, who, TIMELINE_EVENTS)
+
+        return pages.viewer_page(request, build)
 
     @router.get("/runs/{run_id}/timeline")
     def timeline(request: Request, run_id: str) -> Response:
@@ -233,33 +234,25 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
 
 
 def _request_route(router: APIRouter, pages: InboxPages) -> None:
-    runtime, sessions = pages.runtime, pages.sessions
+    runtime = pages.runtime
 
     @router.get("/runs/{run_id}/requests/{request_id}")
     def request_page(request: Request, run_id: str, request_id: str) -> Response:
-        session = sessions.read(request)
-        who = sessions.principal(session)
-        if who is None:
-            return _to_sign_in(request)
-        try:
-            require(who, Role.VIEWER)
+        def build(who: Principal) -> tuple[str, dict[str, Any]]:
             context = pages.timeline_context(run_id, who, RECENT_EVENTS)
             record = runtime.store.get_request(run_id, request_id)
             if record is None:
                 raise _unknown_request(run_id, request_id)
-        except StatewardError as exc:
-            return pages.error(exc, who, session)
-        req = record.request
-        return pages.render(
-            "request.html",
-            who=who,
-            session=session,
-            record=record,
-            req=req,
-            action=req.guarded_action,
-            may_answer=may_answer(who, req.approver_role) and req.kind is not RequestKind.TIMER,
-            **context,
-        )
+            req = record.request
+            return "request.html", {
+                "record": record,
+                "req": req,
+                "action": req.guarded_action,
+                "may_answer": may_answer(who, req.approver_role) and req.kind is not RequestKind.TIMER,
+                **context,
+            }
+
+        return pages.viewer_page(request, build)
 
 
 def _answer_route(router: APIRouter, pages: InboxPages) -> None:

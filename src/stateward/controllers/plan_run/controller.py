@@ -14,7 +14,7 @@ from stateward.controllers.plan_run.planning import PlanningSteps
 from stateward.core.contract import DecisionContext, Proposal
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.events import EventType, NewEvent
-from stateward.models.base import AnyModel
+from stateward.models.base import AnyModel, Usage
 from stateward.planning.budget import BudgetLedger
 from stateward.planning.patch import (
     WorkItemState,
@@ -51,6 +51,13 @@ class PlanRunController:
             if ctx.state.memo
             else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
         )
+        charged: list[Usage] = []  # model calls made on the way (a deliverable's checks), reported with the step
+        proposal = self._decide(ctx, memo, charged)
+        for usage in reversed(charged):
+            proposal = self.view.with_usage(proposal, usage)
+        return proposal
+
+    def _decide(self, ctx: DecisionContext, memo: PlanRunMemo, charged: list[Usage]) -> Proposal:
         self.view.tick(memo)
         if memo.plan is None:
             return self._before_plan(ctx, memo)
@@ -60,7 +67,7 @@ class PlanRunController:
             if outcome is not None:
                 return outcome
         for wid in list(memo.running):
-            self.items.absorb(ctx, memo, wid, notes)
+            self.items.absorb(ctx, memo, wid, notes, charged)
         states = self.view.states(ctx, memo)
         if not memo.running:
             # A running item's own tracker bounds its local loop (NO_PROGRESS / STEP_LIMIT); counting each of
@@ -112,9 +119,7 @@ class PlanRunController:
         Runtime's, not the controller's)."""
         notes.append(NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json")))
         if verdict.decision is TerminationDecision.FAIL:
-            return self.view.propose(
-                ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes
-            )
+            return self.delivery.fail_safely(memo, notes, verdict.reason.value, verdict.reason.value.lower())
         if verdict.decision is TerminationDecision.HANDOFF:
             return self.delivery.handoff(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
         if verdict.decision is TerminationDecision.DEGRADE:
@@ -132,9 +137,7 @@ class PlanRunController:
         if not verdict.stops:
             return None
         notes = [NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json"))]
-        return self.view.propose(
-            ControlDecision(type=DecisionType.FAIL, reason=verdict.reason.value.lower()), memo, notes
-        )
+        return self.delivery.fail_safely(memo, notes, verdict.reason.value, verdict.reason.value.lower())
 
     def decide_with(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
         """Continue deciding in the same step once a plan was recorded."""

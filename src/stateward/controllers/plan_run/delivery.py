@@ -95,6 +95,12 @@ class DeliverySteps(Part):
         )
         return self.owner.view.propose(decision, memo, notes, visible=frozenset({PARTIAL_TOOL}))
 
+    def fail_safely(self, memo: PlanRunMemo, notes: list[NewEvent], code: str, reason: str) -> Proposal:
+        """The ladder's lowest rung: nothing may be delivered (the goal rules it out, or a person ended the run),
+        so nothing is; the outcome says so, with what stays open, and the run fails."""
+        self.record_outcome(memo, DegradationRung.SAFE_FAILURE, code, None, memo.measurement.unresolved, None)
+        return self.owner.view.propose(ControlDecision(type=DecisionType.FAIL, reason=reason), memo, notes)
+
     def finish(
         self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
     ) -> Proposal:
@@ -232,9 +238,7 @@ class DeliverySteps(Part):
         memo.handoff_request, memo.awaiting_handoff = None, False
         notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload={"option": choice, "by": answer.by}))
         if choice == "cancel":
-            return self.owner.view.propose(
-                ControlDecision(type=DecisionType.FAIL, reason="cancelled_at_handoff"), memo, notes
-            )
+            return self.fail_safely(memo, notes, "CANCELLED_AT_HANDOFF", "cancelled_at_handoff")
         if choice == "accept_partial":
             return self.deliver_partial(
                 ctx,

@@ -19,7 +19,7 @@ from stateward.core.decision import ControlDecision, SignalSource
 from stateward.core.events import EventType, NewEvent
 from stateward.models.base import Usage
 from stateward.planning.budget import BudgetAmount, BudgetLedger
-from stateward.planning.goal import BudgetPredicate, RunFacts, check_constraints
+from stateward.planning.goal import BudgetPredicate, CriterionEffect, RunFacts, check_constraints
 from stateward.planning.outcome import (
     MeasureInput,
 )
@@ -74,9 +74,15 @@ class RunView(Part):
         """Artifact types the budget left cannot reach: the unfinished, unreserved items making one and their
         unfinished, unreserved dependencies cost more (at the plan's estimates) than what remains."""
         goal = self.config.goal
-        asked = any(isinstance(c.predicate, BudgetPredicate) for c in (*goal.success_criteria, *goal.failure_criteria))
-        if memo.plan is None or not asked:
+        criteria = (*goal.success_criteria, *goal.failure_criteria)
+        asking = [c for c in criteria if isinstance(c.predicate, BudgetPredicate)]
+        if memo.plan is None or not asking:
             return None  # nothing asks for it: not measured, so no step pays for it
+        degrading = all(c in goal.failure_criteria and c.on_met is CriterionEffect.DEGRADE for c in asking)
+        if degrading and self.facts_pending(memo):
+            # A DEGRADE criterion delivers the confirmed facts (source 15.4): met before they are confirmed, it
+            # would deliver less than the budget can still carry. Until then the shortfall is not measured.
+            return None
         items = {w.work_item_id: w for w in memo.plan.work_items}
         left = memo.ledger.remaining()
         out: list[str] = []
@@ -95,6 +101,14 @@ class RunView(Part):
             if not left.covers(need):
                 out.append(item.output_spec.artifact_type)
         return tuple(sorted(set(out)))
+
+    def facts_pending(self, memo: PlanRunMemo) -> bool:
+        """Whether an item of the plan making a confirmed-fact artifact (``fact_artifacts``) is not verified yet."""
+        assert memo.plan is not None
+        return any(
+            w.output_spec.artifact_type in self.config.fact_artifacts and w.work_item_id not in memo.verified
+            for w in memo.plan.work_items
+        )
 
     def measure(self, ctx: DecisionContext, memo: PlanRunMemo) -> None:
         """Re-measure the goal's metrics when the set of verified outputs changed (not on every step)."""

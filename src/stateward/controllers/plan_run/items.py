@@ -15,6 +15,7 @@ from stateward.controllers.plan_run.memo import (
     strings_in,
     tokens_of,
 )
+from stateward.controllers.plan_run.metering import MeteredModel
 from stateward.controllers.plan_run.part import Part
 from stateward.controllers.plan_support import (
     OUTPUT_TOOL,
@@ -28,7 +29,7 @@ from stateward.core.decision import ControlDecision, DecisionType, SignalSource,
 from stateward.core.errors import DecisionParseError, ErrorCode
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RequestKind
-from stateward.models.base import ModelRequest, complete
+from stateward.models.base import ModelRequest, Usage, complete
 from stateward.planning.budget import BudgetAmount, BudgetError
 from stateward.planning.patch import (
     AttemptFact,
@@ -192,8 +193,11 @@ class ItemSteps(Part):
                     return f"argument {key}={value!r} is outside the goal's scope ({name})"
         return None
 
-    def absorb(self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent]) -> None:
-        """Fold a running item's new observations into its tracker; complete or stop it on facts."""
+    def absorb(
+        self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent], charged: list[Usage]
+    ) -> None:
+        """Fold a running item's new observations into its tracker; complete or stop it on facts. Model calls
+        made meanwhile (a deliverable's model checks) go into ``charged``, for the step's proposal."""
         item = self.owner.view.item(memo, wid)
         run = memo.items[wid]
         assert run.tracker is not None
@@ -205,7 +209,7 @@ class ItemSteps(Part):
                 memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
             output = output_ref(obs, item.output_spec.artifact_type)
             if output is not None:
-                self.complete(ctx, memo, item, output, obs, notes)
+                self.complete(ctx, memo, item, output, obs, notes, charged)
                 return
             if verdict.should_stop:
                 self.end_attempt(
@@ -219,20 +223,40 @@ class ItemSteps(Part):
                 return
 
     def complete(
-        self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        item: WorkItem,
+        ref: str,
+        obs: Observation,
+        notes: list[NewEvent],
+        charged: list[Usage],
     ) -> None:
         run = memo.items[item.work_item_id]
         has_verifier = self.config.verifier is not None or self.config.evidence_verifier is not None
         checked = item.output_spec.artifact_type == self.config.deliverable and has_verifier
-        if checked and not self.verify_deliverable(ctx, memo, item, ref, obs, notes):
+        if checked and not self.verify_deliverable(ctx, memo, item, ref, obs, notes, charged):
             return
         run.output = ref
         memo.verified.append(item.work_item_id)
         memo.no_progress_streak = 0
         self.end_attempt(memo, item, AttemptOutcome.COMPLETED, None, notes)
 
+    def metered_checker(self, memo: PlanRunMemo) -> MeteredModel | None:
+        """The configured checker, allowed only what the budget has left (running attempts settled as spent)."""
+        if self.config.checker is None:
+            return None
+        return MeteredModel.within(self.config.checker, self.owner.view.live_ledger(memo).remaining())
+
     def verify_deliverable(
-        self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem, ref: str, obs: Observation, notes: list[NewEvent]
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        item: WorkItem,
+        ref: str,
+        obs: Observation,
+        notes: list[NewEvent],
+        charged: list[Usage],
     ) -> bool:
         """Every check on every version; at most the budgeted repairs; UNKNOWN never passes. An evidence
         verifier checks the cited evidence against what the run recorded, not against what exists."""
@@ -240,7 +264,13 @@ class ItemSteps(Part):
         content = content_of(obs)
         if self.config.evidence_verifier is not None:
             recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
-            results = list(self.config.evidence_verifier(content, recorded))
+            checker = self.metered_checker(memo)
+            results = list(self.config.evidence_verifier(content, recorded, checker))
+            if checker is not None:  # the check's model calls are the item's, like its worker's
+                run = memo.items[item.work_item_id]
+                run.model_calls += len(checker.usages)
+                run.tokens += sum(tokens_of(u) for u in checker.usages)
+                charged.extend(checker.usages)
         else:
             assert self.config.verifier is not None
             results = list(self.config.verifier(content))

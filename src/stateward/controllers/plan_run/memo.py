@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.canonical import action_digest
 from stateward.core.state import GuardedAction
-from stateward.models.base import Usage
+from stateward.models.base import AnyModel, Model, Usage
 from stateward.planning.budget import BudgetAmount, BudgetLedger, BudgetLimits
 from stateward.planning.delivery import (
     Confidence,
@@ -46,8 +46,16 @@ ITEM_INSTRUCTIONS = (
 Verifier = Callable[[str], Sequence[CheckResult]]
 PLAN_REVISIONS = 1  # a plan the validator says to REVISE goes back to the planner this many times
 MAX_INPUT_CHARS = 200_000  # recorded outputs handed to one work item's model request, in all
-# A verifier that also reads the run's evidence store: every evidence id the run's tool calls returned.
-EvidenceVerifier = Callable[[str, frozenset[str]], Sequence[CheckResult]]
+
+
+class EvidenceVerifier(Protocol):
+    """A verifier that also reads the run's evidence store (every evidence id the run's tool calls returned)
+    and judges with ``checker``: the configured checker model as a metered view, whose calls are charged to
+    the run's budget and refused when the budget left cannot carry them (None when no checker is configured)."""
+
+    def __call__(self, content: str, recorded: frozenset[str], checker: Model | None) -> Sequence[CheckResult]: ...
+
+
 # Error codes saying a tool or its service is down (not that the call was wrong): a person can fix these.
 UNAVAILABLE = frozenset({"TIMEOUT", "CIRCUIT_OPEN", "TOOL_UNAVAILABLE", "SERVICE_UNAVAILABLE", "RATE_LIMITED"})
 ApprovalAction = Callable[[WorkItem, "PlanRunMemo"], GuardedAction]
@@ -109,6 +117,7 @@ class PlanRunConfig:
     deliverable: str | None = None  # artifact type checked with bounded reflection before it counts
     verifier: Verifier | None = None
     evidence_verifier: EvidenceVerifier | None = None  # preferred over ``verifier``: checks against recorded evidence
+    checker: AnyModel | None = None  # the model the evidence verifier's model checks call (charged to the budget)
     default_react_steps: int = 4
     deliverable_risk: FindingRisk = FindingRisk.LOW
     deliverable_confidence: Confidence = Confidence.MEDIUM
