@@ -882,6 +882,42 @@ def test_release_frees_the_run(store: Store) -> None:
     assert store.acquire_lease(RUN, "w2", ttl_s=30).owner == "w2"
 
 
+def test_a_commit_that_releases_the_lease_frees_the_run_at_once(store: Store) -> None:
+    start(store)
+    lease = store.acquire_lease(RUN, "w1", ttl_s=30)
+    done = make_state(status=RunStatus.PAUSING)  # still runnable: a claimer may take it at once
+    assert step(store, lease=lease, state=done, release_lease=True) == 2
+    assert store.lease_of(RUN) is None
+    claimed = store.claim_next("w2", ttl_s=30)
+    assert claimed is not None and (claimed.run_id, claimed.version) == (RUN, lease.version + 1)
+    with pytest.raises(StaleLeaseError):  # the released token writes nothing more
+        step(store, lease=lease)
+    with pytest.raises(StaleLeaseError):
+        store.renew_lease(lease, ttl_s=30)
+    assert store.last_seq(RUN) == 2 and store.lease_of(RUN) == claimed
+
+
+def test_a_commit_under_a_stolen_lease_releases_nothing(store: Store, backend: Backend) -> None:
+    start(store)
+    old = store.acquire_lease(RUN, "w1", ttl_s=0.05)
+    time.sleep(0.15)
+    new = store.acquire_lease(RUN, "w2", ttl_s=30)
+    before = durable(store, backend)
+    with pytest.raises(StaleLeaseError):
+        step(store, lease=old, release_lease=True)
+    assert durable(store, backend) == before
+    assert store.lease_of(RUN) == new
+
+
+def test_release_lease_without_a_lease_is_an_ordinary_unleased_write(store: Store) -> None:
+    start(store)
+    assert step(store, release_lease=True) == 2
+    assert store.lease_of(RUN) is None
+    held = store.acquire_lease(RUN, "w1", ttl_s=30)
+    assert code_of(lambda: step(store, release_lease=True)) == "LEASE_HELD"
+    assert store.lease_of(RUN) == held
+
+
 def test_releasing_a_superseded_lease_changes_nothing(store: Store) -> None:
     start(store)
     old = store.acquire_lease(RUN, "w1", ttl_s=0.05)

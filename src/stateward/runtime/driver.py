@@ -53,6 +53,7 @@ class _Head:
     seq: int
     on_setback: SetbackObserver | None = field(default=None, kw_only=True)  # e.g. a worker's counters
     segment: Segment | None = field(default=None, kw_only=True)  # telemetry of this drive
+    keeper: LeaseKeeper | None = field(default=None, kw_only=True)  # the drive's heartbeat
 
     def setback_recorded(self) -> None:
         if self.on_setback is not None and self.state.setback is not None:
@@ -155,7 +156,7 @@ class Driver:
             state, seq = self.store.load_run_at(lease.run_id)
             if state.status not in DRIVABLE:
                 return state
-            head = _Head(state, seq, on_setback=on_setback)
+            head = _Head(state, seq, on_setback=on_setback, keeper=keeper)
             try:
                 run = self._prepare(head, agent_for)
             except Exception as exc:
@@ -188,9 +189,11 @@ class Driver:
             try:
                 self._next(run, keeper.lease)
             except Exception as exc:
-                if is_store_refusal(exc):
+                # A lease lost meanwhile, or handed back by the step's own (committed, final) write:
+                # nothing more can be recorded on the run; the next holder decides.
+                if is_store_refusal(exc) or keeper.returned:
                     raise
-                keeper.check()  # a lease lost meanwhile: record nothing, the new holder decides
+                keeper.check()
                 self._crashed(run, keeper.lease, exc)
                 break
 
@@ -204,6 +207,7 @@ class Driver:
             action_specs(agent),
             self._observations(head.state.run_id),
             on_setback=head.on_setback,
+            keeper=head.keeper,
         )
 
     def _next(self, run: _Run, lease: Lease) -> None:
@@ -342,10 +346,19 @@ class Driver:
         return done
 
     def _persist(self, run: _Head, lease: Lease | None, write: StepWrite, *, observed: int = 0) -> None:
-        """Commit one step (fenced by the lease); telemetry sees the events it has not seen yet, once committed."""
+        """Commit one step (fenced by the lease); telemetry sees the events it has not seen yet, once committed.
+
+        The write that stops the drive (the run leaves RUNNING/PAUSING) also releases the lease, in the
+        same transaction: the run is claimable once it commits, with no release of its own."""
         write = self._offloaded(run.state.run_id, write)
+        keeper = run.keeper if lease is not None and write.state.status not in DRIVABLE else None
+        if keeper is not None:
+            keeper.handing_back()
+            write = write.model_copy(update={"release_lease": True})
         self.faults.point("before_commit")
         run.seq = self.store.commit_step(run.state.run_id, run.seq, write, lease)
+        if keeper is not None:
+            keeper.handed_back()
         self.faults.point("after_commit")
         run.state = write.state
         if run.segment is not None:

@@ -55,6 +55,7 @@ class LeaseKeeper:
         self._policy = policy
         self._lease = lease
         self._lost: StaleLeaseError | None = None
+        self._returned = False  # released, by stop() or by a committed write
         self._start()
 
     def _start(self) -> None:
@@ -89,9 +90,28 @@ class LeaseKeeper:
         return True
 
     def stop(self, *, release: bool = True) -> None:
+        """End the heartbeat; give the lease up unless it was lost or already handed back (idempotent)."""
         self._stop.set()
         self._thread.join()
-        if release and self._lost is None:
+        self._release(release)
+
+    def handing_back(self) -> None:
+        """Stop renewing ahead of a write that releases the lease itself (``StepWrite.release_lease``):
+        no heartbeat may renew a lease that commit gives up. :meth:`handed_back` once it committed."""
+        self.stop(release=False)
+
+    @property
+    def returned(self) -> bool:
+        """Whether the lease was given up (released, or handed back by a committed write)."""
+        return self._returned
+
+    def handed_back(self) -> None:
+        """The lease was released by a committed write: a later :meth:`stop` releases nothing."""
+        self._returned = True
+
+    def _release(self, release: bool) -> None:
+        if release and self._lost is None and not self._returned:
+            self._returned = True
             self._store.release_lease(self._lease)
 
 
@@ -120,5 +140,4 @@ class AsyncLeaseKeeper(LeaseKeeper):
         if renewing is not None and not renewing.done():
             with contextlib.suppress(Exception):  # its outcome is recorded by _renew itself
                 resolve(renewing)  # never release under a renewal still in flight
-        if release and self._lost is None:
-            self._store.release_lease(self._lease)
+        self._release(release)

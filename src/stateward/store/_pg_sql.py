@@ -6,6 +6,8 @@ machines whose clocks disagree still agree on who holds a run.
 
 from __future__ import annotations
 
+import functools
+
 # Seconds since the epoch by the database clock, read when the statement runs (not at transaction start).
 DB_EPOCH = "extract(epoch from clock_timestamp())::float8"
 
@@ -21,7 +23,8 @@ SCHEMA_RECORD = "INSERT INTO stateward_schema(version) VALUES (%s)"
 
 # -- runs -------------------------------------------------------------------------------------------
 CREATE_RUN = """INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, parts, last_seq)
-    VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (run_id) DO NOTHING RETURNING created_at"""
+    VALUES (%(run_id)s, %(tenant)s, %(agent)s, %(status)s, %(reason)s, %(snapshot)s, %(parts)s, %(new_seq)s)
+    ON CONFLICT (run_id) DO NOTHING RETURNING created_at AS at"""
 SNAPSHOT = "SELECT snapshot, last_seq, parts FROM runs WHERE run_id=%s"
 # Large memo entries stored apart (store/parts.py): immutable, so read outside the row's transaction.
 INSERT_PART = "INSERT INTO state_parts(run_id, digest, body) VALUES (%s,%s,%s) ON CONFLICT DO NOTHING"
@@ -64,8 +67,9 @@ def page_requests(*, run_id: bool, tenant: bool, open_only: bool, after: bool) -
     )
 
 
-def step_update(*, leased: bool, clear_control: bool) -> str:
-    """The guarded snapshot update of ``commit_step``; it matches no row unless the write may happen."""
+def step_update(*, leased: bool, clear_control: bool, release: bool = False) -> str:
+    """The guarded snapshot update of ``commit_step``; it matches no row unless the write may happen.
+    ``release`` (leased only) gives the lease up in the same statement."""
     guard = (
         "lease_owner=%(owner)s AND lease_version=%(version)s"
         if leased
@@ -75,15 +79,47 @@ def step_update(*, leased: bool, clear_control: bool) -> str:
         "UPDATE runs SET status=%(status)s, terminal_reason=%(reason)s, snapshot=%(snapshot)s, parts=%(parts)s,"
         " last_seq=%(new_seq)s, updated_at=now(), not_before=%(not_before)s"
         + (", control=NULL" if clear_control else "")
-        + f" WHERE run_id=%(run_id)s AND last_seq=%(expected)s AND {guard} RETURNING now()"
+        + (", lease_owner=NULL, lease_expires_at=NULL" if release and leased else "")
+        + f" WHERE run_id=%(run_id)s AND last_seq=%(expected)s AND {guard} RETURNING now() AS at"
+    )
+
+
+@functools.cache
+def step_statement(*, leased: bool, clear_control: bool, release: bool, events: int) -> str:
+    """A step's run-row update and its ``events`` events as ONE statement (one round trip; in autocommit
+    it is its own transaction): see :func:`with_events`."""
+    return with_events(step_update(leased=leased, clear_control=clear_control, release=release), events)
+
+
+@functools.cache
+def create_statement(events: int) -> str:
+    """A new run's row and its first ``events`` events as one statement: see :func:`with_events`."""
+    return with_events(CREATE_RUN, events)
+
+
+def with_events(head: str, events: int) -> str:
+    """``head`` (a guarded write of the run row returning ``at``) and the insert of ``events`` events
+    in one statement: the events are inserted only from the row ``head`` returned, so a refused write
+    inserts nothing. Parameters: ``head``'s plus ``run_id``, ``lease_version`` and ``seq_<i>``,
+    ``type_<i>``, ``payload_<i>`` per event (plain values: an array parameter would be escaped element
+    by element on the client, and cost the server more)."""
+    if not events:
+        return head
+    rows = ",".join(f"(%(seq_{i})s::bigint,%(type_{i})s,%(payload_{i})s)" for i in range(events))
+    return (
+        f"WITH moved AS ({head}),"
+        " appended AS (INSERT INTO events(run_id, seq, type, payload, lease_version, at)"
+        " SELECT %(run_id)s, e.seq, e.type, e.payload, %(lease_version)s, moved.at FROM moved,"
+        f" (VALUES {rows}) AS e(seq, type, payload))"
+        " SELECT at FROM moved"
     )
 
 
 # -- step contents ----------------------------------------------------------------------------------
-INSERT_EVENT = "INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES (%s,%s,%s,%s,%s,%s)"
 READ_EVENTS = """SELECT seq, type, payload, lease_version, at FROM events WHERE run_id=%s AND seq>%s
     ORDER BY seq LIMIT %s"""
-CLOSE_REQUEST = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL"
+CLOSE_REQUEST = """UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL
+    RETURNING request_id"""  # a row read back, not a row count: what a pipeline reports
 CLOSE_ALL_REQUESTS = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND answer IS NULL"
 OPEN_REQUEST = "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (%s,%s,%s,NULL,%s)"
 INSERT_ARTIFACT = """INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)

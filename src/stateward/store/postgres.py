@@ -7,8 +7,9 @@ lease expiry is judged by the database clock, and migrations run under an adviso
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -30,10 +31,11 @@ from stateward.core.journal import (
 )
 from stateward.core.state import PendingRequest, RunState
 from stateward.store import _pg_sql as q
+from stateward.store._pg_check import DEFAULT_IDLE_S, IdleCheck
 from stateward.store.base import PayloadLimits, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import POSTGRES_MIGRATIONS
-from stateward.store.outbox import OutboxMethods, enqueue, notices_of
+from stateward.store.outbox import Notice, OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
     RequestPage,
@@ -71,6 +73,27 @@ def _configure(conn: Conn) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
 
 
+def _both(first: Callable[[Conn], None], then: Callable[[Conn], None]) -> Callable[[Conn], None]:
+    def configure(conn: Conn) -> None:
+        first(conn)
+        then(conn)
+
+    return configure
+
+
+def _event_params(params: dict[str, Any], after_seq: int, events: list[NewEvent], texts: list[str]) -> None:
+    """The per-event parameters of ``_pg_sql.with_events``."""
+    for i, (event, text) in enumerate(zip(events, texts, strict=True)):
+        params[f"seq_{i}"] = after_seq + 1 + i
+        params[f"type_{i}"] = event.type.value
+        params[f"payload_{i}"] = text
+
+
+def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[Any]:
+    """Statements queued and sent together, waiting only where a result is read (libpq >= 14)."""
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else contextlib.nullcontext()
+
+
 class PostgresStore(OutboxMethods):
     """Thread-safe: each call borrows a pooled connection; every write is one transaction."""
 
@@ -86,9 +109,13 @@ class PostgresStore(OutboxMethods):
         connect_timeout: float = 10.0,
         create: bool = True,
         limits: PayloadLimits | None = None,
+        check_idle_s: float = DEFAULT_IDLE_S,
+        configure: Callable[[Conn], None] | None = None,
     ):
         """``limits`` caps event payloads and snapshots (default: 1 MiB and 4 MiB, or
-        STATEWARD_MAX_EVENT_BYTES / STATEWARD_MAX_SNAPSHOT_BYTES)."""
+        STATEWARD_MAX_EVENT_BYTES / STATEWARD_MAX_SNAPSHOT_BYTES). A pooled connection idle longer
+        than ``check_idle_s`` is pinged before it is lent (see store/_pg_check.py). ``configure`` is
+        called on every new pooled connection after the store's own settings (e.g. to trace its protocol)."""
         self.limits = limits if limits is not None else PayloadLimits.from_env()
         self._parts = PartCache()
         try:
@@ -108,14 +135,15 @@ class PostgresStore(OutboxMethods):
             raise self._unavailable(exc) from exc
         except psycopg.Error as exc:
             raise StoreError(f"cannot migrate {self.where}: {_first_line(exc)}", code=ErrorCode.STORE_ERROR) from exc
+        self._idle = IdleCheck(check_idle_s)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             self._conninfo,
             min_size=min_size,
             max_size=max_size,
             open=False,
             kwargs={"autocommit": True},
-            configure=_configure,
-            check=ConnectionPool.check_connection,
+            configure=_configure if configure is None else _both(_configure, configure),
+            check=self._idle,
             name=f"stateward {self.where}",
             timeout=connect_timeout,
         )
@@ -145,7 +173,10 @@ class PostgresStore(OutboxMethods):
         """A pooled connection in autocommit mode (a read is one statement); driver errors become StoreErrors."""
         try:
             with self._pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    self._idle.used(conn)
         except _UNREACHABLE as exc:
             raise self._unavailable(exc) from exc
         except psycopg.Error as exc:
@@ -196,28 +227,31 @@ class PostgresStore(OutboxMethods):
 
     # -- runs -----------------------------------------------------------------------------------
     def create_run(self, state: RunState, events: list[NewEvent]) -> list[Event]:
+        """The run's row and first events in one statement (one round trip)."""
         split = split_state(state)
         self.limits.check_snapshot_parts(state.run_id, split.texts)
         texts = self._event_texts(state.run_id, events)
-        with self._tx() as conn:
-            row = conn.execute(
-                q.CREATE_RUN,
-                (
-                    state.run_id,
-                    state.tenant,
-                    state.agent.name,
-                    state.status.value,
-                    state.terminal_reason,
-                    split.snapshot,
-                    split.refs,
-                    len(events),
-                ),
-            ).fetchone()
-            if row is None:
-                raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
-            written = self._append(conn, state.run_id, 0, events, row[0], 0, texts)
+        params: dict[str, Any] = {
+            "run_id": state.run_id,
+            "tenant": state.tenant,
+            "agent": state.agent.name,
+            "status": state.status.value,
+            "reason": state.terminal_reason,
+            "snapshot": split.snapshot,
+            "parts": split.refs,
+            "new_seq": len(events),
+            "lease_version": 0,
+        }
+        _event_params(params, 0, events, texts)
+        with self._conn() as conn:
+            row = conn.execute(q.create_statement(len(events)), params).fetchone()
+        if row is None:
+            raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
         self._parts.committed(state.run_id, split.known)  # a new run has no parts yet (see store/parts.py)
-        return written
+        return [
+            Event(run_id=state.run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=0, at=row[0])
+            for seq, ev in enumerate(events, start=1)
+        ]
 
     def load_run(self, run_id: str) -> RunState:
         return self.load_run_at(run_id)[0]
@@ -246,9 +280,13 @@ class PostgresStore(OutboxMethods):
                 raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
 
     def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
+        """One round trip for most steps (the run row's guarded update and the events, one statement);
+        a step with more to write is one pipelined transaction, two round trips or three."""
         state = write.state
         new_seq = expected_seq + len(write.events)
         split = split_state(state, self._parts.known(run_id))  # large memo entries apart, written when changed
+        self.limits.check_snapshot_parts(run_id, split.texts)  # refused before the transaction
+        texts = self._event_texts(run_id, write.events)
         params: dict[str, Any] = {
             "status": state.status.value,
             "reason": state.terminal_reason,
@@ -258,18 +296,24 @@ class PostgresStore(OutboxMethods):
             "run_id": run_id,
             "expected": expected_seq,
             "not_before": None if write.not_before is None else write.not_before.timestamp(),
+            "lease_version": 0 if lease is None else lease.version,
         }
+        _event_params(params, expected_seq, write.events, texts)
         if lease is not None:
             params.update(owner=lease.owner, version=lease.version)
-        self.limits.check_snapshot_parts(run_id, split.texts)  # refused before the transaction
-        texts = self._event_texts(run_id, write.events)
-        sql = q.step_update(leased=lease is not None, clear_control=write.clear_control)
-        with self._tx() as conn:
-            row = conn.execute(sql, params).fetchone()
-            if row is None:
-                raise self._why_not_written(conn, run_id, expected_seq, lease)
+        sql = q.step_statement(
+            leased=lease is not None,
+            clear_control=write.clear_control,
+            release=lease is not None and write.release_lease,
+            events=len(write.events),
+        )
+        notices = notices_of(state, expected_seq, write.events) if write.events else []
+        with self._conn() as conn:
             try:
-                self._write_contents(conn, run_id, expected_seq, write, lease, row[0], split, texts)
+                if write.has_contents or split.new_parts or notices:
+                    self._pipelined_step(conn, sql, params, lease, write, split, notices)
+                else:
+                    self._guarded_step(conn, sql, params, lease)
             except pg_errors.UniqueViolation as exc:
                 raise RunError(
                     f"step of run {run_id} repeats a record that already exists: {_first_line(exc)}",
@@ -279,20 +323,48 @@ class PostgresStore(OutboxMethods):
         self._parts.committed(run_id, split.known)
         return new_seq
 
+    def _pipelined_step(
+        self,
+        conn: Conn,
+        sql: str,
+        params: dict[str, Any],
+        lease: Lease | None,
+        write: StepWrite,
+        split: SplitState,
+        notices: list[Notice],
+    ) -> None:
+        """One transaction sent as a pipeline: BEGIN and the guarded statement (whose row is awaited),
+        then the contents and COMMIT, awaited together when the pipeline ends (a webhook lookup adds one wait)."""
+        try:
+            with _pipeline(conn):
+                conn.execute("BEGIN")
+                now = self._guarded_step(conn, sql, params, lease)
+                self._write_contents(conn, params["run_id"], params["expected"], write, now, split, notices)
+                conn.execute("COMMIT")
+        except BaseException:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):  # a broken connection is discarded by the pool anyway
+                    conn.execute("ROLLBACK")
+            raise
+
+    def _guarded_step(self, conn: Conn, sql: str, params: dict[str, Any], lease: Lease | None) -> datetime:
+        """The step's statement; the reason nothing was written if its guard matched no row."""
+        row = conn.execute(sql, params).fetchone()
+        if row is None:
+            raise self._why_not_written(conn, params["run_id"], params["expected"], lease)
+        return row[0]  # type: ignore[no-any-return]
+
     def _write_contents(
         self,
         conn: Conn,
         run_id: str,
         expected_seq: int,
         write: StepWrite,
-        lease: Lease | None,
         now: datetime,
         split: SplitState,
-        texts: list[str],
+        notices: list[Notice],
     ) -> None:
-        """Everything a step writes besides the snapshot, in the same transaction."""
-        self._append(conn, run_id, expected_seq, write.events, now, 0 if lease is None else lease.version, texts)
-        notices = notices_of(write.state, expected_seq, write.events) if write.events else []
+        """Everything a step writes besides the run row and its events, in the same transaction."""
         if notices:  # a wait, an end: the outbox row commits with the step (store/outbox.py)
             enqueue(conn, "%s", write.state, notices, now.timestamp())
         for digest, body in split.new_parts.items():
@@ -328,8 +400,8 @@ class PostgresStore(OutboxMethods):
 
     @staticmethod
     def _close_request(conn: Conn, run_id: str, answer: RequestAnswer) -> None:
-        cur = conn.execute(q.CLOSE_REQUEST, (answer.model_dump_json(), run_id, answer.request_id))
-        if cur.rowcount != 1:
+        closed = conn.execute(q.CLOSE_REQUEST, (answer.model_dump_json(), run_id, answer.request_id)).fetchone()
+        if closed is None:
             raise RunError(
                 f"request {answer.request_id} of run {run_id} is not open",
                 code=ErrorCode.REQUEST_NOT_OPEN,
@@ -341,31 +413,6 @@ class PostgresStore(OutboxMethods):
         texts = [compact_json(ev.payload) for ev in events]
         self.limits.check_events(run_id, events, texts)
         return texts
-
-    @staticmethod
-    def _append(
-        conn: Conn,
-        run_id: str,
-        after_seq: int,
-        events: list[NewEvent],
-        at: datetime,
-        lease_version: int,
-        texts: list[str],
-    ) -> list[Event]:
-        out = [
-            Event(run_id=run_id, seq=seq, type=ev.type, payload=ev.payload, lease_version=lease_version, at=at)
-            for seq, ev in enumerate(events, start=after_seq + 1)
-        ]
-        if out:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    q.INSERT_EVENT,
-                    [
-                        (run_id, ev.seq, ev.type.value, text, lease_version, at)
-                        for ev, text in zip(out, texts, strict=True)
-                    ],
-                )
-        return out
 
     def read_events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         with self._conn() as conn:

@@ -82,6 +82,8 @@ class StepWrite(BaseModel):
     end of the run); ``clear_control`` acknowledges a pause or cancel request. ``not_before`` holds
     the run back until then (a backoff or a retry time, by the runtime's clock): ``claim_next`` skips a
     held run and ``due_runs`` lists it once due; every write without one clears the hold.
+    ``release_lease`` gives the writer's lease up in the same transaction (a drive's last write: the run
+    is claimable the moment it commits, with no separate release); it means nothing without a lease.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -96,6 +98,7 @@ class StepWrite(BaseModel):
     checkpoint: str | None = None
     clear_control: bool = False
     not_before: datetime | None = None
+    release_lease: bool = False
 
     @property
     def has_contents(self) -> bool:

@@ -87,10 +87,13 @@ class _Guarded:
             raise store_error(exc, self._path) from exc
 
 
-def _step_updates(fenced: bool, clear_control: bool) -> tuple[str, str]:
-    """The two UPDATEs of a step: status unchanged (the common case), then any status."""
+def _step_updates(fenced: bool, clear_control: bool, release: bool = False) -> tuple[str, str]:
+    """The two UPDATEs of a step: status unchanged (the common case), then any status; ``release``
+    (fenced only) also gives the lease up in the same statement."""
     fence = " AND lease_owner=? AND lease_version=?" if fenced else " AND (lease_owner IS NULL OR lease_expires_at<?)"
-    control = ", control=NULL" if clear_control else ""
+    control = (", control=NULL" if clear_control else "") + (
+        ", lease_owner=NULL, lease_expires_at=NULL" if release and fenced else ""
+    )
     return (
         f"UPDATE runs SET terminal_reason=?, snapshot=?, parts=?, last_seq=?, updated_at=?, not_before=?{control}"
         f" WHERE run_key=? AND last_seq=? AND status=?{fence}",
@@ -100,7 +103,12 @@ def _step_updates(fenced: bool, clear_control: bool) -> tuple[str, str]:
     )
 
 
-_STEP_UPDATES = {(fenced, clear): _step_updates(fenced, clear) for fenced in (False, True) for clear in (False, True)}
+_STEP_UPDATES = {
+    (fenced, clear, release): _step_updates(fenced, clear, release)
+    for fenced in (False, True)
+    for clear in (False, True)
+    for release in (False, True)
+}
 _RUN_KEY_CACHE = 10_000
 _INSERT_PART = "INSERT OR IGNORE INTO state_parts(run_key, digest, body) VALUES (?,?,?)"
 _INSERT_BATCH = "INSERT INTO event_batches(run_key, seq, count, events, lease_version, at) VALUES (?,?,?,?,?,?)"
@@ -232,7 +240,8 @@ class SQLiteStore(OutboxMethods):
         # autocheckpoint stays as the backstop that lets the WAL restart under continuous writes.
         self._checkpointer = WalCheckpointer(self.path)
         self._step_cursor = self._db.cursor()
-        self._run_keys: dict[str, int] = {}
+        self._run_keys: dict[str, int] = {}  # run_id -> run_key: fixed for the run's life
+        self._statuses: dict[str, str] = {}  # run_id -> the status last read or written here: a hint only
         self._parts = PartCache()
         try:
             self._db.execute("PRAGMA busy_timeout=30000")
@@ -383,20 +392,36 @@ class SQLiteStore(OutboxMethods):
             row = db.execute("SELECT run_key FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if row is None:
                 raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
-            if len(self._run_keys) >= _RUN_KEY_CACHE:  # a long-lived worker sees unboundedly many runs
-                self._run_keys.clear()
-            key = self._run_keys[run_id] = int(row[0])
+            key = self._remember(run_id, int(row[0]))
         return key
+
+    def _remember(self, run_id: str, key: int, status: str | None = None) -> int:
+        """Keep a committed run's key (and the status just read) for its next step; both maps are bounded."""
+        if len(self._run_keys) >= _RUN_KEY_CACHE:  # a long-lived worker sees unboundedly many runs
+            self._run_keys.clear()
+        if len(self._statuses) >= _RUN_KEY_CACHE:
+            self._statuses.clear()
+        self._run_keys[run_id] = key
+        if status is not None:
+            self._statuses[run_id] = status
+        return key
+
+    def _forget(self, run_id: str) -> None:
+        self._run_keys.pop(run_id, None)
+        self._statuses.pop(run_id, None)
 
     def load_run(self, run_id: str) -> RunState:
         return self.load_run_at(run_id)[0]
 
     def load_run_at(self, run_id: str) -> tuple[RunState, int]:
         with self._lock:
-            row = self._db.execute("SELECT snapshot, last_seq, parts, run_key FROM runs WHERE run_id=?", (run_id,))
+            row = self._db.execute(
+                "SELECT snapshot, last_seq, parts, run_key, status FROM runs WHERE run_id=?", (run_id,)
+            )
             found = row.fetchone()
             if found is None:
                 raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+            self._remember(run_id, int(found[3]), str(found[4]))  # the step that follows needs neither lookup
             parts = self._read_parts(int(found[3]), found[2])
         return join_state(run_id, found[0], found[2], parts), int(found[1])
 
@@ -441,11 +466,11 @@ class SQLiteStore(OutboxMethods):
         new_seq = expected_seq + len(events)
         now = time.time()
         if lease is None:
-            same_status, any_status = _STEP_UPDATES[False, write.clear_control]
+            same_status, any_status = _STEP_UPDATES[False, write.clear_control, False]
             fence: tuple[Any, ...] = (now,)
             lease_version = 0
         else:
-            same_status, any_status = _STEP_UPDATES[True, write.clear_control]
+            same_status, any_status = _STEP_UPDATES[True, write.clear_control, write.release_lease]
             fence = (lease.owner, lease.version)
             lease_version = lease.version
         status, reason = state.status.value, state.terminal_reason
@@ -456,12 +481,17 @@ class SQLiteStore(OutboxMethods):
             try:
                 key = self._run_key(cur, run_id)
                 # Most steps leave the status alone: keep it out of the SET list so its index is not rewritten.
+                # The status this process last saw for the run picks the statement; a wrong guess costs one
+                # more (the guarded UPDATE matches nothing and changes nothing).
                 row = (snapshot, split.refs, new_seq, now, hold, key, expected_seq)
-                cur.execute(same_status, (reason, *row, status, *fence))
-                if cur.rowcount != 1:
+                written = 0
+                if self._statuses.get(run_id) == status:
+                    cur.execute(same_status, (reason, *row, status, *fence))
+                    written = cur.rowcount
+                if written != 1:
                     cur.execute(any_status, (status, reason, *row, *fence))
                     if cur.rowcount != 1:
-                        self._run_keys.pop(run_id, None)  # in case the run is gone: look it up afresh next time
+                        self._forget(run_id)  # in case the run is gone: look it up afresh next time
                         raise self._why_not_written(self._db, run_id, expected_seq, lease)
                 if events:
                     _insert_events(cur, key, expected_seq, events, lease_version, int(now * 1_000_000), batch)
@@ -477,6 +507,7 @@ class SQLiteStore(OutboxMethods):
                 cur.execute("ROLLBACK")
                 raise
             self._parts.committed(run_id, split.known)
+            self._remember(run_id, key, status)
         self._checkpointer.note_commit()
         return new_seq
 
