@@ -140,7 +140,8 @@ def agent(tools: list[Any], *steps: dict[str, Any]) -> Agent:
 
 def observed(runtime: Runtime, run_id: str) -> list[dict[str, Any]]:
     """What the run observed of its tool calls, from its event log."""
-    return [e.payload["observation"] for e in runtime.events(run_id) if e.type is EventType.TOOL_ATTEMPTED]
+    events = runtime.events(run_id, content=True)
+    return [e.payload["observation"] for e in events if e.type is EventType.TOOL_ATTEMPTED]
 
 
 def gateway_call(tools: list[Any], tool: str, **args: Any) -> Any:

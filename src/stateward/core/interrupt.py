@@ -15,6 +15,7 @@ swallow it. It never leaves the Runtime: the driver records the cancelled call a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 import time
@@ -24,20 +25,47 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-POLL_S = 0.05  # how often a waiting call looks at the token
 
 
 class PauseToken:
-    """Set once a pause was asked while this step's calls were in flight."""
+    """Set once a pause was asked while this step's calls were in flight; the calls waiting on it are woken
+    at once through :meth:`on_set` (nothing polls)."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
 
     def set(self) -> None:
-        self._event.set()
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
 
     def is_set(self) -> bool:
         return self._event.is_set()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from the setting thread) when the token is set, at once if it already is;
+        returns what forgets it."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return lambda: self._forget(callback)
+        callback()
+        return _nothing
+
+    def _forget(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+
+def _nothing() -> None:
+    return None
 
 
 class CallCancelled(BaseException):  # a control signal, like asyncio.CancelledError
@@ -56,19 +84,22 @@ class CallCancelled(BaseException):  # a control signal, like asyncio.CancelledE
 pause_token: ContextVar[PauseToken | None] = ContextVar("stateward_pause_token", default=None)
 
 
-def wait_or_cancel(done: threading.Event, timeout_s: float | None, token: PauseToken | None) -> bool | None:
-    """Wait for ``done``: True once set, False at ``timeout_s``, None when ``token`` was set first."""
+def wait_or_cancel(
+    done: threading.Event, timeout_s: float | None, token: PauseToken | None, ended: Callable[[], bool]
+) -> bool | None:
+    """Wait for ``done`` (set by the call when it ends; ``ended`` says whether it did): True once it ended,
+    False at ``timeout_s``, None when ``token`` was set first. Setting the token sets ``done`` too, so the
+    wait wakes at once."""
     if token is None:
         return done.wait(timeout_s)
-    waited = 0.0
-    while timeout_s is None or waited < timeout_s:
-        if token.is_set():
-            return None
-        step = POLL_S if timeout_s is None else min(POLL_S, timeout_s - waited)
-        if done.wait(step):
-            return True
-        waited += step
-    return done.is_set()
+    forget = token.on_set(done.set)
+    try:
+        done.wait(timeout_s)
+    finally:
+        forget()
+    if ended():
+        return True
+    return None if token.is_set() else False
 
 
 def abandon_on_pause(fn: Callable[[], T], kind: str, name: str, token: PauseToken) -> T:
@@ -88,7 +119,7 @@ def abandon_on_pause(fn: Callable[[], T], kind: str, name: str, token: PauseToke
     started = time.monotonic()
     context = contextvars.copy_context()  # the caller's context vars (e.g. the model-attempt sink)
     threading.Thread(target=context.run, args=(target,), name=f"stateward-{kind}-{name}", daemon=True).start()
-    if wait_or_cancel(done, None, token) is None:
+    if wait_or_cancel(done, None, token, lambda: bool(box)) is None:
         raise CallCancelled(kind, name, elapsed_s=time.monotonic() - started)
     if "error" in box:
         raise box["error"]
@@ -97,14 +128,28 @@ def abandon_on_pause(fn: Callable[[], T], kind: str, name: str, token: PauseToke
 
 async def cancel_on_pause(awaitable: Awaitable[T], kind: str, name: str, token: PauseToken) -> T:
     """Await ``awaitable`` as a task; cancel it (cooperatively) and raise :class:`CallCancelled` if the pause
-    comes first."""
+    comes first. The token's setter wakes the loop (``call_soon_threadsafe``): nothing polls."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(awaitable)
     started = loop.time()
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=POLL_S)
-        if done:
-            return task.result()
-        if token.is_set():
+    paused = False
+
+    def give_way() -> None:
+        nonlocal paused
+        if not task.done():
+            paused = True
             task.cancel()
-            raise CallCancelled(kind, name, elapsed_s=loop.time() - started)
+
+    def on_pause() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing is left to cancel
+            loop.call_soon_threadsafe(give_way)
+
+    forget = token.on_set(on_pause)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if paused:
+            raise CallCancelled(kind, name, elapsed_s=loop.time() - started) from None
+        raise
+    finally:
+        forget()

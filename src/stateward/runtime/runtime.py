@@ -26,7 +26,7 @@ from stateward.core.journal import SideEffectStatus
 from stateward.core.setback import without_retry
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
-from stateward.observability.payloads import is_payload_artifact
+from stateward.observability.payloads import is_payload_artifact, resolve
 from stateward.observability.tracing import Telemetry
 from stateward.runtime import transition
 from stateward.runtime.agent import Agent
@@ -129,6 +129,9 @@ class Runtime:
 
     def close(self) -> None:
         origin = self._origin
+        origin.driver.pause_watch.stop()
+        if origin._view is not None:
+            origin._view.driver.pause_watch.stop()
         if origin._store_pool is not None:
             origin._store_pool.shutdown(wait=True)
         origin.store.close()
@@ -258,17 +261,32 @@ class Runtime:
         return self.store.page_requests(run_id=run_id, tenant=tenant, open_only=open_only, limit=limit, cursor=cursor)
 
     def events(
-        self, run_id: str, after: int = 0, *, limit: int = DEFAULT_EVENT_PAGE, tenant: str | None = None
+        self,
+        run_id: str,
+        after: int = 0,
+        *,
+        limit: int = DEFAULT_EVENT_PAGE,
+        tenant: str | None = None,
+        content: bool = False,
     ) -> list[Event]:
         """The run's events numbered above ``after``, in order, at most ``limit`` (1 to 10,000).
 
-        The last event's ``seq`` is the ``after`` of the next call; an empty list means none yet.
+        The last event's ``seq`` is the ``after`` of the next call; an empty list means none yet. Large
+        values are stored as references (a hash and a size); ``content=True`` puts them back.
         """
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise UserError(f"after must be an event number >= 0, not {after!r}"[:200], code=ErrorCode.INVALID_CURSOR)
         size = page_size(limit, MAX_EVENT_PAGE)
         self._visible(run_id, tenant)
-        return self.store.read_events(run_id, after, size)
+        events = self.store.read_events(run_id, after, size)
+        if not content:
+            return events
+
+        def fetch(name: str) -> str | None:
+            found = self.store.get_artifact(run_id, name, 1)
+            return None if found is None else found.content
+
+        return [e.model_copy(update={"payload": resolve(e.payload, fetch)}) for e in events]
 
     def artifacts(self, run_id: str, *, tenant: str | None = None) -> list[ArtifactRecord]:
         """Every version of every artifact of the run, by name then version (offloaded event payloads

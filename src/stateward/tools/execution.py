@@ -50,7 +50,7 @@ def run_with_timeout(
 
     started = time.monotonic()
     threading.Thread(target=target, name=f"stateward-tool-{name}", daemon=True).start()
-    answered = wait_or_cancel(done, timeout_s, token)
+    answered = wait_or_cancel(done, timeout_s, token, lambda: bool(box))
     if answered is None:
         raise CallCancelled("tool", name, elapsed_s=time.monotonic() - started)
     if not answered:
