@@ -24,16 +24,19 @@ class RandomKill:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class KillAt:
-    """SIGKILLs its own process the ``nth`` time it reaches ``name``: a crash at one persistence boundary."""
+class SignalAt:
+    """Sends its own process ``signum`` the ``nth`` time it reaches boundary ``name``, once: SIGKILL is a
+    crash at that boundary; SIGSTOP a worker frozen mid-step (GC pause, VM migration) while its lease runs
+    out and another worker takes the run over."""
 
-    def __init__(self, name: str, nth: int = 1):
+    def __init__(self, name: str, nth: int = 1, *, signum: signal.Signals = signal.SIGKILL):
         self._name = name
         self._left = nth
+        self._signum = signum
 
     def point(self, name: str) -> None:
         if name != self._name:
             return
         self._left -= 1
-        if self._left <= 0:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self._left == 0:
+            os.kill(os.getpid(), self._signum)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from stateward.chaos.faults import KillAt
+from stateward.chaos.faults import SignalAt
 from stateward.core.errors import StatewardError
 from stateward.core.state import RequestKind, RunState
 from stateward.core.status import RunStatus
@@ -54,22 +54,6 @@ def finish_with(runtime: Runtime, run_id: str, deadline: float, answers: int = 6
     return state
 
 
-class StopAt:
-    """SIGSTOPs its own process the ``nth`` time it reaches ``name``: a worker frozen mid-step (GC pause, VM
-    migration) while its lease runs out and another worker takes the run over."""
-
-    def __init__(self, name: str, nth: int = 1):
-        self._name = name
-        self._left = nth
-
-    def point(self, name: str) -> None:
-        if name != self._name:
-            return
-        self._left -= 1
-        if self._left == 0:
-            os.kill(os.getpid(), signal.SIGSTOP)
-
-
 def _fork(
     db: str, agents: AgentRegistry, run_id: str, faults: FaultInjector, lease: LeasePolicy, finish: Finish
 ) -> int:
@@ -102,7 +86,7 @@ def kill_child(
     db: str, agents: AgentRegistry, run_id: str, point: str, nth: int, lease: LeasePolicy, finish: Finish = finish_with
 ) -> bool:
     """Fork a driver that SIGKILLs itself at the ``nth`` ``point``; True when it died that way."""
-    pid = _fork(db, agents, run_id, KillAt(point, nth), lease, finish)
+    pid = _fork(db, agents, run_id, SignalAt(point, nth), lease, finish)
     status = _reap(pid, time.monotonic() + CHILD_TIMEOUT_S)
     return status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
@@ -122,7 +106,7 @@ def race(db: str, agents: AgentRegistry, run_id: str, point: str, nth: int, leas
     """Two worker processes on one run: the first freezes at the ``nth`` ``point`` holding the lease; once
     its lease has expired a second takes the run over and drives it; then the first thaws and must find
     itself fenced out. True when the first really froze mid-run (the race happened)."""
-    first = _fork(db, agents, run_id, StopAt(point, nth), lease, finish)
+    first = _fork(db, agents, run_id, SignalAt(point, nth, signum=signal.SIGSTOP), lease, finish)
     froze = _stopped(first, time.monotonic() + CHILD_TIMEOUT_S)
     if froze:
         time.sleep(lease.ttl_s * 1.5)  # its lease runs out while it cannot renew it
@@ -148,7 +132,7 @@ def resume_race(db: str, agents: AgentRegistry, run_id: str, lease: LeasePolicy)
     """Two worker processes resume one PAUSED run: the first is frozen after its resume was checked and
     before it takes the lease; the second resumes and drives the run into its next wait; then the first
     thaws and must be refused (the run is no longer paused). True when the first really froze there."""
-    first = _fork(db, agents, run_id, StopAt(RESUME_BEFORE_LEASE), lease, resumer(answers=0))
+    first = _fork(db, agents, run_id, SignalAt(RESUME_BEFORE_LEASE, signum=signal.SIGSTOP), lease, resumer(answers=0))
     froze = _stopped(first, time.monotonic() + CHILD_TIMEOUT_S)
     if froze:
         second = _fork(db, agents, run_id, NO_FAULTS, lease, resumer(answers=0))
