@@ -251,25 +251,3 @@ def test_a_cancel_asked_during_a_slow_read_ends_the_run_without_waiting_for_it(t
         release.set()
     runtime.close()
 
-
-def test_the_pause_watch_is_one_thread_for_the_runtime_however_many_runs_it_drives(tmp_path: Path) -> None:
-    """Watching for a pause costs no thread per run: a worker driving a hundred runs keeps one watcher."""
-
-    @tool(description="Read a page.")
-    def read(page: int) -> dict[str, Any]:
-        return {"text": f"page {page}"}
-
-    runtime = Runtime.open(str(tmp_path / "many.db"))
-    agent = _agent(read, _read_then_finish)
-    runtime.agents.register("tests:slow", lambda: agent)
-    def watchers() -> set[threading.Thread]:
-        return {t for t in threading.enumerate() if t.name == "stateward-pause-watch"}
-
-    before = watchers()
-    try:
-        states = [runtime.start(agent, f"read page {i}") for i in range(12)]
-        assert [s.status for s in states] == [RunStatus.COMPLETED] * 12
-        assert len(watchers() - before) == 1
-    finally:
-        runtime.close()
-    assert watchers() - before == set()  # closing the Runtime ends its watcher

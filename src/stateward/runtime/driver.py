@@ -68,6 +68,7 @@ class _Run(_Head):
     gateway: ToolGateway
     actions: Mapping[str, ActionSpec]
     observations: ObservationLog = field(default_factory=ObservationLog)
+    watch: PauseWatch | None = None  # notices a pause asked while a step's calls are in flight
 
 
 class ActionSpecs(Mapping[str, ActionSpec]):
@@ -124,7 +125,7 @@ class Driver:
         self.keeper = keeper
         self.telemetry = telemetry or default_telemetry()
         self.payload_threshold = DEFAULT_PAYLOAD_THRESHOLD
-        self.pause_watch = PauseWatch(store, DEFAULT_POLL_S)  # notices a pause asked while calls are in flight
+        self.pause_poll_s = DEFAULT_POLL_S  # how often an in-flight step looks for a pause request
         self.store = store
         self.clock = clock
         self.policy = policy
@@ -167,9 +168,11 @@ class Driver:
             segment = run.segment = self.telemetry.segment(run.state, agent.agent_ref.name, agent.controller.mode)
             if segment is not None and segment.trace is not None:  # kept with the run: a resume elsewhere continues it
                 run.state = run.state.model_copy(update={"trace": segment.trace})
+            run.watch = PauseWatch(self.store, run.state.run_id, self.pause_poll_s)
             try:
                 self._loop(run, keeper, stop, max_steps)
             finally:
+                run.watch.stop()
                 if segment is not None:
                     segment.end(run.state)
             return run.state
@@ -226,15 +229,15 @@ class Driver:
         if exhausted is not None:
             self._exhaust(run, lease, exhausted)
             return
-        armed = self.pause_watch.arm(state.run_id)
-        token = pause_token.set(armed)
+        token = pause_token.set(None if run.watch is None else run.watch.arm())
         try:
             self._decide_and_act(run, lease)
         except CallCancelled as cancelled:
             self._gave_way(run, lease, cancelled)
         finally:
             pause_token.reset(token)
-            self.pause_watch.disarm(armed)
+            if run.watch is not None:
+                run.watch.disarm()
 
     def _decide_and_act(self, run: _Run, lease: Lease) -> None:
         state = run.state

@@ -129,9 +129,6 @@ class Runtime:
 
     def close(self) -> None:
         origin = self._origin
-        origin.driver.pause_watch.stop()
-        if origin._view is not None:
-            origin._view.driver.pause_watch.stop()
         if origin._store_pool is not None:
             origin._store_pool.shutdown(wait=True)
         origin.store.close()
