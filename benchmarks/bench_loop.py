@@ -58,9 +58,10 @@ TARGET_GROWTH = 1.2
 TARGET_COMMIT = 3.0
 
 
-def loop_agent(n: int, stamps: list[tuple[int, int]], tracked: list[int] | None = None) -> Agent:
+def loop_agent(n: int, stamps: list[tuple[int, int]] | None = None, tracked: list[int] | None = None) -> Agent:
     """A ReAct agent whose script calls ``noop`` until it has seen ``n`` observations, then finishes;
-    ``tracked`` gets the number of objects the garbage collector tracks at that last model call."""
+    ``stamps`` gets (wall, CPU) ns at each model call, ``tracked`` the number of objects the garbage
+    collector tracks at the last one. bench_tracing runs the same agent."""
 
     @tool(description="Do nothing.")
     def noop(i: int) -> dict[str, int]:
@@ -69,7 +70,8 @@ def loop_agent(n: int, stamps: list[tuple[int, int]], tracked: list[int] | None 
     model: ScriptedModel
 
     def policy(request: ModelRequest) -> dict[str, Any]:
-        stamps.append((time.perf_counter_ns(), time.process_time_ns()))
+        if stamps is not None:
+            stamps.append((time.perf_counter_ns(), time.process_time_ns()))
         model.calls.clear()  # a test's request history would keep every request of the run alive
         seen = len(request.observations)
         if seen >= n:

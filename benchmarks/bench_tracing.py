@@ -21,19 +21,15 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from bench_loop import loop_agent
 from benchkit import Target, emit, machine, table, targets_table
-from stateward import Agent, Budget, Runtime, ToolRegistry, tool
-from stateward.controllers.react import ReActController
-from stateward.core.state import AgentRef
-from stateward.models.base import ModelRequest
-from stateward.models.scripted import ScriptedModel
+from stateward import Runtime
 from stateward.observability import RunMetrics, Telemetry
 from stateward.store.sqlite import SQLiteStore
 
@@ -61,30 +57,6 @@ class Dropping(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return SpanExportResult.SUCCESS
-
-
-def agent(n: int) -> Agent:
-    @tool(description="Do nothing.")
-    def noop(i: int) -> dict[str, int]:
-        return {"i": i}
-
-    model: ScriptedModel
-
-    def policy(request: ModelRequest) -> dict[str, Any]:
-        model.calls.clear()
-        seen = len(request.observations)
-        if seen >= n:
-            return {"type": "FINISH", "reason": "done"}
-        return {"type": "EXECUTE_TOOL", "action": "noop", "args": {"i": seen}}
-
-    model = ScriptedModel(policy)
-    return Agent(
-        name="loop",
-        controller=ReActController(model),
-        tools=ToolRegistry([noop]),
-        ref=AgentRef(name="bench:loop"),
-        budget=Budget(max_steps=n + 1),
-    )
 
 
 class Variant:
@@ -119,7 +91,7 @@ def one_run(tmp: Path, name: str, variant: Variant, n: int) -> tuple[float, floa
     runtime = Runtime(SQLiteStore(path, synchronous="NORMAL"), telemetry=variant.telemetry)
     try:
         wall, cpu = time.perf_counter(), time.process_time()
-        state = runtime.start(agent(n), "call noop until done")
+        state = runtime.start(loop_agent(n), "call noop until done")
         variant.flush()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         assert state.usage.tool_attempts == n, state
