@@ -253,3 +253,17 @@ def test_events_written_before_schema_7_read_back_and_the_run_goes_on(pg_url: st
         assert [r[0] for r in rows] == [1, 2, 3, 4] and rows[3][2] == '{"n":2}'
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_a_large_snapshot_is_compressed_with_lz4_where_the_server_has_it(pg: PostgresStore, pg_url: str) -> None:
+    state = _state("run_1").model_copy(update={"facts": {"notes": " ".join(f"note {i}" for i in range(2000))}})
+    pg.create_run(state, [NewEvent(type=EventType.RUN_STARTED)])
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        has_lz4 = conn.execute(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        ).fetchone()
+        row = conn.execute("SELECT pg_column_compression(snapshot), length(snapshot) FROM runs").fetchone()
+    assert has_lz4 is not None and row is not None and row[1] > 10_000
+    assert row[0] == ("lz4" if has_lz4[0] else "pglz")
+    assert pg.load_run("run_1") == state
