@@ -497,7 +497,9 @@ class PostgresStore(OutboxMethods):
         )
 
     def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
-        """The oldest runnable run nobody holds a live lease on; rows other claimers have locked are skipped."""
+        """The runnable run nobody holds a live lease on that has waited longest since a write left it without
+        a lease (``queued_at``: its creation, an unleased step, a lease given back); rows other claimers have
+        locked are skipped. A worker's own steps do not move it, so they stay heap-only updates (migration 7)."""
         with self._conn() as conn:
             row = conn.execute(q.CLAIM_NEXT, {"statuses": list(statuses), "owner": owner, "ttl": ttl_s}).fetchone()
         if row is None:
