@@ -99,6 +99,7 @@ class Positional:
     names: tuple[str, ...]
 
     def values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """``params`` in placeholder order (a name used twice is sent once)."""
         return tuple(params[name] for name in self.names)
 
 
