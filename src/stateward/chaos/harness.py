@@ -10,8 +10,9 @@ Every child has a deadline, as the campaign's forked drivers do (chaos/forked.py
 after ``worker_lifetime_s`` (and is replaced), an approver makes one pass; one still running
 ``child_deadline_s`` after it was forked (time it spent SIGSTOPped by the storm not counted) is hung - it
 inherited a held lock, or an object believing a thread of the parent is alive - and is SIGKILLed, replaced
-and reported in ``hung_children`` (a liveness failure, never counted as a kill). A storm still unfinished
-at ``max_seconds`` says so in ``timed_out``; either breaks the storm.
+and reported in ``hung_children`` (a liveness failure, never counted as a kill); the storm then stops
+rather than wait on what the hung child left. A storm still unfinished at ``max_seconds`` says so in
+``timed_out``; either breaks the storm.
 """
 
 from __future__ import annotations
@@ -156,12 +157,17 @@ class Harness:
         reference = Reference.build(cfg, run_ids)
         deadline = started + cfg.max_seconds
         next_kill = time.monotonic()
-        timed_out = True
+        timed_out = False
         try:
             for slot in range(cfg.workers):
                 self._spawn_worker(slot)
-            while time.monotonic() < deadline:
+            while True:
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
                 self._overdue()
+                if self.fleet.hung:
+                    break  # a breach already: the runs a hung child held are not worth waiting for
                 self._reap()
                 self._wake_stopped()
                 total_kills = sum(self.fleet.kills.values())
@@ -174,7 +180,6 @@ class Harness:
                     self.fleet.approver = _child(_approver_main, cfg, self.generation, self.kill_log)
                     self._watch(self.fleet.approver)
                 if total_kills >= cfg.kills and all(s in STOPPED for s in statuses.values()):
-                    timed_out = False
                     break
                 time.sleep(0.02)
         finally:
@@ -295,7 +300,7 @@ class Harness:
             os.kill(pid, signal.SIGCONT)
         for pid in list(self.fleet.workers):
             os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + min(10.0, self.cfg.child_deadline_s)
         while self.fleet.workers or self.fleet.approver is not None:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
