@@ -119,7 +119,5 @@ def test_gates_names_the_cell_of_a_hung_child_and_exits_non_zero(
     assert failures and {(f["agent"], f["fault"], f["role"]) for f in failures} == {
         ("chaos-ledger", "sigkill-at-persistence-boundary", "worker")
     }
-    cell = next(
-        c for c in data["campaign"]["cells"] if (c["agent"], c["fault"]) == ("chaos-ledger", "sigkill-at-persistence-boundary")
-    )
-    assert cell["hung"] == len(failures)
+    cells = {(c["agent"], c["fault"]): c for c in data["campaign"]["cells"]}
+    assert cells[("chaos-ledger", "sigkill-at-persistence-boundary")]["hung"] == len(failures)

@@ -150,7 +150,7 @@ REFUND = ("refund",)
 # gate -> (the switch, the faults whose cells meet it, the agents that run them)
 CASES: dict[str, tuple[Switch, tuple[str, ...], tuple[str, ...]]] = {
     "illegal_transitions": (no_resume_recheck, ("two-workers-resume-one-run",), ("blog",)),
-    "unauthorized_tool_executions": (no_permission_stage, ("permission-denied",), REFUND),
+    "unauthorized_tool_executions": (no_permission_stage, ("permission-denied",), ("refund", "chaos-ledger")),
     "duplicate_side_effects": (no_journal_replay, ("crash-after-tool-before-checkpoint",), REFUND),
     "double_executions": (no_lease_fence, ("two-workers-resume-one-run",), REFUND),
     "high_risk_without_evidence": (no_evidence_check, ("report-missing-evidence",), ("payment-migration",)),
