@@ -427,6 +427,8 @@ class Campaign:
             from stateward.chaos.ledger import ledger_for
 
             if not self._ledger_runs:
+                with closing(open_store(self.db)):  # first: a store refuses a file that has other tables
+                    pass
                 ledger_for(self.db).setup()
             self._ledger_runs += 1
             return {**scenario.params, "db": self.db, "seed": self.seed, "index": 1000 + self._ledger_runs}
