@@ -177,6 +177,7 @@ class Harness:
                     next_kill = time.monotonic() + self.rng.uniform(0.02, 0.25)
                 if self.fleet.approver is None and RunStatus.WAITING_FOR_USER.value in statuses.values():
                     self.generation += 1
+                    self._close_poller()
                     self.fleet.approver = _child(_approver_main, cfg, self.generation, self.kill_log)
                     self._watch(self.fleet.approver)
                 if total_kills >= cfg.kills and all(s in STOPPED for s in statuses.values()):
@@ -214,6 +215,7 @@ class Harness:
 
     def _spawn_worker(self, slot: int) -> None:
         self.generation += 1
+        self._close_poller()
         pid = _child(_worker_main, self.cfg, slot, self.generation, self.kill_log)
         self.fleet.workers[pid] = slot
         self._watch(pid)
@@ -286,16 +288,21 @@ class Harness:
     def _statuses(self, run_ids: list[str]) -> tuple[dict[str, str], set[int]]:
         """Each run's status, and the pids of workers holding a live lease right now."""
         if self._poller is None:
-            self._poller = open_store(self.cfg.db)  # read-only use; forked children never touch it
+            # Read-only, and closed before every fork: a child must not inherit a store whose thread (a WAL
+            # checkpointer's connect, a pool's worker) held a lock at the fork.
+            self._poller = open_store(self.cfg.db)
         rows = self._poller.list_runs(limit=len(run_ids) + 1000)
         by_id = {r.run_id: r.status for r in rows}
         busy = {_pid_of(r.lease_owner) for r in rows if r.lease_owner and r.lease_owner.startswith("chaos-w")}
         return {r: by_id.get(r, "MISSING") for r in run_ids}, busy
 
-    def _shutdown(self) -> None:
+    def _close_poller(self) -> None:
         if self._poller is not None:
             self._poller.close()
             self._poller = None
+
+    def _shutdown(self) -> None:
+        self._close_poller()
         for pid in list(self.fleet.stopped):
             os.kill(pid, signal.SIGCONT)
         for pid in list(self.fleet.workers):
