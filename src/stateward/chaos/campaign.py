@@ -264,7 +264,7 @@ class Campaign:
     protection off. The long payment run is SIGKILLed at every boundary from ``size`` 3; below that at
     ``size`` + 1 of them, chosen by the seed (the other agents meet every boundary at every size).
     ``quick`` samples every cell's rows instead (see the module docstring). Every forked child gets
-    ``child_timeout_s``; the storm gives up after ``storm_seconds``.
+    ``child_timeout_s``; the storm gives up after ``storm_seconds`` (default: 180 s + 60 s per size step).
     """
 
     def __init__(
@@ -280,7 +280,7 @@ class Campaign:
         workdir: str | None = None,
         quick: bool = False,
         child_timeout_s: float = CHILD_TIMEOUT_S,
-        storm_seconds: float = 240.0,
+        storm_seconds: float | None = None,
     ):
         self.db = db
         self.agents = agents
@@ -292,7 +292,7 @@ class Campaign:
         self.agents_only = None if agents_only is None else frozenset(agents_only)
         self.quick = quick
         self.child_timeout_s = child_timeout_s
-        self.storm_seconds = storm_seconds
+        self.storm_seconds = storm_seconds or 180.0 + 60.0 * size  # the storm's runs and kills grow with size
         self.errors: list[str] = []
         self.liveness: list[LivenessFailure] = []
         self.lease = LeasePolicy(ttl_s=0.6, heartbeat_s=0.2)

@@ -57,11 +57,16 @@ def three_failures(state: RunState, events: list[Event]) -> bool:
             if obs.get("status") != "SUCCESS" and obs.get("error_code") in _FAILURES:
                 tool = str(obs.get("action"))
                 failed[tool] = failed.get(tool, 0) + int(e.payload.get("attempts") or 1)
-        elif e.type in (EventType.HANDOFF_RECORDED, EventType.PENDING_RECORDED) and any(
-            n >= 3 for n in failed.values()
-        ):
+        elif _to_a_person(e) and any(n >= 3 for n in failed.values()):
             return True
     return False
+
+
+def _to_a_person(event: Event) -> bool:
+    """A handoff package, or a wait for a person's input (not an approval of some action)."""
+    if event.type is EventType.HANDOFF_RECORDED:
+        return True
+    return event.type is EventType.PENDING_RECORDED and event.payload.get("kind") in ("input", "handoff")
 
 
 def permission_denied(state: RunState, events: list[Event]) -> bool:
