@@ -76,3 +76,15 @@ def test_refund_a_planted_instruction_moves_no_money_and_the_refund_completes(tm
     assert observe.prompt_injection(state, events)
     assert refund_agent.PLANTED_ACTION not in {o["action"] for o in attempts(events)}
     assert state.status is RunStatus.COMPLETED and refund_agent.RefundBook(book).refunds_of(state.run_id) == 1
+
+
+@pytest.mark.parametrize("name", ["blog", "refund"])
+def test_a_fault_free_run_shows_none_of_the_faults(tmp_path: Path, name: str) -> None:
+    """The observers that decide whether a campaign cell ran must not see a fault in a run that met none."""
+    from stateward.chaos.campaign import OBSERVERS, SourceFault
+
+    agent = blog.build_agent() if name == "blog" else refund_agent.build_agent(book=str(tmp_path / "book.db"))
+    state, events = drive(tmp_path, agent)
+    assert state.status is RunStatus.COMPLETED
+    seen = [f.value for f, saw in OBSERVERS.items() if f is not SourceFault.TWO_WORKERS and saw(state, events)]
+    assert seen == []
