@@ -215,6 +215,9 @@ def test_a_quick_campaign_keeps_every_cell_and_meets_every_boundary() -> None:
         kills = [s for s in quick if s.fault is SourceFault.SIGKILL_AT_BOUNDARY]
         assert {s.kill_at for s in kills} == set(BOUNDARIES), seed
         assert all(sum(k.agent == a for k in kills) == 2 for a in {k.agent for k in kills})
+        # Both two-worker races (one frozen mid-step; two resuming one paused run) run on some agent.
+        races = [s for s in quick if s.fault is SourceFault.TWO_WORKERS]
+        assert {s.resume_race for s in races} == {True, False}, seed
 
 
 @pytest.mark.slow

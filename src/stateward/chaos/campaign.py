@@ -312,7 +312,7 @@ class Campaign:
 
     def _sampled(self, rows: list[Scenario]) -> list[Scenario]:
         """Every cell, fewer rows: two boundaries per agent (rotated by agent and seed, so the agents together
-        meet every boundary) and one row, chosen by the seed, of each other cell."""
+        meet every boundary) and one row, chosen by the seed and the agent, of each other cell."""
         by_cell: dict[tuple[str, SourceFault], list[Scenario]] = {}
         for row in rows:
             by_cell.setdefault((row.agent, row.fault), []).append(row)
@@ -322,8 +322,8 @@ class Campaign:
                 first = 2 * CAMPAIGN_AGENTS.index(agent) + self.seed
                 chosen = {BOUNDARIES[(first + i) % len(BOUNDARIES)] for i in range(2)}
                 keep.update(id(r) for r in cell if r.kill_at in chosen)
-            else:
-                keep.add(id(cell[self.seed % len(cell)]))
+            else:  # rotated by agent too: two agents' two-worker cells meet both races
+                keep.add(id(cell[(self.seed + CAMPAIGN_AGENTS.index(agent)) % len(cell)]))
         return [r for r in rows if id(r) in keep]
 
     def _selected(self, agent: str, fault: SourceFault) -> bool:
