@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stateward import ErrorCode, Runtime, RunStatus, UserError
+from stateward import ErrorCode, RunStatus, Runtime, UserError
 from stateward.chaos import observe
 from stateward.chaos.forked import finish_with
 from stateward.core.events import Event, EventType
@@ -45,6 +45,7 @@ def test_blog_materials_down_ask_a_person_after_three_failed_reads(tmp_path: Pat
 def test_blog_the_same_read_repeated_ends_as_no_progress(tmp_path: Path) -> None:
     state, events = drive(tmp_path, blog.build_agent(fault="same-search"))
     assert state.terminal_reason == "no_progress" and state.usage.steps <= 8
+    assert observe.same_search(state, events)
 
 
 def test_blog_a_planted_instruction_is_refused_and_the_run_goes_on(tmp_path: Path) -> None:
