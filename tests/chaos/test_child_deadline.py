@@ -121,3 +121,35 @@ def test_gates_names_the_cell_of_a_hung_child_and_exits_non_zero(
     }
     cells = {(c["agent"], c["fault"]): c for c in data["campaign"]["cells"]}
     assert cells[("chaos-ledger", "sigkill-at-persistence-boundary")]["hung"] == len(failures)
+
+
+def test_a_hung_driver_is_a_liveness_failure_of_its_cell_and_the_campaign_stops_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held_lock: threading.Lock
+) -> None:
+    from stateward.chaos import campaign
+    from stateward.chaos.campaign import Campaign, Coverage, SourceFault
+    from stateward.runtime.agent_registry import process_agents
+
+    agents = process_agents()
+    if "refund" not in agents:
+        pytest.skip("the demos' agents are not registered in this environment")
+    parent, original = os.getpid(), campaign._finish
+
+    def finish(runtime: Runtime, run_id: str, deadline: float, *args: object, **kwargs: object) -> object:
+        if os.getpid() != parent:  # only the forked drivers hang; this process finishes the run
+            with held_lock:
+                pass
+        return original(runtime, run_id, deadline, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(campaign, "_finish", finish)
+    faults = (SourceFault.SIGKILL_AT_BOUNDARY, SourceFault.TIMEOUT_ONCE)
+    ran = Campaign(
+        str(tmp_path / "c.db"), agents, only=faults, agents_only=("refund",), child_timeout_s=1.0, workdir=str(tmp_path)
+    ).run()
+    assert [(f.agent, f.fault, f.role) for f in ran.liveness_failures] == [
+        ("refund", SourceFault.SIGKILL_AT_BOUNDARY, "driver")
+    ]
+    cells = {c.fault: c for c in ran.cells if c.agent == "refund"}
+    assert cells[SourceFault.SIGKILL_AT_BOUNDARY].hung == 1 and cells[SourceFault.SIGKILL_AT_BOUNDARY].kills == 0
+    stopped = cells[SourceFault.TIMEOUT_ONCE]
+    assert stopped.coverage is Coverage.NOT_COVERED and "liveness failure" in stopped.reason

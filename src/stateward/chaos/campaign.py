@@ -14,7 +14,8 @@ its other faults are table rows. Every scenario runs in this process, except cra
 or freezes there while a second worker process takes the run over; this process then finishes the run.
 
 Every forked child has a deadline (``child_timeout_s``): one still running at it is killed and reported as
-a :class:`LivenessFailure` of its cell, and ``gates`` exits non-zero; nothing waits on a hung child.
+a :class:`LivenessFailure` of its cell, the campaign runs no further scenario, and ``gates`` exits
+non-zero; nothing waits on a hung child.
 ``quick`` keeps each cell but samples its rows (two persistence boundaries per agent, together covering
 all of them; one row of each other cell): CI's second store meets every cell in a fraction of the time.
 """
@@ -334,6 +335,8 @@ class Campaign:
         tally: dict[tuple[str, SourceFault], _Tally] = {}
         storm, ids = self._storm(tally)
         for scenario in self.scenarios():
+            if self.liveness:
+                break  # a hung child is a breach already; more forks would only wait on more hangs
             for _ in range(self.size):
                 began = time.monotonic()
                 run_id, seen, killed, hung = self._one(scenario)
@@ -523,6 +526,9 @@ class Campaign:
         if expressed and not any(b in self.agents for b in builders):
             why = f"agent {sorted(builders)[0]!r} is not registered in this process (install stateward-demos)"
             return Cell(agent=agent, fault=fault, coverage=Coverage.SKIPPED, reason=why)
+        if self.liveness and self._selected(agent, fault):
+            why = "not run: the campaign stopped at its first liveness failure"
+            return Cell(agent=agent, fault=fault, coverage=Coverage.NOT_COVERED, reason=why)
         if expressed or (agent == LEDGER and fault in STORM_FAULTS):  # left out by only / agents_only
             return Cell(agent=agent, fault=fault, coverage=Coverage.NOT_COVERED, reason="left out of this campaign")
         why = _WHY_NOT.get((agent, fault), f"nothing injects this fault into {agent!r} yet")

@@ -30,7 +30,9 @@ from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
 from stateward.store.base import open_store
 
-CHILD_TIMEOUT_S: Final = 30.0
+# Generous: a child is hung when it is still running at its deadline, and a loaded CI machine must not
+# make a slow driver (the 90-step payment run, driven to its next stop) look hung.
+CHILD_TIMEOUT_S: Final = 60.0
 Finish = Callable[[Runtime, str, float], object]
 
 

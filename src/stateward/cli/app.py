@@ -580,7 +580,7 @@ def gates(
         typer.Option(
             "--child-timeout", min=1, max=3600, help="Seconds a forked child may run before it is killed as hung."
         ),
-    ] = 30.0,
+    ] = 60.0,
     as_json: JsonOpt = False,
 ) -> None:
     """The eight hard gates (each count 0, pause/resume 100%) with their opportunities and the liveness
