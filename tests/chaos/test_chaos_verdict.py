@@ -33,6 +33,13 @@ def test_every_nonzero_invariant_and_a_low_finish_ratio_are_named() -> None:
     assert broken(_report(finished_or_waiting_ratio=0.95)) == []
 
 
+def test_a_hung_child_or_an_unfinished_storm_breaks_the_storm_whatever_the_counts() -> None:
+    hung = [{"role": "worker", "pid": 4242, "waited_s": 30.1}]
+    assert broken(_report(hung_children=hung)) == ["hung_children"]
+    assert broken(_report(timed_out=True)) == ["timed_out"]
+    assert broken(_report(hung_children=[], timed_out=False)) == []
+
+
 def test_the_storm_refuses_a_store_that_holds_runs_and_touches_nothing(tmp_path: Path) -> None:
     # It approves every open request and drives every runnable run in its store: a user's runs included.
     db = str(tmp_path / "mine.db")

@@ -150,7 +150,7 @@ REFUND = ("refund",)
 # gate -> (the switch, the faults whose cells meet it, the agents that run them)
 CASES: dict[str, tuple[Switch, tuple[str, ...], tuple[str, ...]]] = {
     "illegal_transitions": (no_resume_recheck, ("two-workers-resume-one-run",), ("blog",)),
-    "unauthorized_tool_executions": (no_permission_stage, ("permission-denied",), REFUND),
+    "unauthorized_tool_executions": (no_permission_stage, ("permission-denied",), ("refund", "chaos-ledger")),
     "duplicate_side_effects": (no_journal_replay, ("crash-after-tool-before-checkpoint",), REFUND),
     "double_executions": (no_lease_fence, ("two-workers-resume-one-run",), REFUND),
     "high_risk_without_evidence": (no_evidence_check, ("report-missing-evidence",), ("payment-migration",)),
@@ -180,3 +180,14 @@ def test_the_same_cells_pass_with_every_protection_on(tmp_path: Path) -> None:
     assert code == 0 and report["breaches"] == [], report["breaches"]
     ran = {c["fault"] for c in report["campaign"]["cells"] if c["coverage"] == "ran"}
     assert set(faults) - {"report-missing-evidence"} <= ran
+
+
+@pytest.mark.slow
+def test_the_ledgers_table_cells_pass_on_a_store_they_open_first(tmp_path: Path) -> None:
+    """The ledger's own rows (no storm) on a new store: the store is created before the ledger's tables,
+    every cell ran with its fault observed, and every gate holds."""
+    faults = ("permission-denied", "timeout-once-then-recovery", "three-consecutive-failures")
+    code, report = gates(tmp_path, faults, ("chaos-ledger",))
+    assert code == 0 and report["breaches"] == [], report
+    cells = {c["fault"]: c for c in report["campaign"]["cells"] if c["agent"] == "chaos-ledger"}
+    assert all(cells[f]["coverage"] == "ran" and cells[f]["unobserved"] == 0 for f in faults), cells

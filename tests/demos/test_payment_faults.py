@@ -80,3 +80,21 @@ def test_the_cli_prints_one_fault_with_its_summary_and_refuses_an_unknown_one() 
     assert row["fault"] == "authority-conflict" and row["as_expected"] is True and "summary" in row
     bad = cli.invoke(demo_app, ["payment-migration", "--fault", "meteor"])
     assert bad.exit_code != 0 and "unknown fault" in bad.output
+
+
+def test_a_search_that_times_out_once_is_retried_and_the_report_waits_for_approval(tmp_path: Path) -> None:
+    row = run_fault(Fault.DOC_SEARCH_TIMEOUT_ONCE, tmp_path)
+    assert row["as_expected"], row["observed"]
+    assert row["status"] == "WAITING_FOR_USER" and "recovered 1x" in row["observed"]
+
+
+def test_a_repeated_search_is_stopped_as_no_progress_and_the_run_ends(tmp_path: Path) -> None:
+    row = run_fault(Fault.SAME_SEARCH, tmp_path)
+    assert row["as_expected"], row["observed"]
+    assert row["status"] == "PARTIALLY_COMPLETED" and "W03" in row["observed"]
+
+
+def test_a_high_risk_assessment_at_low_confidence_is_never_delivered(tmp_path: Path) -> None:
+    row = run_fault(Fault.LOW_CONFIDENCE, tmp_path)
+    assert row["as_expected"], row["observed"]
+    assert row["status"] == "PARTIALLY_COMPLETED" and "deliveries 0" in row["observed"]

@@ -31,6 +31,7 @@ from stateward import (
     tool,
 )
 from stateward.models import ScriptedModel
+from stateward_demos import blog_faults
 from stateward_demos import blog_fixtures as fx
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ NAME = "blog"  # registered by stateward.runtime.agent_registry.builtin_agents
 _BRIEF_REF = re.compile(r"^brief:v[1-9][0-9]*$")
 
 
-def make_tools(materials: dict[str, dict[str, str]]) -> ToolRegistry:
+def make_tools(materials: dict[str, dict[str, str]], fault: blog_faults.BlogFault | None = None) -> ToolRegistry:
     @tool(description="List the materials available for the article (ids and titles).")
     def list_materials() -> list[dict[str, str]]:
         return [{"id": key, "title": m["title"]} for key, m in materials.items()]
@@ -69,7 +70,8 @@ def make_tools(materials: dict[str, dict[str, str]]) -> ToolRegistry:
         ctx.emit_artifact("draft", f"# Draft\n\nWritten from {brief}.\n")
         return {"created": "draft", "from": brief}
 
-    return ToolRegistry([list_materials, read_material, create_brief, write_draft])
+    reader = blog_faults.read_material(materials, fault) or read_material
+    return ToolRegistry([list_materials, reader, create_brief, write_draft])
 
 
 def blog_wait_policy(decision: ControlDecision, state: RunState) -> WaitCheck:
@@ -156,21 +158,28 @@ def build_agent(
     materials: str = "default",
     model: Model | None = None,
     model_spec: str | None = None,
+    fault: str | None = None,
 ) -> Agent:
-    """The blog agent for one controller. Parameters are JSON so any process can rebuild it."""
+    """The blog agent for one controller. Parameters are JSON so any process can rebuild it. ``fault`` (a
+    :class:`~stateward_demos.blog_faults.BlogFault` value) runs the ReAct agent under one of the source's faults."""
     if controller not in MODES:
         raise UserError(
             f"unknown controller {controller!r}; choose one of {', '.join(MODES)}", code=ErrorCode.UNKNOWN_CONTROLLER
         )
     if materials not in fx.MATERIAL_SETS:
         raise UserError(f"unknown material set {materials!r}", code=ErrorCode.UNKNOWN_FIXTURE)
-    chosen = fx.MATERIAL_SETS[materials]
+    injected = blog_faults.parse(fault)
+    if injected is not None and (controller != "react" or model is not None or model_spec is not None):
+        raise UserError("a blog fault runs the scripted ReAct agent only", code=ErrorCode.INVALID_ARGUMENT)
+    chosen = blog_faults.materials(materials, injected)
     inventory = list(chosen)
     if model is None and model_spec is not None:
         from stateward.models import model_from_spec
 
         model = model_from_spec(model_spec)
     signal_model = model or scripted_models()[controller]
+    if injected is not None:
+        signal_model = ScriptedModel(blog_faults.policy(injected), name=f"scripted-react-{injected.value}")
     # Only the chosen controller is imported: a process resuming one run pays for one.
     ctrl: Controller
     if controller == "react":
@@ -183,16 +192,23 @@ def build_agent(
         ctrl = PlanAndExecuteController(signal_model)
     else:
         ctrl = workflow_nodes(signal_model, inventory)
+    params: dict[str, Any] = {
+        "controller": controller,
+        "max_steps": max_steps,
+        "materials": materials,
+        "model_spec": model_spec,
+    }
+    if injected is not None:
+        params["fault"] = injected.value
     return Agent(
         name="blog",
         controller=ctrl,
-        tools=make_tools(chosen),
-        ref=AgentRef(
-            name=NAME,
-            params={"controller": controller, "max_steps": max_steps, "materials": materials, "model_spec": model_spec},
-        ),
-        wait_policy=blog_wait_policy,
+        tools=make_tools(chosen, injected),
+        ref=AgentRef(name=NAME, params=params),
+        wait_policy=blog_faults.wait_policy(injected, blog_wait_policy) if injected else blog_wait_policy,
         finish_policy=blog_finish_policy,
         budget=Budget(max_steps=max_steps),
         inventory=inventory,
+        # A refused proposal (the planted call) is named to the model once instead of failing the run.
+        on_rejected_signal="correct_once" if injected is blog_faults.BlogFault.INJECTION else "fail",
     )

@@ -7,11 +7,17 @@ cannot meet is ``not_applicable`` with the reason; a fault no agent expresses ye
 A cell ``ran`` only if at least one of its runs shows the fault in its own records (chaos/observe.py);
 injected runs that never met it are counted as ``unobserved``. Only ``ran`` cells count.
 
-The ledger agent runs under the chaos storm (forked workers SIGKILLed at random and at every persistence
-boundary, SIGSTOPped past the lease TTL so two workers meet one run, approvers dying). Every other
-scenario runs in this process, except crashes and races (chaos/forked.py): a forked child drives the
-run and SIGKILLs itself at the named persistence boundary, or freezes there while a second worker
-process takes the run over; this process then finishes the run.
+The ledger agent's process faults run under the chaos storm (forked workers SIGKILLed at random and at
+every persistence boundary, SIGSTOPped past the lease TTL so two workers meet one run, approvers dying);
+its other faults are table rows. Every scenario runs in this process, except crashes and races
+(chaos/forked.py): a forked child drives the run and SIGKILLs itself at the named persistence boundary,
+or freezes there while a second worker process takes the run over; this process then finishes the run.
+
+Every forked child has a deadline (``child_timeout_s``): one still running at it is killed and reported as
+a :class:`LivenessFailure` of its cell, the campaign runs no further scenario, and ``gates`` exits
+non-zero; nothing waits on a hung child.
+``quick`` keeps each cell but samples its rows (two persistence boundaries per agent, together covering
+all of them; one row of each other cell): CI's second store meets every cell in a fraction of the time.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.chaos import observe
-from stateward.chaos.forked import CHILD_TIMEOUT_S, kill_child, race, resume_race
+from stateward.chaos.forked import CHILD_TIMEOUT_S, ChildWatch, HungChild, kill_child, race, resume_race
 from stateward.chaos.forked import finish_with as _finish
 from stateward.core.errors import StatewardError
 from stateward.core.events import Event
@@ -108,9 +114,13 @@ def _process_rows(agent: str, goal: str, crash_nth: int | None = None) -> list[S
 _BLOG_GOAL: Final = "write a blog brief"
 _REFUND_GOAL: Final = "refund customer c-42"
 _PAY_GOAL: Final = "assess the Payment SDK v2 migration"
+_LEDGER_GOAL: Final = "post three entries"
 SCENARIOS: Final[tuple[Scenario, ...]] = (
     *_process_rows("blog", _BLOG_GOAL),
     Scenario(agent="blog", fault=_F.BUDGET_EXHAUSTED, goal=_BLOG_GOAL, params={"max_steps": 3}),
+    Scenario(agent="blog", fault=_F.TIMEOUT_ONCE, goal=_BLOG_GOAL, params={"fault": "timeout-once"}),
+    Scenario(agent="blog", fault=_F.SAME_SEARCH, goal=_BLOG_GOAL, params={"fault": "same-search"}),
+    Scenario(agent="blog", fault=_F.PROMPT_INJECTION, goal=_BLOG_GOAL, params={"fault": "injection"}),
     # The refund run's second tool call is the side-effecting refund: crash right after it.
     *_process_rows(REFUND, _REFUND_GOAL, crash_nth=2),
     Scenario(agent=REFUND, fault=_F.TIMEOUT_ONCE, goal=_REFUND_GOAL, params={"fault": "timeout-once"}),
@@ -119,6 +129,7 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
     Scenario(agent=REFUND, fault=_F.HIGH_RISK_LOW_CONFIDENCE, goal=_REFUND_GOAL,
              params={"fault": "high-risk-low-confidence"}),
     Scenario(agent=REFUND, fault=_F.BUDGET_EXHAUSTED, goal=_REFUND_GOAL, params={"max_steps": 2}),
+    Scenario(agent=REFUND, fault=_F.PROMPT_INJECTION, goal=_REFUND_GOAL, params={"fault": "injection"}),
     *_process_rows(PAYMENT, _PAY_GOAL),
     Scenario(agent=PAYMENT, fault=_F.CONFLICTING_SOURCES, goal=_PAY_GOAL, params={"fault": "authority-conflict"}),
     Scenario(agent=PAYMENT, fault=_F.BUDGET_EXHAUSTED, goal=_PAY_GOAL, params={"fault": "budget"}),
@@ -127,7 +138,19 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
     Scenario(agent=PAYMENT, fault=_F.MISSING_EVIDENCE, goal=_PAY_GOAL),
     # The planner's first plan has a dependency cycle: a variant the payment demo registers by its own name.
     Scenario(agent=PAYMENT, fault=_F.PLAN_CYCLE, goal=_PAY_GOAL, builder="payment-migration-plan-cycle"),
-    # Last: its three timeouts open search_docs' circuit breaker, which the store keeps for every run after it.
+    Scenario(agent=PAYMENT, fault=_F.TIMEOUT_ONCE, goal=_PAY_GOAL, params={"fault": "doc-search-timeout-once"}),
+    Scenario(agent=PAYMENT, fault=_F.SAME_SEARCH, goal=_PAY_GOAL, params={"fault": "same-search"}),
+    Scenario(agent=PAYMENT, fault=_F.HIGH_RISK_LOW_CONFIDENCE, goal=_PAY_GOAL, params={"fault": "low-confidence"}),
+    # The ledger's table rows (its process faults run under the storm). The campaign adds db, seed and index.
+    Scenario(agent=LEDGER, fault=_F.TIMEOUT_ONCE, goal=_LEDGER_GOAL, params={"fault": "timeout-once"}),
+    Scenario(agent=LEDGER, fault=_F.PERMISSION_DENIED, goal=_LEDGER_GOAL, params={"fault": "permission-denied"}),
+    Scenario(agent=LEDGER, fault=_F.BUDGET_EXHAUSTED, goal=_LEDGER_GOAL, params={"max_steps": 3}),
+    Scenario(agent=LEDGER, fault=_F.PAUSE_RESUME, goal=_LEDGER_GOAL, pause=True),
+    # Last: three failures in a row open the failing tool's circuit breaker, which the store keeps (for its
+    # cooldown) for every run after it.
+    Scenario(agent=LEDGER, fault=_F.THREE_FAILURES, goal=_LEDGER_GOAL, params={"fault": "mirror-down"}),
+    Scenario(agent="blog", fault=_F.THREE_FAILURES, goal=_BLOG_GOAL, params={"fault": "materials-down"}),
+    Scenario(agent=REFUND, fault=_F.THREE_FAILURES, goal=_REFUND_GOAL, params={"fault": "payments-down"}),
     Scenario(agent=PAYMENT, fault=_F.THREE_FAILURES, goal=_PAY_GOAL, params={"fault": "doc-search-timeout"}),
 )  # fmt: skip
 
@@ -169,23 +192,21 @@ NOT_APPLICABLE: Final[dict[tuple[str, SourceFault], str]] = {
     (REFUND, _F.CONFLICTING_SOURCES): "the refund agent reads one payment system: no sources to conflict",
     (PAYMENT, _F.PERMISSION_DENIED): "the payment agent's tools require no permission: there is nothing to deny",
 }
-# Faults an agent could meet that nothing injects yet.
-_WHY_NOT: Final[dict[tuple[str, SourceFault], str]] = {
-    (LEDGER, _F.PAUSE_RESUME): "the ledger storm never pauses a run (the other agents are paused at random)",
-    (LEDGER, _F.TIMEOUT_ONCE): "the ledger's tools have no once-then-recover timeout",
-    (LEDGER, _F.THREE_FAILURES): "the ledger's tools do not fail three times in a row",
-    (LEDGER, _F.PERMISSION_DENIED): "the ledger agent holds every permission its tools need",
-    (LEDGER, _F.BUDGET_EXHAUSTED): "the storm's ledger runs stay within budget",
-    ("blog", _F.TIMEOUT_ONCE): "the blog's materials are local: no tool variant times out",
-    ("blog", _F.THREE_FAILURES): "the blog's materials are local: no tool variant fails",
-    ("blog", _F.SAME_SEARCH): "the blog's scripted model reads each material once; no repeating variant",
-    ("blog", _F.PROMPT_INJECTION): "no blog material set carries a planted instruction",
-    (REFUND, _F.THREE_FAILURES): "the refund demo's payment system loses one answer (timeout-once), never three",
-    (REFUND, _F.PROMPT_INJECTION): "no order record carries a planted instruction",
-    (PAYMENT, _F.TIMEOUT_ONCE): "the payment demo's search times out persistently (three-failures), never once",
-    (PAYMENT, _F.SAME_SEARCH): "the payment demo's worker does not repeat a search",
-    (PAYMENT, _F.HIGH_RISK_LOW_CONFIDENCE): "the payment demo has no low-confidence variant",
-}
+# Faults an agent could meet that nothing injects yet (none today: every cell runs or does not apply).
+_WHY_NOT: Final[dict[tuple[str, SourceFault], str]] = {}
+
+
+class LivenessFailure(BaseModel):
+    """A forked child of a cell still running at its deadline (killed, never waited for), or a storm that did
+    not finish: the campaign did not stay live, whatever the gates say."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: str
+    fault: SourceFault
+    role: str  # driver, racer, resumer (forked drivers of one run); worker, approver, storm (the ledger storm)
+    waited_s: float
+    detail: str
 
 
 class Cell(BaseModel):
@@ -199,6 +220,7 @@ class Cell(BaseModel):
     runs: int = 0
     unobserved: int = 0
     kills: int = 0
+    hung: int = 0  # forked children killed at their deadline (each is a liveness failure)
     seconds: float = 0.0
     reason: str = ""
 
@@ -216,10 +238,23 @@ class CampaignReport(BaseModel):
     storm: dict[str, Any]
     witnessed_duplicates: int = 0
     errors: list[str] = Field(default_factory=list)  # runs the campaign could not drive to a stop, and why
+    liveness_failures: list[LivenessFailure] = Field(default_factory=list)
 
     def covered(self) -> list[tuple[str, str]]:
         """The agent x fault cells that ran."""
         return [(c.agent, c.fault.value) for c in self.cells if c.coverage is Coverage.RAN]
+
+
+class _Tally:
+    """What the runs of one cell came to: runs that showed the fault, runs that did not, kills, hung
+    children and seconds."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.unobserved = 0
+        self.kills = 0
+        self.hung = 0
+        self.seconds = 0.0
 
 
 class Campaign:
@@ -229,6 +264,8 @@ class Campaign:
     when the ledger agent and a storm fault are both in): a quicker campaign for a test that switches one
     protection off. The long payment run is SIGKILLed at every boundary from ``size`` 3; below that at
     ``size`` + 1 of them, chosen by the seed (the other agents meet every boundary at every size).
+    ``quick`` samples every cell's rows instead (see the module docstring). Every forked child gets
+    ``child_timeout_s``; the storm gives up after ``storm_seconds`` (default: 180 s + 60 s per size step).
     """
 
     def __init__(
@@ -242,6 +279,9 @@ class Campaign:
         only: Iterable[SourceFault] | None = None,
         agents_only: Iterable[str] | None = None,
         workdir: str | None = None,
+        quick: bool = False,
+        child_timeout_s: float = CHILD_TIMEOUT_S,
+        storm_seconds: float | None = None,
     ):
         self.db = db
         self.agents = agents
@@ -251,53 +291,64 @@ class Campaign:
         self.storm_kills = storm_kills
         self.only = None if only is None else frozenset(only)
         self.agents_only = None if agents_only is None else frozenset(agents_only)
+        self.quick = quick
+        self.child_timeout_s = child_timeout_s
+        self.storm_seconds = storm_seconds or 180.0 + 60.0 * size  # the storm's runs and kills grow with size
         self.errors: list[str] = []
+        self.liveness: list[LivenessFailure] = []
         self.lease = LeasePolicy(ttl_s=0.6, heartbeat_s=0.2)
         self.book = str(Path(workdir or tempfile.mkdtemp(prefix="stateward-campaign-")) / "refund-book.db")
+        self._ledger_runs = 0
 
     def scenarios(self) -> list[Scenario]:
         """The rows this campaign runs: the table, limited to ``only``, for the agents registered here."""
         rows = [s for s in SCENARIOS if (s.builder or s.agent) in self.agents and self._selected(s.agent, s.fault)]
+        if self.quick:
+            return self._sampled(rows)
         heavy = [s for s in rows if s.agent == PAYMENT and s.fault is _F.SIGKILL_AT_BOUNDARY]
         if self.size < 3 and heavy:
             keep = random.Random(self.seed).sample(heavy, min(len(heavy), self.size + 1))
             rows = [s for s in rows if s not in heavy or s in keep]
         return rows
 
+    def _sampled(self, rows: list[Scenario]) -> list[Scenario]:
+        """Every cell, fewer rows: two boundaries per agent (rotated by agent and seed, so the agents together
+        meet every boundary) and one row, chosen by the seed and the agent, of each other cell."""
+        by_cell: dict[tuple[str, SourceFault], list[Scenario]] = {}
+        for row in rows:
+            by_cell.setdefault((row.agent, row.fault), []).append(row)
+        keep: set[int] = set()
+        for (agent, fault), cell in by_cell.items():
+            if fault is _F.SIGKILL_AT_BOUNDARY:
+                first = 2 * CAMPAIGN_AGENTS.index(agent) + self.seed
+                chosen = {BOUNDARIES[(first + i) % len(BOUNDARIES)] for i in range(2)}
+                keep.update(id(r) for r in cell if r.kill_at in chosen)
+            else:  # rotated by agent too: two agents' two-worker cells meet both races
+                keep.add(id(cell[(self.seed + CAMPAIGN_AGENTS.index(agent)) % len(cell)]))
+        return [r for r in rows if id(r) in keep]
+
     def _selected(self, agent: str, fault: SourceFault) -> bool:
         return (self.only is None or fault in self.only) and (self.agents_only is None or agent in self.agents_only)
 
     def run(self) -> CampaignReport:
         """Storm, scenarios, then the cells: ran, skipped, not applicable or not covered."""
-        started = time.monotonic()
-        storm_runs = 0
-        storm: dict[str, Any] = {"kills": 0, "duplicate_side_effects": 0}
-        if any(self._selected(LEDGER, f) for f in STORM_FAULTS):
-            from stateward.chaos.harness import ChaosConfig, Harness
-
-            storm_runs = 4 + 4 * self.size
-            config = ChaosConfig(db=self.db, runs=storm_runs, kills=self.storm_kills * self.size, seed=self.seed)
-            storm = Harness(config).run()
-        ids: list[str] = []
-        if storm_runs:
-            with closing(open_store(self.db)) as store:
-                ids = [r.run_id for r in store.list_runs(limit=storm_runs + 10)]
-        storm_s = time.monotonic() - started
-        tally: dict[tuple[str, SourceFault], list[float]] = {
-            (LEDGER, f): [storm_runs, 0, storm["kills"], storm_s]
-            for f in STORM_FAULTS
-            if storm_runs and self._selected(LEDGER, f)
-        }
+        tally: dict[tuple[str, SourceFault], _Tally] = {}
+        storm, ids = self._storm(tally)
         for scenario in self.scenarios():
+            if self.liveness:
+                break  # a hung child is a breach already; more forks would only wait on more hangs
             for _ in range(self.size):
                 began = time.monotonic()
-                run_id, seen, killed = self._one(scenario)
+                run_id, seen, killed, hung = self._one(scenario)
                 ids.append(run_id)
-                cell = tally.setdefault((scenario.agent, scenario.fault), [0, 0, 0, 0.0])
-                cell[0 if seen else 1] += 1
-                cell[2] += killed
-                cell[3] += time.monotonic() - began
-        witnessed = int(storm.get("duplicate_side_effects", 0)) + self._book_duplicates()
+                cell = tally.setdefault((scenario.agent, scenario.fault), _Tally())
+                cell.seen += seen
+                cell.unobserved += not seen
+                cell.kills += killed
+                cell.hung += len(hung)
+                cell.seconds += time.monotonic() - began
+                self._hung(scenario.agent, scenario.fault, hung, f"run {run_id}")
+        witnessed = self._ledger_duplicates(storm) + self._book_duplicates()
         return CampaignReport(
             store=self.db,
             cells=self._cells(tally),
@@ -305,7 +356,63 @@ class Campaign:
             storm=storm,
             witnessed_duplicates=witnessed,
             errors=self.errors,
+            liveness_failures=self.liveness,
         )
+
+    def _storm(self, tally: dict[tuple[str, SourceFault], _Tally]) -> tuple[dict[str, Any], list[str]]:
+        """The ledger storm (when selected): its report and run ids; its cells go into ``tally``."""
+        if not any(self._selected(LEDGER, f) for f in STORM_FAULTS):
+            return {"kills": 0, "duplicate_side_effects": 0}, []
+        from stateward.chaos.harness import ChaosConfig, Harness
+
+        started = time.monotonic()
+        runs = 4 + 4 * self.size
+        config = ChaosConfig(
+            db=self.db,
+            runs=runs,
+            kills=self.storm_kills * self.size,
+            seed=self.seed,
+            max_seconds=self.storm_seconds,
+            child_deadline_s=self.child_timeout_s,
+            worker_lifetime_s=self.child_timeout_s / 3,
+        )
+        storm = Harness(config).run()
+        with closing(open_store(self.db)) as store:
+            ids = [r.run_id for r in store.list_runs(limit=runs + 10)]
+        hung = [HungChild(**h) for h in storm.get("hung_children", ())]
+        for fault in STORM_FAULTS:
+            if self._selected(LEDGER, fault):
+                cell = tally[(LEDGER, fault)] = _Tally()
+                cell.seen, cell.kills, cell.hung = runs, int(storm["kills"]), len(hung)
+                cell.seconds = time.monotonic() - started
+        self._hung(LEDGER, _F.SIGKILL_AT_BOUNDARY, hung, "the ledger storm")
+        if storm.get("timed_out"):
+            detail = f"the ledger storm had not finished its runs after {self.storm_seconds:.0f} s"
+            self.liveness.append(
+                LivenessFailure(agent=LEDGER, fault=_F.SIGKILL_AT_BOUNDARY, role="storm", waited_s=0, detail=detail)
+            )
+        return storm, ids
+
+    def _hung(self, agent: str, fault: SourceFault, hung: Iterable[HungChild], where: str) -> None:
+        for child in hung:
+            detail = f"forked {child.role} (pid {child.pid}) of {where} still running at its deadline: killed"
+            self.liveness.append(
+                LivenessFailure(agent=agent, fault=fault, role=child.role, waited_s=child.waited_s, detail=detail)
+            )
+
+    def _ledger_duplicates(self, storm: dict[str, Any]) -> int:
+        """Entries the ledger posted twice for one run and operation, over every ledger run (the storm's and
+        the table's); the storm's own count when the table ran none."""
+        if not self._ledger_runs:
+            return int(storm.get("duplicate_side_effects", 0))
+        from stateward.chaos.ledger import ledger_for
+
+        ledger = ledger_for(self.db)
+        try:
+            dup = ledger.rows("SELECT run_id, op, COUNT(*) FROM chaos_ledger GROUP BY run_id, op HAVING COUNT(*) > 1")
+        finally:
+            ledger.close()
+        return sum(int(n) - 1 for _, _, n in dup)
 
     def _book_duplicates(self) -> int:
         """Refunds the refund agent's payment system performed twice under one key. The book (its ``book``
@@ -317,13 +424,25 @@ class Campaign:
         return sum(int(n) - 1 for (n,) in rows)
 
     def _params(self, scenario: Scenario) -> dict[str, Any]:
-        return {**scenario.params, "book": self.book} if scenario.agent == REFUND else dict(scenario.params)
+        if scenario.agent == REFUND:
+            return {**scenario.params, "book": self.book}
+        if scenario.agent == LEDGER:  # its ledger lives in the campaign's database
+            from stateward.chaos.ledger import ledger_for
+
+            if not self._ledger_runs:
+                with closing(open_store(self.db)):  # first: a store refuses a file that has other tables
+                    pass
+                ledger_for(self.db).setup()
+            self._ledger_runs += 1
+            return {**scenario.params, "db": self.db, "seed": self.seed, "index": 1000 + self._ledger_runs}
+        return dict(scenario.params)
 
     def _runtime(self) -> Runtime:
         return Runtime(open_store(self.db), lease=self.lease, agents=self.agents, owner="campaign")
 
-    def _one(self, scenario: Scenario) -> tuple[str, bool, bool]:
-        """One run of ``scenario``: its id, whether its fault was observed, whether a driver was killed."""
+    def _one(self, scenario: Scenario) -> tuple[str, bool, bool, list[HungChild]]:
+        """One run of ``scenario``: its id, whether its fault was observed, whether a driver was killed, and
+        the forked children that hung."""
         agent = self.agents.create(scenario.builder or scenario.agent, self._params(scenario))
         with closing(self._runtime()) as runtime:
             run_id = runtime.submit(agent, scenario.goal).run_id
@@ -333,22 +452,27 @@ class Campaign:
         # No store of this process is open across a fork: a child must not inherit a lock that one of its
         # threads (the WAL checkpointer's connect, a connection pool's worker) held at the fork.
         killed = raced = False
+        watch = ChildWatch(self.child_timeout_s)
         # An approval boundary is met once per answer: the first arrival; any other, the first or second.
         nth = scenario.nth or (1 if (scenario.kill_at or "").startswith("approval") else self.rng.randint(1, 2))
         if scenario.kill_at is not None:
-            killed = kill_child(self.db, self.agents, run_id, scenario.kill_at, nth, self.lease, _finish)
+            killed = kill_child(self.db, self.agents, run_id, scenario.kill_at, nth, self.lease, _finish, watch)
         elif scenario.race_at is not None:
-            raced = race(self.db, self.agents, run_id, scenario.race_at, nth, self.lease, _finish)
+            raced = race(self.db, self.agents, run_id, scenario.race_at, nth, self.lease, _finish, watch)
         elif scenario.resume_race and paused:
-            raced = resume_race(self.db, self.agents, run_id, self.lease)
+            raced = resume_race(self.db, self.agents, run_id, self.lease, watch)
         with closing(self._runtime()) as runtime:
             try:
-                state = _finish(runtime, run_id, time.monotonic() + 4 * CHILD_TIMEOUT_S)
+                state = _finish(runtime, run_id, time.monotonic() + 4 * self.child_timeout_s)
             except StatewardError as exc:  # the audit reads what the run left; the report names the refusal
                 self.errors.append(f"{scenario.agent}/{scenario.fault.value}: {exc.code}: {exc.message}"[:300])
                 state = runtime.get(run_id)
             events = runtime.store.read_events(run_id)
-        return run_id, self._seen(scenario, state, events, killed, raced), killed
+        if scenario.agent == LEDGER:
+            from stateward.chaos.ledger import ledger_for
+
+            ledger_for(self.db).close()  # no ledger connection of this process is open across a later fork
+        return run_id, self._seen(scenario, state, events, killed, raced), killed, watch.hung
 
     @staticmethod
     def _seen(scenario: Scenario, state: RunState, events: list[Event], killed: bool, raced: bool) -> bool:
@@ -380,18 +504,21 @@ class Campaign:
             state = _finish(runtime, run_id, time.monotonic() + CHILD_TIMEOUT_S, answers=1, drive=False)
         return state.status
 
-    def _cells(self, tally: dict[tuple[str, SourceFault], list[float]]) -> list[Cell]:
+    def _cells(self, tally: dict[tuple[str, SourceFault], _Tally]) -> list[Cell]:
         return [
             self._cell(agent, fault, tally.get((agent, fault))) for agent in CAMPAIGN_AGENTS for fault in SourceFault
         ]
 
-    def _cell(self, agent: str, fault: SourceFault, ran: list[float] | None) -> Cell:
-        if ran is not None and ran[0] > 0:
-            counts = {"runs": int(ran[0]), "unobserved": int(ran[1]), "kills": int(ran[2]), "seconds": round(ran[3], 2)}
-            return Cell(agent=agent, fault=fault, coverage=Coverage.RAN, **counts)
+    def _cell(self, agent: str, fault: SourceFault, ran: _Tally | None) -> Cell:
+        if ran is not None and ran.seen > 0:
+            counts = {"runs": ran.seen, "unobserved": ran.unobserved, "kills": ran.kills, "hung": ran.hung}
+            return Cell(agent=agent, fault=fault, coverage=Coverage.RAN, seconds=round(ran.seconds, 2), **counts)
         if ran is not None:
-            why = f"injected in {int(ran[1])} run(s) and never observed in their records"
-            return Cell(agent=agent, fault=fault, coverage=Coverage.NOT_COVERED, unobserved=int(ran[1]), reason=why)
+            why = f"injected in {ran.unobserved} run(s) and never observed in their records"
+            return Cell(
+                agent=agent, fault=fault, coverage=Coverage.NOT_COVERED, unobserved=ran.unobserved, hung=ran.hung,
+                reason=why,
+            )  # fmt: skip
         if (agent, fault) in NOT_APPLICABLE:
             return Cell(agent=agent, fault=fault, coverage=Coverage.NOT_APPLICABLE, reason=NOT_APPLICABLE[agent, fault])
         builders = {s.builder or s.agent for s in SCENARIOS if s.agent == agent and s.fault is fault}
@@ -399,6 +526,9 @@ class Campaign:
         if expressed and not any(b in self.agents for b in builders):
             why = f"agent {sorted(builders)[0]!r} is not registered in this process (install stateward-demos)"
             return Cell(agent=agent, fault=fault, coverage=Coverage.SKIPPED, reason=why)
+        if self.liveness and self._selected(agent, fault):
+            why = "not run: the campaign stopped at its first liveness failure"
+            return Cell(agent=agent, fault=fault, coverage=Coverage.NOT_COVERED, reason=why)
         if expressed or (agent == LEDGER and fault in STORM_FAULTS):  # left out by only / agents_only
             return Cell(agent=agent, fault=fault, coverage=Coverage.NOT_COVERED, reason="left out of this campaign")
         why = _WHY_NOT.get((agent, fault), f"nothing injects this fault into {agent!r} yet")

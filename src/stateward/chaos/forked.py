@@ -4,6 +4,11 @@ A forked child inherits the parent's code as it is (a test's monkeypatch include
 import afresh: everything the child runs is imported here, at module level, before any fork. A child
 that imports under a module lock some other thread of the parent held at the fork waits forever; that
 was the campaign's one early hang.
+
+Every child has a deadline (:class:`ChildWatch`): one still running at it is SIGKILLed and recorded as
+hung - a liveness failure the campaign reports with its cell - never waited for. A child can hang on
+something it inherited: a lock, or an object that believes a thread of the parent is still alive (a
+forked child has only the thread that forked).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Final
 
 from stateward.chaos.faults import SignalAt
@@ -24,8 +30,55 @@ from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
 from stateward.store.base import open_store
 
-CHILD_TIMEOUT_S: Final = 30.0
+# Generous: a child is hung when it is still running at its deadline, and a loaded CI machine must not
+# make a slow driver (the 90-step payment run, driven to its next stop) look hung.
+CHILD_TIMEOUT_S: Final = 60.0
 Finish = Callable[[Runtime, str, float], object]
+
+
+@dataclass(frozen=True)
+class HungChild:
+    """A forked child still running at its deadline: SIGKILLed, and reported (never counted as a kill)."""
+
+    role: str  # what the child was doing: "driver", "racer", "resumer", "worker", "approver"
+    pid: int
+    waited_s: float
+
+
+@dataclass
+class ChildWatch:
+    """The deadline every forked child of one scenario gets, and the children that missed it."""
+
+    timeout_s: float = CHILD_TIMEOUT_S
+    hung: list[HungChild] = field(default_factory=list)
+
+    def reap(self, pid: int, role: str, started: float | None = None) -> int | None:
+        """The child's wait status, or None when it was still running at its deadline (then SIGKILLed,
+        reaped and recorded in ``hung``)."""
+        began = time.monotonic() if started is None else started
+        deadline = began + self.timeout_s
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                self.hung.append(HungChild(role, pid, round(time.monotonic() - began, 2)))
+                return None
+            time.sleep(0.01)
+
+    def stopped(self, pid: int, role: str) -> bool | None:
+        """Wait until the child froze itself (True) or ended without reaching its point (False: reaped). A
+        child doing neither by the deadline is SIGKILLed and recorded as hung (None)."""
+        began = time.monotonic()
+        while time.monotonic() < began + self.timeout_s:
+            done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+            if done:
+                return os.WIFSTOPPED(status)
+            time.sleep(0.005)
+        self.reap(pid, role, began)
+        return None
 
 
 def finish_with(runtime: Runtime, run_id: str, deadline: float, answers: int = 6, drive: bool = True) -> RunState:
@@ -55,66 +108,71 @@ def finish_with(runtime: Runtime, run_id: str, deadline: float, answers: int = 6
 
 
 def _fork(
-    db: str, agents: AgentRegistry, run_id: str, faults: FaultInjector, lease: LeasePolicy, finish: Finish
+    db: str,
+    agents: AgentRegistry,
+    run_id: str,
+    faults: FaultInjector,
+    lease: LeasePolicy,
+    finish: Finish,
+    budget_s: float = CHILD_TIMEOUT_S,
 ) -> int:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         code = 0
         try:
             child = Runtime(open_store(db), lease=lease, agents=agents, faults=faults, owner=f"camp-{os.getpid()}")
-            finish(child, run_id, time.monotonic() + 60)
+            finish(child, run_id, time.monotonic() + budget_s)
         except BaseException:
             code = 1
         os._exit(code)
     return pid
 
 
-def _reap(pid: int, deadline: float) -> int | None:
-    """The child's wait status, or None when it had to be killed at ``deadline`` (never counted as a kill)."""
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return None
-        time.sleep(0.01)
+def _budget(watch: ChildWatch) -> float:
+    """A child's own time to drive the run: well inside the deadline its parent kills it at."""
+    return watch.timeout_s * 0.8
 
 
 def kill_child(
-    db: str, agents: AgentRegistry, run_id: str, point: str, nth: int, lease: LeasePolicy, finish: Finish = finish_with
+    db: str,
+    agents: AgentRegistry,
+    run_id: str,
+    point: str,
+    nth: int,
+    lease: LeasePolicy,
+    finish: Finish = finish_with,
+    watch: ChildWatch | None = None,
 ) -> bool:
-    """Fork a driver that SIGKILLs itself at the ``nth`` ``point``; True when it died that way."""
-    pid = _fork(db, agents, run_id, SignalAt(point, nth), lease, finish)
-    status = _reap(pid, time.monotonic() + CHILD_TIMEOUT_S)
+    """Fork a driver that SIGKILLs itself at the ``nth`` ``point``; True when it died that way (a driver
+    still running at its deadline is killed and recorded in ``watch.hung``, never counted as a kill)."""
+    watch = watch or ChildWatch()
+    pid = _fork(db, agents, run_id, SignalAt(point, nth), lease, finish, _budget(watch))
+    status = watch.reap(pid, "driver")
     return status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
 
-def _stopped(pid: int, deadline: float) -> bool | None:
-    """Wait until the child froze itself (True), ended without reaching the point (False: reaped), or
-    neither by ``deadline`` (None: still running)."""
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
-        if done:
-            return os.WIFSTOPPED(status)
-        time.sleep(0.005)
-    return None
-
-
-def race(db: str, agents: AgentRegistry, run_id: str, point: str, nth: int, lease: LeasePolicy, finish: Finish) -> bool:
+def race(
+    db: str,
+    agents: AgentRegistry,
+    run_id: str,
+    point: str,
+    nth: int,
+    lease: LeasePolicy,
+    finish: Finish,
+    watch: ChildWatch | None = None,
+) -> bool:
     """Two worker processes on one run: the first freezes at the ``nth`` ``point`` holding the lease; once
     its lease has expired a second takes the run over and drives it; then the first thaws and must find
     itself fenced out. True when the first really froze mid-run (the race happened)."""
-    first = _fork(db, agents, run_id, SignalAt(point, nth, signum=signal.SIGSTOP), lease, finish)
-    froze = _stopped(first, time.monotonic() + CHILD_TIMEOUT_S)
+    watch = watch or ChildWatch()
+    first = _fork(db, agents, run_id, SignalAt(point, nth, signum=signal.SIGSTOP), lease, finish, _budget(watch))
+    froze = watch.stopped(first, "racer")
     if froze:
         time.sleep(lease.ttl_s * 1.5)  # its lease runs out while it cannot renew it
-        second = _fork(db, agents, run_id, NO_FAULTS, lease, finish)
-        _reap(second, time.monotonic() + CHILD_TIMEOUT_S)
+        second = _fork(db, agents, run_id, NO_FAULTS, lease, finish, _budget(watch))
+        watch.reap(second, "racer")
         os.kill(first, signal.SIGCONT)
-    if froze is not False:  # False: it ended on its own and was reaped
-        _reap(first, time.monotonic() + CHILD_TIMEOUT_S)
+        watch.reap(first, "racer")
     return bool(froze)
 
 
@@ -128,16 +186,19 @@ def resumer(answers: int) -> Finish:
     return body
 
 
-def resume_race(db: str, agents: AgentRegistry, run_id: str, lease: LeasePolicy) -> bool:
+def resume_race(
+    db: str, agents: AgentRegistry, run_id: str, lease: LeasePolicy, watch: ChildWatch | None = None
+) -> bool:
     """Two worker processes resume one PAUSED run: the first is frozen after its resume was checked and
     before it takes the lease; the second resumes and drives the run into its next wait; then the first
     thaws and must be refused (the run is no longer paused). True when the first really froze there."""
-    first = _fork(db, agents, run_id, SignalAt(RESUME_BEFORE_LEASE, signum=signal.SIGSTOP), lease, resumer(answers=0))
-    froze = _stopped(first, time.monotonic() + CHILD_TIMEOUT_S)
+    watch = watch or ChildWatch()
+    frozen = SignalAt(RESUME_BEFORE_LEASE, signum=signal.SIGSTOP)
+    first = _fork(db, agents, run_id, frozen, lease, resumer(answers=0), _budget(watch))
+    froze = watch.stopped(first, "resumer")
     if froze:
-        second = _fork(db, agents, run_id, NO_FAULTS, lease, resumer(answers=0))
-        _reap(second, time.monotonic() + CHILD_TIMEOUT_S)
+        second = _fork(db, agents, run_id, NO_FAULTS, lease, resumer(answers=0), _budget(watch))
+        watch.reap(second, "resumer")
         os.kill(first, signal.SIGCONT)
-    if froze is not False:
-        _reap(first, time.monotonic() + CHILD_TIMEOUT_S)
+        watch.reap(first, "resumer")
     return bool(froze)

@@ -5,6 +5,14 @@ restarts in milliseconds, so thousands of kills fit in minutes). They die at ran
 through a fault injector, at every persistence boundary; some are SIGSTOPped past their lease TTL.
 Answers to the agents' approval requests come from forked approver processes that may die too.
 At the end every run is compared with a fault-free run of the same seed.
+
+Every child has a deadline, as the campaign's forked drivers do (chaos/forked.py): a worker stops itself
+after ``worker_lifetime_s`` (and is replaced), an approver makes one pass; one still running
+``child_deadline_s`` after it was forked (time it spent SIGSTOPped by the storm not counted) is hung - it
+inherited a held lock, or an object believing a thread of the parent is alive - and is SIGKILLed, replaced
+and reported in ``hung_children`` (a liveness failure, never counted as a kill); the storm then stops
+rather than wait on what the hung child left. A storm still unfinished at ``max_seconds`` says so in
+``timed_out``; either breaks the storm.
 """
 
 from __future__ import annotations
@@ -15,12 +23,13 @@ import signal
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stateward.chaos.agent import build_agent
 from stateward.chaos.faults import RandomKill
+from stateward.chaos.forked import CHILD_TIMEOUT_S, HungChild
 from stateward.chaos.ledger import ledger_for
 from stateward.chaos.verify import Reference, verify
 from stateward.core.errors import ErrorCode, UserError
@@ -44,6 +53,8 @@ class ChaosConfig:
     lease_ttl_s: float = 1.2
     heartbeat_s: float = 0.3
     max_seconds: float = 600.0
+    child_deadline_s: float = CHILD_TIMEOUT_S  # a child still running this long after its fork is hung
+    worker_lifetime_s: float = CHILD_TIMEOUT_S / 3  # then a worker stops itself and is replaced
 
 
 @dataclass
@@ -53,6 +64,9 @@ class _Fleet:
     stopped: dict[int, float] = field(default_factory=dict)  # pid -> when to SIGCONT
     kills: Counter[str] = field(default_factory=Counter)  # "worker" / "approver" processes SIGKILLed
     sigstops: int = 0
+    deadlines: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid -> (forked at, deadline)
+    hung: list[HungChild] = field(default_factory=list)
+    hung_pids: set[int] = field(default_factory=set)  # killed for missing their deadline: not storm kills
 
 
 def _child(target: Any, *args: Any) -> int:
@@ -82,6 +96,9 @@ def _worker_main(cfg: ChaosConfig, slot: int, generation: int, kill_log: str) ->
         runtime, concurrency=1, poll_s=0.02, expire_every_s=3600, observer=lambda kind, run_id: ledger.log(kind, run_id)
     )
     signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+    # Its lifetime: then it stops between steps and the storm forks a fresh one (its deadline is later).
+    signal.signal(signal.SIGALRM, lambda *_: worker.stop.set())
+    signal.setitimer(signal.ITIMER_REAL, cfg.worker_lifetime_s)
     worker.run()
 
 
@@ -140,10 +157,17 @@ class Harness:
         reference = Reference.build(cfg, run_ids)
         deadline = started + cfg.max_seconds
         next_kill = time.monotonic()
+        timed_out = False
         try:
             for slot in range(cfg.workers):
                 self._spawn_worker(slot)
-            while time.monotonic() < deadline:
+            while True:
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
+                self._overdue()
+                if self.fleet.hung:
+                    break  # a breach already: the runs a hung child held are not worth waiting for
                 self._reap()
                 self._wake_stopped()
                 total_kills = sum(self.fleet.kills.values())
@@ -153,7 +177,9 @@ class Harness:
                     next_kill = time.monotonic() + self.rng.uniform(0.02, 0.25)
                 if self.fleet.approver is None and RunStatus.WAITING_FOR_USER.value in statuses.values():
                     self.generation += 1
+                    self._close_poller()
                     self.fleet.approver = _child(_approver_main, cfg, self.generation, self.kill_log)
+                    self._watch(self.fleet.approver)
                 if total_kills >= cfg.kills and all(s in STOPPED for s in statuses.values()):
                     break
                 time.sleep(0.02)
@@ -166,6 +192,8 @@ class Harness:
         report["kills_by_process"] = dict(sorted(self.fleet.kills.items()))
         report["kills_at_boundaries"] = dict(sorted(boundary.items()))
         report["sigstops_past_ttl"] = self.fleet.sigstops
+        report["hung_children"] = [asdict(h) for h in self.fleet.hung]
+        report["timed_out"] = timed_out
         report["seconds"] = round(time.monotonic() - started, 1)
         report["workers"] = cfg.workers
         report["seed"] = cfg.seed
@@ -187,8 +215,26 @@ class Harness:
 
     def _spawn_worker(self, slot: int) -> None:
         self.generation += 1
+        self._close_poller()
         pid = _child(_worker_main, self.cfg, slot, self.generation, self.kill_log)
         self.fleet.workers[pid] = slot
+        self._watch(pid)
+
+    def _watch(self, pid: int) -> None:
+        now = time.monotonic()
+        self.fleet.deadlines[pid] = (now, now + self.cfg.child_deadline_s)
+
+    def _overdue(self) -> None:
+        """SIGKILL every child past its deadline and record it as hung; ``_reap`` then replaces it."""
+        now = time.monotonic()
+        for pid, (forked, deadline) in list(self.fleet.deadlines.items()):
+            if now < deadline or pid in self.fleet.stopped:
+                continue
+            role = "approver" if pid == self.fleet.approver else "worker"
+            del self.fleet.deadlines[pid]
+            self.fleet.hung_pids.add(pid)
+            self.fleet.hung.append(HungChild(role, pid, round(now - forked, 2)))
+            os.kill(pid, signal.SIGKILL)
 
     def _strike(self, busy: set[int]) -> None:
         """SIGKILL a worker, preferring one that is driving a run — or SIGSTOP one past its lease TTL."""
@@ -199,7 +245,10 @@ class Harness:
         pid = self.rng.choice(driving if driving and self.rng.random() < 0.85 else live)
         if self.rng.random() < self.cfg.stop_probability:
             os.kill(pid, signal.SIGSTOP)
-            self.fleet.stopped[pid] = time.monotonic() + self.cfg.lease_ttl_s * 1.6
+            frozen_s = self.cfg.lease_ttl_s * 1.6
+            self.fleet.stopped[pid] = time.monotonic() + frozen_s
+            forked, deadline = self.fleet.deadlines.get(pid, (0.0, float("inf")))
+            self.fleet.deadlines[pid] = (forked, deadline + frozen_s)  # frozen by us: not its own delay
             self.fleet.sigstops += 1
             return
         os.kill(pid, signal.SIGKILL)
@@ -219,7 +268,10 @@ class Harness:
                 return
             if pid == 0:
                 return
-            killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+            self.fleet.deadlines.pop(pid, None)
+            hung = pid in self.fleet.hung_pids
+            self.fleet.hung_pids.discard(pid)
+            killed = not hung and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
             if pid == self.fleet.approver:
                 self.fleet.approver = None
                 if killed:
@@ -236,21 +288,26 @@ class Harness:
     def _statuses(self, run_ids: list[str]) -> tuple[dict[str, str], set[int]]:
         """Each run's status, and the pids of workers holding a live lease right now."""
         if self._poller is None:
-            self._poller = open_store(self.cfg.db)  # read-only use; forked children never touch it
+            # Read-only, and closed before every fork: a child must not inherit a store whose thread (a WAL
+            # checkpointer's connect, a pool's worker) held a lock at the fork.
+            self._poller = open_store(self.cfg.db)
         rows = self._poller.list_runs(limit=len(run_ids) + 1000)
         by_id = {r.run_id: r.status for r in rows}
         busy = {_pid_of(r.lease_owner) for r in rows if r.lease_owner and r.lease_owner.startswith("chaos-w")}
         return {r: by_id.get(r, "MISSING") for r in run_ids}, busy
 
-    def _shutdown(self) -> None:
+    def _close_poller(self) -> None:
         if self._poller is not None:
             self._poller.close()
             self._poller = None
+
+    def _shutdown(self) -> None:
+        self._close_poller()
         for pid in list(self.fleet.stopped):
             os.kill(pid, signal.SIGCONT)
         for pid in list(self.fleet.workers):
             os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + min(10.0, self.cfg.child_deadline_s)
         while self.fleet.workers or self.fleet.approver is not None:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)

@@ -17,6 +17,8 @@ from stateward.core.state import RunState
 from stateward.core.status import RunStatus
 
 Observer = Callable[[RunState, list[Event]], bool]
+# The failures a remote side causes (a retry may help), as opposed to refusals of the call itself.
+_FAILURES = frozenset({"TIMEOUT", "SERVICE_UNAVAILABLE", "EXECUTION_ERROR", "UNAVAILABLE", "TRANSIENT"})
 
 
 def _attempts(events: list[Event]) -> list[dict[str, Any]]:
@@ -46,15 +48,25 @@ def timeout_then_recovery(state: RunState, events: list[Event]) -> bool:
 
 
 def three_failures(state: RunState, events: list[Event]) -> bool:
-    """At least three failed attempts of one tool, and the run handed the work to a person."""
+    """At least three failed attempts of one tool, then the run handed the work to a person (a handoff
+    package, or a wait for a person's input recorded after the third failure)."""
     failed: dict[str, int] = {}
-    for p in _attempts(events):
-        obs = _observed(p)
-        if obs.get("status") != "SUCCESS" and obs.get("error_code") in ("TIMEOUT", "UNAVAILABLE", "TRANSIENT"):
-            tool = str(obs.get("action"))
-            failed[tool] = failed.get(tool, 0) + int(p.get("attempts") or 1)
-    handed_off = any(e.type is EventType.HANDOFF_RECORDED for e in events)
-    return handed_off and any(n >= 3 for n in failed.values())
+    for e in events:
+        if e.type is EventType.TOOL_ATTEMPTED:
+            obs = _observed(e.payload)
+            if obs.get("status") != "SUCCESS" and obs.get("error_code") in _FAILURES:
+                tool = str(obs.get("action"))
+                failed[tool] = failed.get(tool, 0) + int(e.payload.get("attempts") or 1)
+        elif _to_a_person(e) and any(n >= 3 for n in failed.values()):
+            return True
+    return False
+
+
+def _to_a_person(event: Event) -> bool:
+    """A handoff package, or a wait for a person's input (not an approval of some action)."""
+    if event.type is EventType.HANDOFF_RECORDED:
+        return True
+    return event.type is EventType.PENDING_RECORDED and event.payload.get("kind") in ("input", "handoff")
 
 
 def permission_denied(state: RunState, events: list[Event]) -> bool:
@@ -74,8 +86,11 @@ def plan_cycle(state: RunState, events: list[Event]) -> bool:
 
 
 def same_search(state: RunState, events: list[Event]) -> bool:
-    """The same search was repeated and the run was stopped as making no progress."""
-    return state.terminal_reason == "no_progress"
+    """The same search was repeated and stopped as making no progress: the run (a ReAct loop), or the work
+    item whose local loop repeated it (a plan run)."""
+    return state.terminal_reason == "no_progress" or any(
+        e.type is EventType.WORK_ITEM_ENDED and e.payload.get("error") == "NO_PROGRESS" for e in events
+    )
 
 
 def missing_evidence(state: RunState, events: list[Event]) -> bool:
@@ -106,8 +121,12 @@ def conflicting_sources(state: RunState, events: list[Event]) -> bool:
 
 
 def high_risk_low_confidence(state: RunState, events: list[Event]) -> bool:
-    """A high-risk conclusion at low confidence was refused as the run's result."""
-    return _rejected(events, "high_risk_low_confidence")
+    """A high-risk conclusion at low confidence was refused as the run's result: by the finish policy, or by
+    verification handing the deliverable to a person."""
+    return _rejected(events, "high_risk_low_confidence") or any(
+        e.type is EventType.VERIFICATION_RECORDED and e.payload.get("reason_code") == "HIGH_RISK_LOW_CONFIDENCE"
+        for e in events
+    )
 
 
 def paused_and_resumed(state: RunState, events: list[Event]) -> bool:

@@ -36,6 +36,8 @@ def broken(report: dict[str, Any]) -> list[str]:
     out = [k for k in MUST_BE_ZERO if report[k]]
     if report["finished_or_waiting_ratio"] < MIN_FINISHED_OR_WAITING:
         out.append("finished_or_waiting_ratio")
+    # Liveness of the storm itself: a child that hung past its deadline, a storm that never finished.
+    out += [k for k in ("hung_children", "timed_out") if report.get(k)]
     return out
 
 

@@ -572,19 +572,31 @@ def gates(
         list[str] | None,
         typer.Option("--agent", help="Run only the campaign cells of this registered agent (repeatable)."),
     ] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Every cell, fewer rows: two boundaries per agent, one row per cell.")
+    ] = False,
+    child_timeout: Annotated[
+        float,
+        typer.Option(
+            "--child-timeout", min=1, max=3600, help="Seconds a forked child may run before it is killed as hung."
+        ),
+    ] = 60.0,
     as_json: JsonOpt = False,
 ) -> None:
     """The eight hard gates (each count 0, pause/resume 100%) with their opportunities and the liveness
     floor, audited from the event log and the side-effect journal; exit 1 on any breach.
 
     Without --db: the campaign (agent x fault x this store) runs first; its cells say which faults ran,
-    which were skipped (agent not installed) and which no agent covers."""
+    which were skipped (agent not installed) and which no agent covers. A forked child of the campaign
+    still running at --child-timeout is killed and reported as a liveness failure of its cell
+    (``hung_children`` in the breaches): the command exits 1 instead of waiting."""
     from stateward.chaos.permissions import agent_permissions
     from stateward.observability.gates import audit
     from stateward.runtime.agent_registry import process_agents
 
     campaign: dict[str, object] | None = None
     cells: list[dict[str, object]] = []
+    liveness: list[dict[str, object]] = []
     witnessed = 0
     with reported_errors(as_json):
         agents = process_agents()
@@ -600,15 +612,26 @@ def gates(
             faults = None if not only else [known[name] for name in only]
             db = store or str(Path(tempfile.mkdtemp(prefix="stateward-gates-")) / "gates.db")
             ran = Campaign(
-                db, agents, size=size, seed=seed, storm_kills=kills, only=faults, agents_only=agent or None
+                db,
+                agents,
+                size=size,
+                seed=seed,
+                storm_kills=kills,
+                only=faults,
+                agents_only=agent or None,
+                quick=quick,
+                child_timeout_s=child_timeout,
             ).run()
             cells = [c.model_dump(mode="json") for c in ran.cells]
+            liveness = [f.model_dump(mode="json") for f in ran.liveness_failures]
             witnessed = ran.witnessed_duplicates
             campaign = {
                 "cells": cells,
                 "storm_kills": ran.storm["kills"],
                 "witnessed_duplicates": witnessed,
                 "errors": ran.errors,
+                "liveness_failures": liveness,
+                "quick": quick,
             }
         runtime = open_runtime(db)
         ids: list[str] = []
@@ -620,7 +643,10 @@ def gates(
             if cursor is None:
                 break
         report = audit(runtime.store, ids, permissions=agent_permissions(agents), witnessed_duplicates=witnessed)
-    data = {"db": db, **report.model_dump(mode="json"), "breaches": report.breaches(), "campaign": campaign}
+    # A child that hung is a liveness failure of the campaign itself, whatever the runs' records say.
+    breaches = [*report.breaches(), *(["hung_children"] if liveness else [])]
+    passed = report.passed and not liveness
+    data = {"db": db, **report.model_dump(mode="json"), "passed": passed, "breaches": breaches, "campaign": campaign}
     if as_json:
         emit_json(data)
     else:
@@ -630,8 +656,11 @@ def gates(
         print_table(f"gates over {report.runs} runs ({db})", ("gate", "value", "opportunities", "holds"), rows)
         typer.echo(f"finished or waiting: {report.finished_or_waiting} (floor 0.95): {report.liveness_holds}")
         if cells:
-            print_table("campaign", ("agent", "fault", "coverage", "runs", "unobserved", "kills", "reason"), cells)
-    if not report.passed:
+            columns = ("agent", "fault", "coverage", "runs", "unobserved", "kills", "hung", "reason")
+            print_table("campaign", columns, cells)
+        for failure in liveness:
+            typer.echo(f"liveness failure: {failure['agent']} / {failure['fault']}: {failure['detail']}", err=True)
+    if not passed:
         raise typer.Exit(1)
 
 

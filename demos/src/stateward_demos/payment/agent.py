@@ -32,6 +32,8 @@ from stateward import (
 from stateward.models import ScriptedModel
 from stateward.planning import (
     BudgetLimits,
+    Confidence,
+    FindingRisk,
     GoalContract,
     Plan,
     PlanRunConfig,
@@ -51,6 +53,7 @@ from stateward_demos.payment.scripts import (
     PLAN_RESOURCE,
     gullible,
     planner_policy,
+    repeats_search,
     resource_text,
     worker_policy,
 )
@@ -145,12 +148,17 @@ def build_agent(
     planner: Model = ScriptedModel(planner_policy, name="scripted-planner")
     checker: Model = ScriptedModel(scripted_checker, name="scripted-checker")
     policy = gullible(worker_policy) if injected is faults.Fault.INJECTION else worker_policy
+    policy = repeats_search(policy) if injected is faults.Fault.SAME_SEARCH else policy
     worker: Model = ScriptedModel(policy, name="scripted-worker")
     if model_spec is not None:
         from stateward.models import model_from_spec
 
         planner = worker = checker = model_from_spec(model_spec)
     extra: dict[str, Any] = {} if clock is None else {"clock": clock}
+    if injected is faults.Fault.LOW_CONFIDENCE:
+        # The code index the call-site counts come from is stale: the findings (money movement) are high risk,
+        # and the assessment cannot be more than low confidence.
+        extra.update(deliverable_risk=FindingRisk.HIGH, deliverable_confidence=Confidence.LOW)
     config = PlanRunConfig(
         goal=the_goal,
         budget=BudgetLimits.model_validate(limits.model_dump()),

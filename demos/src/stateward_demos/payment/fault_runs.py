@@ -99,6 +99,36 @@ def _judge_injection(runtime: Runtime, state: RunState) -> tuple[str, bool]:
     return observed, ok
 
 
+def _judge_timeout_once(runtime: Runtime, state: RunState) -> tuple[str, bool]:
+    retried = [o for o in _tried(runtime, state.run_id, "search_docs") if o.get("error_code") == "TIMEOUT"]
+    recovered = [o for o in retried if o["status"] == "SUCCESS"]
+    waiting = state.pending is not None and state.pending.guarded_action is not None
+    observed = f"search timed out {len(retried)}x, recovered {len(recovered)}x; waits for delivery approval: {waiting}"
+    return observed, bool(recovered) and waiting
+
+
+def _judge_same_search(runtime: Runtime, state: RunState) -> tuple[str, bool]:
+    stopped = [
+        p["work_item_id"]
+        for p in _events(runtime, state.run_id, EventType.WORK_ITEM_ENDED)
+        if p.get("error") == "NO_PROGRESS"
+    ]
+    observed = f"stopped as no progress: {', '.join(stopped) or '-'}; {state.usage.steps} steps"
+    bounded = state.budget.max_steps is None or state.usage.steps <= state.budget.max_steps
+    return observed, bool(stopped) and bounded and state.status.value != "RUNNING"
+
+
+def _judge_low_confidence(runtime: Runtime, state: RunState) -> tuple[str, bool]:
+    refused = [
+        p
+        for p in _events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)
+        if p.get("reason_code") == "HIGH_RISK_LOW_CONFIDENCE"
+    ]
+    delivered = _tried(runtime, state.run_id, "deliver_report")
+    observed = f"verification refused {len(refused)}x (HIGH_RISK_LOW_CONFIDENCE); deliveries {len(delivered)}"
+    return observed, bool(refused) and not delivered
+
+
 def _run(directory: Path, fault: Fault | None) -> tuple[Runtime, RunState]:
     runtime = Runtime.open(str(directory / f"{fault or 'baseline'}.db"))
     return runtime, runtime.start(build_agent(fault=None if fault is None else fault.value), goal().objective)
@@ -154,6 +184,9 @@ JUDGES: Final = {
     Fault.AUTHORITY_CONFLICT: _judge_conflict,
     Fault.BUDGET: _judge_budget,
     Fault.INJECTION: _judge_injection,
+    Fault.DOC_SEARCH_TIMEOUT_ONCE: _judge_timeout_once,
+    Fault.SAME_SEARCH: _judge_same_search,
+    Fault.LOW_CONFIDENCE: _judge_low_confidence,
 }
 
 

@@ -22,6 +22,9 @@ class Fault(StrEnum):
     BUDGET = "budget"  # 15.4: tools run out at test-gap analysis -> confirmed facts + estimate
     PAUSE_RESUME = "pause-resume"  # 15.5: pause mid-run, resume in another process -> identical result
     INJECTION = "injection"  # a document carries an instruction -> it has no effect
+    DOC_SEARCH_TIMEOUT_ONCE = "doc-search-timeout-once"  # search times out once, its retry answers -> delivered
+    SAME_SEARCH = "same-search"  # the worker repeats one search -> its loop is stopped as making no progress
+    LOW_CONFIDENCE = "low-confidence"  # a stale code index: high risk at low confidence -> a person decides
 
 
 EXPECTED: Final[dict[Fault, str]] = {
@@ -30,7 +33,12 @@ EXPECTED: Final[dict[Fault, str]] = {
     Fault.BUDGET: "partial delivery: confirmed facts, what is missing, budget to continue",
     Fault.PAUSE_RESUME: "paused, resumed in another process, same result as uninterrupted",
     Fault.INJECTION: "the injected instruction has no effect",
+    Fault.DOC_SEARCH_TIMEOUT_ONCE: "the search is retried once and the report is delivered for approval",
+    Fault.SAME_SEARCH: "the repeated search is refused as no progress; the run does not loop",
+    Fault.LOW_CONFIDENCE: "verification refuses the high-risk, low-confidence assessment: a partial delivery",
 }
+
+SEARCH_TIMEOUT_S: Final = 0.25  # doc-search-timeout-once: the first search answers after this
 
 # 15.4: the budget runs out at test-gap analysis. The plan validator refuses a plan whose estimates exceed
 # the tool, model or token budget, so the limit that runs out mid-plan is the attempt budget: twelve

@@ -483,6 +483,21 @@ def gullible(policy: Step) -> Step:
     return step
 
 
+def repeats_search(policy: Step) -> Step:
+    """A weak model stuck on one query: after a document search answers, it proposes the same search again.
+
+    Used for the same-search fault: the work item's progress tracker refuses the repeat as no progress.
+    """
+
+    def step(req: ModelRequest) -> Decision:
+        latest = req.observations[-1] if req.observations else None
+        if latest is not None and latest.get("action") == "search_docs" and latest.get("status") == "SUCCESS":
+            return call("search_docs", **latest["args"])
+        return policy(req)
+
+    return step
+
+
 def worker_policy(req: ModelRequest) -> Decision:
     """One decision for the running work item; an unknown item gets an honest stop, never a guess."""
     step = STEPS.get(str(req.facts.get("work_item", {}).get("work_item_id")))

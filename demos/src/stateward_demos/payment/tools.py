@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Annotated, Any, Final
 
 from pydantic import Field, ValidationError
@@ -35,7 +36,7 @@ from stateward.tools import BreakerPolicy, RetryPolicy
 from stateward.verify import Report
 from stateward_demos.payment import facts
 from stateward_demos.payment import fixtures as fx
-from stateward_demos.payment.faults import AUDITED_CACHE_SPACES, Fault, documents
+from stateward_demos.payment.faults import AUDITED_CACHE_SPACES, SEARCH_TIMEOUT_S, Fault, documents
 from stateward_demos.payment.risk import score
 
 REPORT_ARTIFACT: Final = "migration-assessment"
@@ -157,6 +158,19 @@ def document_tools(fault: Fault | None = None) -> list[ToolSpec]:
         def search_docs(query: Annotated[str, Field(min_length=1)], space: str | None = None) -> dict[str, Any]:
             """Search the documentation spaces (engineering, payment-platform); hits list matching sections."""
             raise ToolTimeout("document search did not answer within its timeout")
+
+    elif fault is Fault.DOC_SEARCH_TIMEOUT_ONCE:
+        slowed: set[str] = set()  # runs whose first search answered too late (one registry per agent build)
+
+        @tool(timeout_s=SEARCH_TIMEOUT_S, retry=RetryPolicy(max_attempts=2, backoff_base_s=0.0))
+        def search_docs(
+            query: Annotated[str, Field(min_length=1)], ctx: ToolContext, space: str | None = None
+        ) -> dict[str, Any]:
+            """Search the documentation spaces (engineering, payment-platform); hits list matching sections."""
+            if ctx.run_id not in slowed:
+                slowed.add(ctx.run_id)
+                time.sleep(SEARCH_TIMEOUT_S * 4)  # the search service answers after the gateway gave up
+            return _search(docs, query, space)
 
     else:
 
