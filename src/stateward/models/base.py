@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import threading
 import time
@@ -13,8 +12,10 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from stateward.core.bridge import blocking, in_bridge, resolve, run_coroutine
+from stateward.core.calls import TooManyAbandonedCalls, run_off_loop
 from stateward.core.interrupt import CallCancelled, PauseToken, abandon_on_pause, cancel_on_pause, pause_token
 from stateward.core.model_io import ActionSpec, ModelReply, ModelRequest, Usage
+from stateward.models.errors import ServiceUnavailableError
 
 __all__ = [
     "ActionSpec",
@@ -146,14 +147,21 @@ def _complete(model: AnyModel, request: ModelRequest) -> ModelReply:
 
 def _cancellable(model: AnyModel, request: ModelRequest, token: PauseToken) -> ModelReply:
     """The call, given up when the step's pause token is set: an async call's task is cancelled, a blocking
-    call's thread abandoned (its late reply discarded)."""
-    name = str(getattr(model, "name", "model"))
+    call's thread abandoned (its late reply discarded). While too many abandoned calls are still running in
+    this process, the call is refused unmade as the provider being unavailable (the run waits and retries)."""
+    try:
+        return _give_way(model, request, token, str(getattr(model, "name", "model")))
+    except TooManyAbandonedCalls as exc:
+        raise ServiceUnavailableError(str(exc), provider=provider_of(model), details=exc.details) from exc
+
+
+def _give_way(model: AnyModel, request: ModelRequest, token: PauseToken, name: str) -> ModelReply:
     if in_bridge():
         if isinstance(model, AsyncModel):
             return resolve(cancel_on_pause(model.acomplete(request), "model", name, token))
         sync_model, context = model, contextvars.copy_context()
-        future = asyncio.get_running_loop().run_in_executor(None, context.run, sync_model.complete, request)
-        return resolve(cancel_on_pause(future, "model", name, token))
+        waited = _off_loop(lambda: sync_model.complete(request), context)
+        return resolve(cancel_on_pause(waited, "model", name, token))
     if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
         return run_coroutine(cancel_on_pause(model.acomplete(request), "model", name, token))
     sync, sink, gone = model, model_attempt_sink.get(), threading.Event()
@@ -171,3 +179,9 @@ def _cancellable(model: AnyModel, request: ModelRequest, token: PauseToken) -> M
     except CallCancelled:
         gone.set()
         raise
+
+
+async def _off_loop(fn: Callable[[], ModelReply], context: contextvars.Context) -> ModelReply:
+    """A blocking model call on a runner thread, awaited without blocking the loop (abandoned if cancelled)."""
+    call = await run_off_loop(fn, context=context)
+    return call.result()  # type: ignore[no-any-return]
