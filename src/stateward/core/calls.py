@@ -124,7 +124,8 @@ class CallRunner:
     """Runs blocking calls on reusable daemon threads; a call waited for in vain is abandoned with its thread.
 
     Bounded: at most ``max_idle`` idle threads (each ends after ``idle_s`` unused) and at most
-    ``max_abandoned`` abandoned calls still running (past it :meth:`start` raises TooManyAbandonedCalls).
+    ``max_abandoned`` abandoned calls still running (while that many are, :meth:`start` raises
+    TooManyAbandonedCalls: the calls this process makes are getting stuck, and nothing new is started).
     The busy threads are the calls in flight: one per caller waiting.
     """
 
@@ -181,13 +182,13 @@ class CallRunner:
             self._reset()
         call = Call(self, fn, contextvars.Context() if context is None else context, on_done)
         with self._mutex:
-            worker = self._idle.pop() if self._idle else None
-            if worker is None and self._abandoned >= self.max_abandoned:
+            if self._abandoned >= self.max_abandoned:
                 raise TooManyAbandonedCalls(
                     f"{self._abandoned} abandoned calls are still running in this process (the cap); "
                     "a handler or model call that never returns holds each of them",
                     details={"abandoned": self._abandoned, "max_abandoned": self.max_abandoned},
                 )
+            worker = self._idle.pop() if self._idle else None
             self._busy += 1
         if worker is not None:
             worker.call = call
@@ -234,17 +235,19 @@ class CallRunner:
             call = worker.call
             assert call is not None
             worker.call = None
+            value: Any = None
+            error: BaseException | None = None
             try:
-                call.value = call.context.run(call.fn)
+                value = call.context.run(call.fn)
             except BaseException as exc:  # handed to the caller, never lost in the thread
-                call.error = exc
+                error = exc
             if self._pid != pid:  # the process forked meanwhile: this runner's counts are another's
                 return
             with self._mutex:
-                if call.outcome is not Outcome.PENDING:  # abandoned: nobody takes the result, the thread ends
+                if call.outcome is not Outcome.PENDING:  # abandoned: the result is discarded, the thread ends
                     self._abandoned -= 1
                     return
-                call.outcome = Outcome.DONE
+                call.value, call.error, call.outcome = value, error, Outcome.DONE
                 self._busy -= 1
                 keep = len(self._idle) < self.max_idle
                 if keep:
