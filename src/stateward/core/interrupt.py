@@ -101,16 +101,19 @@ def abandon_on_pause(
 
 
 async def cancel_on_pause(awaitable: Awaitable[T], kind: str, name: str, token: PauseToken) -> T:
-    """Await ``awaitable`` as a task; cancel it (cooperatively) and raise :class:`CallCancelled` if the pause
-    comes first. The token's setter wakes the loop (``call_soon_threadsafe``): nothing polls."""
+    """Await ``awaitable`` in the calling task; cancel it (cooperatively) and raise :class:`CallCancelled` if
+    the pause comes first. The token's setter wakes the loop (``call_soon_threadsafe``): nothing polls. No
+    task of its own: the calling task is cancelled while it awaits the call, and un-cancelled after."""
     loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(awaitable)
+    task = asyncio.current_task()
+    assert task is not None, "cancel_on_pause runs in a task"
     started = loop.time()
+    awaiting = True
     paused = False
 
     def give_way() -> None:
         nonlocal paused
-        if not task.done():
+        if awaiting and not paused:  # on the loop's thread: the task is suspended in the await below
             paused = True
             task.cancel()
 
@@ -120,10 +123,14 @@ async def cancel_on_pause(awaitable: Awaitable[T], kind: str, name: str, token: 
 
     forget = token.on_set(on_pause)
     try:
-        return await task
+        value = await awaitable
     except asyncio.CancelledError:
-        if paused:
+        if paused and task.uncancel() == 0:  # our cancel alone: the task goes on, the call gave way
             raise CallCancelled(kind, name, elapsed_s=loop.time() - started) from None
         raise
     finally:
+        awaiting = False
         forget()
+    if paused:  # the call swallowed the cancel and answered: its answer stands, the task is not cancelled
+        task.uncancel()
+    return value

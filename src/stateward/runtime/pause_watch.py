@@ -13,7 +13,8 @@ Who keeps the time costs nothing per step:
   on first use and again in a forked child (which has none of its parent's threads): a pid check and
   ``os.register_at_fork``, so a child never waits on a watcher that is not there;
 - under the async Runtime (bridged code on an event loop), a timer on that loop (``call_later``): no
-  thread at all; its store read runs bridged, off the loop when the store's calls block.
+  thread of its own; its store read runs on the loop when the store's calls are brief (as the bridged
+  Runtime's are), else on the loop's executor.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import os
 import threading
 import time
 
-from stateward.core.bridge import in_bridge, run_bridged
+from stateward.core.bridge import in_bridge
 from stateward.core.errors import StatewardError
 from stateward.core.interrupt import PauseToken
 from stateward.store.base import Store
@@ -46,7 +47,7 @@ class PauseWatch:
         self._entry: _Armed | None = None  # the step in flight, under the synchronous Runtime
         self._token: PauseToken | None = None  # the step in flight, on an event loop
         self._timer: asyncio.TimerHandle | None = None
-        self._reading: asyncio.Task[None] | None = None
+        self._reading: asyncio.Future[bool] | None = None
 
     def arm(self) -> PauseToken:
         """A fresh token for the step about to run; watched until :meth:`disarm`."""
@@ -86,12 +87,16 @@ class PauseWatch:
 
     # -- on the event loop (the async Runtime) ---------------------------------------------------
     def _due_on_loop(self, loop: asyncio.AbstractEventLoop, token: PauseToken) -> None:
-        if self._token is token and not token.is_set():  # still in flight: read the request
-            self._timer = None
-            self._reading = loop.create_task(self._read_on_loop(loop, token), name=f"pause-watch-{self._run_id}")
+        if self._token is not token or token.is_set():
+            return
+        self._timer = None  # the step is still in flight: read the request, then look again
+        if getattr(self._store, "brief_calls", False):  # a read of microseconds: on the loop, as bridged calls are
+            self._read(loop, token, self.asked())
+            return
+        reading = self._reading = loop.run_in_executor(None, self.asked)
+        reading.add_done_callback(lambda done: self._read(loop, token, _answer(done)))
 
-    async def _read_on_loop(self, loop: asyncio.AbstractEventLoop, token: PauseToken) -> None:
-        asked = await run_bridged(self.asked)
+    def _read(self, loop: asyncio.AbstractEventLoop, token: PauseToken, asked: bool) -> None:
         self._reading = None
         if self._token is not token:  # that step ended meanwhile
             return
@@ -99,6 +104,10 @@ class PauseWatch:
             token.set()
         elif not token.is_set():
             self._timer = loop.call_later(self.poll_s, self._due_on_loop, loop, token)
+
+
+def _answer(done: asyncio.Future[bool]) -> bool:
+    return not done.cancelled() and done.exception() is None and done.result()
 
 
 class _Armed:
