@@ -191,3 +191,15 @@ def test_a_side_effect_refused_at_the_cap_is_journalled_as_not_run(monkeypatch: 
     assert outcome.error is not None and "TOO_MANY_ABANDONED_CALLS" in outcome.error
     [record] = store.side_effects()
     assert record.status == "FAILED"  # not run: a later call may run it, no reconciliation needed
+
+
+def test_a_failing_completion_callback_leaves_the_thread_serving_calls() -> None:
+    runner = CallRunner()
+
+    def broken() -> None:
+        raise RuntimeError("callback bug")
+
+    call = runner.start(threading.get_ident, on_done=broken)
+    assert call.wait(WAIT_S) is Outcome.DONE
+    after = runner.run(threading.get_ident, WAIT_S)
+    assert after.outcome is Outcome.DONE and after.value == call.value  # the same thread, still alive

@@ -19,6 +19,7 @@ import _thread
 import asyncio
 import contextlib
 import contextvars
+import logging
 import os
 import threading
 import weakref
@@ -27,6 +28,8 @@ from enum import Enum
 from typing import Any, Protocol
 
 from stateward.core.errors import ErrorCode, RunError
+
+log = logging.getLogger("stateward.calls")
 
 __all__ = ["Call", "CallRunner", "Outcome", "TooManyAbandonedCalls", "default_runner", "run_off_loop"]
 
@@ -108,7 +111,10 @@ class Call:
     def _ended(self) -> None:
         self._wake()
         if self._on_done is not None:
-            self._on_done()
+            try:
+                self._on_done()
+            except Exception:  # the runner's thread must survive it: it is back on the idle list already
+                log.exception("a call's completion callback failed")
 
 
 class _Worker:
