@@ -34,7 +34,7 @@ log = logging.getLogger("stateward.calls")
 __all__ = ["Call", "CallRunner", "Outcome", "TooManyAbandonedCalls", "default_runner", "run_off_loop"]
 
 DEFAULT_MAX_ABANDONED = 64  # abandoned calls still running, per runner, before new calls are refused
-DEFAULT_MAX_IDLE = 32  # idle threads kept for the next calls; more end once their call is done
+DEFAULT_MAX_IDLE = 64  # idle threads kept for the next calls; more end once their call is done
 DEFAULT_IDLE_S = 60.0  # an idle thread ends after this long without a call
 
 

@@ -40,6 +40,7 @@ class PauseToken:
         self._callbacks: list[Callable[[], None]] = []
 
     def set(self) -> None:
+        """Ask the step's calls to give way: every callback registered with :meth:`on_set` runs, once."""
         with self._lock:
             if self._set:
                 return
@@ -49,6 +50,7 @@ class PauseToken:
             callback()
 
     def is_set(self) -> bool:
+        """Whether a pause was asked while this step was in flight."""
         return self._set
 
     def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:

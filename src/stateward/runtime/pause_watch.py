@@ -11,7 +11,9 @@ Who keeps the time costs nothing per step:
 - under the synchronous Runtime, one watcher thread for the whole process (:class:`_Watcher`) holds the
   armed steps in a heap by due time; arming a step pushes an entry, disarming marks it done. It is started
   on first use and again in a forked child (which has none of its parent's threads): a pid check and
-  ``os.register_at_fork``, so a child never waits on a watcher that is not there;
+  ``os.register_at_fork``, so a child never waits on a watcher that is not there. Its reads are one at a
+  time: a store that answers slowly delays the other runs' reads too (between steps each driver reads
+  its run's request itself, so nothing is lost, only noticed later);
 - under the async Runtime (bridged code on an event loop), a timer on that loop (``call_later``): no
   thread of its own; its store read runs on the loop when the store's calls are brief (as the bridged
   Runtime's are), else on the loop's executor.
@@ -61,6 +63,7 @@ class PauseWatch:
         return token
 
     def disarm(self) -> None:
+        """The step ended: its token is no longer watched (a read already under way finds it gone)."""
         entry, self._entry = self._entry, None
         if entry is not None:
             entry.done = True
@@ -78,12 +81,14 @@ class PauseWatch:
 
     def asked(self) -> bool:
         """Whether a pause or cancel request is stored for the run (False when the store cannot say: the
-        driver reads it again between steps)."""
+        driver reads it again between steps). Never raises: the watcher serves every run of the process."""
         try:
             return self._store.get_control(self._run_id) is not None
         except StatewardError as exc:
             log.warning("run %s: cannot read its control request: %s", self._run_id, exc)
-            return False
+        except Exception as exc:  # e.g. a store closed as its drive ended: the step is over anyway
+            log.debug("run %s: control request unreadable: %r", self._run_id, exc)
+        return False
 
     # -- on the event loop (the async Runtime) ---------------------------------------------------
     def _due_on_loop(self, loop: asyncio.AbstractEventLoop, token: PauseToken) -> None:
