@@ -92,4 +92,5 @@ class RunMetrics:
         return found
 
     def tool_call(self, seconds: float, attrs: Mapping[str, str]) -> None:
+        """Record one tool call's duration."""
         self.tool_duration.record(seconds, attrs)
