@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any, ParamSpec, TypeVar
 
 import greenlet
+
+from stateward.core.calls import default_runner
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -79,27 +80,14 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion from synchronous code outside any bridge.
 
     On a thread without a running loop that is ``asyncio.run``; a thread that already runs one (sync
-    API called from async code) cannot block on it, so the coroutine gets a helper thread of its own.
+    API called from async code) cannot block on it, so the coroutine runs on a call runner's thread.
     """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
-    box: dict[str, Any] = {}
     context = contextvars.copy_context()
-
-    def target() -> None:
-        try:
-            box["value"] = context.run(asyncio.run, coro)
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    helper = threading.Thread(target=target, name="stateward-coroutine", daemon=True)
-    helper.start()
-    helper.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return default_runner().run(lambda: asyncio.run(coro), context=context).result()  # type: ignore[no-any-return]
 
 
 def blocking(fn: Callable[[], T], executor: Executor | None = None) -> T:

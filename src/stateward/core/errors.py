@@ -33,6 +33,7 @@ checks it)::
     │   │   ├── ContextLengthExceededError  CONTEXT_LENGTH_EXCEEDED
     │   │   ├── ProviderError               PROVIDER_ERROR
     │   │   └── ReplayMissError             REPLAY_MISS
+    │   ├── TooManyAbandonedCalls [core.calls]  TOO_MANY_ABANDONED_CALLS: stuck calls hold the process's cap
     │   ├── BudgetError [planning.budget]   a plan budget's reservation rule broken (BUDGET_EXCEEDED, ...)
     │   ├── InvalidGoalDocumentError [planning.goal]        INVALID_GOAL_DOCUMENT, GOAL_FILE_NOT_FOUND, ...
     │   ├── InvalidPlanDocumentError [planning.plan]        INVALID_PLAN_DOCUMENT, PLAN_FILE_NOT_FOUND, ...
@@ -187,6 +188,7 @@ class ErrorCode(StrEnum):
     AGENT_NAME_CONFLICT = "AGENT_NAME_CONFLICT"
     AGENT_NOT_REGISTERED = "AGENT_NOT_REGISTERED"
     AGENT_UNAVAILABLE = "AGENT_UNAVAILABLE"
+    TOO_MANY_ABANDONED_CALLS = "TOO_MANY_ABANDONED_CALLS"
     INVALID_WORKFLOW = "INVALID_WORKFLOW"
     INVALID_LEASE_POLICY = "INVALID_LEASE_POLICY"
     INVALID_WORKER_CONFIG = "INVALID_WORKER_CONFIG"

@@ -14,45 +14,50 @@ swallow it. It never leaves the Runtime: the driver records the cancelled call a
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextlib
 import contextvars
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+from stateward.core.calls import CallRunner, Outcome, default_runner
 
+T = TypeVar("T")
 
 
 class PauseToken:
     """Set once a pause was asked while this step's calls were in flight; the calls waiting on it are woken
-    at once through :meth:`on_set` (nothing polls)."""
+    at once through :meth:`on_set` (nothing polls). Made for every step, so it is a flag and a lock."""
+
+    __slots__ = ("_callbacks", "_lock", "_set")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
+        self._set = False
+        self._lock = _thread.allocate_lock()
         self._callbacks: list[Callable[[], None]] = []
 
     def set(self) -> None:
+        """Ask the step's calls to give way: every callback registered with :meth:`on_set` runs, once."""
         with self._lock:
-            if self._event.is_set():
+            if self._set:
                 return
-            self._event.set()
+            self._set = True
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        """Whether a pause was asked while this step was in flight."""
+        return self._set
 
     def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` (from the setting thread) when the token is set, at once if it already is;
         returns what forgets it."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._set:
                 self._callbacks.append(callback)
                 return lambda: self._forget(callback)
         callback()
@@ -84,59 +89,33 @@ class CallCancelled(BaseException):  # a control signal, like asyncio.CancelledE
 pause_token: ContextVar[PauseToken | None] = ContextVar("stateward_pause_token", default=None)
 
 
-def wait_or_cancel(
-    done: threading.Event, timeout_s: float | None, token: PauseToken | None, ended: Callable[[], bool]
-) -> bool | None:
-    """Wait for ``done`` (set by the call when it ends; ``ended`` says whether it did): True once it ended,
-    False at ``timeout_s``, None when ``token`` was set first. Setting the token sets ``done`` too, so the
-    wait wakes at once."""
-    if token is None:
-        return done.wait(timeout_s)
-    forget = token.on_set(done.set)
-    try:
-        done.wait(timeout_s)
-    finally:
-        forget()
-    if ended():
-        return True
-    return None if token.is_set() else False
-
-
-def abandon_on_pause(fn: Callable[[], T], kind: str, name: str, token: PauseToken) -> T:
-    """Run blocking ``fn`` on a daemon thread and wait for it, unless the pause comes first: then the call is
-    abandoned (Python cannot kill a thread), its late result discarded, and :class:`CallCancelled` raised."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-        finally:
-            done.set()
-
+def abandon_on_pause(
+    fn: Callable[[], T], kind: str, name: str, token: PauseToken, runner: CallRunner | None = None
+) -> T:
+    """Run blocking ``fn`` on a runner thread (core/calls.py) with the caller's context vars and wait for it,
+    unless the pause comes first: then the call is abandoned (Python cannot kill a thread), its late result
+    discarded, and :class:`CallCancelled` raised."""
     started = time.monotonic()
-    context = contextvars.copy_context()  # the caller's context vars (e.g. the model-attempt sink)
-    threading.Thread(target=context.run, args=(target,), name=f"stateward-{kind}-{name}", daemon=True).start()
-    if wait_or_cancel(done, None, token, lambda: bool(box)) is None:
+    call = (runner or default_runner()).run(fn, None, token, context=contextvars.copy_context())
+    if call.outcome is Outcome.CANCELLED:
         raise CallCancelled(kind, name, elapsed_s=time.monotonic() - started)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return call.result()  # type: ignore[no-any-return]
 
 
 async def cancel_on_pause(awaitable: Awaitable[T], kind: str, name: str, token: PauseToken) -> T:
-    """Await ``awaitable`` as a task; cancel it (cooperatively) and raise :class:`CallCancelled` if the pause
-    comes first. The token's setter wakes the loop (``call_soon_threadsafe``): nothing polls."""
+    """Await ``awaitable`` in the calling task; cancel it (cooperatively) and raise :class:`CallCancelled` if
+    the pause comes first. The token's setter wakes the loop (``call_soon_threadsafe``): nothing polls. No
+    task of its own: the calling task is cancelled while it awaits the call, and un-cancelled after."""
     loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(awaitable)
+    task = asyncio.current_task()
+    assert task is not None, "cancel_on_pause runs in a task"
     started = loop.time()
+    awaiting = True
     paused = False
 
     def give_way() -> None:
         nonlocal paused
-        if not task.done():
+        if awaiting and not paused:  # on the loop's thread: the task is suspended in the await below
             paused = True
             task.cancel()
 
@@ -146,10 +125,14 @@ async def cancel_on_pause(awaitable: Awaitable[T], kind: str, name: str, token: 
 
     forget = token.on_set(on_pause)
     try:
-        return await task
+        value = await awaitable
     except asyncio.CancelledError:
-        if paused:
+        if paused and task.uncancel() == 0:  # our cancel alone: the task goes on, the call gave way
             raise CallCancelled(kind, name, elapsed_s=loop.time() - started) from None
         raise
     finally:
+        awaiting = False
         forget()
+    if paused:  # the call swallowed the cancel and answered: its answer stands, the task is not cancelled
+        task.uncancel()
+    return value

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
 from stateward.core.bridge import blocking, in_bridge, resolve, run_coroutine
+from stateward.core.calls import TooManyAbandonedCalls, run_off_loop
 from stateward.core.interrupt import CallCancelled, PauseToken, abandon_on_pause, cancel_on_pause, pause_token
 from stateward.core.model_io import ActionSpec, ModelReply, ModelRequest, Usage
+from stateward.models.errors import ServiceUnavailableError
 
 __all__ = [
     "ActionSpec",
@@ -95,6 +96,12 @@ class AsyncModel(Protocol):
 AnyModel = Model | AsyncModel
 
 
+def _as_async(model: AnyModel) -> AsyncModel | None:
+    """The model if it is an AsyncModel: ``isinstance`` without the runtime-protocol machinery, which costs
+    more than the rest of a scripted model call (asked at every call)."""
+    return cast(AsyncModel, model) if hasattr(model, "acomplete") and hasattr(model, "name") else None
+
+
 def complete(model: AnyModel, request: ModelRequest) -> ModelReply:
     """The one way controllers call a model, sync or async, under either Runtime.
 
@@ -136,29 +143,38 @@ def _complete(model: AnyModel, request: ModelRequest) -> ModelReply:
     token = pause_token.get()
     if token is not None:  # a pause asked meanwhile cancels the call (see core/interrupt.py)
         return _cancellable(model, request, token)
+    amodel = _as_async(model)
     if in_bridge():
-        if isinstance(model, AsyncModel):
-            return resolve(model.acomplete(request))
-        sync_model = model
+        if amodel is not None:
+            return resolve(amodel.acomplete(request))
+        sync_model = cast(Model, model)
         return blocking(lambda: sync_model.complete(request))
-    if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
-        return run_coroutine(model.acomplete(request))
-    return model.complete(request)
+    if amodel is not None and not hasattr(model, "complete"):
+        return run_coroutine(amodel.acomplete(request))
+    return cast(Model, model).complete(request)
 
 
 def _cancellable(model: AnyModel, request: ModelRequest, token: PauseToken) -> ModelReply:
     """The call, given up when the step's pause token is set: an async call's task is cancelled, a blocking
-    call's thread abandoned (its late reply discarded)."""
-    name = str(getattr(model, "name", "model"))
+    call's thread abandoned (its late reply discarded). While too many abandoned calls are still running in
+    this process, the call is refused unmade as the provider being unavailable (the run waits and retries)."""
+    try:
+        return _give_way(model, request, token, str(getattr(model, "name", "model")))
+    except TooManyAbandonedCalls as exc:
+        raise ServiceUnavailableError(str(exc), provider=provider_of(model), details=exc.details) from exc
+
+
+def _give_way(model: AnyModel, request: ModelRequest, token: PauseToken, name: str) -> ModelReply:
+    amodel = _as_async(model)
     if in_bridge():
-        if isinstance(model, AsyncModel):
-            return resolve(cancel_on_pause(model.acomplete(request), "model", name, token))
-        sync_model, context = model, contextvars.copy_context()
-        future = asyncio.get_running_loop().run_in_executor(None, context.run, sync_model.complete, request)
-        return resolve(cancel_on_pause(future, "model", name, token))
-    if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
-        return run_coroutine(cancel_on_pause(model.acomplete(request), "model", name, token))
-    sync, sink, gone = model, model_attempt_sink.get(), threading.Event()
+        if amodel is not None:
+            return resolve(cancel_on_pause(amodel.acomplete(request), "model", name, token))
+        sync_model, context = cast(Model, model), contextvars.copy_context()
+        waited = _off_loop(lambda: sync_model.complete(request), context)
+        return resolve(cancel_on_pause(waited, "model", name, token))
+    if amodel is not None and not hasattr(model, "complete"):
+        return run_coroutine(cancel_on_pause(amodel.acomplete(request), "model", name, token))
+    sync, sink, gone = cast(Model, model), model_attempt_sink.get(), threading.Event()
 
     def record(attempt: dict[str, Any]) -> None:
         if sink is not None and not gone.is_set():  # an abandoned call's later retries are not the run's
@@ -173,3 +189,9 @@ def _cancellable(model: AnyModel, request: ModelRequest, token: PauseToken) -> M
     except CallCancelled:
         gone.set()
         raise
+
+
+async def _off_loop(fn: Callable[[], ModelReply], context: contextvars.Context) -> ModelReply:
+    """A blocking model call on a runner thread, awaited without blocking the loop (abandoned if cancelled)."""
+    call = await run_off_loop(fn, context=context)
+    return call.result()  # type: ignore[no-any-return]

@@ -1,8 +1,10 @@
 """Running a handler under a timeout: the one place the gateway calls a handler, sync or ``async def``.
 
-Each synchronous call gets its own daemon thread: a handler that does not answer in time is abandoned,
-not killed (Python cannot kill a thread), and may still finish later. That is exactly the "response
-lost" case the side-effect journal and ``lookup`` reconcile; a shared pool would instead be starved by it.
+A synchronous call runs on a thread of the process's call runner (core/calls.py): a handler that does not
+answer in time is abandoned, not killed (Python cannot kill a thread), and may still finish later. That is
+exactly the "response lost" case the side-effect journal and ``lookup`` reconcile. The abandoned thread is
+never handed another call, so a stuck handler cannot starve later ones, as it would a plain pool; while too
+many abandoned calls are still running, a call is refused without running (SERVICE_UNAVAILABLE).
 
 An ``async def`` handler is awaited under ``asyncio.timeout``: natively on the loop under the async
 Runtime (see :mod:`stateward.core.bridge`), on a loop in its own thread under the synchronous one. At
@@ -13,16 +15,17 @@ executor treats both alike (TIMEOUT; a side effect is reconciled, never blindly 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
-import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from stateward.core.bridge import in_bridge, resolve
-from stateward.core.interrupt import CallCancelled, PauseToken, cancel_on_pause, wait_or_cancel
+from stateward.core.calls import Call, Outcome, TooManyAbandonedCalls, default_runner, run_off_loop
+from stateward.core.interrupt import CallCancelled, PauseToken, cancel_on_pause
+
+from .errors import ServiceUnavailable
 
 
 @dataclass(frozen=True)
@@ -35,27 +38,27 @@ class Finished:
 def run_with_timeout(
     fn: Callable[[], Any], timeout_s: float, *, name: str = "tool", token: PauseToken | None = None
 ) -> Finished:
-    """``fn()`` on its own daemon thread, waited for at most ``timeout_s``; with a ``token``, given up (abandoned,
+    """``fn()`` on a runner thread, waited for at most ``timeout_s``; with a ``token``, given up (abandoned,
     its late result discarded) with :class:`CallCancelled` as soon as a pause is asked."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # reported to the caller, never lost in the thread
-            box["error"] = exc
-        finally:
-            done.set()
-
     started = time.monotonic()
-    threading.Thread(target=target, name=f"stateward-tool-{name}", daemon=True).start()
-    answered = wait_or_cancel(done, timeout_s, token, lambda: bool(box))
-    if answered is None:
+    try:
+        call = default_runner().run(fn, timeout_s, token)
+    except TooManyAbandonedCalls as exc:
+        return _refused(exc)
+    return _finished(call, name, started)
+
+
+def _finished(call: Call, name: str, started: float) -> Finished:
+    if call.outcome is Outcome.CANCELLED:
         raise CallCancelled("tool", name, elapsed_s=time.monotonic() - started)
-    if not answered:
+    if call.outcome is Outcome.TIMED_OUT:
         return Finished(timed_out=True)
-    return Finished(value=box.get("value"), error=box.get("error"))
+    return Finished(value=call.value, error=call.error)
+
+
+def _refused(exc: TooManyAbandonedCalls) -> Finished:
+    """Not run at all: a refusal without action, which the gateway may retry (and journals as FAILED)."""
+    return Finished(error=ServiceUnavailable(str(exc), details=exc.details))
 
 
 def is_async_handler(handler: Callable[..., Any]) -> bool:
@@ -85,7 +88,7 @@ def call_handler(
             )
         )
     if in_bridge():
-        waited = _in_thread(lambda: handler(**kwargs), timeout_s, name=name)
+        waited = _off_loop(lambda: handler(**kwargs), timeout_s, name=name)
         return resolve(waited if token is None else cancel_on_pause(waited, "tool", name, token))
     return run_with_timeout(lambda: handler(**kwargs), timeout_s, name=name, token=token)
 
@@ -107,26 +110,12 @@ def _first(outer: Finished) -> Finished:
     return outer.value if isinstance(outer.value, Finished) else outer
 
 
-async def _in_thread(fn: Callable[[], Any], timeout_s: float, *, name: str) -> Finished:
-    """A blocking handler under the async Runtime: its own daemon thread (abandoned at the deadline, as
-    in ``run_with_timeout``), awaited without blocking the loop."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Finished] = loop.create_future()
-
-    def settle(fin: Finished) -> None:
-        if not done.done():
-            done.set_result(fin)
-
-    def target() -> None:
-        try:
-            fin = Finished(value=fn())
-        except BaseException as exc:  # reported to the caller, never lost in the thread
-            fin = Finished(error=exc)
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for this answer any more
-            loop.call_soon_threadsafe(settle, fin)
-
-    threading.Thread(target=target, name=f"stateward-tool-{name}", daemon=True).start()
+async def _off_loop(fn: Callable[[], Any], timeout_s: float, *, name: str) -> Finished:
+    """A blocking handler under the async Runtime: on a runner thread (abandoned at the deadline, as in
+    ``run_with_timeout``, or when the awaiting task is cancelled), awaited without blocking the loop."""
+    started = time.monotonic()
     try:
-        return await asyncio.wait_for(asyncio.shield(done), timeout_s)
-    except TimeoutError:
-        return Finished(timed_out=True)
+        call = await run_off_loop(fn, timeout_s=timeout_s)
+    except TooManyAbandonedCalls as exc:
+        return _refused(exc)
+    return _finished(call, name, started)
