@@ -31,9 +31,9 @@ def _approve(db: Path, run_id: str, **otel: str) -> tuple[dict[str, Any], list[s
     after its summary: the console exporter's spans)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(otel)
+    command = ["approve", run_id, "approval_001", "--db", str(db), "--json"]
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "stateward.cli.main"]
-        + ["approve", run_id, "approval_001", "--db", str(db), "--json"],
+        [sys.executable, "-X", "importtime", "-m", "stateward.cli.main", *command],
         env=env,
         capture_output=True,
         text=True,
