@@ -6,8 +6,9 @@ default: the OpenTelemetry API's global no-op), ``sdk, no-op exporter`` (the SDK
 MeterProvider, spans batched to an exporter that drops them) and ``batch OTLP`` (the SDK batching spans
 to a real OTLP/HTTP receiver in another process; queued spans are flushed inside the timed run). Variants
 run interleaved, ``--rounds`` times (8), each round starting with the next variant. The figure per
-variant is the median process CPU time of its runs (the exporter's thread included) as a ratio to the
-untraced median of the same process: on a shared machine CPU time is the stable figure; wall time is
+variant is the median process CPU time of its runs (the exporter's thread included; each run starts
+after a full collection, so no run pays for the garbage of the one before) as a ratio to the untraced
+median of the same process: on a shared machine CPU time is the stable figure; wall time is
 printed beside it. Targets: no provider <= 1.02x, batch OTLP <= 1.3x.
 
 The floors, beside the ratios: the spans of one traced run (kept by an extra run) replayed through a
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import os
 import pstats
@@ -113,6 +115,7 @@ def one_run(tmp: Path, name: str, variant: Variant, n: int) -> tuple[float, floa
     """Wall and process CPU seconds of one run (CPU includes the exporter's thread: its cost is real)."""
     path = tmp / f"{name}-{time.monotonic_ns()}.db"
     runtime = Runtime(SQLiteStore(path, synchronous="NORMAL"), telemetry=variant.telemetry)
+    gc.collect()  # the garbage of the run before (a traced one's spans) is not charged to this one
     try:
         wall, cpu = time.perf_counter(), time.process_time()
         state = runtime.start(loop_agent(n), "call noop until done")
