@@ -56,3 +56,33 @@ def test_every_public_name_resolves_and_says_why_it_exists(module_name: str) -> 
         if not doc or not doc.strip() or doc.startswith(f"{value.__name__}("):
             undocumented.append(name)
     assert undocumented == []
+
+
+def public_members(cls: type) -> list[str]:
+    """The methods and properties a class of ours defines itself (not pydantic's, not Enum's)."""
+    fields = set(getattr(cls, "__dataclass_fields__", ())) | set(getattr(cls, "model_fields", ()))
+    names = []
+    for name, value in vars(cls).items():
+        if name.startswith("_") or name in fields:  # a field whose default is a function is data
+            continue
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if inspect.isfunction(value) or isinstance(value, property):
+            names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_every_public_method_of_a_public_class_says_why(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    undocumented = []
+    for name in module.__all__:
+        value = getattr(module, name)
+        if not inspect.isclass(value) or not value.__module__.startswith("stateward"):
+            continue
+        for member in public_members(value):
+            # getdoc walks the MRO: an implementation of a documented protocol method inherits its why.
+            doc = inspect.getdoc(getattr(value, member))
+            if not doc or not doc.strip():
+                undocumented.append(f"{name}.{member}")
+    assert undocumented == []

@@ -105,6 +105,7 @@ class PlanAndExecuteController:
         self.planner = planner
 
     def decide(self, ctx: DecisionContext) -> Proposal:
+        """Plan once (again after a rejected plan), then propose the plan's next step."""
         memo = PlanExecuteMemo.model_validate(ctx.state.memo)
         answer = ctx.state.last_answer
         needs_plan = memo.plan is None or (

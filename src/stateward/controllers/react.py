@@ -40,6 +40,7 @@ class ReActController:
         self.max_repeats = max_repeats
 
     def decide(self, ctx: DecisionContext) -> Proposal:
+        """Ask the model for the next action; stop with NO_PROGRESS when it repeats itself."""
         visible = tuple(ctx.actions) if self.actions is None else self.actions
         if self.max_repeats is not None and repeating(ctx.observations, self.max_repeats):
             stop = ControlDecision(type=DecisionType.FAIL, reason=NO_PROGRESS)

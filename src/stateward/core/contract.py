@@ -222,6 +222,7 @@ class DecisionContext:
         }
 
     def specs(self, names: Sequence[str]) -> list[ActionSpec]:
+        """The specs of the named actions this run may take, skipping names it may not."""
         return [self.actions[n] for n in names if n in self.actions]
 
     def request(self, **fields: Any) -> ModelRequest:
@@ -287,7 +288,8 @@ class Controller(Protocol):
 
     mode: str
 
-    def decide(self, ctx: DecisionContext) -> Proposal: ...
+    def decide(self, ctx: DecisionContext) -> Proposal:
+        """Propose the next step for the run in ``ctx``; the Runtime validates it and alone changes state."""
 
 
 WaitPolicy = Callable[[ControlDecision, RunState], WaitCheck]

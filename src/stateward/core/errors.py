@@ -247,6 +247,7 @@ class StatewardError(Exception):
         self.details = details or {}
 
     def to_dict(self) -> dict[str, Any]:
+        """The error as JSON-ready data (stable code, message, details) for the CLI and HTTP answers."""
         out: dict[str, Any] = {"code": str(self.code), "message": self.message}
         if self.details:
             out["details"] = self.details

@@ -106,6 +106,7 @@ class Grant(BaseModel):
 
     @property
     def digest(self) -> str:
+        """The digest of the action this grant admits, so an approval cannot be spent on another action."""
         return self.action.digest
 
 

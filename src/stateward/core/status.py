@@ -21,10 +21,12 @@ class RunStatus(StrEnum):
 
     @property
     def is_terminal(self) -> bool:
+        """True for statuses a run never leaves (completed, failed, cancelled, ...)."""
         return self in TERMINAL_STATUSES
 
     @property
     def is_suspended(self) -> bool:
+        """True for statuses in which the run is stopped until someone resumes it: a wait for an answer, or a pause."""
         return self in SUSPENDED_STATUSES
 
 

@@ -106,6 +106,7 @@ class AnthropicModel:
         return classify_sdk_error(exc, anthropic, provider=self.provider, secrets=[self._secret])
 
     def complete(self, request: ModelRequest) -> ModelReply:
+        """One Messages API call; tool inputs are re-read strictly from the raw body."""
         _, args = self._create_args(request)
         started = time.monotonic()
         try:

@@ -77,7 +77,8 @@ class Model(Protocol):
 
     name: str
 
-    def complete(self, request: ModelRequest) -> ModelReply: ...
+    def complete(self, request: ModelRequest) -> ModelReply:
+        """Answer one request; raise ``ModelCallError`` on a failed call so the runtime can classify it."""
 
 
 @runtime_checkable
@@ -87,7 +88,8 @@ class AsyncModel(Protocol):
 
     name: str
 
-    async def acomplete(self, request: ModelRequest) -> ModelReply: ...
+    async def acomplete(self, request: ModelRequest) -> ModelReply:
+        """Answer one request without blocking the event loop; raise ``ModelCallError`` on a failed call."""
 
 
 AnyModel = Model | AsyncModel

@@ -123,6 +123,7 @@ class OpenAICompatibleModel:
         return classify_sdk_error(exc, openai, provider=self.provider, secrets=[self._secret])
 
     def complete(self, request: ModelRequest) -> ModelReply:
+        """One Chat Completions call, its failures mapped to ``ModelCallError`` kinds."""
         native, args = self._create_args(request)
         started = time.monotonic()
         try:

@@ -75,6 +75,7 @@ class RecordingModel:
                 fh.write(line + "\n")
 
     def complete(self, request: ModelRequest) -> ModelReply:
+        """Call the inner model and append the request and its answer (or failure) to the recording."""
         entry: dict[str, Any] = {
             "key": request_key(request),
             "model": self.name,
@@ -121,6 +122,7 @@ class ReplayModel:
         self._lock = threading.Lock()
 
     def complete(self, request: ModelRequest) -> ModelReply:
+        """Answer from the recording by the request's key; a request it never saw raises ReplayMissError."""
         key = request_key(request)
         answers = self._answers.get(key)
         if not answers:

@@ -74,6 +74,7 @@ class RetryingModel:
         return float(max(backoff, error.retry_after_s or 0.0))
 
     def complete(self, request: ModelRequest) -> ModelReply:
+        """Call the inner model, retrying retryable failures with backoff up to ``max_attempts``."""
         attempt = 1
         while True:
             try:

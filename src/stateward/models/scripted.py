@@ -36,6 +36,7 @@ class ScriptedModel:
         self.calls: list[ModelRequest] = []
 
     def complete(self, request: ModelRequest) -> ModelReply:
+        """Answer from the policy, deterministically, and remember the request."""
         self.calls.append(request)
         return scripted_reply(request, self._policy(request), self.name)
 
@@ -68,6 +69,7 @@ class AsyncScriptedModel:
         self.calls: list[ModelRequest] = []
 
     async def acomplete(self, request: ModelRequest) -> ModelReply:
+        """Wait ``latency_s`` (a stand-in for a provider's round trip), then answer from the policy."""
         self.calls.append(request)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)

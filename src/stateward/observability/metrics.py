@@ -130,6 +130,7 @@ class MetricsBatch:
         return len(self._measures) + len(self._counts)
 
     def events(self, events: Sequence[NewEvent]) -> None:
+        """Keep the counter increments of what the run just recorded."""
         counts = self._counts
         for event in events:
             for signal, attrs in signals_of(event.type, event.payload):
@@ -138,9 +139,11 @@ class MetricsBatch:
                 counts[key] = (attrs, 1) if found is None else (found[0], found[1] + 1)
 
     def model_call(self, call: ModelCall) -> None:
+        """Keep one chat call's duration and token counts."""
         self._measures.extend(self._metrics.chat_measures(call))
 
     def tool_call(self, seconds: float, attrs: Mapping[str, str]) -> None:
+        """Keep one gateway call's duration."""
         self._measures.append(("tool_duration", seconds, attrs))
 
     def hand_over(self) -> None:

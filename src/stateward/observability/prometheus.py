@@ -28,6 +28,7 @@ class MetricsEndpoint:
     _provider: Any
 
     def close(self) -> None:
+        """Stop serving and shut the meter provider down."""
         self._server.shutdown()
         self._server.server_close()
         self._provider.shutdown()

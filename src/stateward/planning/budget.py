@@ -87,6 +87,7 @@ class BudgetLimits(_Frozen):
     max_cost: NonNegativeFloat | None = None
 
     def limit(self, dimension: str) -> float | None:
+        """The limit of one budget dimension by its name, or None when it is unlimited."""
         name = "max_total_attempts" if dimension == "attempts" else f"max_{dimension}"
         value: float | None = getattr(self, name)
         return value
@@ -108,6 +109,7 @@ class BudgetRemaining(_Frozen):
         return not self.shortfalls(need)
 
     def shortfalls(self, need: BudgetAmount) -> list[dict[str, Any]]:
+        """The dimensions in which ``need`` exceeds what is left, with both amounts."""
         out: list[dict[str, Any]] = []
         for d in DIMENSIONS:
             left: float | None = getattr(self, d)
@@ -137,6 +139,7 @@ class BudgetLedger(_Frozen):
     # ----------------------------------------------------------------- reading
 
     def total_reserved(self) -> BudgetAmount:
+        """The sum of every open reservation, counted against what is left before it is spent."""
         total = BudgetAmount()
         for amount in self.reserved.values():
             total = total + amount
@@ -147,6 +150,7 @@ class BudgetLedger(_Frozen):
         return self.used + self.total_reserved()
 
     def remaining(self) -> BudgetRemaining:
+        """What is left in each dimension after committed spending; None where there is no limit."""
         committed = self.committed()
         values: dict[str, float | None] = {}
         for d in DIMENSIONS:
@@ -163,6 +167,7 @@ class BudgetLedger(_Frozen):
         return [d for d in DIMENSIONS if (lim := self.limits.limit(d)) is not None and getattr(self.used, d) > lim]
 
     def reflections_left(self, artifact: str) -> int | None:
+        """How many more reflection rounds ``artifact`` may have; None where there is no limit."""
         limit = self.limits.max_reflections_per_artifact
         return None if limit is None else max(limit - self.reflections.get(artifact, 0), 0)
 

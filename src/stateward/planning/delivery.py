@@ -46,6 +46,7 @@ class FindingRisk(StrEnum):
 
     @property
     def rank(self) -> int:
+        """The risk's order, so the highest risk of several can be chosen."""
         return _RISK_RANK[self]
 
     @classmethod
@@ -91,6 +92,7 @@ class RiskAssessment(_Frozen):
 
     @property
     def needs_human(self) -> bool:
+        """True when the risk is handled by a human (a decision or an approval), not automatically."""
         return self.handling in (RiskHandling.HUMAN, RiskHandling.FLAG_FOR_APPROVAL)
 
     @property
@@ -155,6 +157,7 @@ class DegradationRung(StrEnum):
 
     @property
     def rank(self) -> int:
+        """The rung's position on the degradation ladder; a higher rank delivers less."""
         return LADDER.index(self)
 
 
@@ -175,11 +178,13 @@ class DeliveryFacts(_Frozen):
 
     @property
     def missing_scope(self) -> tuple[str, ...]:
+        """The expected scope items no delivered fact covers, in their expected order."""
         covered = set(self.covered_scope)
         return tuple(s for s in self.expected_scope if s not in covered)
 
     @property
     def coverage(self) -> float:
+        """The share of the expected scope that is covered (1.0 when nothing was expected)."""
         if not self.expected_scope:
             return 1.0
         covered = set(self.covered_scope)
@@ -251,6 +256,7 @@ class PartialDelivery(_Frozen):
         return line
 
     def summary(self) -> str:
+        """A plain-text account of what was delivered, why it is partial, and what is missing."""
         lines = [
             f"Goal: {self.original_goal}",
             f"Delivered as: {self.rung.value} ({self.reason_code}: {self.reason})",
@@ -321,6 +327,7 @@ class HandoffPackage(_Frozen):
 
     @property
     def option_ids(self) -> tuple[str, ...]:
+        """The ids of the options offered to the human, in order."""
         return tuple(o.option_id for o in self.options)
 
     def to_question(self) -> str:

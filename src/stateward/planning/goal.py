@@ -255,10 +255,12 @@ class GoalAssessment(_Frozen):
 
     @property
     def failed(self) -> bool:
+        """True when a failure criterion of the goal contract was met."""
         return bool(self.failures)
 
     @property
     def succeeded(self) -> bool:
+        """True when every success criterion is met and no failure criterion is."""
         return not self.unmet and not self.failures
 
 

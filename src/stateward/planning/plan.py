@@ -167,6 +167,7 @@ class Plan(_Frozen):
         return next((w for w in self.work_items if w.work_item_id == work_item_id), None)
 
     def to_document(self) -> dict[str, Any]:
+        """The plan as JSON-ready data, as it is stored and versioned."""
         return self.model_dump(mode="json")
 
 

@@ -133,6 +133,7 @@ class ProgressVerdict(_Frozen):
 
     @property
     def should_stop(self) -> bool:
+        """True unless the verdict is to continue."""
         return self.signal is not ProgressSignal.CONTINUE
 
 
@@ -157,6 +158,7 @@ class ProgressTracker(_Frozen):
 
     @classmethod
     def start(cls, max_react_steps: int, **config: Any) -> ProgressTracker:
+        """A tracker for a fresh bounded ReAct loop of at most ``max_react_steps`` steps."""
         return cls(config=ProgressConfig(max_react_steps=max_react_steps, **config))
 
     # ----------------------------------------------------------------- before a step
@@ -289,6 +291,7 @@ class ProgressTracker(_Frozen):
     # ----------------------------------------------------------------- results
 
     def remaining_steps(self) -> int:
+        """How many steps the bounded loop may still take."""
         return max(self.config.max_react_steps - self.steps_taken, 0)
 
     def partial_result(self, verdict: ProgressVerdict, found: Iterable[str] = ()) -> PartialResult:

@@ -105,6 +105,7 @@ class TerminationRecord(_Frozen):
 
     @property
     def stops(self) -> bool:
+        """True unless the decision is to continue."""
         return self.decision is not TerminationDecision.CONTINUE
 
 

@@ -84,6 +84,7 @@ class ValidationReport(BaseModel):
 
     @classmethod
     def from_issues(cls, issues: Iterable[Issue]) -> ValidationReport:
+        """A report whose verdict follows from the issues: any rejecting code rejects, others ask to revise."""
         found = tuple(issues)
         if any(i.code in REJECT_CODES for i in found):
             verdict = Verdict.REJECT
@@ -95,9 +96,11 @@ class ValidationReport(BaseModel):
 
     @property
     def codes(self) -> set[IssueCode]:
+        """The distinct issue codes found."""
         return {i.code for i in self.issues}
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data for events and the CLI."""
         return self.model_dump(mode="json")
 
 

@@ -185,6 +185,7 @@ class AgentRegistry:
         return len(self._agents)
 
     def names(self) -> list[str]:
+        """The registered agent names, sorted, as `stateward agents list` prints them."""
         return sorted(self._agents)
 
     def ref(self, name: str, params: Mapping[str, Any] | None = None) -> AgentRef:

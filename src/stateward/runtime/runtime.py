@@ -128,6 +128,7 @@ class Runtime:
         return origin._registry
 
     def close(self) -> None:
+        """Release the store (and the pool that async entry points use); the Runtime is unusable afterwards."""
         origin = self._origin
         if origin._store_pool is not None:
             origin._store_pool.shutdown(wait=True)
@@ -386,6 +387,7 @@ class Runtime:
         digest: str | None = None,
         drive: bool = True,
     ) -> AnswerResult:
+        """Reject the request; the run resumes knowing the action was refused, and the grant is never issued."""
         who = Answerer(by=by, tenant=tenant, roles=roles, digest=digest, drive=drive)
         return self._answer(run_id, request_id, "rejected", who, comment)
 
@@ -400,6 +402,7 @@ class Runtime:
         roles: frozenset[str] = frozenset(),
         drive: bool = True,
     ) -> AnswerResult:
+        """Answer a request for input with text; with ``drive`` the run continues in this process."""
         who = Answerer(by=by, tenant=tenant, roles=roles, drive=drive)
         return self._answer(run_id, request_id, "replied", who, text)
 

@@ -26,6 +26,7 @@ class ArtifactRecord(BaseModel):
 
     @property
     def ref(self) -> str:
+        """The artifact's stable reference, ``name:vN``, as events and reports cite it."""
         return f"{self.name}:v{self.version}"
 
 

@@ -41,6 +41,7 @@ class CircuitBreaker:
         self._clock = clock
 
     def state(self, tool: str) -> BreakerState:
+        """The tool's breaker state (CLOSED when it never tripped)."""
         return self._store.get_breaker(tool) or BreakerState(tool=tool)
 
     def _now(self) -> datetime:
@@ -107,4 +108,5 @@ class CircuitBreaker:
         self._put(tool, position, failures)
 
     def reset(self, tool: str) -> None:
+        """Close the tool's breaker, as an operator does after fixing the cause."""
         self._put(tool, BreakerPosition.CLOSED)

@@ -67,6 +67,7 @@ class ToolGateway:
         )
 
     def invoke(self, call: ToolCall, ctx: CallContext) -> ToolOutcome:
+        """Pass the call through the stages in order (schema, permission, approval...); run it if none refuses."""
         st = CallState(call=call, ctx=ctx)
         for stage in self._stages:
             refusal = stage(st)
@@ -123,6 +124,7 @@ class ToolGateway:
         return status
 
     def breaker_state(self, tool: str) -> BreakerState:
+        """The tool's breaker state, for inspection."""
         return self._breaker.state(tool)
 
     def reset_breaker(self, tool: str) -> None:

@@ -16,18 +16,22 @@ class InMemoryGatewayStore:
         self._side_effects: dict[str, SideEffectRecord] = {}
 
     def get_breaker(self, tool: str) -> BreakerState | None:
+        """The tool's breaker state, or None if it never tripped."""
         with self._lock:
             return self._breakers.get(tool)
 
     def put_breaker(self, state: BreakerState) -> None:
+        """Store a tool's breaker state."""
         with self._lock:
             self._breakers[state.tool] = state
 
     def get_side_effect(self, idempotency_key: str) -> SideEffectRecord | None:
+        """The journal record under an idempotency key, or None."""
         with self._lock:
             return self._side_effects.get(idempotency_key)
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
+        """Store a journal record; a second idempotency key for a grant the run already spent is refused."""
         with self._lock:
             if record.grant_id is not None and any(
                 other.run_id == record.run_id

@@ -14,11 +14,14 @@ class GatewayStore(Protocol):
     """What the gateway needs from durable storage: breakers and the side-effect journal. Both stores implement it; so
     does InMemoryGatewayStore."""
 
-    def get_breaker(self, tool: str) -> BreakerState | None: ...
+    def get_breaker(self, tool: str) -> BreakerState | None:
+        """The tool's breaker state, or None if it never tripped."""
 
-    def put_breaker(self, state: BreakerState) -> None: ...
+    def put_breaker(self, state: BreakerState) -> None:
+        """Store a tool's breaker state."""
 
-    def get_side_effect(self, idempotency_key: str) -> SideEffectRecord | None: ...
+    def get_side_effect(self, idempotency_key: str) -> SideEffectRecord | None:
+        """The journal record under an idempotency key, or None."""
 
     def put_side_effect(self, record: SideEffectRecord) -> None:
         """Committed immediately (its own transaction): it must survive a crash of the step.

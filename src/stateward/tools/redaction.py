@@ -41,6 +41,7 @@ class RedactionRules(BaseModel):
 
     @property
     def empty(self) -> bool:
+        """True when nothing is redacted, so the gateway can skip the redaction pass."""
         return not self.fields and not self.patterns
 
     def text(self, value: str) -> str:

@@ -21,6 +21,7 @@ class ToolRegistry:
             self.register(spec)
 
     def register(self, spec: ToolSpec) -> ToolSpec:
+        """Add a tool; a second tool under the same name is refused with DUPLICATE_TOOL."""
         with self._lock:
             if spec.name in self._tools:
                 raise UserError(f"tool {spec.name!r} is already registered", code=ErrorCode.DUPLICATE_TOOL)
@@ -28,6 +29,7 @@ class ToolRegistry:
         return spec
 
     def get(self, name: str) -> ToolSpec | None:
+        """The tool registered under ``name``, or None."""
         with self._lock:
             return self._tools.get(name)
 
@@ -39,6 +41,7 @@ class ToolRegistry:
             self._tools[name] = self._tools[name].model_copy(update={"available": available})
 
     def names(self) -> list[str]:
+        """The registered tool names, sorted."""
         with self._lock:
             return sorted(self._tools)
 

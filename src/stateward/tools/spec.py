@@ -81,12 +81,14 @@ class ToolContext:
     _artifacts: list[ArtifactDraft] = field(default_factory=list, repr=False)
 
     def emit_artifact(self, name: str, content: str, media_type: str = "text/markdown") -> ArtifactDraft:
+        """Record an artifact the tool produced; it is stored with the step that ran the tool."""
         draft = ArtifactDraft(name=name, content=content, media_type=media_type)
         self._artifacts.append(draft)
         return draft
 
     @property
     def artifacts(self) -> list[ArtifactDraft]:
+        """A copy of the artifacts emitted so far in this call."""
         return list(self._artifacts)
 
 
@@ -185,6 +187,7 @@ class ToolSpec(BaseModel):
         return validated.model_dump(mode="json")
 
     def handler_kwargs(self, validated: BaseModel, context: ToolContext) -> dict[str, Any]:
+        """The keyword arguments the handler is called with: validated fields, plus the context if it asks."""
         if isinstance(validated, json_args.JsonArgs):
             return {"arguments": validated.root, "context": context}
         kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}

@@ -128,4 +128,5 @@ class ToolOutcome(BaseModel):
 
     @property
     def handler_calls(self) -> int:
+        """How many attempts actually called the handler (a refused or reconciled attempt did not)."""
         return sum(1 for a in self.attempts if a.handler_called)

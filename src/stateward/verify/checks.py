@@ -261,7 +261,8 @@ class ModelCheck(Protocol):
 
     name: str
 
-    def judge(self, artifact: ArtifactVersion, context: CheckContext) -> ModelJudgement | Mapping[str, Any] | str: ...
+    def judge(self, artifact: ArtifactVersion, context: CheckContext) -> ModelJudgement | Mapping[str, Any] | str:
+        """Judge the artifact; the answer is parsed into a verdict, and anything unparsable is UNKNOWN."""
 
 
 def run_model_check(check: ModelCheck, artifact: ArtifactVersion, ctx: CheckContext) -> CheckResult:
@@ -304,6 +305,7 @@ class CheckSuite:
     model_checks: tuple[ModelCheck, ...] = field(default=())
 
     def run(self, artifact: ArtifactVersion) -> tuple[CheckResult, ...]:
+        """Run every rule check and model check on the artifact, in order."""
         results = [check(artifact, self.context) for check in self.checks]
         results += [run_model_check(m, artifact, self.context) for m in self.model_checks]
         return tuple(results)

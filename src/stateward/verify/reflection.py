@@ -44,6 +44,7 @@ class ReflectionOutcome(BaseModel):
 
     @property
     def accepted(self) -> bool:
+        """True when the reflection accepted the artifact."""
         return self.decision.outcome is VerificationOutcome.ACCEPT
 
 

@@ -112,6 +112,7 @@ class Report(_Frozen):
         return tuple(dict.fromkeys(refs))
 
     def highest_risk(self) -> FindingRisk:
+        """The highest risk among the report's claims and module risks."""
         return FindingRisk.highest([c.risk for c in self.claims] + [m.risk for m in self.module_risks])
 
     def to_content(self) -> str:
@@ -131,12 +132,14 @@ class ArtifactVersion(_Frozen):
 
     @property
     def ref(self) -> str:
+        """The version's stable reference, ``name:vN``."""
         return f"{self.name}:v{self.version}"
 
     @classmethod
     def create(
         cls, name: str, content: str | Report, *, version: int = 1, parent: str | None = None
     ) -> ArtifactVersion:
+        """A version of ``content`` with its hash, so later versions can cite their parent."""
         text = content.to_content() if isinstance(content, Report) else content
         return cls(name=name, version=version, content=text, sha256=sha256_hex(text), parent=parent)
 

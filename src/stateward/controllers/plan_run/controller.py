@@ -46,6 +46,7 @@ class PlanRunController:
         self.delivery = DeliverySteps(self)
 
     def decide(self, ctx: DecisionContext) -> Proposal:
+        """Propose the plan run's next step: plan, validate, run a work item, verify, or deliver."""
         memo = (
             PlanRunMemo.model_validate(ctx.state.memo)
             if ctx.state.memo
@@ -162,6 +163,7 @@ class PlanRunController:
     def schedule(
         self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
     ) -> Proposal:
+        """Choose the next ready work item (replanning first on new facts), or deliver when none is left."""
         replanned = self.planning.replan_on_new_facts(ctx, memo, notes)
         if replanned is not None:
             return replanned
