@@ -14,9 +14,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from stateward import Agent, AgentRegistry, ReActController, RunStatus, Runtime, ToolRegistry, tool
+from stateward import Agent, AgentRegistry, Budget, ReActController, RunStatus, Runtime, ToolRegistry, tool
 from stateward.models.base import ModelRequest
 from stateward.observability import ContentPolicy, Telemetry
+from stateward.observability.spans import HAND_OVER_EVERY
 from stateward.testing import ScriptedModel
 from stateward.tools import RetryPolicy, ServiceUnavailable
 from stateward.tools.redaction import REDACTED
@@ -194,6 +195,9 @@ def test_a_plan_run_nests_plan_work_items_attempts_and_their_calls(tmp_path: Pat
     outcomes = {str((v.attributes or {})["stateward.verification.outcome"]) for v in verifies}
     assert len(outcomes) >= 2  # report v1 fails (a repair), v2 passes
     assert all(s.context.trace_id == segment.context.trace_id for s in spans)
+    # Queued call spans reach the exporter before the span they sit under ends (children first, as unqueued).
+    order = {s.context.span_id: i for i, s in enumerate(spans)}
+    assert all(order[s.context.span_id] < order[parent_id(s) or 0] for s in spans if (parent_id(s) or 0) in order)
     proc.runtime.close()
 
 
@@ -232,4 +236,40 @@ def test_a_tool_span_covers_its_call_and_names_only_what_is_not_routine(db: Path
         routine.attributes or {}
     )
     assert str((routine.attributes or {})["gen_ai.tool.call.id"]).startswith("idem_")
+    proc.runtime.close()
+
+
+def test_a_long_drive_hands_its_spans_over_as_it_goes(db: Path) -> None:
+    """A segment queues finished spans for the SDK, but never more than HAND_OVER_EVERY items (spans and
+    measurements) wait: the exporter sees a long run's spans while it runs, and every one once it ends."""
+    steps = 2 * HAND_OVER_EVERY
+    proc = Process(db)
+    exported_at_call: list[int] = []
+
+    @tool
+    def tick(i: int) -> int:
+        """Notes how many spans the exporter already has."""
+        exported_at_call.append(len(proc.spans()))
+        return i
+
+    def ticks(request: ModelRequest) -> dict[str, Any]:
+        if len(request.observations) < steps:
+            return {"type": "EXECUTE_TOOL", "action": "tick", "args": {"i": len(request.observations)}}
+        return {"type": "FINISH", "reason": "done"}
+
+    ticker = Agent(
+        name="ticker",
+        controller=ReActController(ScriptedModel(ticks)),
+        tools=ToolRegistry([tick]),
+        budget=Budget(max_steps=steps + 1),
+    )
+    run = proc.runtime.start(ticker, "go")
+    assert run.status is RunStatus.COMPLETED
+    # Before call i, i steps were done (a chat and an execute_tool span each); at most the queue's bound waits.
+    finished_before_last_call = 2 * (steps - 1)
+    assert exported_at_call[-1] >= finished_before_last_call - HAND_OVER_EVERY
+    spans = proc.spans()
+    assert len(by_name(spans, "execute_tool tick")) == steps and len(by_name(spans, "chat ")) == steps + 1
+    (segment,) = by_name(spans, "invoke_agent")
+    assert all(s.context.trace_id == segment.context.trace_id for s in spans)
     proc.runtime.close()

@@ -1,7 +1,8 @@
 """Telemetry of runs: OpenTelemetry spans and metrics at the Runtime's seams, and the same figures from
 the event log (``stateward stats``). Only the OpenTelemetry API is imported on the hot path; the SDK,
 exporters and Prometheus live in the ``otel`` extra and are imported only when asked for (``sdk.py``,
-``prometheus.py``). Names are imported on first use (PEP 562): the Runtime pays only for tracing.
+``prometheus.py``), and the API itself only once something may be configured (``otel_state.py``). Names
+are imported on first use (PEP 562).
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ if TYPE_CHECKING:
     from stateward.observability.prometheus import MetricsEndpoint, serve_metrics
     from stateward.observability.sdk import configure_from_env
     from stateward.observability.signals import Signal, signals_of
+    from stateward.observability.spans import Segment
     from stateward.observability.stats import StatsReport, compute_stats
-    from stateward.observability.tracing import Segment, Telemetry
+    from stateward.observability.tracing import Telemetry
 
 _EXPORTS = {
     "ContentPolicy": "stateward.observability.content",
     "MetricsEndpoint": "stateward.observability.prometheus",
     "RunMetrics": "stateward.observability.metrics",
-    "Segment": "stateward.observability.tracing",
+    "Segment": "stateward.observability.spans",
     "Signal": "stateward.observability.signals",
     "StatsReport": "stateward.observability.stats",
     "Telemetry": "stateward.observability.tracing",

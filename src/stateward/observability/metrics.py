@@ -3,18 +3,22 @@
 GenAI client metrics follow the semantic conventions (``gen_ai.client.token.usage``,
 ``gen_ai.client.operation.duration``); every :class:`~stateward.observability.signals.Signal` is a
 counter ``stateward.<name>`` (Prometheus: ``stateward_<name>_total``), moved by the events a run records.
+The instruments are made on first use, and only once OpenTelemetry may have a provider behind it
+(``otel_state.py``): until then nothing is recorded, and the API is not even imported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-from opentelemetry import metrics
-from opentelemetry.metrics import Counter, Histogram, MeterProvider
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from stateward.core.events import NewEvent
 from stateward.models.base import ModelCall
+from stateward.observability.otel_state import METRICS_API, may_be_configured
 from stateward.observability.signals import Signal, signals_of
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Counter, Histogram, MeterProvider
 
 METER_NAME = "stateward"
 # The conventions' advised bucket boundaries (seconds; tokens).
@@ -23,6 +27,7 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4
 
 
 _ChatAttributes = tuple[dict[str, str], dict[str, str], dict[str, str]]
+Measure = tuple[str, float, Mapping[str, str]]  # a histogram of ``_Instruments`` by name, a value, its attributes
 _MAX_CACHED = 256
 
 
@@ -30,8 +35,132 @@ class RunMetrics:
     """Counters and histograms of runs, fed by the driver's observer (one instance per process is enough)."""
 
     def __init__(self, provider: MeterProvider | None = None):
-        self._given = provider is not None
-        meter = (provider or metrics.get_meter_provider()).get_meter(METER_NAME)
+        """``provider``: where to record (default: the global provider, looked up when first needed)."""
+        self._provider = provider
+        self._instruments: _Instruments | None = None
+        self._chat: dict[tuple[str, str, str | None], _ChatAttributes] = {}
+
+    @property
+    def active(self) -> bool:
+        """Whether anything reads these instruments: a provider was given, or one was set globally since
+        (until then the API's global provider is a proxy with nothing behind it)."""
+        if self._provider is not None:
+            return True
+        if not may_be_configured(METRICS_API):
+            return False
+        from opentelemetry import metrics
+
+        return type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
+
+    def _made(self) -> _Instruments | None:
+        """The instruments, made on first use; None (record nothing) while no provider can be behind them."""
+        made = self._instruments
+        if made is None and (self._provider is not None or may_be_configured(METRICS_API)):
+            from opentelemetry import metrics
+
+            made = self._instruments = _Instruments(self._provider or metrics.get_meter_provider())
+        return made
+
+    def events(self, events: Sequence[NewEvent]) -> None:
+        """Count what the run just recorded."""
+        made = self._made()
+        if made is None:
+            return
+        for event in events:
+            for signal, attrs in signals_of(event.type, event.payload):
+                made.counters[signal].add(1, attrs)
+
+    def model_call(self, call: ModelCall) -> None:
+        """Token usage and duration of one chat call (``error.type`` on a failed one)."""
+        self.record(self.chat_measures(call))
+
+    def tool_call(self, seconds: float, attrs: Mapping[str, str]) -> None:
+        """Duration of one call through the Tool Gateway, by tool and status."""
+        self.record((("tool_duration", seconds, attrs),))
+
+    def chat_measures(self, call: ModelCall) -> list[Measure]:
+        """What one chat call records: its duration, and its input and output tokens when it answered."""
+        attrs, inputs, outputs = self._chat_attributes(call.provider, call.model, call.error_code)
+        measures: list[Measure] = [("operation_duration", (call.ended_ns - call.started_ns) / 1e9, attrs)]
+        if call.reply is not None:
+            usage = call.reply.usage
+            measures.append(("token_usage", usage.input_tokens, inputs))
+            measures.append(("token_usage", usage.output_tokens, outputs))
+        return measures
+
+    def record(self, measures: Iterable[Measure]) -> None:
+        """Record histogram measurements (the ``_Instruments`` attribute named by each)."""
+        made = self._made()
+        if made is not None:
+            for name, value, attrs in measures:
+                getattr(made, name).record(value, attrs)
+
+    def add(self, counts: Iterable[tuple[Signal, Mapping[str, str], int]]) -> None:
+        """Move counters by the given amounts."""
+        made = self._made()
+        if made is not None:
+            for signal, attrs, n in counts:
+                made.counters[signal].add(n, attrs)
+
+    def _chat_attributes(self, provider: str, model: str, error: str | None) -> _ChatAttributes:
+        """The three attribute sets of a chat call, made once per provider, model and error (a run makes
+        the same few on every step); bounded, so a model naming itself differently each time cannot grow it."""
+        key = (provider, model, error)
+        found = self._chat.get(key)
+        if found is None:
+            attrs = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model}
+            if error is not None:
+                attrs["error.type"] = error
+            found = (attrs, {**attrs, "gen_ai.token.type": "input"}, {**attrs, "gen_ai.token.type": "output"})
+            if len(self._chat) < _MAX_CACHED:
+                self._chat[key] = found
+        return found
+
+
+class MetricsBatch:
+    """One drive's measurements, kept until handed over together (``spans.py`` says when): histogram
+    values in order, counter increments summed per attribute set (a thousand tool calls: one ``add``)."""
+
+    def __init__(self, metrics: RunMetrics):
+        self._metrics = metrics
+        self._measures: list[Measure] = []
+        self._counts: dict[tuple[Signal, tuple[tuple[str, str], ...]], tuple[Mapping[str, str], int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._measures) + len(self._counts)
+
+    def events(self, events: Sequence[NewEvent]) -> None:
+        """Keep the counter increments of what the run just recorded."""
+        counts = self._counts
+        for event in events:
+            for signal, attrs in signals_of(event.type, event.payload):
+                key = (signal, tuple(attrs.items()))
+                found = counts.get(key)
+                counts[key] = (attrs, 1) if found is None else (found[0], found[1] + 1)
+
+    def model_call(self, call: ModelCall) -> None:
+        """Keep one chat call's duration and token counts."""
+        self._measures.extend(self._metrics.chat_measures(call))
+
+    def tool_call(self, seconds: float, attrs: Mapping[str, str]) -> None:
+        """Keep one gateway call's duration."""
+        self._measures.append(("tool_duration", seconds, attrs))
+
+    def hand_over(self) -> None:
+        """Record everything kept so far, then start empty."""
+        measures, counts = self._measures, self._counts
+        self._measures, self._counts = [], {}
+        if counts:
+            self._metrics.add((signal, attrs, n) for (signal, _), (attrs, n) in counts.items())
+        if measures:
+            self._metrics.record(measures)
+
+
+class _Instruments:
+    """The instruments of one meter provider."""
+
+    def __init__(self, provider: MeterProvider):
+        meter = provider.get_meter(METER_NAME)
         self.token_usage: Histogram = meter.create_histogram(
             "gen_ai.client.token.usage",
             unit="{token}",
@@ -50,47 +179,7 @@ class RunMetrics:
             description="Duration of one call through the Tool Gateway (retries and reconciliation included).",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
-        self._chat: dict[tuple[str, str, str | None], _ChatAttributes] = {}
         self.counters: dict[Signal, Counter] = {
             s: meter.create_counter(f"stateward.{s.value}", unit="1", description=f"Recorded {s.value}.")
             for s in Signal
         }
-
-    @property
-    def active(self) -> bool:
-        """Whether anything reads these instruments: a provider was given, or one was set globally since
-        (until then the API's global provider is a proxy with nothing behind it)."""
-        return self._given or type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
-
-    def events(self, events: Sequence[NewEvent]) -> None:
-        """Count what the run just recorded."""
-        for event in events:
-            for signal, attrs in signals_of(event.type, event.payload):
-                self.counters[signal].add(1, attrs)
-
-    def model_call(self, call: ModelCall) -> None:
-        """Token usage and duration of one chat call (``error.type`` on a failed one)."""
-        attrs, inputs, outputs = self._chat_attributes(call.provider, call.model, call.error_code)
-        self.operation_duration.record((call.ended_ns - call.started_ns) / 1e9, attrs)
-        if call.reply is not None:
-            usage = call.reply.usage
-            self.token_usage.record(usage.input_tokens, inputs)
-            self.token_usage.record(usage.output_tokens, outputs)
-
-    def _chat_attributes(self, provider: str, model: str, error: str | None) -> _ChatAttributes:
-        """The three attribute sets of a chat call, made once per provider, model and error (a run makes
-        the same few on every step); bounded, so a model naming itself differently each time cannot grow it."""
-        key = (provider, model, error)
-        found = self._chat.get(key)
-        if found is None:
-            attrs = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model}
-            if error is not None:
-                attrs["error.type"] = error
-            found = (attrs, {**attrs, "gen_ai.token.type": "input"}, {**attrs, "gen_ai.token.type": "output"})
-            if len(self._chat) < _MAX_CACHED:
-                self._chat[key] = found
-        return found
-
-    def tool_call(self, seconds: float, attrs: Mapping[str, str]) -> None:
-        """Record one tool call's duration."""
-        self.tool_duration.record(seconds, attrs)

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from stateward.core.contract import DecisionContext, Observation, ObservationLog, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
@@ -25,7 +25,7 @@ from stateward.models.base import ActionSpec, model_attempt_sink, model_call_sin
 from stateward.models.errors import ModelCallError
 from stateward.observability.payloads import DEFAULT_THRESHOLD as DEFAULT_PAYLOAD_THRESHOLD
 from stateward.observability.payloads import MEDIA_TYPE, Offloader, artifact_name, resolve
-from stateward.observability.tracing import Segment, Telemetry
+from stateward.observability.tracing import Telemetry
 from stateward.runtime.agent import Agent
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
@@ -37,6 +37,9 @@ from stateward.runtime.transition import Transition, cancel, end, exit_event, ha
 from stateward.store.base import Store
 from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
 from stateward.tools.gateway import ToolGateway
+
+if TYPE_CHECKING:
+    from stateward.observability.spans import Segment
 
 Clock = Callable[[], datetime]
 SetbackObserver = Callable[[Setback, RunState], None]

@@ -1,0 +1,61 @@
+"""OpenTelemetry costs nothing at start-up when nothing is configured: ``stateward approve`` resuming a run
+imports no ``opentelemetry`` module (``python -X importtime`` lists every import), and the same command
+with an ``OTEL_*`` variable set imports it and traces the resumed segment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from stateward.runtime.runtime import Runtime
+from stateward_demos.blog import build_agent
+from stateward_demos.blog_fixtures import GOAL
+
+
+def _suspended_run(db: Path) -> str:
+    runtime = Runtime.open(str(db))
+    try:
+        state = runtime.start(build_agent("react"), GOAL)
+    finally:
+        runtime.close()
+    assert state.pending is not None
+    return state.run_id
+
+
+def _approve(db: Path, run_id: str, **otel: str) -> tuple[dict[str, Any], list[str], str]:
+    """(the command's JSON summary, the modules ``-X importtime`` saw imported, what the command printed
+    after its summary: the console exporter's spans)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(otel)
+    command = ["approve", run_id, "approval_001", "--db", str(db), "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "stateward.cli.main", *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    imported = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    summary, end = json.JSONDecoder().raw_decode(proc.stdout)
+    return summary, imported, proc.stdout[end:]
+
+
+def test_approve_imports_no_opentelemetry_when_nothing_is_configured(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    summary, imported, _ = _approve(db, _suspended_run(db))
+    assert summary["status"] == "COMPLETED"  # the run was resumed and driven in that process
+    assert "stateward.runtime.driver" in imported and "stateward.observability.tracing" in imported
+    assert [m for m in imported if m.startswith("opentelemetry")] == []
+
+
+def test_approve_traces_when_an_otel_variable_is_set(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    summary, imported, printed = _approve(db, _suspended_run(db), OTEL_TRACES_EXPORTER="console")
+    assert summary["status"] == "COMPLETED"
+    assert "opentelemetry.trace" in imported and "stateward.observability.spans" in imported
+    assert '"name": "invoke_agent blog"' in printed and '"name": "execute_tool write_draft"' in printed
