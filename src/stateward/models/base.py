@@ -141,7 +141,7 @@ def _complete(model: AnyModel, request: ModelRequest) -> ModelReply:
             return resolve(model.acomplete(request))
         sync_model = model
         return blocking(lambda: sync_model.complete(request))
-    if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
+    if not hasattr(model, "complete") and isinstance(model, AsyncModel):  # a Protocol check is slow: last
         return run_coroutine(model.acomplete(request))
     return model.complete(request)
 
@@ -156,7 +156,7 @@ def _cancellable(model: AnyModel, request: ModelRequest, token: PauseToken) -> M
         sync_model, context = model, contextvars.copy_context()
         future = asyncio.get_running_loop().run_in_executor(None, context.run, sync_model.complete, request)
         return resolve(cancel_on_pause(future, "model", name, token))
-    if isinstance(model, AsyncModel) and not hasattr(model, "complete"):
+    if not hasattr(model, "complete") and isinstance(model, AsyncModel):  # a Protocol check is slow: last
         return run_coroutine(cancel_on_pause(model.acomplete(request), "model", name, token))
     sync, sink, gone = model, model_attempt_sink.get(), threading.Event()
 
