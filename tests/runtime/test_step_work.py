@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from stateward import Agent, Budget, Runtime, RunStatus, ToolRegistry, tool
+from stateward import Agent, Budget, RunStatus, Runtime, ToolRegistry, tool
 from stateward.controllers.react import ReActController
 from stateward.core.journal import BreakerState
 from stateward.core.state import AgentRef, RunState

@@ -94,7 +94,7 @@ class ModelRequest(BaseModel):
         return rest + _HISTORY_KEY_CHARS + known.chars + max(len(self.observations) - 1, 0)  # and the commas
 
 
-_HISTORY = frozenset({"observations"})
+_HISTORY = {"observations"}
 _HISTORY_KEY_CHARS = len(',"observations":[]')  # never the first field, so a comma precedes it
 
 
