@@ -101,7 +101,9 @@ class Dialect:
             rows = self.execute("SELECT name FROM sqlite_master WHERE type='table'", ())
         else:
             rows = self.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema=current_schema()", ()
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema=current_schema() AND table_type='BASE TABLE'",  # not the events view
+                (),
             )
         return [str(r[0]) for r in rows]
 

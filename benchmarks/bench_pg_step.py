@@ -12,6 +12,11 @@ every value serialized beforehand: what the database charges for the step's writ
 code around it. Target: median step / median raw commit <= 1.5x. Also printed: the same step with no
 events (the run row's guarded update alone), the step / floor and floor / raw ratios, and the round
 trips of one step (libpq's protocol trace).
+
+What the server does for each side, so a miss is explained: its backend's CPU per step (from /proc,
+over the timed blocks), and, for a further STEPS_INSPECTED steps of each side taken one side at a time,
+the WAL it wrote per step (bytes, and records by relation and kind from ``pg_walinspect``: heap inserts,
+HOT and non-HOT updates, and the index entries each index received).
 """
 
 from __future__ import annotations
@@ -19,18 +24,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchkit import RUN_ID, Target, emit, machine, run_state, step_write, table, targets_table, write_bytes
-from stateward.core.canonical import compact_json
 from stateward.core.errors import RunNotFoundError
 from stateward.core.events import EventType, NewEvent
 from stateward.store._pg_sql import step_statement
+from stateward.store.base import PayloadLimits, event_batch
 from stateward.store.postgres import PostgresStore
 from stateward.store.records import Lease, StepWrite
 
@@ -38,13 +47,27 @@ HERE = Path(__file__).resolve().parent
 BLOCK = 100
 BLOCKS = 20
 TARGET = 1.5
+STEPS_INSPECTED = 200
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def backend_cpu_s(pids: list[int]) -> float:
+    """CPU seconds the server backends ``pids`` have used (utime + stime from /proc; the server may run as
+    another user, /proc/PID/stat is readable by all)."""
+    ticks = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / TICK
 
 
 class PgStep:
     """A PostgresStore with one leased run, committing pre-built writes in order."""
 
     def __init__(self, url: str, writes: list[StepWrite]):
-        self.store = PostgresStore(url)
+        self.pids: list[int] = []
+        self.store = PostgresStore(url, configure=lambda conn: self.pids.append(conn.info.backend_pid))
         self.writes = writes
         self.store.create_run(run_state(0), [NewEvent(type=EventType.RUN_STARTED, payload={"goal": "bench"})])
         self.seq = self.store.last_seq(RUN_ID)
@@ -72,14 +95,16 @@ class Floor:
         lease = store.acquire_lease(RUN_ID, "bench", 3600)
         store.close()
         self.conn = psycopg.connect(url, autocommit=True)
-        self.sql = step_statement(leased=True, clear_control=False, release=False, events=len(writes[0].events))
+        self.pids = [self.conn.info.backend_pid]
+        self.cursor = psycopg.RawCursor(self.conn)  # the statement's $n placeholders as the store sends them
+        self.statement = step_statement(leased=True, clear_control=False, release=False, events=len(writes[0].events))
         self.params = [self._params(w, lease) for w in writes]
         self.events = len(writes[0].events)  # every write has as many
         self.index = 0
 
     @staticmethod
     def _params(write: StepWrite, lease: Lease) -> dict[str, Any]:
-        params: dict[str, Any] = {
+        return {
             "status": write.state.status.value,
             "reason": None,
             "snapshot": write.state.model_dump_json(),
@@ -89,18 +114,14 @@ class Floor:
             "lease_version": lease.version,
             "owner": lease.owner,
             "version": lease.version,
+            "batch": event_batch(RUN_ID, write.events, PayloadLimits()) if write.events else None,
         }
-        for i, ev in enumerate(write.events):
-            params[f"type_{i}"] = ev.type.value
-            params[f"payload_{i}"] = compact_json(ev.payload)
-        return params
 
     def step(self) -> None:
         params = self.params[self.index % len(self.params)]
-        n = self.events
-        params.update(expected=self.seq, new_seq=self.seq + n, **{f"seq_{i}": self.seq + 1 + i for i in range(n)})
-        self.conn.execute(self.sql, params).fetchone()
-        self.seq += n
+        params.update(expected=self.seq, new_seq=self.seq + self.events)
+        self.cursor.execute(self.statement.sql, self.statement.values(params)).fetchone()
+        self.seq += self.events
         self.index += 1
 
     def close(self) -> None:
@@ -142,6 +163,7 @@ class RawCommit:
         import psycopg
 
         self.conn = psycopg.connect(url, autocommit=True)
+        self.pids = [self.conn.info.backend_pid]
         self.conn.execute("CREATE TABLE IF NOT EXISTS raw_commit (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL)")
         self.body = "x" * size
 
@@ -161,6 +183,139 @@ def timed(fn: Any, n: int) -> list[int]:
     return out
 
 
+@dataclass
+class ServerWork:
+    """What the server did for one side, per step: its backend's CPU, the WAL it wrote, by record."""
+
+    cpu_s: float = 0.0
+    steps: int = 0
+    wal_bytes: float | None = None
+    records: dict[str, float] | None = None  # "relation Rmgr KIND" -> records per step
+    commits: float = 0.0
+
+    @property
+    def cpu_us(self) -> float:
+        return self.cpu_s * 1e6 / max(1, self.steps)
+
+    def of(self, rmgr: str) -> dict[str, float]:
+        """Records of one resource manager ("Heap", "Btree"...) per step, by "relation KIND"."""
+        out: dict[str, float] = {}
+        for key, n in (self.records or {}).items():
+            name, manager, kind = key.rsplit(" ", 2)
+            if manager.startswith(rmgr):
+                out[f"{name} {kind}"] = n
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backend_cpu_us_per_step": round(self.cpu_us, 1),
+            "wal_bytes_per_step": None if self.wal_bytes is None else round(self.wal_bytes),
+            "wal_records_per_step": self.records,
+            "commit_records_per_step": self.commits,
+        }
+
+
+_RELATIONS = """SELECT c.relfilenode::text, c.relname
+    FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE n.nspname = %(schema)s AND c.relfilenode <> 0
+    UNION ALL SELECT t.relfilenode::text, c.relname || '(TOAST)' FROM pg_class AS c
+        JOIN pg_namespace AS n ON n.oid = c.relnamespace JOIN pg_class AS t ON t.oid = c.reltoastrelid
+    WHERE n.nspname = %(schema)s
+    UNION ALL SELECT x.relfilenode::text, c.relname || '(TOAST index)' FROM pg_class AS c
+        JOIN pg_namespace AS n ON n.oid = c.relnamespace JOIN pg_index AS i ON i.indrelid = c.reltoastrelid
+        JOIN pg_class AS x ON x.oid = i.indexrelid
+    WHERE n.nspname = %(schema)s"""
+
+
+def inspect_wal(db_url: str, schema: str, step: Callable[[], None], n: int, work: ServerWork) -> None:
+    """Take ``n`` steps alone and read back the WAL they wrote: bytes (LSN distance) and, where the server
+    has ``pg_walinspect`` (PostgreSQL 15+ contrib), its records by relation of ``schema`` and kind."""
+    import re
+
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+            inspectable = True
+        except psycopg.Error:
+            inspectable = False
+        start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]  # type: ignore[index]
+        for _ in range(n):
+            step()
+        end = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]  # type: ignore[index]
+        work.wal_bytes = float(conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", (end, start)).fetchone()[0]) / n  # type: ignore[index]
+        if not inspectable:
+            return
+        deadline = time.monotonic() + 10
+        while not conn.execute("SELECT pg_current_wal_flush_lsn() >= %s", (end,)).fetchone()[0]:  # type: ignore[index]
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        names: dict[str, str] = dict(conn.execute(_RELATIONS, {"schema": schema}).fetchall())
+        counts: Counter[str] = Counter()
+        commits = 0
+        records = conn.execute(
+            "SELECT resource_manager, record_type, block_ref FROM pg_get_wal_records_info(%s, %s)", (start, end)
+        )
+        for manager, kind, block_ref in records:
+            if manager == "Transaction" and kind == "COMMIT":
+                commits += 1
+            found = re.search(r"rel \d+/\d+/(\d+)", block_ref or "")
+            if found and found[1] in names:
+                counts[f"{names[found[1]]} {manager} {kind}"] += 1
+    work.records = {key: round(c / n, 2) for key, c in sorted(counts.items())}
+    work.commits = round(commits / n, 2)
+
+
+def schema_of(url: str) -> str:
+    """The schema a ``PgServer.new_schema`` URL works in."""
+    return url.rsplit("%3D", 1)[1]
+
+
+def measure(sides: dict[str, Any], blocks: int) -> tuple[dict[str, list[int]], dict[str, ServerWork]]:
+    """Interleaved timed blocks of every side, and each side's backend CPU over them."""
+    samples: dict[str, list[int]] = {name: [] for name in sides}
+    work = {name: ServerWork() for name in sides}
+    for side in sides.values():
+        timed(side.step, 50)
+    for _ in range(blocks):
+        for name, side in sides.items():
+            cpu0 = backend_cpu_s(side.pids)
+            samples[name] += timed(side.step, BLOCK)
+            work[name].cpu_s += backend_cpu_s(side.pids) - cpu0
+            work[name].steps += BLOCK
+    return samples, work
+
+
+def per_step(work: ServerWork, rmgr: str) -> str:
+    parts = work.of(rmgr)
+    if not parts:
+        return "-" if work.records is not None else "?"
+    return ", ".join(f"{name} {n:g}" for name, n in parts.items())
+
+
+def server_table(work: dict[str, ServerWork], raw: str) -> str:
+    rows = []
+    for name, w in work.items():
+        indexes = sum(w.of("Btree").values())
+        rows.append(
+            [
+                name,
+                f"{w.cpu_us:.0f} ({w.cpu_us / max(1e-9, work[raw].cpu_us):.2f}x)",
+                "?" if w.wal_bytes is None else f"{w.wal_bytes:.0f}",
+                per_step(w, "Heap"),
+                f"{indexes:g}: {per_step(w, 'Btree')}" if w.records is not None else "?",
+            ]
+        )
+    return table(
+        f"what the server did per step (backend CPU over the timed blocks; WAL of {STEPS_INSPECTED} more steps"
+        " of each side alone, pg_walinspect)",
+        ("write", "backend CPU µs (vs raw)", "WAL bytes", "heap records", "index entries"),
+        rows,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
     parser.add_argument("--blocks", type=int, default=BLOCKS, help=f"interleaved blocks of {BLOCK} (default {BLOCKS})")
@@ -178,25 +333,40 @@ def main() -> None:
         writes = [step_write(i) for i in range(1, 501)]
         snapshot, payload = write_bytes(writes[0])
         bare_writes = [StepWrite(state=w.state, events=[]) for w in writes]
+        urls = {
+            "commit_step": server.new_schema(),
+            "commit_step, no events": server.new_schema(),
+            "floor (the step's statement, raw)": server.new_schema(),
+            "raw commit": server.new_schema(),
+        }
         sides: dict[str, Any] = {
-            "commit_step": PgStep(server.new_schema(), writes),
-            "commit_step, no events": PgStep(server.new_schema(), bare_writes),
-            "floor (the step's statement, raw)": Floor(server.new_schema(), writes),
-            "raw commit": RawCommit(server.new_schema(), snapshot + payload),
+            "commit_step": PgStep(urls["commit_step"], writes),
+            "commit_step, no events": PgStep(urls["commit_step, no events"], bare_writes),
+            "floor (the step's statement, raw)": Floor(urls["floor (the step's statement, raw)"], writes),
+            "raw commit": RawCommit(urls["raw commit"], snapshot + payload),
         }
         trips = round_trips(server.new_schema(), writes[0])
-        samples: dict[str, list[int]] = {name: [] for name in sides}
         try:
-            for side in sides.values():
-                timed(side.step, 50)
-            for _ in range(args.blocks):
-                for name, side in sides.items():
-                    samples[name] += timed(side.step, BLOCK)
+            samples, work = measure(sides, args.blocks)
+            for name, side in sides.items():
+                inspect_wal(server.url, schema_of(urls[name]), side.step, STEPS_INSPECTED, work[name])
         finally:
             for side in sides.values():
                 side.close()
     finally:
         server.stop()
+    report(args.json, args.blocks, samples, work, (snapshot, payload), trips)
+
+
+def report(
+    as_json: bool,
+    blocks: int,
+    samples: dict[str, list[int]],
+    work: dict[str, ServerWork],
+    sizes: tuple[int, int],
+    trips: int,
+) -> None:
+    snapshot, payload = sizes
     medians = {name: statistics.median(s) / 1000 for name, s in samples.items()}
     means = {name: statistics.fmean(s) / 1000 for name, s in samples.items()}
     floor = medians["floor (the step's statement, raw)"]
@@ -214,12 +384,12 @@ def main() -> None:
         "targets": [t.as_dict() for t in targets],
         "ratios": {name: round(value, 2) for name, value in ratios.items()},
         "round_trips_per_step": trips,
+        "server_per_step": {name: w.as_dict() for name, w in work.items()},
     }
-    rows = [[name, f"{medians[name]:.1f}", f"{means[name]:.1f}"] for name in sides]
+    rows = [[name, f"{medians[name]:.1f}", f"{means[name]:.1f}"] for name in samples]
     tables = [
         table(
-            f"PostgreSQL (fsync off), {args.blocks} x {BLOCK} each, interleaved; {snapshot} B snapshot + {payload} B"
-            " events",
+            f"PostgreSQL (fsync off), {blocks} x {BLOCK} each, interleaved; {snapshot} B snapshot + {payload} B events",
             ("write", "median µs", "mean µs"),
             rows,
         ),
@@ -233,8 +403,9 @@ def main() -> None:
                 ["round trips per commit_step", str(trips)],
             ],
         ),
+        server_table(work, "raw commit"),
     ]
-    emit(args.json, out, tables)
+    emit(as_json, out, tables)
 
 
 if __name__ == "__main__":

@@ -955,6 +955,17 @@ def test_claim_next_takes_the_oldest_runnable_run(store: Store) -> None:
     assert all(c is None or (c.owner, c.version) == ("w", 1) for c in claimed)
 
 
+def test_a_run_given_back_by_its_worker_goes_to_the_back_of_the_claim_queue(store: Store) -> None:
+    for run_id in ("run_1", "run_2", "run_3"):
+        start(store, run_id)
+    lease = store.acquire_lease("run_1", "w1", ttl_s=30)
+    step(store, "run_1", lease=lease)
+    step(store, "run_1", lease=lease)
+    store.release_lease(lease)
+    claimed = [store.claim_next("w2", ttl_s=30) for _ in range(4)]
+    assert [c.run_id if c else None for c in claimed] == ["run_2", "run_3", "run_1", None]
+
+
 def test_claim_next_skips_leased_and_unrunnable_runs(store: Store) -> None:
     start(store, "run_leased")
     start(store, "run_waiting", status=RunStatus.WAITING_FOR_USER)

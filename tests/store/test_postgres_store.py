@@ -172,3 +172,98 @@ def test_json_is_stored_as_text_that_casts_to_jsonb(pg: PostgresStore, pg_url: s
         row = conn.execute("SELECT snapshot::jsonb->>'goal', snapshot FROM runs").fetchone()
     assert row is not None and row[0] == "pg"
     assert RunState.model_validate_json(row[1]) == _state("run_1")
+
+
+# -- what a step costs the server (schema 7) ------------------------------------------------------------
+def _table_counts(pg_url: str, table: str, expected_updates: int) -> tuple[int, int, int]:
+    """(inserts, updates, HOT updates) of ``table`` once every closed store's backend has reported them
+    (a backend sends its statistics as it exits)."""
+    deadline = time.monotonic() + 20
+    while True:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = %s::regclass",
+                (table,),
+            ).fetchone()
+        assert row is not None
+        if row[1] >= expected_updates or time.monotonic() > deadline:
+            return int(row[0]), int(row[1]), int(row[2])
+        time.sleep(0.1)
+
+
+@pytest.mark.postgres
+def test_a_workers_step_rewrites_the_run_row_in_place_and_appends_one_row(pg_url: str) -> None:
+    """Under a lease a step changes no indexed column of runs, so PostgreSQL updates the row without
+    touching any of its indexes (HOT), and the step's events are one row, however many there are."""
+    store = PostgresStore(pg_url)
+    _start(store, "run_1")
+    lease = store.acquire_lease("run_1", "w", ttl_s=30)
+    seq = 1
+    for i in range(20):
+        state = _state("run_1").model_copy(update={"facts": {"step": i}})
+        events = [NewEvent(type=EventType.TOOL_ATTEMPTED, payload={"n": n}) for n in range(3)]
+        seq = store.commit_step("run_1", seq, StepWrite(state=state, events=events), lease)
+    store.close()
+    _, updates, hot = _table_counts(pg_url, "runs", 21)
+    assert (updates, hot) == (21, 21)  # the lease and 20 steps
+    inserted, _, _ = _table_counts(pg_url, "event_batches", 0)
+    assert inserted == 21  # the run's first event, then one row per step
+    reopened = PostgresStore(pg_url)
+    try:
+        assert [e.seq for e in reopened.read_events("run_1", after_seq=55, limit=3)] == [56, 57, 58]
+        assert reopened.read_events("run_1", after_seq=56)[-1].payload == {"n": 2}
+    finally:
+        reopened.close()
+
+
+@pytest.mark.postgres
+def test_events_written_before_schema_7_read_back_and_the_run_goes_on(pg_url: str) -> None:
+    from stateward.store import _pg_sql
+    from stateward.store.migrations import POSTGRES_MIGRATIONS
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(_pg_sql.SCHEMA_TABLE)
+        for version, script in enumerate(POSTGRES_MIGRATIONS[:6], start=1):
+            for statement in script:
+                conn.execute(statement)
+            conn.execute(_pg_sql.SCHEMA_RECORD, (version,))
+        conn.execute(
+            "INSERT INTO runs(run_id, agent, status, snapshot, last_seq, updated_at)"
+            " VALUES ('run_old', 'tests.store:agent', 'RUNNING', %s, 2, now() - interval '1 hour')",
+            (_state("run_old").model_dump_json(),),
+        )
+        conn.execute(
+            "INSERT INTO events(run_id, seq, type, payload, lease_version, at) VALUES"
+            """ ('run_old', 1, 'run_started', '{"goal":"pg"}', 0, now()),"""
+            """ ('run_old', 2, 'tool_attempted', '{"n":1,"text":"a \\"quoted\\" word"}', 3, now())"""
+        )
+    store = PostgresStore(pg_url)
+    try:
+        _start(store, "run_new")
+        assert [(e.seq, e.type.value, e.payload, e.lease_version) for e in store.read_events("run_old")] == [
+            (1, "run_started", {"goal": "pg"}, 0),
+            (2, "tool_attempted", {"n": 1, "text": 'a "quoted" word'}, 3),
+        ]
+        lease = store.claim_next("w", ttl_s=30)  # queued since its last write, before run_new
+        assert lease is not None and lease.run_id == "run_old"
+        event = NewEvent(type=EventType.TOOL_ATTEMPTED, payload={"n": 2})
+        assert store.commit_step("run_old", 2, StepWrite(state=_state("run_old"), events=[event, event]), lease) == 4
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            rows = conn.execute("SELECT seq, type, payload FROM events WHERE run_id='run_old' ORDER BY seq").fetchall()
+        assert [r[0] for r in rows] == [1, 2, 3, 4] and rows[3][2] == '{"n":2}'
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_a_large_snapshot_is_compressed_with_lz4_where_the_server_has_it(pg: PostgresStore, pg_url: str) -> None:
+    state = _state("run_1").model_copy(update={"facts": {"notes": " ".join(f"note {i}" for i in range(2000))}})
+    pg.create_run(state, [NewEvent(type=EventType.RUN_STARTED)])
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        has_lz4 = conn.execute(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        ).fetchone()
+        row = conn.execute("SELECT pg_column_compression(snapshot), length(snapshot) FROM runs").fetchone()
+    assert has_lz4 is not None and row is not None and row[1] > 10_000
+    assert row[0] == ("lz4" if has_lz4[0] else "pglz")
+    assert pg.load_run("run_1") == state

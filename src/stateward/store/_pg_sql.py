@@ -7,6 +7,10 @@ machines whose clocks disagree still agree on who holds a run.
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 # Seconds since the epoch by the database clock, read when the statement runs (not at transaction start).
 DB_EPOCH = "extract(epoch from clock_timestamp())::float8"
@@ -78,45 +82,72 @@ def step_update(*, leased: bool, clear_control: bool, release: bool = False) -> 
     return (
         "UPDATE runs SET status=%(status)s, terminal_reason=%(reason)s, snapshot=%(snapshot)s, parts=%(parts)s,"
         " last_seq=%(new_seq)s, updated_at=now(), not_before=%(not_before)s"
+        + ("" if leased and not release else ", queued_at=now()")  # see claim_next: leased steps stay HOT
         + (", control=NULL" if clear_control else "")
         + (", lease_owner=NULL, lease_expires_at=NULL" if release and leased else "")
         + f" WHERE run_id=%(run_id)s AND last_seq=%(expected)s AND {guard} RETURNING now() AS at"
     )
 
 
+@dataclass(frozen=True)
+class Positional:
+    """A statement with ``$n`` placeholders, for psycopg's ``RawCursor``, and its parameters' names in
+    order. Named ``%(name)s`` parameters are rewritten by psycopg on every call: on a step's statement,
+    about as much client time as the server spends on it."""
+
+    sql: str
+    names: tuple[str, ...]
+
+    def values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """``params`` in placeholder order (a name used twice is sent once)."""
+        return tuple(params[name] for name in self.names)
+
+
+def positional(sql: str) -> Positional:
+    """``sql`` with each ``%(name)s`` replaced by ``$n`` (one number per name)."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    converted = re.sub(r"%\((\w+)\)s", number, sql)
+    if "%" in converted:
+        raise ValueError(f"only %(name)s placeholders can be made positional: {sql}")
+    return Positional(converted, tuple(names))
+
+
 @functools.cache
-def step_statement(*, leased: bool, clear_control: bool, release: bool, events: int) -> str:
+def step_statement(*, leased: bool, clear_control: bool, release: bool, events: int) -> Positional:
     """A step's run-row update and its ``events`` events as ONE statement (one round trip; in autocommit
     it is its own transaction): see :func:`with_events`."""
-    return with_events(step_update(leased=leased, clear_control=clear_control, release=release), events)
+    return positional(with_events(step_update(leased=leased, clear_control=clear_control, release=release), events))
 
 
 @functools.cache
-def create_statement(events: int) -> str:
+def create_statement(events: int) -> Positional:
     """A new run's row and its first ``events`` events as one statement: see :func:`with_events`."""
-    return with_events(CREATE_RUN, events)
+    return positional(with_events(CREATE_RUN, events))
 
 
 def with_events(head: str, events: int) -> str:
-    """``head`` (a guarded write of the run row returning ``at``) and the insert of ``events`` events
-    in one statement: the events are inserted only from the row ``head`` returned, so a refused write
-    inserts nothing. Parameters: ``head``'s plus ``run_id``, ``lease_version`` and ``seq_<i>``,
-    ``type_<i>``, ``payload_<i>`` per event (plain values: an array parameter would be escaped element
-    by element on the client, and cost the server more)."""
+    """``head`` (a guarded write of the run row returning ``at``) and the insert of its ``events`` events
+    as one batch row (``store.base.event_batch``) in one statement: the batch is inserted only from the
+    row ``head`` returned, so a refused write inserts nothing. Parameters: ``head``'s plus ``run_id``,
+    ``new_seq`` (the batch's last event), ``batch`` and ``lease_version``."""
     if not events:
         return head
-    rows = ",".join(f"(%(seq_{i})s::bigint,%(type_{i})s,%(payload_{i})s)" for i in range(events))
     return (
-        f"WITH moved AS ({head}),"
-        " appended AS (INSERT INTO events(run_id, seq, type, payload, lease_version, at)"
-        " SELECT %(run_id)s, e.seq, e.type, e.payload, %(lease_version)s, moved.at FROM moved,"
-        f" (VALUES {rows}) AS e(seq, type, payload))"
-        " SELECT at FROM moved"
+        f"WITH moved AS ({head})"
+        " INSERT INTO event_batches(run_id, seq, count, events, lease_version, at)"
+        f" SELECT %(run_id)s, %(new_seq)s, {events}, %(batch)s, %(lease_version)s, at FROM moved RETURNING at"
     )
 
 
 # -- step contents ----------------------------------------------------------------------------------
-READ_EVENTS = """SELECT seq, type, payload, lease_version, at FROM events WHERE run_id=%s AND seq>%s
+# Each batch holds at least one event after the seq asked for: ``limit`` batches hold enough.
+READ_BATCHES = """SELECT seq, count, events, lease_version, at FROM event_batches WHERE run_id=%s AND seq>%s
     ORDER BY seq LIMIT %s"""
 CLOSE_REQUEST = """UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL
     RETURNING request_id"""  # a row read back, not a row count: what a pipeline reports
@@ -144,7 +175,7 @@ CLAIM_NEXT = f"""WITH candidate AS (
         SELECT run_id FROM runs
         WHERE status = ANY(%(statuses)s) AND (lease_owner IS NULL OR lease_expires_at < {DB_EPOCH})
             AND (not_before IS NULL OR not_before <= {DB_EPOCH})
-        ORDER BY updated_at, run_id LIMIT 1
+        ORDER BY queued_at, run_id LIMIT 1
         FOR UPDATE SKIP LOCKED)
     UPDATE runs SET lease_owner=%(owner)s, lease_version=runs.lease_version+1,
         lease_expires_at={DB_EPOCH} + %(ttl)s
@@ -154,7 +185,7 @@ DUE_RUNS = """SELECT run_id FROM runs WHERE status=%s AND not_before IS NOT NULL
     ORDER BY not_before, run_id LIMIT %s"""
 RENEW_LEASE = f"""UPDATE runs SET lease_expires_at={DB_EPOCH} + %s
     WHERE run_id=%s AND lease_owner=%s AND lease_version=%s RETURNING lease_expires_at"""
-RELEASE_LEASE = """UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL
+RELEASE_LEASE = """UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL, queued_at=now()
     WHERE run_id=%s AND lease_owner=%s AND lease_version=%s"""
 
 # -- reads ------------------------------------------------------------------------------------------

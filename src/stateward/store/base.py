@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from stateward.core.canonical import compact_json
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, NewEvent
 from stateward.core.journal import BreakerState, SideEffectRecord
@@ -206,6 +207,16 @@ class PayloadLimits:
             size = utf8_size_over(text, self.event_bytes)
             if size is not None:
                 raise _too_large(run_id, f"the payload of a {event.type.value} event", size, self.event_bytes)
+
+
+def event_batch(run_id: str, events: Sequence[NewEvent], limits: PayloadLimits) -> str:
+    """A step's events (one to three, usually) as the one cell both stores keep them in (a JSON array of
+    ``[type, payload]``): one serializer call, checked against the per-event limit (event by event only
+    when the whole batch is over it)."""
+    batch = compact_json([(ev.type.value, ev.payload) for ev in events])
+    if utf8_size_over(batch, limits.event_bytes) is not None:
+        limits.check_events(run_id, events, [compact_json(ev.payload) for ev in events])
+    return batch
 
 
 def _limit(env: Mapping[str, str], name: str, default: int) -> int | None:

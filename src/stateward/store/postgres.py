@@ -19,7 +19,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from stateward.core.canonical import compact_json, sha256_hex
+from stateward.core.canonical import sha256_hex
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.journal import (
@@ -32,7 +32,7 @@ from stateward.core.journal import (
 from stateward.core.state import PendingRequest, RunState
 from stateward.store import _pg_sql as q
 from stateward.store._pg_check import DEFAULT_IDLE_S, IdleCheck
-from stateward.store.base import PayloadLimits, refused_write
+from stateward.store.base import PayloadLimits, event_batch, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import POSTGRES_MIGRATIONS
 from stateward.store.outbox import Notice, OutboxMethods, enqueue, notices_of
@@ -81,12 +81,9 @@ def _both(first: Callable[[Conn], None], then: Callable[[Conn], None]) -> Callab
     return configure
 
 
-def _event_params(params: dict[str, Any], after_seq: int, events: list[NewEvent], texts: list[str]) -> None:
-    """The per-event parameters of ``_pg_sql.with_events``."""
-    for i, (event, text) in enumerate(zip(events, texts, strict=True)):
-        params[f"seq_{i}"] = after_seq + 1 + i
-        params[f"type_{i}"] = event.type.value
-        params[f"payload_{i}"] = text
+def _execute(conn: Conn, statement: q.Positional, params: dict[str, Any]) -> psycopg.RawCursor[tuple[Any, ...]]:
+    """``statement`` with its ``$n`` placeholders sent as they are (see ``_pg_sql.Positional``)."""
+    return psycopg.RawCursor(conn).execute(statement.sql, statement.values(params))
 
 
 def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[Any]:
@@ -170,13 +167,16 @@ class PostgresStore(OutboxMethods):
 
     @contextmanager
     def _conn(self) -> Iterator[Conn]:
-        """A pooled connection in autocommit mode (a read is one statement); driver errors become StoreErrors."""
+        """A pooled connection in autocommit mode (a read is one statement); driver errors become StoreErrors.
+        getconn/putconn rather than ``pool.connection()``, whose ``with conn`` commits an autocommit connection
+        (a lock and a generator: ~10 µs a call); putconn still rolls back a transaction left open."""
         try:
-            with self._pool.connection() as conn:
-                try:
-                    yield conn
-                finally:
-                    self._idle.used(conn)
+            conn = self._pool.getconn()
+            try:
+                yield conn
+            finally:
+                self._idle.used(conn)
+                self._pool.putconn(conn)
         except _UNREACHABLE as exc:
             raise self._unavailable(exc) from exc
         except psycopg.Error as exc:
@@ -230,7 +230,6 @@ class PostgresStore(OutboxMethods):
         """The run's row and first events in one statement (one round trip)."""
         split = split_state(state)
         self.limits.check_snapshot_parts(state.run_id, split.texts)
-        texts = self._event_texts(state.run_id, events)
         params: dict[str, Any] = {
             "run_id": state.run_id,
             "tenant": state.tenant,
@@ -240,11 +239,11 @@ class PostgresStore(OutboxMethods):
             "snapshot": split.snapshot,
             "parts": split.refs,
             "new_seq": len(events),
+            "batch": event_batch(state.run_id, events, self.limits) if events else None,
             "lease_version": 0,
         }
-        _event_params(params, 0, events, texts)
         with self._conn() as conn:
-            row = conn.execute(q.create_statement(len(events)), params).fetchone()
+            row = _execute(conn, q.create_statement(len(events)), params).fetchone()
         if row is None:
             raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
         self._parts.committed(state.run_id, split.known)  # a new run has no parts yet (see store/parts.py)
@@ -286,7 +285,6 @@ class PostgresStore(OutboxMethods):
         new_seq = expected_seq + len(write.events)
         split = split_state(state, self._parts.known(run_id))  # large memo entries apart, written when changed
         self.limits.check_snapshot_parts(run_id, split.texts)  # refused before the transaction
-        texts = self._event_texts(run_id, write.events)
         params: dict[str, Any] = {
             "status": state.status.value,
             "reason": state.terminal_reason,
@@ -297,11 +295,11 @@ class PostgresStore(OutboxMethods):
             "expected": expected_seq,
             "not_before": None if write.not_before is None else write.not_before.timestamp(),
             "lease_version": 0 if lease is None else lease.version,
+            "batch": event_batch(run_id, write.events, self.limits) if write.events else None,
         }
-        _event_params(params, expected_seq, write.events, texts)
         if lease is not None:
             params.update(owner=lease.owner, version=lease.version)
-        sql = q.step_statement(
+        statement = q.step_statement(
             leased=lease is not None,
             clear_control=write.clear_control,
             release=lease is not None and write.release_lease,
@@ -311,9 +309,9 @@ class PostgresStore(OutboxMethods):
         with self._conn() as conn:
             try:
                 if write.has_contents or split.new_parts or notices:
-                    self._pipelined_step(conn, sql, params, lease, write, split, notices)
+                    self._pipelined_step(conn, statement, params, lease, write, split, notices)
                 else:
-                    self._guarded_step(conn, sql, params, lease)
+                    self._guarded_step(conn, statement, params, lease)
             except pg_errors.UniqueViolation as exc:
                 raise RunError(
                     f"step of run {run_id} repeats a record that already exists: {_first_line(exc)}",
@@ -326,7 +324,7 @@ class PostgresStore(OutboxMethods):
     def _pipelined_step(
         self,
         conn: Conn,
-        sql: str,
+        statement: q.Positional,
         params: dict[str, Any],
         lease: Lease | None,
         write: StepWrite,
@@ -338,7 +336,7 @@ class PostgresStore(OutboxMethods):
         try:
             with _pipeline(conn):
                 conn.execute("BEGIN")
-                now = self._guarded_step(conn, sql, params, lease)
+                now = self._guarded_step(conn, statement, params, lease)
                 self._write_contents(conn, params["run_id"], params["expected"], write, now, split, notices)
                 conn.execute("COMMIT")
         except BaseException:
@@ -347,9 +345,11 @@ class PostgresStore(OutboxMethods):
                     conn.execute("ROLLBACK")
             raise
 
-    def _guarded_step(self, conn: Conn, sql: str, params: dict[str, Any], lease: Lease | None) -> datetime:
+    def _guarded_step(
+        self, conn: Conn, statement: q.Positional, params: dict[str, Any], lease: Lease | None
+    ) -> datetime:
         """The step's statement; the reason nothing was written if its guard matched no row."""
-        row = conn.execute(sql, params).fetchone()
+        row = _execute(conn, statement, params).fetchone()
         if row is None:
             raise self._why_not_written(conn, params["run_id"], params["expected"], lease)
         return row[0]  # type: ignore[no-any-return]
@@ -408,26 +408,19 @@ class PostgresStore(OutboxMethods):
                 details={"run_id": run_id, "request_id": answer.request_id},
             )
 
-    def _event_texts(self, run_id: str, events: list[NewEvent]) -> list[str]:
-        """Each event's payload as stored, checked against the per-event limit."""
-        texts = [compact_json(ev.payload) for ev in events]
-        self.limits.check_events(run_id, events, texts)
-        return texts
-
     def read_events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         with self._conn() as conn:
-            rows = conn.execute(q.READ_EVENTS, (run_id, after_seq, limit)).fetchall()
-        return [
-            Event(
-                run_id=run_id,
-                seq=seq,
-                type=EventType(kind),
-                payload=json.loads(payload),
-                lease_version=version,
-                at=at,
-            )
-            for seq, kind, payload, version, at in rows
-        ]
+            rows = conn.execute(q.READ_BATCHES, (run_id, after_seq, limit)).fetchall()
+        out = []
+        for last, count, batch, version, at in rows:
+            for seq, (kind, payload) in enumerate(json.loads(batch), start=last - count + 1):
+                if seq > after_seq:  # the first batch may begin before the events asked for
+                    out.append(
+                        Event(
+                            run_id=run_id, seq=seq, type=EventType(kind), payload=payload, lease_version=version, at=at
+                        )
+                    )
+        return out if limit is None else out[:limit]
 
     def list_runs(self, limit: int = 100) -> list[RunRow]:
         with self._conn() as conn:
@@ -507,7 +500,9 @@ class PostgresStore(OutboxMethods):
         )
 
     def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
-        """The oldest runnable run nobody holds a live lease on; rows other claimers have locked are skipped."""
+        """The runnable run nobody holds a live lease on that has waited longest since a write left it without
+        a lease (``queued_at``: its creation, an unleased step, a lease given back); rows other claimers have
+        locked are skipped. A worker's own steps do not move it, so they stay heap-only updates (migration 7)."""
         with self._conn() as conn:
             row = conn.execute(q.CLAIM_NEXT, {"statuses": list(statuses), "owner": owner, "ttl": ttl_s}).fetchone()
         if row is None:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stateward.core.canonical import compact_json, sha256_hex
+from stateward.core.canonical import sha256_hex
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.journal import (
@@ -26,7 +26,7 @@ from stateward.core.journal import (
     superseded,
 )
 from stateward.core.state import PendingRequest, RunState
-from stateward.store.base import PayloadLimits, refused_write, utf8_size_over
+from stateward.store.base import PayloadLimits, event_batch, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import SQLITE_MIGRATIONS
 from stateward.store.outbox import OutboxMethods, enqueue, notices_of
@@ -112,15 +112,6 @@ _STEP_UPDATES = {
 _RUN_KEY_CACHE = 10_000
 _INSERT_PART = "INSERT OR IGNORE INTO state_parts(run_key, digest, body) VALUES (?,?,?)"
 _INSERT_BATCH = "INSERT INTO event_batches(run_key, seq, count, events, lease_version, at) VALUES (?,?,?,?,?,?)"
-
-
-def _event_batch(run_id: str, events: list[NewEvent], limits: PayloadLimits) -> str:
-    """A step's events (one to three, usually) as one cell: one serializer call, checked against the
-    per-event limit (event by event only when the whole batch is over it)."""
-    batch = compact_json([(ev.type.value, ev.payload) for ev in events])
-    if utf8_size_over(batch, limits.event_bytes) is not None:
-        limits.check_events(run_id, events, [compact_json(ev.payload) for ev in events])
-    return batch
 
 
 def _insert_events(
@@ -357,7 +348,7 @@ class SQLiteStore(OutboxMethods):
         now = _now()
         split = split_state(state)
         self.limits.check_snapshot_parts(state.run_id, split.texts)
-        batch = _event_batch(state.run_id, events, self.limits) if events else ""
+        batch = event_batch(state.run_id, events, self.limits) if events else ""
         with self._tx() as db:
             try:
                 cur = db.execute(
@@ -462,7 +453,7 @@ class SQLiteStore(OutboxMethods):
         snapshot = split.snapshot
         events = write.events
         self.limits.check_snapshot_parts(run_id, split.texts)  # refused before the transaction: nothing is written
-        batch = _event_batch(run_id, events, self.limits) if events else ""
+        batch = event_batch(run_id, events, self.limits) if events else ""
         new_seq = expected_seq + len(events)
         now = time.time()
         if lease is None:
