@@ -13,7 +13,7 @@ per call cost (the mechanism before the runner) is printed beside it.
 Time in Python's garbage collector per step is measured for every run (``gc.callbacks``): a history
 the collector had to walk made a long run's steps slower. A cProfile of one run at NORMAL
 (``--profile N``, default 1,000 steps) shows what remains, split by area (runtime, gateway, store,
-model, thread, pydantic), and counts the pydantic ``model_dump`` calls.
+model, thread, pydantic), and counts pydantic's validations, copies and dumps per step.
 """
 
 from __future__ import annotations
@@ -196,6 +196,16 @@ AREAS = (  # where a function's self time is charged, first match on its file (o
 )
 
 
+# What a step asks of pydantic, per step of the profiled run: validations (a model built, arguments or a
+# result checked), copies of a model, serializations. Counted, so a copy or a re-validation added to the
+# hot path shows whatever the machine's speed.
+PYDANTIC_COUNTS = {
+    "validations": ("<method 'validate_python' of 'pydantic_core._pydantic_core.SchemaValidator' objects>",),
+    "model_copy": ("model_copy",),
+    "dumps (model_dump, model_dump_json)": ("model_dump", "model_dump_json"),
+}
+
+
 def area_of(file: str, fn: str) -> str:
     where = f"{file}:{fn}"
     return next((name for name, marks in AREAS if any(m in where for m in marks)), "other (stdlib, json, ...)")
@@ -211,10 +221,13 @@ def profile_run(tmp: Path, n: int) -> dict[str, Any]:
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     rows = []
     dumps = 0
+    counted = dict.fromkeys(PYDANTIC_COUNTS, 0)
     areas: dict[str, float] = {}
     for (file, line, fn), (_cc, calls, tottime, cumtime, _callers) in raw.items():
         if fn in ("model_dump", "model_dump_json"):
             dumps += calls
+        for name, marks in PYDANTIC_COUNTS.items():
+            counted[name] += calls if fn in marks and (file == "~" or "pydantic" in file) else 0
         rows.append((tottime, calls, cumtime, f"{Path(file).name}:{line}({fn})"))
         area = area_of(file, fn)
         areas[area] = areas.get(area, 0.0) + tottime
@@ -231,6 +244,7 @@ def profile_run(tmp: Path, n: int) -> dict[str, Any]:
     return {
         "steps": n,
         "model_dump_calls": dumps,
+        "pydantic_per_step": {name: round(c / n, 2) for name, c in counted.items()},
         "total_ms": round(total * 1000, 1),
         "by_area": by_area,
         "top_self": top,
@@ -311,6 +325,7 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
     ]
     prof = result["profile_normal"]
     area_rows = [[name, a["us_per_step"], f"{a['share'] * 100:.1f}%"] for name, a in prof["by_area"].items()]
+    area_rows += [[f"pydantic {name} per step (calls)", c, ""] for name, c in prof["pydantic_per_step"].items()]
     prof_rows = [[p["function"], p["calls"], p["self_ms"], f"{p['share'] * 100:.1f}%"] for p in prof["top_self"]]
     return [
         table(

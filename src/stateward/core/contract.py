@@ -19,9 +19,10 @@ from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stateward.core.canonical import compact_json
 from stateward.core.decision import ControlDecision, SignalSource
 from stateward.core.events import NewEvent
-from stateward.core.model_io import ActionSpec, ModelRequest, Usage
+from stateward.core.model_io import ActionSpec, ModelRequest, ObservationView, Usage
 from stateward.core.state import GuardedAction, RequestKind, RunState
 
 
@@ -71,13 +72,17 @@ class ObservationLog(Sequence[Observation]):
         """``observations`` itself if it is a log, else a log of them (serializing each once)."""
         return observations if isinstance(observations, ObservationLog) else cls(observations)
 
-    def record(self, observation: Observation) -> None:
-        text = observation.model_dump_json()
+    def record(self, observation: Observation, json_form: dict[str, Any] | None = None) -> None:
+        """Append ``observation``. ``json_form``: its ``model_dump(mode="json")``, when the caller has made it
+        already (the runtime has, for the step's event): it is then serialized from that, never dumped again,
+        and kept as the recent observation's JSON dict."""
+        text = observation.model_dump_json() if json_form is None else compact_json(json_form)
         self._buffer += text.encode()
         self._ends.append(len(self._buffer))
         self._chars += len(text)
         index = len(self._ends) - 1
-        self._recent[index] = _Recent(observation)
+        recent = self._recent[index] = _Recent(observation)
+        recent.json = json_form
         self._recent.pop(index - self._window, None)
 
     def history(self) -> ObservationHistory:
@@ -145,7 +150,7 @@ class _Recent:
 _OBSERVATION = attrgetter("observation")
 
 
-class ObservationHistory(Sequence[dict[str, Any]]):
+class ObservationHistory(ObservationView):
     """The first ``length`` observations of a log as JSON dicts: what a model request carries. A view,
     not a copy; equal to any sequence of the same dicts (so to the list it stands for)."""
 

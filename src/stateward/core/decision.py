@@ -102,15 +102,21 @@ def _no_constant(literal: str) -> Any:
     raise _fail(ParseFailureCode.NON_FINITE_NUMBER, f"{literal} is not a JSON number", literal=literal)
 
 
+_STRICT = {"object_pairs_hook": _no_duplicate_keys, "parse_constant": _no_constant, "parse_float": _finite_float}
+# Built once: ``json.loads`` with hooks builds a decoder (and its scanner) on every call. It keeps no state
+# between calls, so threads share it.
+_DECODER = json.JSONDecoder(**_STRICT)  # type: ignore[arg-type]
+
+
 def read_json(text: str | bytes) -> Any:
     """Strict JSON: exactly one value, no duplicate keys, no NaN / Infinity (Python's json accepts both).
 
     Raises DecisionParseError: NOT_JSON, DUPLICATE_KEY or NON_FINITE_NUMBER.
     """
     try:
-        return json.loads(
-            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant, parse_float=_finite_float
-        )
+        if isinstance(text, str) and not text.startswith("\ufeff"):
+            return _DECODER.decode(text)
+        return json.loads(text, **_STRICT)  # type: ignore[arg-type]  # bytes, or a BOM json.loads refuses by name
     except DecisionParseError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -177,7 +183,7 @@ def decision_from_object(value: dict[str, Any]) -> ControlDecision:
             raise _fail(ParseFailureCode.INVALID_FIELD, f"'{name}' must be a string", field=name)
     if value.get("args") is not None and not isinstance(value["args"], dict):
         raise _fail(ParseFailureCode.INVALID_FIELD, "'args' must be an object", field="args")
-    _refuse_non_finite(value.get("args"), "args")
+    # Non-finite numbers in ``args``: refused by ControlDecision's own validator, the one walk over them.
     return ControlDecision(
         type=DecisionType(kind),
         action=value.get("action"),

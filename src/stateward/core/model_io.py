@@ -26,9 +26,19 @@ class ActionSpec(BaseModel):
 _OBSERVATION_LIST = TypeAdapter(list[dict[str, Any]])
 
 
-def _observation_list(value: Any) -> list[dict[str, Any]]:
-    # Validated as a list (pydantic's own list validator; a Sequence validator runs in Python, and a
-    # view attached by ``with_history`` is never validated).
+class ObservationView(Sequence[dict[str, Any]]):
+    """A read-only view of observations the runtime has validated and serialized already (a run's
+    observation log, see ``core.contract.ObservationHistory``): a request carries it by reference,
+    never validated or copied again."""
+
+    __slots__ = ()
+
+
+def _observation_list(value: Any) -> Sequence[dict[str, Any]]:
+    # Validated as a list (pydantic's own list validator; a Sequence validator runs in Python); a view
+    # of the run's log is passed through as it is.
+    if isinstance(value, ObservationView):
+        return value
     return _OBSERVATION_LIST.validate_python(value)
 
 
@@ -64,7 +74,10 @@ class ModelRequest(BaseModel):
         ``json_chars`` is the total length of the observations' compact JSON, so ``json_chars()`` of the
         request never serializes the history either. The dicts are shared: treat them as read-only.
         """
-        request = cls(**fields).model_copy(update={"observations": observations})
+        if isinstance(observations, ObservationView):
+            request = cls(**fields, observations=observations)  # passed by reference, not copied
+        else:
+            request = cls(**fields).model_copy(update={"observations": observations})
         request._history = _KnownSize(observations, json_chars)
         return request
 
@@ -77,8 +90,12 @@ class ModelRequest(BaseModel):
         known = self._history
         if known is None or known.observations is not self.observations:  # e.g. replaced by model_copy
             return len(self.model_dump_json())
-        rest = len(self.model_copy(update={"observations": []}).model_dump_json())
-        return rest + known.chars + max(len(self.observations) - 1, 0)  # the commas between them
+        rest = len(self.model_dump_json(exclude=_HISTORY))  # without ``,"observations":[...]``
+        return rest + _HISTORY_KEY_CHARS + known.chars + max(len(self.observations) - 1, 0)  # and the commas
+
+
+_HISTORY = {"observations"}
+_HISTORY_KEY_CHARS = len(',"observations":[]')  # never the first field, so a comma precedes it
 
 
 class _KnownSize:

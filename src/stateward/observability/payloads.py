@@ -110,21 +110,25 @@ class Offloader:
                 out.append(event)
                 continue
             payload = {k: self._value(v, k) for k, v in event.payload.items()}
-            out.append(NewEvent(type=event.type, payload=payload))
+            out.append(event if _same(payload, event.payload) else NewEvent(type=event.type, payload=payload))
         return out
 
     def _value(self, value: Any, key: str = "") -> Any:
         if is_ref(value):
             return value
         content = key in CONTENT_KEYS
+        limit = min(self.threshold, CONTENT_THRESHOLD) if content else self.threshold
+        if _surely_within(value, limit):  # a number, a short string: nothing to serialize
+            return value
         records = isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
         if not content:  # keep the structure (ids, codes) visible; the content inside leaves sooner
             if isinstance(value, dict):
-                value = {k: self._value(v, k) for k, v in value.items()}
+                inner = {k: self._value(v, k) for k, v in value.items()}
+                value = value if _same(inner, value) else inner
             elif records:  # a list of records (checks, issues): each kept in shape
-                value = [self._value(v) for v in value]
+                kept = [self._value(v) for v in value]
+                value = value if all(a is b for a, b in zip(kept, value, strict=True)) else kept
         text = compact_json(value)
-        limit = min(self.threshold, CONTENT_THRESHOLD) if content else self.threshold
         if len(text) <= limit:
             return value
         if not content and len(text) <= self.threshold * (4 if records else 2 if isinstance(value, dict) else 1):
@@ -132,6 +136,21 @@ class Offloader:
         digest = sha256_hex(text)
         self.blobs.setdefault(digest, text)
         return {REF_KEY: f"sha256:{digest}", "bytes": len(text.encode())}
+
+
+def _same(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Whether offloading left every value of ``old`` as it was (then ``old`` itself is kept)."""
+    return all(new[k] is v for k, v in old.items())
+
+
+def _surely_within(value: Any, limit: int) -> bool:
+    """Whether ``value``'s compact JSON is no longer than ``limit``, told without serializing it (a JSON
+    string takes at most six characters per character, plus its quotes)."""
+    if value is None or isinstance(value, bool | float):
+        return limit >= 24  # the longest float: -1.2345678901234567e-308
+    if isinstance(value, int):
+        return limit >= 17 and -(10**15) < value < 10**15
+    return isinstance(value, str) and 6 * len(value) + 2 <= limit
 
 
 def resolve(value: Any, fetch: Callable[[str], str | None]) -> Any:

@@ -323,7 +323,7 @@ class Driver:
             state = done.state
             events.extend(done.events)
             write.update(artifacts=done.artifacts, attempts=done.attempts, open_request=done.pending)
-            run.observations.record(done.observation)
+            run.observations.record(done.observation, done.observed)
         if state.status is not RunStatus.RUNNING:
             events.append(exit_event(state))
             write["checkpoint"] = "wait" if state.status is RunStatus.WAITING_FOR_USER else "terminal"

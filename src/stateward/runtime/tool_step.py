@@ -23,6 +23,7 @@ from stateward.tools.types import CallContext, OutcomeStatus, ToolCall, ToolOutc
 class ToolStep:
     state: RunState
     observation: Observation
+    observed: dict[str, Any]  # the observation's JSON form, made once (the event and the run's log share it)
     events: list[NewEvent] = field(default_factory=list)
     artifacts: list[NewArtifact] = field(default_factory=list)
     attempts: list[AttemptRecord] = field(default_factory=list)
@@ -51,6 +52,7 @@ def execute_tool(
     now: datetime,
     fencing_token: int | None = None,
 ) -> ToolStep:
+    """The call through the gateway, and the step it makes: one new state, one observation (serialized once)."""
     assert decision.action is not None
     args = decision.args or {}
     deferred = state.next_call
@@ -67,27 +69,25 @@ def execute_tool(
     changes: dict[str, object] = {"usage": usage, "next_call": None}
     if consumed is not None:
         changes["approvals"] = tuple(g for g in state.approvals if g.request_id != consumed)
+    artifacts, written, versions = _artifacts(state, outcome)
+    if artifacts:
+        changes["artifacts"] = versions
     # An approved call the Runtime ran for a person reports as the step that proposed it.
-    observed_at = (
-        state
-        if deferred is None
-        else state.model_copy(update={"usage": state.usage.model_copy(update={"steps": deferred.step})})
+    observation = _observe(
+        state.usage.steps if deferred is None else deferred.step,
+        decision,
+        outcome,
+        [f"{a.name}:v{a.version}" for a in artifacts],
     )
+    observed = observation.model_dump(mode="json")
     step = ToolStep(
         state=state.model_copy(update=changes),
-        observation=_observe(observed_at, decision, outcome),
+        observation=observation,
+        observed=observed,
+        events=[*written, NewEvent(type=EventType.TOOL_ATTEMPTED, payload=_attempted(observed, outcome))],
+        artifacts=artifacts,
         attempts=list(outcome.attempts),
         outcome=outcome,
-    )
-    _store_artifacts(step, outcome)
-    step.observation = step.observation.model_copy(
-        update={"artifacts": [f"{a.name}:v{a.version}" for a in step.artifacts]}
-    )
-    step.events.append(
-        NewEvent(
-            type=EventType.TOOL_ATTEMPTED,
-            payload=_attempted(step.observation, outcome),
-        )
     )
     if blocked:
         step.events.append(
@@ -105,27 +105,31 @@ def execute_tool(
     return step
 
 
-def _observe(state: RunState, decision: ControlDecision, outcome: ToolOutcome) -> Observation:
+def _observe(step: int, decision: ControlDecision, outcome: ToolOutcome, artifacts: list[str]) -> Observation:
     return Observation(
-        step=state.usage.steps,
+        step=step,
         action=outcome.tool,
         args=decision.args or {},
         status=outcome.status.value,
         result=outcome.result,
         error_code=None if outcome.error_code is None else outcome.error_code.value,
+        artifacts=artifacts,
     )
 
 
-def _store_artifacts(step: ToolStep, outcome: ToolOutcome) -> None:
-    """Artifacts are versioned, never overwritten: each write of a name is the next version."""
-    versions = dict(step.state.artifacts)
+def _artifacts(state: RunState, outcome: ToolOutcome) -> tuple[list[NewArtifact], list[NewEvent], dict[str, int]]:
+    """Artifacts are versioned, never overwritten: each write of a name is the next version. The new
+    artifacts, their artifact_written events and the latest version per name."""
+    versions = dict(state.artifacts)
+    artifacts: list[NewArtifact] = []
+    events: list[NewEvent] = []
     for draft in outcome.artifacts:
         versions[draft.name] = versions.get(draft.name, 0) + 1
         art = NewArtifact(
             name=draft.name, version=versions[draft.name], content=draft.content, media_type=draft.media_type
         )
-        step.artifacts.append(art)
-        step.events.append(
+        artifacts.append(art)
+        events.append(
             NewEvent(
                 type=EventType.ARTIFACT_WRITTEN,
                 payload={
@@ -135,7 +139,7 @@ def _store_artifacts(step: ToolStep, outcome: ToolOutcome) -> None:
                 },
             )
         )
-    step.state = step.state.model_copy(update={"artifacts": versions})
+    return artifacts, events, versions
 
 
 def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: ToolOutcome, now: datetime) -> None:
@@ -157,15 +161,14 @@ def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: To
     step.events.extend(events)
 
 
-def _attempted(observation: Observation, outcome: ToolOutcome) -> dict[str, Any]:
+_LEFT_OUT_EMPTY = frozenset({"error_code", "artifacts"})
+
+
+def _attempted(observed: dict[str, Any], outcome: ToolOutcome) -> dict[str, Any]:
     """The ``tool_attempted`` payload: an absent error code, artifact list or idempotency status is left out
     (readers take the Observation's defaults) rather than repeated as null on every step of a long run."""
-    observed = observation.model_dump(mode="json")
-    for key in ("error_code", "artifacts"):
-        if not observed.get(key):
-            observed.pop(key, None)
     payload: dict[str, Any] = {
-        "observation": observed,
+        "observation": {k: v for k, v in observed.items() if v or k not in _LEFT_OUT_EMPTY},
         "runtime_action": outcome.runtime_action.value,
         "idempotency_key": outcome.idempotency_key,
         "attempts": len(outcome.attempts),

@@ -142,7 +142,6 @@ def handle(
             return _ask_approval(state, agent, decision, unapproved, received, model_usage, now)
     after = next_status(state.status, kind)
     usage = _with_usage(state, model_usage)
-    state = state.model_copy(update={"correction": None})  # an accepted decision ends any correction
     validated = NewEvent(
         type=EventType.RUNTIME_VALIDATED,
         payload={
@@ -152,13 +151,15 @@ def handle(
         },
     )
     events = [received, validated]
+    # One copy of the state per decision; an accepted decision ends any correction.
     if kind is TransitionKind.CONTINUE:
-        new_state = state.model_copy(update={"usage": usage, "status": after})
+        new_state = state.model_copy(update={"usage": usage, "status": after, "correction": None})
         return Transition(kind, state.status, after, True, None, decision, new_state, events=events)
 
     reason = _REASON_BY_KIND.get(kind) or (decision.reason or "failed_by_decision")
     if kind is not TransitionKind.SUSPEND:
-        new_state = state.model_copy(update={"usage": usage, "status": after, "terminal_reason": reason})
+        update = {"usage": usage, "status": after, "terminal_reason": reason, "correction": None}
+        new_state = state.model_copy(update=update)
         events.append(_moved(state, new_state))
         return Transition(kind, state.status, after, True, reason, decision, new_state, events=events)
 
@@ -175,7 +176,7 @@ def handle(
         created_at=now,
         expires_at=_expiry(agent, wait, now),
     )
-    new_state, wait_events = suspend(state, pending, reason, usage=usage)
+    new_state, wait_events = suspend(state, pending, reason, usage=usage, correction=None)
     return Transition(kind, state.status, after, True, reason, decision, new_state, pending, [*events, *wait_events])
 
 
@@ -325,6 +326,7 @@ def _check(
     """Steps 1-2: the decision, or (code, message) saying why it is refused."""
     if isinstance(signal, SignalFailure):
         return None, (signal.code, signal.message)
+    parsed = isinstance(signal, str)  # the parser refuses every non-finite number itself
     if isinstance(signal, str):
         try:
             decision = parse_decision(signal)
@@ -332,12 +334,12 @@ def _check(
             return None, (exc.code, exc.message)
     else:
         decision = signal
-    return decision, _storable(decision, agent) or _precondition(decision, state, agent, visible)
+    return decision, _storable(decision, agent, parsed=parsed) or _precondition(decision, state, agent, visible)
 
 
-def _storable(decision: ControlDecision, agent: Agent) -> tuple[str, str] | None:
+def _storable(decision: ControlDecision, agent: Agent, *, parsed: bool) -> tuple[str, str] | None:
     """Values the runtime cannot store are refused at the door, whoever built the decision."""
-    found = non_finite_path(decision.args)  # a decision built around the constructor's own check
+    found = None if parsed else non_finite_path(decision.args)  # one built around the constructor's own check
     if found is not None:
         return ErrorCode.NON_FINITE_NUMBER, f"{found} is not a finite number"
     asked = len(decision.question or "")

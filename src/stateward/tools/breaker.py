@@ -64,9 +64,11 @@ class CircuitBreaker:
         *,
         probe: Callable[[], bool] | None,
         side_effect: bool,
+        state: BreakerState | None = None,
     ) -> bool:
-        """May a call reach the handler now? Runs the health probe when the cooldown has passed."""
-        state = self.state(tool)
+        """May a call reach the handler now? Runs the health probe when the cooldown has passed.
+        ``state``: the tool's state, if the caller has just read it (else it is read here)."""
+        state = self.state(tool) if state is None else state
         if state.position is BreakerPosition.CLOSED:
             return True
         if self._cooling(state, policy):
@@ -91,8 +93,18 @@ class CircuitBreaker:
         """Checked between retries: an OPEN circuit stops the retry loop."""
         return self.state(tool).position is BreakerPosition.OPEN
 
-    def record(self, tool: str, policy: BreakerPolicy, code: ToolErrorCode | None) -> None:
-        """Feed one attempt's result (None = success) into the breaker."""
+    def record(
+        self, tool: str, policy: BreakerPolicy, code: ToolErrorCode | None, *, admitted: BreakerState | None = None
+    ) -> None:
+        """Feed one attempt's result (None = success) into the breaker.
+
+        ``admitted``: the state the call was admitted under, if nothing was recorded for this call since.
+        A success admitted by a closed circuit with no failures counted leaves it so without reading it
+        again (a failure another process counts meanwhile stays counted, as if recorded after this
+        success); anything else reads the state afresh.
+        """
+        if code is None and admitted is not None and _clean(admitted):
+            return
         state = self.state(tool)
         if code is None:
             if state.position is not BreakerPosition.CLOSED or state.consecutive_failures:
@@ -110,3 +122,8 @@ class CircuitBreaker:
     def reset(self, tool: str) -> None:
         """Close the tool's breaker, as an operator does after fixing the cause."""
         self._put(tool, BreakerPosition.CLOSED)
+
+
+def _clean(state: BreakerState) -> bool:
+    """Closed, with no failure counted: a success leaves such a circuit as it is."""
+    return state.position is BreakerPosition.CLOSED and not state.consecutive_failures

@@ -150,7 +150,8 @@ class Executor:
         res.artifacts = tctx.artifacts
         if res.code is None:
             res.shaped = shape_result(spec, res.value)  # before the journal: it never holds more than the run sees
-        self._breaker.record(spec.name, spec.breaker, res.code)
+        self._breaker.record(spec.name, spec.breaker, res.code, admitted=st.breaker_admitted)
+        st.breaker_admitted = None  # recorded: a later attempt reads the circuit afresh
         if spec.side_effect:
             self._journal_after(st, res, fin.value)
         if res.code is not None:

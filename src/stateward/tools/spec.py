@@ -177,9 +177,10 @@ class ToolSpec(BaseModel):
 
     def validate_args(self, args: dict[str, Any]) -> BaseModel:
         """Raises pydantic.ValidationError on bad input."""
-        if self._shape.json_validator is not None:
-            return json_args.validate(self.name, self._shape.json_validator, args)
-        return self._shape.input_model.model_validate(args)
+        shape = self._shape  # a private attribute: each read goes through pydantic's __getattr__
+        if shape.json_validator is not None:
+            return json_args.validate(self.name, shape.json_validator, args)
+        return shape.input_model.model_validate(args)
 
     @staticmethod
     def canonical_args(validated: BaseModel) -> dict[str, Any]:
@@ -191,8 +192,9 @@ class ToolSpec(BaseModel):
         if isinstance(validated, json_args.JsonArgs):
             return {"arguments": validated.root, "context": context}
         kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
-        if self._shape.context_param is not None:
-            kwargs[self._shape.context_param] = context
+        param = self._shape.context_param
+        if param is not None:
+            kwargs[param] = context
         return kwargs
 
     def validate_output(self, raw: Any) -> Any:
@@ -200,9 +202,9 @@ class ToolSpec(BaseModel):
 
         Raises pydantic.ValidationError on mismatch. Without an annotation nothing is checked.
         """
-        if self._shape.output is None:
-            return to_jsonable_python(raw, fallback=str)
         adapter = self._shape.output
+        if adapter is None:
+            return to_jsonable_python(raw, fallback=str)
         return adapter.dump_python(adapter.validate_python(raw), mode="json")
 
     def look_up(self, key: str, *, run_id: str, fencing_token: int | None) -> tuple[LookupStatus, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from stateward.core.canonical import action_digest, args_digest, idempotency_key, sha256_hex
-from stateward.core.journal import AttemptRecord
+from stateward.core.journal import AttemptRecord, BreakerState
 from stateward.core.state import ApprovalScope, Grant
 
 from .breaker import CircuitBreaker
@@ -44,6 +44,7 @@ class CallState:
     idempotency_status: LookupStatus | None = None
     retried_once: bool = False
     grant: Grant | None = None  # the approval that admitted this call
+    breaker_admitted: BreakerState | None = None  # the circuit as admission read it, until an attempt is recorded
 
     @property
     def once_grant(self) -> str | None:
@@ -109,8 +110,10 @@ def available(breaker: CircuitBreaker) -> Stage:
             return Refusal(ToolErrorCode.TOOL_UNAVAILABLE, f"{spec.name!r} is offline")
         check = spec.health_check
         probe = None if check is None else (lambda: run_with_timeout(check, spec.timeout_s).value is True)
-        if not breaker.admit(spec.name, spec.breaker, probe=probe, side_effect=spec.side_effect):
+        seen = breaker.state(spec.name)
+        if not breaker.admit(spec.name, spec.breaker, probe=probe, side_effect=spec.side_effect, state=seen):
             return Refusal(ToolErrorCode.CIRCUIT_OPEN, f"circuit for {spec.name!r} is open")
+        st.breaker_admitted = seen
         return None
 
     return stage

@@ -1,0 +1,104 @@
+"""What one step of the loop does, counted, never timed: a value validated at the edge where it entered is
+passed on by reference, not copied or serialized again at every hand-off.
+
+A ReAct run over a no-op tool is driven for ``STEPS`` tool steps while pydantic's copy and dump methods
+and the store's breaker reads are counted; each count per step is pinned to what the step needs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from stateward import Agent, Budget, RunStatus, Runtime, ToolRegistry, tool
+from stateward.controllers.react import ReActController
+from stateward.core.journal import BreakerState
+from stateward.core.state import AgentRef, RunState
+from stateward.models.base import ModelRequest
+from stateward.models.scripted import ScriptedModel
+from stateward.store.sqlite import SQLiteStore
+
+STEPS = 30
+
+
+def noop_agent(steps: int) -> Agent:
+    @tool(description="Do nothing.")
+    def noop(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    def policy(request: ModelRequest) -> dict[str, Any]:
+        seen = len(request.observations)
+        if seen >= steps:
+            return {"type": "FINISH", "reason": "done"}
+        return {"type": "EXECUTE_TOOL", "action": "noop", "args": {"i": seen}}
+
+    return Agent(
+        name="noop",
+        controller=ReActController(ScriptedModel(policy)),
+        tools=ToolRegistry([noop]),
+        ref=AgentRef(name="tests:none"),
+        budget=Budget(max_steps=steps + 1),
+    )
+
+
+class CountingStore(SQLiteStore):
+    """A SQLite store that counts how often the gateway reads a tool's circuit breaker."""
+
+    breaker_reads = 0
+
+    def get_breaker(self, tool: str) -> BreakerState | None:
+        self.breaker_reads += 1
+        return super().get_breaker(tool)
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """Every pydantic ``model_copy``, ``model_dump`` and ``model_dump_json`` call, as ``method:Class``."""
+    counted: Counter[str] = Counter()
+
+    def counting(name: str) -> Any:
+        original = getattr(BaseModel, name)
+
+        def method(self: BaseModel, *args: Any, **kwargs: Any) -> Any:
+            counted[f"{name}:{type(self).__name__}"] += 1
+            return original(self, *args, **kwargs)
+
+        return method
+
+    for name in ("model_copy", "model_dump", "model_dump_json"):
+        monkeypatch.setattr(BaseModel, name, counting(name))
+    yield counted
+
+
+def run_steps(tmp_path: Path, steps: int) -> tuple[RunState, CountingStore]:
+    store = CountingStore(tmp_path / "steps.db")
+    runtime = Runtime(store)
+    try:
+        state = runtime.start(noop_agent(steps), "call noop until done")
+    finally:
+        runtime.close()
+    assert (state.status, state.usage.tool_attempts) == (RunStatus.COMPLETED, steps)
+    return state, store
+
+
+def test_a_tool_step_copies_the_run_state_twice_and_dumps_its_observation_once(
+    tmp_path: Path, calls: Counter[str]
+) -> None:
+    """One new state for the decision and one for the tool's outcome (a copy per changed field was five
+    per step); the observation's JSON form is made once and shared by the step's event and the run's log."""
+    run_steps(tmp_path, STEPS)
+    steps = STEPS + 1  # the finishing decision is a step too
+    assert calls["model_copy:RunState"] <= 2 * steps, calls
+    assert calls["model_dump:Observation"] + calls["model_dump_json:Observation"] == STEPS, calls
+    assert calls["model_copy:ModelRequest"] == 0, calls  # the history is carried by reference, never copied in
+
+
+def test_a_successful_call_reads_the_circuit_breaker_once(tmp_path: Path) -> None:
+    """Admission reads the circuit; a success under a closed, clean circuit has nothing to record."""
+    _, store = run_steps(tmp_path, STEPS)
+    assert store.breaker_reads == STEPS
