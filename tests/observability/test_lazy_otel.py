@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stateward.runtime.runtime import Runtime
 from stateward_demos.blog import build_agent
 from stateward_demos.blog_fixtures import GOAL
@@ -59,3 +61,16 @@ def test_approve_traces_when_an_otel_variable_is_set(tmp_path: Path) -> None:
     assert summary["status"] == "COMPLETED"
     assert "opentelemetry.trace" in imported and "stateward.observability.spans" in imported
     assert '"name": "invoke_agent blog"' in printed and '"name": "execute_tool write_draft"' in printed
+
+
+def test_an_otel_variable_set_or_removed_later_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stateward.observability.otel_state import may_be_configured
+
+    for key in [k for k in os.environ if k.startswith("OTEL_")]:
+        monkeypatch.delenv(key)
+    api = "stateward_tests.no_such_api"  # never imported: only the environment can answer
+    assert may_be_configured(api) is False
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "later")
+    assert may_be_configured(api) is True
+    monkeypatch.delenv("OTEL_SERVICE_NAME")
+    assert may_be_configured(api) is False

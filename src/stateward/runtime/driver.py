@@ -208,7 +208,7 @@ class Driver:
             agent,
             ToolGateway(agent.tools, self.store),
             action_specs(agent),
-            self._observations(head.state.run_id),
+            self._observations(head.state),
             on_setback=head.on_setback,
             keeper=head.keeper,
         )
@@ -538,8 +538,14 @@ class Driver:
         )
         raise exc
 
-    def _observations(self, run_id: str) -> ObservationLog:
-        """Read once per drive; each step then records its own observation."""
+    def _observations(self, state: RunState) -> ObservationLog:
+        """Read once per drive; each step then records its own observation. A run that has taken no step
+        has observed nothing (an observation comes from a step, or from an answer to a step's wait), so
+        a freshly submitted run's drive reads no events."""
+        if state.usage.steps == 0:
+            return ObservationLog()
+        run_id = state.run_id
+
         def fetch(name: str) -> str | None:
             found = self.store.get_artifact(run_id, name, 1)
             return None if found is None else found.content
