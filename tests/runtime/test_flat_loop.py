@@ -15,39 +15,16 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from tests.runtime.noop_loop import noop_agent
 
-from stateward import Agent, Budget, RunStatus, ToolRegistry, tool
-from stateward.controllers.react import ReActController
+from stateward import RunStatus
 from stateward.core.contract import DecisionContext, Observation, ObservationLog
 from stateward.core.state import AgentRef, RunState
 from stateward.models.base import ActionSpec, ModelRequest
-from stateward.models.scripted import ScriptedModel
 from stateward.testing import temporary_runtime
 
 STEPS = 200
 DUMPS_PER_STEP = 10  # a step dumps a handful of models; a quadratic loop does STEPS / 2 per step on average
-
-
-def noop_agent(steps: int) -> tuple[Agent, ScriptedModel]:
-    @tool(description="Do nothing.")
-    def noop(i: int) -> dict[str, int]:
-        return {"i": i}
-
-    def policy(request: ModelRequest) -> dict[str, Any]:
-        seen = len(request.observations)
-        if seen >= steps:
-            return {"type": "FINISH", "reason": "done"}
-        return {"type": "EXECUTE_TOOL", "action": "noop", "args": {"i": seen}}
-
-    model = ScriptedModel(policy)
-    agent = Agent(
-        name="noop",
-        controller=ReActController(model),
-        tools=ToolRegistry([noop]),
-        ref=AgentRef(name="tests:none"),
-        budget=Budget(max_steps=steps + 1),
-    )
-    return agent, model
 
 
 @pytest.fixture

@@ -14,36 +14,14 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from tests.runtime.noop_loop import noop_agent
 
-from stateward import Agent, Budget, RunStatus, Runtime, ToolRegistry, tool
-from stateward.controllers.react import ReActController
+from stateward import RunStatus, Runtime
 from stateward.core.journal import BreakerState
-from stateward.core.state import AgentRef, RunState
-from stateward.models.base import ModelRequest
-from stateward.models.scripted import ScriptedModel
+from stateward.core.state import RunState
 from stateward.store.sqlite import SQLiteStore
 
 STEPS = 30
-
-
-def noop_agent(steps: int) -> Agent:
-    @tool(description="Do nothing.")
-    def noop(i: int) -> dict[str, int]:
-        return {"i": i}
-
-    def policy(request: ModelRequest) -> dict[str, Any]:
-        seen = len(request.observations)
-        if seen >= steps:
-            return {"type": "FINISH", "reason": "done"}
-        return {"type": "EXECUTE_TOOL", "action": "noop", "args": {"i": seen}}
-
-    return Agent(
-        name="noop",
-        controller=ReActController(ScriptedModel(policy)),
-        tools=ToolRegistry([noop]),
-        ref=AgentRef(name="tests:none"),
-        budget=Budget(max_steps=steps + 1),
-    )
 
 
 class CountingStore(SQLiteStore):
@@ -79,7 +57,7 @@ def run_steps(tmp_path: Path, steps: int) -> tuple[RunState, CountingStore]:
     store = CountingStore(tmp_path / "steps.db")
     runtime = Runtime(store)
     try:
-        state = runtime.start(noop_agent(steps), "call noop until done")
+        state = runtime.start(noop_agent(steps)[0], "call noop until done")
     finally:
         runtime.close()
     assert (state.status, state.usage.tool_attempts) == (RunStatus.COMPLETED, steps)
