@@ -131,8 +131,7 @@ def test_a_hung_driver_is_a_liveness_failure_of_its_cell_and_the_campaign_stops_
     from stateward.runtime.agent_registry import process_agents
 
     agents = process_agents()
-    if "refund" not in agents:
-        pytest.skip("the demos' agents are not registered in this environment")
+    assert "refund" in agents, "the demos' agents are not registered: ./scripts/dev setup installs demos/"
     parent, original = os.getpid(), campaign._finish
 
     def finish(runtime: Runtime, run_id: str, deadline: float, *args: object, **kwargs: object) -> object:

@@ -31,8 +31,8 @@ def demos_installed() -> None:
     from stateward.runtime.agent_registry import process_agents
 
     agents = process_agents()
-    if "refund" not in agents or "payment-migration" not in agents:
-        pytest.skip("the demos' agents are not registered in this environment")
+    missing = {"refund", "payment-migration"} - set(agents.names())
+    assert not missing, f"the demos' agents {sorted(missing)} are not registered: ./scripts/dev setup installs demos/"
 
 
 def gates(tmp_path: Path, faults: tuple[str, ...], agents: tuple[str, ...]) -> tuple[int, dict[str, Any]]:

@@ -10,23 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.blog_runs import suspended_blog_run
 from typer.testing import CliRunner
 
 from stateward.cli.answers import run_fast
 from stateward.cli.app import app
 from stateward.runtime.runtime import Runtime
-from stateward_demos.blog import build_agent
-from stateward_demos.blog_fixtures import GOAL
-
-
-def _suspended_run(db: Path) -> str:
-    runtime = Runtime.open(str(db))
-    try:
-        state = runtime.start(build_agent("react"), GOAL)
-    finally:
-        runtime.close()
-    assert state.pending is not None and state.pending.request_id == "approval_001"
-    return state.run_id
 
 
 def _typer(*args: str) -> tuple[int, str]:
@@ -61,7 +50,7 @@ def test_both_paths_give_the_same_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, extra: list[str]
 ) -> None:
     fast_db, typer_db = tmp_path / "fast.db", tmp_path / "typer.db"
-    fast_run, typer_run = _suspended_run(fast_db), _suspended_run(typer_db)
+    fast_run, typer_run = suspended_blog_run(fast_db), suspended_blog_run(typer_db)
 
     taken, fast_code, fast_out = _fast(
         capsys, command, fast_run, "approval_001", "--db", str(fast_db), "--by", "alice", *extra, "--json"
@@ -76,7 +65,7 @@ def test_both_paths_give_the_same_result(
 
 def test_refusals_are_identical(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "runs.db"
-    run_id = _suspended_run(db)
+    run_id = suspended_blog_run(db)
     for request_id in ("approval_404", "../../etc"):
         taken, fast_code, fast_out = _fast(capsys, "approve", run_id, request_id, "--db", str(db), "--json")
         typer_code, typer_out = _typer("approve", run_id, request_id, "--db", str(db), "--json")
@@ -87,7 +76,7 @@ def test_refusals_are_identical(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_a_second_identical_answer_says_so_on_both_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "runs.db"
-    run_id = _suspended_run(db)
+    run_id = suspended_blog_run(db)
     answer = ["approve", run_id, "approval_001", "--db", str(db), "--by", "alice"]
     _fast(capsys, *answer)
     taken, code, fast_out = _fast(capsys, *answer)
@@ -101,7 +90,7 @@ def test_both_paths_hold_an_approval_to_the_digest_presented(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "runs.db"
-    run_id = _suspended_run(db)
+    run_id = suspended_blog_run(db)
     wrong = ["approve", run_id, "approval_001", "--db", str(db), "--digest", "0" * 64, "--json"]
     taken, fast_code, fast_out = _fast(capsys, *wrong)
     typer_code, typer_out = _typer(*wrong)
@@ -154,7 +143,7 @@ def test_usage_errors_still_come_from_typer(tmp_path: Path) -> None:
 
 def test_short_path_reads_the_db_from_the_environment_and_never_imports_typer(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    run_id = _suspended_run(db)
+    run_id = suspended_blog_run(db)
     probe = (
         "import sys; from stateward.cli.main import main\n"
         f"sys.argv = ['stateward', 'approve', {run_id!r}, 'approval_001', '--json']\n"
@@ -175,7 +164,7 @@ def test_short_path_reads_the_db_from_the_environment_and_never_imports_typer(tm
 
 
 def test_an_empty_db_variable_means_the_default_database_on_both_paths(tmp_path: Path) -> None:
-    run_id = _suspended_run(tmp_path / "stateward.db")  # the default name, in the working directory
+    run_id = suspended_blog_run(tmp_path / "stateward.db")  # the default name, in the working directory
     env = {**os.environ, "STATEWARD_DB": ""}
     proc = subprocess.run(
         [sys.executable, "-m", "stateward.cli.main", "approve", run_id, "approval_001", "--json"],
@@ -191,7 +180,7 @@ def test_an_empty_db_variable_means_the_default_database_on_both_paths(tmp_path:
 
 def test_a_reader_that_went_away_ends_the_short_path_quietly(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    run_id = _suspended_run(db)
+    run_id = suspended_blog_run(db)
     read_end, write_end = os.pipe()
     os.close(read_end)  # nobody will read what the command prints
     try:
@@ -222,7 +211,7 @@ def test_both_paths_refuse_an_oversized_answer_before_storing_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, option: str
 ) -> None:
     db = tmp_path / "runs.db"
-    run_id = _suspended_run(db)
+    run_id = suspended_blog_run(db)
     args = [command, run_id, "approval_001", "--db", str(db), option, "x" * 9000, "--json"]
     taken, fast_code, fast_out = _fast(capsys, *args)
     typer_code, typer_out = _typer(*args)

@@ -13,15 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.blog_runs import suspended_blog_run
 
 from stateward.cli.output import reported_errors
 from stateward.core.errors import StoreError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef, RunState
-from stateward.runtime.runtime import Runtime
 from stateward.store.sqlite import SQLiteStore
-from stateward_demos.blog import build_agent
-from stateward_demos.blog_fixtures import GOAL
 
 
 def _cli(*args: str | bytes, cwd: Path) -> tuple[int, Any, str]:
@@ -48,14 +46,6 @@ def _foreign_db(path: Path) -> Path:
     return path
 
 
-def _suspended_run(db: Path) -> str:
-    runtime = Runtime.open(str(db))
-    try:
-        return runtime.start(build_agent("react"), GOAL).run_id
-    finally:
-        runtime.close()
-
-
 @pytest.mark.parametrize(
     "command",
     [["runs", "list"], ["runs", "show", "run_x"], ["trace", "run_x"], ["approve", "run_x", "approval_001"]],
@@ -73,7 +63,7 @@ def test_a_file_that_is_not_a_database_is_named_and_left_alone(tmp_path: Path, c
 
 def test_a_truncated_database_is_named_corrupt(tmp_path: Path) -> None:
     db = tmp_path / "a.db"
-    _suspended_run(db)
+    suspended_blog_run(db)
     cut = tmp_path / "cut.db"
     cut.write_bytes(db.read_bytes()[:4096])
     code, out, _ = _cli("runs", "list", "--db", str(cut), "--json", cwd=tmp_path)
@@ -149,7 +139,7 @@ def test_usage_errors_without_json_stay_typers(tmp_path: Path) -> None:
 
 def test_arguments_that_are_not_utf8_are_refused_and_change_nothing(tmp_path: Path) -> None:
     db = tmp_path / "a.db"
-    run_id = _suspended_run(db)
+    run_id = suspended_blog_run(db)
     before = _digest(db)
     for command in (
         [b"runs", b"show", b"run_\xff", b"--db", os.fsencode(db), b"--json"],
@@ -162,7 +152,7 @@ def test_arguments_that_are_not_utf8_are_refused_and_change_nothing(tmp_path: Pa
 
 def test_an_unknown_run_in_the_inbox_filter_is_an_error_like_everywhere_else(tmp_path: Path) -> None:
     db = tmp_path / "a.db"
-    _suspended_run(db)
+    suspended_blog_run(db)
     code, out, _ = _cli("requests", "list", "--run", "nope", "--db", str(db), "--json", cwd=tmp_path)
     assert (code, out["error"]["code"]) == (1, "RUN_NOT_FOUND")
 

@@ -12,20 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from stateward.runtime.runtime import Runtime
-from stateward_demos.blog import build_agent
-from stateward_demos.blog_fixtures import GOAL
-
-
-def _suspended_run(db: Path) -> str:
-    runtime = Runtime.open(str(db))
-    try:
-        state = runtime.start(build_agent("react"), GOAL)
-    finally:
-        runtime.close()
-    assert state.pending is not None
-    return state.run_id
+from tests.blog_runs import suspended_blog_run
 
 
 def _approve(db: Path, run_id: str, **otel: str) -> tuple[dict[str, Any], list[str], str]:
@@ -49,7 +36,7 @@ def _approve(db: Path, run_id: str, **otel: str) -> tuple[dict[str, Any], list[s
 
 def test_approve_imports_no_opentelemetry_when_nothing_is_configured(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    summary, imported, _ = _approve(db, _suspended_run(db))
+    summary, imported, _ = _approve(db, suspended_blog_run(db))
     assert summary["status"] == "COMPLETED"  # the run was resumed and driven in that process
     assert "stateward.runtime.driver" in imported and "stateward.observability.tracing" in imported
     assert [m for m in imported if m.startswith("opentelemetry")] == []
@@ -57,7 +44,7 @@ def test_approve_imports_no_opentelemetry_when_nothing_is_configured(tmp_path: P
 
 def test_approve_traces_when_an_otel_variable_is_set(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    summary, imported, printed = _approve(db, _suspended_run(db), OTEL_TRACES_EXPORTER="console")
+    summary, imported, printed = _approve(db, suspended_blog_run(db), OTEL_TRACES_EXPORTER="console")
     assert summary["status"] == "COMPLETED"
     assert "opentelemetry.trace" in imported and "stateward.observability.spans" in imported
     assert '"name": "invoke_agent blog"' in printed and '"name": "execute_tool write_draft"' in printed
