@@ -14,9 +14,12 @@ import pytest
 from tests.api.receiver import Receiver
 from tests.api.test_serve_process import environment, free_port, sw
 
-from stateward.api.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from stateward.api.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, DeliveryPolicy, verify
 
 RUNS = 3
+# A delivery the killed service had claimed (a POST in flight at the SIGKILL) stays claimed until its lease
+# expires: the restarted service may send it only after that, so the last waits must outlast the lease.
+AFTER_RESTART_S = DeliveryPolicy().claim_lease_s + 30
 
 
 def start_service(env: dict[str, str], cwd: Path, db: Path, port: int) -> subprocess.Popen[bytes]:
@@ -77,13 +80,14 @@ def test_every_notification_arrives_at_least_once_across_a_killed_service(tmp_pa
         receiver.status = 200
         server = start_service(env, tmp_path, db, port)
         expected = {f"{run_id}:{kind}" for run_id in runs for kind in ("run.waiting", "run.ended")}
-        wait_until(lambda: {f"{b['run_id']}:{b['type']}" for b in receiver.bodies()} >= expected)
+        wait_until(lambda: {f"{b['run_id']}:{b['type']}" for b in receiver.bodies()} >= expected, AFTER_RESTART_S)
         deliveries = httpx.get(f"{base}/v1/webhooks/deliveries", headers=auth, timeout=10).json()["deliveries"]
         wait_until(
             lambda: all(
                 d["status"] == "delivered"
                 for d in httpx.get(f"{base}/v1/webhooks/deliveries", headers=auth, timeout=10).json()["deliveries"]
-            )
+            ),
+            AFTER_RESTART_S,
         )
         assert len(deliveries) == 2 * RUNS
     finally:
