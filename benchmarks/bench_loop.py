@@ -2,14 +2,17 @@
 
 Each run is a real Runtime driving a ReActController over one no-op tool on a SQLite store at
 ``synchronous=FULL`` (WAL already wrapped, as in a database in use), for N = 100, 1,000 and 10,000 tool
-steps (``--quick``: up to 1,000). A step is timed from one model call to the next: decide (the model
-request), handle, the tool through the gateway, the commit. Targets: mean ms/step at the largest N /
-at 100 <= 1.2x; ms/step at 100 / the store's own ``commit_step`` at FULL (timed in blocks between the
-runs) <= 3x. The floor beside it is what a step cannot avoid: the commit plus two hand-offs to the call
-runner's threads (core/calls.py): the tool handler runs there under its timeout, the model call under the
-step's pause token, so that either can be abandoned. The no-op tool has no side effect, so no journal
-commit precedes it. The step is reported against both the bare commit and that floor; what a fresh thread
-per call cost (the mechanism before the runner) is printed beside it.
+steps (``--quick``: up to 1,000). Sizes up to 1,000 run ``--rounds`` times each (default 5), one of each
+per round, the order reversed every other round; 10,000 runs once, last. A step is timed from one model
+call to the next: decide (the model request), handle, the tool through the gateway, the commit. Targets:
+mean ms/step at the largest N / at 100 <= 1.2x (the median of the rounds' own ratios); ms/step at 100 /
+the store's own ``commit_step`` at FULL (timed in blocks between the runs) <= 3x. The floor beside it is
+what a step cannot avoid: the commit plus two hand-offs to the call runner's threads (core/calls.py): the
+tool handler runs there under its timeout, the model call under the step's pause token, so that either can
+be abandoned. The no-op tool has no side effect, so no journal commit precedes it; the call's attempt
+record is written with the step, and the commit of the loop's own write (replayed) is printed beside the
+standard one. The step is reported against both the bare commit and that floor; what a fresh thread per
+call cost (the mechanism before the runner) is printed beside it.
 Time in Python's garbage collector per step is measured for every run (``gc.callbacks``): a history
 the collector had to walk made a long run's steps slower. A cProfile of one run at NORMAL
 (``--profile N``, default 1,000 steps) shows what remains, split by area (runtime, gateway, store,
