@@ -2,14 +2,17 @@
 
 Each run is a real Runtime driving a ReActController over one no-op tool on a SQLite store at
 ``synchronous=FULL`` (WAL already wrapped, as in a database in use), for N = 100, 1,000 and 10,000 tool
-steps (``--quick``: up to 1,000). A step is timed from one model call to the next: decide (the model
-request), handle, the tool through the gateway, the commit. Targets: mean ms/step at the largest N /
-at 100 <= 1.2x; ms/step at 100 / the store's own ``commit_step`` at FULL (timed in blocks between the
-runs) <= 3x. The floor beside it is what a step cannot avoid: the commit plus two hand-offs to the call
-runner's threads (core/calls.py): the tool handler runs there under its timeout, the model call under the
-step's pause token, so that either can be abandoned. The no-op tool has no side effect, so no journal
-commit precedes it. The step is reported against both the bare commit and that floor; what a fresh thread
-per call cost (the mechanism before the runner) is printed beside it.
+steps (``--quick``: up to 1,000). Sizes up to 1,000 run ``--rounds`` times each (default 5), one of each
+per round, the order reversed every other round; 10,000 runs once, last. A step is timed from one model
+call to the next: decide (the model request), handle, the tool through the gateway, the commit. Targets:
+mean ms/step at the largest N / at 100 <= 1.2x (the median of the rounds' own ratios); ms/step at 100 /
+the store's own ``commit_step`` at FULL (timed in blocks between the runs) <= 3x. The floor beside it is
+what a step cannot avoid: the commit plus two hand-offs to the call runner's threads (core/calls.py): the
+tool handler runs there under its timeout, the model call under the step's pause token, so that either can
+be abandoned. The no-op tool has no side effect, so no journal commit precedes it; the call's attempt
+record is written with the step, and the commit of the loop's own write (replayed) is printed beside the
+standard one. The step is reported against both the bare commit and that floor; what a fresh thread per
+call cost (the mechanism before the runner) is printed beside it.
 Time in Python's garbage collector per step is measured for every run (``gc.callbacks``): a history
 the collector had to walk made a long run's steps slower. A cProfile of one run at NORMAL
 (``--profile N``, default 1,000 steps) shows what remains, split by area (runtime, gateway, store,
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import gc
 import itertools
 import pstats
@@ -42,18 +46,21 @@ from benchkit import (
     time_calls,
     warm_store,
 )
-from stateward import Agent, Budget, Runtime, ToolRegistry, tool
+from stateward import Agent, Budget, RunStatus, Runtime, ToolRegistry, tool
 from stateward.controllers.react import ReActController
 from stateward.core.calls import CallRunner
 from stateward.core.state import AgentRef
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
+from stateward.store.records import Lease, StepWrite
 from stateward.store.sqlite import SQLiteStore
 from stateward.tools.execution import run_with_timeout
 
 SIZES = (100, 1_000, 10_000)
 QUICK_MAX = 1_000
-REPEATS = {100: 5, 1_000: 2}  # runs per size (median of the runs); larger sizes run once
+# Every size up to QUICK_MAX runs ROUNDS times, interleaved round by round (the order alternating), so a
+# busy spell of the machine falls on all sizes alike; a larger size (10,000: tens of seconds) runs once, last.
+ROUNDS = 5
 COMMIT_BLOCK = 200  # commit_step calls timed between two runs
 THREAD_CALLS = 1000
 HANDOFFS_PER_STEP = 2  # the model call (under the pause token) and the tool handler (under its timeout)
@@ -147,8 +154,36 @@ def loop_run(
     }
 
 
-def commit_block(driver: StepDriver, samples: list[int]) -> None:
-    samples += time_calls(driver.step, COMMIT_BLOCK)
+class RecordingStore(SQLiteStore):
+    """A SQLite store that keeps every StepWrite it commits (the loop's own writes, replayed below)."""
+
+    def __init__(self, path: Path, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.writes: list[tuple[str, StepWrite]] = []
+
+    def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
+        self.writes.append((run_id, write))
+        return super().commit_step(run_id, expected_seq, write, lease)
+
+
+def loop_writes(tmp: Path, n: int = 50) -> tuple[str, list[StepWrite]]:
+    """The tool steps' writes of a short loop run (state, events and the call's attempt record), to be
+    replayed with ``commit_step``: what the store charges for this loop's own step."""
+    store = RecordingStore(tmp / "record.db", synchronous="NORMAL")
+    runtime = Runtime(store)
+    try:
+        runtime.start(loop_agent(n), "call noop until done")
+    finally:
+        runtime.close()
+    run_id = store.writes[0][0]
+    return run_id, [w for _, w in store.writes if w.attempts and w.state.status is RunStatus.RUNNING]
+
+
+def commit_block(driver: StepDriver, samples: list[int], own: StepDriver, own_samples: list[int]) -> None:
+    """COMMIT_BLOCK commits of the standard step and as many of the loop's own, in alternating tens."""
+    for _ in range(COMMIT_BLOCK // 10):
+        samples += time_calls(driver.step, 10)
+        own_samples += time_calls(own.step, 10)
 
 
 def handoff_us() -> float:
@@ -164,26 +199,58 @@ def fresh_thread_us() -> float:
     return median_us(time_calls(lambda: runner.run(lambda: None, 30.0), THREAD_CALLS))
 
 
-def measure(tmp: Path, sizes: tuple[int, ...]) -> tuple[dict[int, dict[str, float]], list[int]]:
-    """Each size's runs (median of run means and medians), with commit_step blocks between them."""
+Runs = dict[int, list[dict[str, float]]]
+
+
+def measure(tmp: Path, sizes: tuple[int, ...], rounds: int) -> tuple[Runs, list[int], list[int]]:
+    """Every run of each size, with a block of commits (the standard step's and the loop's own write's)
+    before each run and after the last.
+
+    Sizes up to QUICK_MAX run ``rounds`` times, one run of each per round, the order reversed every other
+    round; larger sizes once each, after the rounds."""
     writes = [step_write(i) for i in range(1, 501)]
     warm = warm_store(tmp / "commit.db")
     driver = StepDriver(tmp / "commit.db", "FULL", writes)
+    own_run, own_writes = loop_writes(tmp)
+    own_warm = warm_store(tmp / "own.db")
+    own = StepDriver(tmp / "own.db", "FULL", own_writes, run_id=own_run)
     commits: list[int] = []
-    out: dict[int, dict[str, float]] = {}
+    own_commits: list[int] = []
+    small = [n for n in sizes if n <= QUICK_MAX]
+    runs: Runs = {n: [] for n in sizes}
+    block = functools.partial(commit_block, driver, commits, own, own_commits)
     try:
         time_calls(driver.step, 30)
+        time_calls(own.step, 30)
+        for r in range(rounds):
+            for n in small if r % 2 == 0 else small[::-1]:
+                block()
+                runs[n].append(loop_run(tmp, n, r))
         for n in sizes:
-            runs = []
-            for r in range(REPEATS.get(n, 1)):
-                commit_block(driver, commits)
-                runs.append(loop_run(tmp, n, r))
-            commit_block(driver, commits)
-            out[n] = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+            if n > QUICK_MAX:
+                block()
+                runs[n].append(loop_run(tmp, n, 0))
+        block()
     finally:
-        driver.close()
-        warm.close()
-    return out, commits
+        for d in (driver, warm, own, own_warm):
+            d.close()
+    return runs, commits, own_commits
+
+
+def summary(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The median over a size's runs of each figure, with the number of runs and the range of their means."""
+    out = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+    out.update(runs=len(runs), mean_min_us=min(r["mean_us"] for r in runs), mean_max_us=max(r["mean_us"] for r in runs))
+    return out
+
+
+def growth_of(all_runs: dict[int, list[dict[str, float]]], first: int, last: int, key: str = "mean_us") -> float:
+    """Mean (or ``key``) per step at ``last`` / at ``first``: the median of the rounds' own ratios when both
+    sizes ran in every round (a round's runs met the same machine), else against the median at ``first``."""
+    a, b = all_runs[first], all_runs[last]
+    if len(a) == len(b) > 1:
+        return statistics.median(y[key] / x[key] for x, y in zip(a, b, strict=True))
+    return statistics.median(y[key] for y in b) / statistics.median(x[key] for x in a)
 
 
 AREAS = (  # where a function's self time is charged, first match on its file (or built-in's name) wins
@@ -257,6 +324,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help=f"stop at N = {QUICK_MAX:,} (for CI)")
     parser.add_argument("--sizes", help="comma-separated N to run instead (the first is the baseline)")
     parser.add_argument("--profile", type=int, default=PROFILED_N, help="steps of the profiled run at NORMAL")
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, help=f"runs of each size up to {QUICK_MAX:,}, interleaved (larger: once)"
+    )
     return parser.parse_args()
 
 
@@ -267,14 +337,16 @@ def main() -> None:
         sizes = tuple(n for n in sizes if n <= QUICK_MAX)
     with tempfile.TemporaryDirectory(prefix="bench_loop_") as name:
         tmp = Path(name)
-        runs, commits = measure(tmp, sizes)
+        all_runs, commits, own_commits = measure(tmp, sizes, max(1, args.rounds))
         thread_us = handoff_us()
         fresh_us = fresh_thread_us()
         profile = profile_run(tmp, args.profile)
+    runs = {n: summary(r) for n, r in all_runs.items()}
     commit_us = median_us(commits)
+    own_us = median_us(own_commits)
     first, last = sizes[0], sizes[-1]
     floor_us = commit_us + HANDOFFS_PER_STEP * thread_us
-    growth = runs[last]["mean_us"] / runs[first]["mean_us"]
+    growth = growth_of(all_runs, first, last)
     targets = [
         Target(f"mean ms/step at N={last:,} / at N={first:,}", growth, TARGET_GROWTH),
         Target(f"ms/step at N={first:,} / commit_step at FULL", runs[first]["mean_us"] / commit_us, TARGET_COMMIT),
@@ -285,12 +357,13 @@ def main() -> None:
         "machine": machine(),
         "steps_us": {str(n): {k: round(v, 1) for k, v in r.items()} for n, r in runs.items()},
         "commit_step_full_us": round(commit_us, 1),
+        "own_write_full_us": round(own_us, 1),
         "handoff_us": round(thread_us, 1),
         "fresh_thread_us": round(fresh_us, 1),
         "floor_us": round(floor_us, 1),
         "floor_ratio": round(floor_us / commit_us, 3),
-        "median_growth": round(runs[last]["median_us"] / runs[first]["median_us"], 3),
-        "cpu_growth": round(runs[last]["cpu_us"] / runs[first]["cpu_us"], 3),
+        "median_growth": round(growth_of(all_runs, first, last, "median_us"), 3),
+        "cpu_growth": round(growth_of(all_runs, first, last, "cpu_us"), 3),
         "step_over_floor": round(runs[first]["mean_us"] / floor_us, 3),
         "profile_normal": profile,
         "targets": [t.as_dict() for t in targets],
@@ -303,7 +376,9 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
     rows = [
         [
             f"{int(n):,}",
+            int(r["runs"]),
             f"{r['mean_us'] / 1000:.3f}",
+            f"{r['mean_min_us'] / 1000:.3f}-{r['mean_max_us'] / 1000:.3f}",
             f"{r['median_us'] / 1000:.3f}",
             f"{r['cpu_us'] / 1000:.3f}",
             f"{r['gc_us'] / 1000:.3f}",
@@ -316,12 +391,16 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
     ]
     floor = [
         ["commit_step at FULL (µs, median)", commit],
+        [
+            "  commit_step of the loop's own write at FULL (state, events, the call's attempt record; µs, median)",
+            result["own_write_full_us"],
+        ],
         ["a handler under its timeout: hand-off to a runner thread (µs, median)", result["handoff_us"]],
         ["  the same on a fresh thread per call (µs, median; before the runner)", result["fresh_thread_us"]],
         [f"floor = commit + {HANDOFFS_PER_STEP} hand-offs (model call, tool call) (µs)", result["floor_us"]],
         ["floor / commit_step", f"{result['floor_ratio']:.2f}x"],
-        ["median ms/step, largest N / smallest", f"{result['median_growth']:.2f}x"],
-        ["CPU ms/step, largest N / smallest", f"{result['cpu_growth']:.2f}x"],
+        ["median ms/step, largest N / smallest (median of the rounds' ratios)", f"{result['median_growth']:.2f}x"],
+        ["CPU ms/step, largest N / smallest (median of the rounds' ratios)", f"{result['cpu_growth']:.2f}x"],
     ]
     prof = result["profile_normal"]
     area_rows = [[name, a["us_per_step"], f"{a['share'] * 100:.1f}%"] for name, a in prof["by_area"].items()]
@@ -332,7 +411,9 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
             "the ReAct loop at FULL: ms per step (model call to model call)",
             (
                 "N",
+                "runs",
                 "mean",
+                "range of the runs' means",
                 "median",
                 "CPU mean",
                 "in GC",

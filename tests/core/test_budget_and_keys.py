@@ -3,10 +3,13 @@ exactly what must be told apart."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
 from stateward.core.budget import Budget, Usage
-from stateward.core.canonical import action_digest, idempotency_key
+from stateward.core.canonical import action_digest, canonical_json, idempotency_key, idempotency_key_of
 
 
 @pytest.mark.parametrize(
@@ -39,6 +42,28 @@ def test_the_idempotency_key_names_the_run_the_step_the_tool_and_the_arguments()
     assert key != idempotency_key("run_b", 1, "pay", {"amount": 5, "to": "x"})
     assert key != idempotency_key("run_a", 1, "refund", {"amount": 5, "to": "x"})
     assert key != idempotency_key("run_a", 1, "pay", {"amount": 6, "to": "x"})
+
+
+def test_the_idempotency_key_is_the_digest_it_always_was() -> None:
+    """Keys are journalled: a resumed run of an earlier version must find its entries under the same key. The
+    gateway builds the key from the arguments' canonical JSON it has made already; the result is the SHA-256
+    of the whole canonical document, as before."""
+    cases = [
+        ("run_a", 1, "pay", {"amount": 5, "to": "x"}),
+        ("run-ü", 12, "näme", {"z": [1, 2.5, None, True], "a": {"b": "é\n\"q\""}}),
+        ("run_c", 0, "noop", {}),
+        ("run_d", 3, "noop", None),
+    ]
+    for run_id, step, tool, args in cases:
+        document = json.dumps(
+            {"run": run_id, "step": step, "tool": tool, "args": args or {}},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        expected = "idem_" + hashlib.sha256(document.encode()).hexdigest()[:32]
+        assert idempotency_key(run_id, step, tool, args) == expected
+        assert idempotency_key_of(run_id, step, tool, canonical_json(args or {})) == expected
 
 
 def test_an_action_digest_binds_the_tool_the_arguments_and_the_plan_version() -> None:

@@ -1,12 +1,14 @@
 """What one step of the loop does, counted, never timed: a value validated at the edge where it entered is
 passed on by reference, not copied or serialized again at every hand-off.
 
-A ReAct run over a no-op tool is driven for ``STEPS`` tool steps while pydantic's copy and dump methods
-and the store's breaker reads are counted; each count per step is pinned to what the step needs.
+A ReAct run over a no-op tool is driven for ``STEPS`` tool steps while pydantic's copy and dump methods,
+the models it builds, the JSON encoder's serializations and the store's breaker reads are counted; each
+count per step is pinned to what the step needs.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +55,34 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     yield counted
 
 
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """Every pydantic model built through its constructor (validated), by class name."""
+    counted: Counter[str] = Counter()
+    original = BaseModel.__init__
+
+    def init(self: BaseModel, /, **data: Any) -> None:
+        counted[type(self).__name__] += 1
+        original(self, **data)
+
+    monkeypatch.setattr(BaseModel, "__init__", init)
+    yield counted
+
+
+@pytest.fixture
+def encoded(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """Every document the stdlib JSON encoder serializes (``json.dumps`` and canonical JSON both come here)."""
+    counted: Counter[str] = Counter()
+    original = json.JSONEncoder.iterencode
+
+    def iterencode(self: json.JSONEncoder, o: Any, _one_shot: bool = False) -> Any:
+        counted[type(o).__name__] += 1
+        return original(self, o, _one_shot)
+
+    monkeypatch.setattr(json.JSONEncoder, "iterencode", iterencode)
+    yield counted
+
+
 def run_steps(tmp_path: Path, steps: int) -> tuple[RunState, CountingStore]:
     store = CountingStore(tmp_path / "steps.db")
     runtime = Runtime(store)
@@ -80,3 +110,26 @@ def test_a_successful_call_reads_the_circuit_breaker_once(tmp_path: Path) -> Non
     """Admission reads the circuit; a success under a closed, clean circuit has nothing to record."""
     _, store = run_steps(tmp_path, STEPS)
     assert store.breaker_reads == STEPS
+
+
+# What a tool step builds, by constructor (validated): five events (signal_received, runtime_validated,
+# tool_attempted, and the stored, compacted forms of the first and last), the model's request and reply
+# (with its usage), the decision, the step's write, the gateway's call, context, arguments, attempt record
+# and outcome, and the observation.
+MODELS_PER_TOOL_STEP = 16
+
+
+def test_a_tool_step_builds_sixteen_models_and_no_breaker_state(tmp_path: Path, built: Counter[str]) -> None:
+    """Values are validated where they enter, once; a circuit that never tripped is not rebuilt per call."""
+    run_steps(tmp_path, STEPS)
+    per_run = sum(n for name, n in built.items() if n < STEPS)  # the agent, its policies, the run: once each
+    assert sum(built.values()) - per_run <= MODELS_PER_TOOL_STEP * (STEPS + 1), built
+    assert built["NewEvent"] <= 5 * (STEPS + 1) + 1, built  # the finishing step's five too, and run_started
+    assert built["BreakerState"] <= 1, built  # the default CLOSED state, made once per gateway
+
+
+def test_a_tool_call_serializes_its_arguments_once(tmp_path: Path, encoded: Counter[str]) -> None:
+    """The call's canonical arguments serve both its idempotency key and its attempts' input hash; the other
+    stdlib serializations of a step are the result's size and the scripted model's reply."""
+    run_steps(tmp_path, STEPS)
+    assert encoded["dict"] <= 3 * (STEPS + 1), encoded

@@ -65,12 +65,12 @@ class ReActController:
 
 def repeating(observations: Sequence[Observation], times: int) -> bool:
     """Whether the last ``times`` observations are one call (tool, canonical args) with one outcome."""
-    if times < 1 or len(observations) < times:
+    count = len(observations)
+    if times < 1 or count < times:
         return False
-    tail = observations[-times:]
 
     def key(o: Observation) -> tuple[object, ...]:
         return (o.action, o.args, o.status, o.error_code, o.result)
 
-    first = key(tail[0])
-    return all(key(o) == first for o in tail[1:])
+    last = key(observations[count - 1])  # from the newest back: a run making progress differs at once
+    return all(key(observations[count - 1 - back]) == last for back in range(1, times))

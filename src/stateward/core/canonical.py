@@ -12,10 +12,15 @@ from typing import Any
 
 import pydantic_core
 
+# ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)``, made with
+# one encoder built once: ``json.dumps`` with options builds a JSONEncoder on every call, which cost more
+# than encoding the small documents (a call's arguments, an idempotency key's parts) hashed on every step.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no insignificant whitespace, UTF-8 kept as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(value)
 
 
 def compact_json(value: Any) -> str:
@@ -44,5 +49,11 @@ def action_digest(tool: str, args: dict[str, Any] | None, plan_version: int | No
 
 def idempotency_key(run_id: str, step: int, tool: str, args: dict[str, Any] | None) -> str:
     """Deterministic per (run, step, tool, canonical args): a retried or replayed step reuses it."""
-    digest = sha256_hex(canonical_json({"run": run_id, "step": step, "tool": tool, "args": args or {}}))
-    return f"idem_{digest[:32]}"
+    return idempotency_key_of(run_id, step, tool, canonical_json(args or {}))
+
+
+def idempotency_key_of(run_id: str, step: int, tool: str, args_json: str) -> str:
+    """:func:`idempotency_key` from the arguments' canonical JSON, when the caller has made it already (the
+    gateway hashes it for the attempt record too): the same document, its sorted keys written in order."""
+    document = f'{{"args":{args_json},"run":{canonical_json(run_id)},"step":{int(step)},"tool":{canonical_json(tool)}}}'
+    return f"idem_{sha256_hex(document)[:32]}"

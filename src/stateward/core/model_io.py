@@ -78,7 +78,8 @@ class ModelRequest(BaseModel):
             request = cls(**fields, observations=observations)  # passed by reference, not copied
         else:
             request = cls(**fields).model_copy(update={"observations": observations})
-        request._history = _KnownSize(observations, json_chars)
+        # Into pydantic's private store directly: ``request._history = ...`` goes through ``__setattr__``'s checks.
+        request.__pydantic_private__["_history"] = _KnownSize(observations, json_chars)  # type: ignore[index]
         return request
 
     @field_serializer("observations")
@@ -87,7 +88,7 @@ class ModelRequest(BaseModel):
 
     def json_chars(self) -> int:
         """``len(self.model_dump_json())``, without serializing a history whose length is already known."""
-        known = self._history
+        known: _KnownSize | None = self.__pydantic_private__["_history"]  # type: ignore[index]  # not via __getattr__
         if known is None or known.observations is not self.observations:  # e.g. replaced by model_copy
             return len(self.model_dump_json())
         rest = len(self.model_dump_json(exclude=_HISTORY))  # without ``,"observations":[...]``

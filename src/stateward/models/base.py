@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextvars
-import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -174,10 +173,11 @@ def _give_way(model: AnyModel, request: ModelRequest, token: PauseToken, name: s
         return resolve(cancel_on_pause(waited, "model", name, token))
     if amodel is not None and not hasattr(model, "complete"):
         return run_coroutine(cancel_on_pause(amodel.acomplete(request), "model", name, token))
-    sync, sink, gone = cast(Model, model), model_attempt_sink.get(), threading.Event()
+    sync, sink = cast(Model, model), model_attempt_sink.get()
+    gone: list[bool] = []  # set once the call is abandoned (a flag: an Event's lock and condition are not needed)
 
     def record(attempt: dict[str, Any]) -> None:
-        if sink is not None and not gone.is_set():  # an abandoned call's later retries are not the run's
+        if sink is not None and not gone:  # an abandoned call's later retries are not the run's
             sink(attempt)
 
     def call() -> ModelReply:
@@ -187,7 +187,7 @@ def _give_way(model: AnyModel, request: ModelRequest, token: PauseToken, name: s
     try:
         return abandon_on_pause(call, "model", name, token)
     except CallCancelled:
-        gone.set()
+        gone.append(True)
         raise
 
 

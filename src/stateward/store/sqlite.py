@@ -492,7 +492,7 @@ class SQLiteStore(OutboxMethods):
                 for digest, body in split.new_parts.items():
                     cur.execute(_INSERT_PART, (key, digest, body))
                 if write.has_contents:
-                    self._write_contents(self._db, run_id, expected_seq, new_seq, write, split, _now())
+                    self._write_contents(self._db, run_id, expected_seq, new_seq, write, split)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -510,9 +510,10 @@ class SQLiteStore(OutboxMethods):
         new_seq: int,
         write: StepWrite,
         split: SplitState,
-        now: str,
     ) -> None:
         """The rarer parts of a step: requests, artifacts, attempts, a checkpoint."""
+        # The time is stored with artifacts and checkpoints only: a tool step records an attempt and no clock read.
+        now = _now() if write.artifacts or write.checkpoint is not None else ""
         try:
             if write.close_request is not None:
                 self._close_request(db, run_id, write.close_request)

@@ -23,6 +23,8 @@ from .ports import GatewayStore
 from .retry import BREAKER_FAILURES
 from .types import ToolErrorCode
 
+_KEPT_CLOSED = 1024  # tools whose never-tripped state a breaker keeps made (a registry's tools, in practice)
+
 
 class BreakerPolicy(BaseModel):
     """When a tool's circuit opens (consecutive failures) and how long it stays open before a half-open probe."""
@@ -39,10 +41,19 @@ class CircuitBreaker:
     def __init__(self, store: GatewayStore, clock: Callable[[], float]):
         self._store = store
         self._clock = clock
+        self._never_tripped: dict[str, BreakerState] = {}  # a frozen value per tool, made once
 
     def state(self, tool: str) -> BreakerState:
         """The tool's breaker state (CLOSED when it never tripped)."""
-        return self._store.get_breaker(tool) or BreakerState(tool=tool)
+        found = self._store.get_breaker(tool)
+        if found is not None:
+            return found
+        closed = self._never_tripped.get(tool)
+        if closed is None:
+            closed = BreakerState(tool=tool)
+            if len(self._never_tripped) < _KEPT_CLOSED:
+                self._never_tripped[tool] = closed
+        return closed
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self._clock(), UTC)

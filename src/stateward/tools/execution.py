@@ -74,11 +74,13 @@ def call_handler(
     *,
     name: str,
     token: PauseToken | None = None,
+    is_async: bool | None = None,
 ) -> Finished:
     """Call ``handler(**kwargs)`` within ``timeout_s``, wherever the calling code runs. With a ``token`` (a
     read-only call: one with a side effect is never handed one) a pause asked meanwhile cancels the call:
-    :class:`CallCancelled` is raised and whatever the handler still returns is discarded."""
-    if is_async_handler(handler):
+    :class:`CallCancelled` is raised and whatever the handler still returns is discarded. ``is_async``:
+    whether the handler is an ``async def``, when the caller knows (else it is asked here)."""
+    if is_async_handler(handler) if is_async is None else is_async:
         if in_bridge():
             bounded = _bounded(handler(**kwargs), timeout_s)
             return resolve(bounded if token is None else cancel_on_pause(bounded, "tool", name, token))

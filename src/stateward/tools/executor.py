@@ -8,8 +8,8 @@ it again, and then exactly once.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -144,7 +144,9 @@ class Executor:
         # A read-only call gives way to a pause asked meanwhile; one with a side effect is waited for (up to its
         # timeout; an unknown outcome is reconciled below), never cancelled blindly.
         token = None if spec.side_effect else pause_token.get()
-        fin = call_handler(spec.handler, kwargs, spec.timeout_s, name=spec.name, token=token)
+        fin = call_handler(
+            spec.handler, kwargs, spec.timeout_s, name=spec.name, token=token, is_async=spec.handler_is_async
+        )
         duration_ms = (time.perf_counter() - started) * 1000
         res = self._classify(st, fin.value, fin.error, fin.timed_out)
         res.artifacts = tctx.artifacts
@@ -379,9 +381,11 @@ def make_attempt(
     duration_ms: float = 0.0,
     handler_called: bool = False,
 ) -> AttemptRecord:
-    redact = st.spec.redact.text if st.spec is not None else (lambda s: s)
+    error = None
+    if message:
+        error = st.spec.redact.text(message) if st.spec is not None else message
     return AttemptRecord(
-        attempt_id=f"att_{uuid.uuid4().hex[:16]}",
+        attempt_id=f"att_{os.urandom(8).hex()}",  # 64 random bits (the 16 hex digits once cut from a uuid4)
         run_id=st.ctx.run_id,
         step=st.ctx.step,
         sequence=len(st.attempts) + 1,
@@ -390,7 +394,7 @@ def make_attempt(
         idempotency_key=st.key,
         outcome=outcome,
         error_code=code.value if code else None,
-        error=redact(message) if message else None,
+        error=error,
         duration_ms=round(duration_ms, 3),
         handler_called=handler_called,
     )

@@ -14,7 +14,7 @@ import inspect
 import json
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, create_model, model_validator
@@ -34,6 +34,7 @@ from .errors import (
     ToolPermissionDenied,
     ToolTimeout,
 )
+from .execution import is_async_handler
 from .redaction import RedactionRules, rules_from
 from .retry import RetryPolicy
 from .types import ArtifactDraft, LookupStatus
@@ -98,6 +99,7 @@ class _Shape:
     context_param: str | None
     output: TypeAdapter[Any] | None
     json_validator: Validator | None = None  # set for a tool whose input is a JSON Schema
+    is_async: bool = False  # an ``async def`` handler (asked once, not on every call)
 
 
 def _introspect(name: str, handler: Callable[..., Any]) -> _Shape:
@@ -160,9 +162,10 @@ class ToolSpec(BaseModel):
     def model_post_init(self, context: Any, /) -> None:
         if self.input_json_schema is not None:
             validator = json_args.compile_schema(self.name, self.input_json_schema)
-            self._shape = _Shape(json_args.JsonArgs, "context", None, validator)
+            shape = _Shape(json_args.JsonArgs, "context", None, validator)
         else:
-            self._shape = _introspect(self.name, self.handler)
+            shape = _introspect(self.name, self.handler)
+        self._shape = replace(shape, is_async=is_async_handler(self.handler))
         if self.lookup is not None:
             self._lookup_keywords = frozenset(inspect.signature(self.lookup).parameters)
 
@@ -175,9 +178,19 @@ class ToolSpec(BaseModel):
         schema: dict[str, Any] = json.loads(self._schema)  # a fresh copy, several times faster than a deep copy
         return schema
 
+    @property
+    def handler_is_async(self) -> bool:
+        """Whether the handler is an ``async def`` (awaited under its timeout rather than run on a thread)."""
+        return self._fast_shape().is_async
+
+    def _fast_shape(self) -> _Shape:
+        # The private attribute read straight from pydantic's store: ``self._shape`` goes through pydantic's
+        # ``__getattr__`` (a miss on the instance, then a probe of the attribute's descriptor) on every call.
+        return self.__pydantic_private__["_shape"]  # type: ignore[index,no-any-return]
+
     def validate_args(self, args: dict[str, Any]) -> BaseModel:
         """Raises pydantic.ValidationError on bad input."""
-        shape = self._shape  # a private attribute: each read goes through pydantic's __getattr__
+        shape = self._fast_shape()
         if shape.json_validator is not None:
             return json_args.validate(self.name, shape.json_validator, args)
         return shape.input_model.model_validate(args)
@@ -191,8 +204,8 @@ class ToolSpec(BaseModel):
         """The keyword arguments the handler is called with: validated fields, plus the context if it asks."""
         if isinstance(validated, json_args.JsonArgs):
             return {"arguments": validated.root, "context": context}
-        kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
-        param = self._shape.context_param
+        kwargs = dict(validated.__dict__)  # the validated fields (the input model forbids extra ones)
+        param = self._fast_shape().context_param
         if param is not None:
             kwargs[param] = context
         return kwargs
@@ -202,7 +215,7 @@ class ToolSpec(BaseModel):
 
         Raises pydantic.ValidationError on mismatch. Without an annotation nothing is checked.
         """
-        adapter = self._shape.output
+        adapter = self._fast_shape().output
         if adapter is None:
             return to_jsonable_python(raw, fallback=str)
         return adapter.dump_python(adapter.validate_python(raw), mode="json")

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from stateward.core.canonical import action_digest, args_digest, idempotency_key, sha256_hex
+from stateward.core.canonical import action_digest, canonical_json, idempotency_key_of, sha256_hex
 from stateward.core.journal import AttemptRecord, BreakerState
 from stateward.core.state import ApprovalScope, Grant
 
@@ -45,6 +45,7 @@ class CallState:
     retried_once: bool = False
     grant: Grant | None = None  # the approval that admitted this call
     breaker_admitted: BreakerState | None = None  # the circuit as admission read it, until an attempt is recorded
+    _input_hash: str | None = field(default=None, repr=False)  # the arguments' digest, made once per call
 
     @property
     def once_grant(self) -> str | None:
@@ -60,10 +61,17 @@ class CallState:
 
     @property
     def input_hash(self) -> str:
+        """The digest of the call's arguments (validated and canonical once the input stage passed them), as
+        every attempt record of the call carries it: computed once."""
+        if self._input_hash is None:
+            self._input_hash = self._digest_args()
+        return self._input_hash
+
+    def _digest_args(self) -> str:
         if self.args is not None:
-            return args_digest(self.args)
+            return sha256_hex(canonical_json(self.args))
         try:
-            return args_digest(self.call.args)
+            return sha256_hex(canonical_json(self.call.args or {}))
         except (TypeError, ValueError):
             return sha256_hex(repr(self.call.args))
 
@@ -130,6 +138,7 @@ def valid_input(st: CallState) -> Refusal | None:
         ]
         return Refusal(ToolErrorCode.INVALID_ARGUMENT, f"invalid arguments for {spec.name!r}", field_errors=errors)
     st.args = spec.canonical_args(st.validated)
+    st._input_hash = None  # from the validated arguments from now on
     return None
 
 
@@ -191,5 +200,7 @@ def has_budget(st: CallState) -> bool:
 
 def assign_idempotency_key(st: CallState) -> Refusal | None:
     """Deterministic, so a retried or resumed step finds the journal entry of its earlier attempt."""
-    st.key = idempotency_key(st.ctx.run_id, st.ctx.step, st.tool_spec.name, st.args)
+    args_json = canonical_json(st.args or {})  # one serialization for the key and the attempts' input hash
+    st._input_hash = sha256_hex(args_json)
+    st.key = idempotency_key_of(st.ctx.run_id, st.ctx.step, st.tool_spec.name, args_json)
     return None
