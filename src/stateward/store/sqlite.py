@@ -9,7 +9,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -256,6 +256,12 @@ class SQLiteStore(OutboxMethods):
         one connection serializes every call anyway, and a thread hop costs more CPU than such a call.
         """
         return self.synchronous in ("NORMAL", "OFF")
+
+    def trace(self, callback: Callable[[str], None] | None) -> None:
+        """Call ``callback`` with the text of every SQL statement this store's connection runs (None stops):
+        how a benchmark counts the statements a run costs. Nothing is traced unless asked."""
+        with self._lock:
+            self._db.set_trace_callback(callback)
 
     # -- plumbing -------------------------------------------------------------------------------
     @contextmanager
