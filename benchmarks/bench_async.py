@@ -100,6 +100,7 @@ def measure(db: Path, runs: int, concurrency: int, synchronous: str) -> dict[str
         "worker_wall_s": round(wall_s, 3),
         "cpu_ms_per_run": round(cpu_s / runs * 1000, 3),  # the process, the 0.5 s idle exit included
         "loop_cpu_ms_per_run": round(loop_s / runs * 1000, 3),
+        "loop_cpu_share": round(min(loop_s, elapsed) / elapsed, 3),  # how much of the time the loop had a CPU
         "sql_per_run": round(statements[0] / runs, 1),
         "statuses": statuses,
         "claimed": stats.claimed,
@@ -165,6 +166,9 @@ def main() -> None:
         f" the model waits {wait_floor:.2f} s;"
         f" that floor against concurrency 1 is {out['ratio_at_floor']:.1f}x"
     )
+    share = high["loop_cpu_share"]
+    busy = "" if share >= 0.8 else " (far below 100%: other processes held the CPUs; the times are inflated)"
+    print(f"the loop's thread was on a CPU {share:.0%} of the concurrency {CONCURRENCIES[0]} time{busy}")
     print(f"model waits alone at concurrency 1: {ideal:.1f} s; SQLite synchronous={args.synchronous}")
     print(machine_line(out["machine"]), end="")
 
