@@ -36,6 +36,7 @@ from stateward.models.base import ModelReply, ModelRequest
 from stateward.models.errors import AuthFailedError, ServiceUnavailableError
 from stateward.observability.payloads import with_defaults
 from stateward.runtime.async_worker import AsyncWorker
+from stateward.runtime.leases import LeasePolicy
 from stateward.store.sqlite import SQLiteStore
 from stateward.testing import AsyncScriptedModel, InMemoryGatewayStore, ScriptedModel
 from stateward.tools import CallContext, ToolCall, ToolGateway
@@ -431,3 +432,69 @@ def test_the_async_runtime_calls_a_store_without_fsyncs_on_the_loop_thread(
         runtime.close()
     assert state.status is RunStatus.COMPLETED and len(threads) >= 2
     assert all((t == loop_thread) is on_loop_thread for t in threads)
+
+
+def slow_call_agents(seconds: float) -> AgentRegistry:
+    registry = AgentRegistry()
+
+    @tool
+    async def survey(site: str) -> dict[str, str]:
+        """A long read-only call: the run's lease must outlive it."""
+        await asyncio.sleep(seconds)
+        return {"site": site}
+
+    @registry.agent("slow-surveyor")
+    def build() -> Agent:
+        """Surveys once, then finishes."""
+        return react(AsyncScriptedModel(call_once_then_finish("survey", {"site": "A"})), survey, name="slow-surveyor")
+
+    return registry
+
+
+def test_an_async_worker_keeps_a_runs_lease_alive_through_a_call_longer_than_its_ttl(tmp_path: Path) -> None:
+    agents = slow_call_agents(1.0)
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SQLiteStore(db), agents=agents, lease=LeasePolicy(ttl_s=0.45, heartbeat_s=0.15))
+    rival = SQLiteStore(db)
+    run_id = runtime.submit(agents.create("slow-surveyor"), "survey A").run_id
+    worker = AsyncWorker(runtime, concurrency=2, poll_s=0.02)
+    rival_claims: list[Any] = []
+
+    async def main() -> None:
+        working = asyncio.create_task(worker.arun(idle_exit_s=0.2))
+        await asyncio.sleep(0.7)  # the call is in flight, well past the lease's first expiry
+        rival_claims.append(await asyncio.to_thread(rival.claim_next, "rival", 30))
+        await working
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 30))
+        assert rival_claims == [None]  # renewed meanwhile: nobody else could take the run
+        assert runtime.get(run_id).status is RunStatus.COMPLETED
+        assert worker.stats.stale_leases == 0 and worker.stats.claimed == 1
+    finally:
+        rival.close()
+        runtime.close()
+
+
+def test_an_async_worker_fills_its_free_slots_with_one_claim(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.db")
+    peak = [0]
+    agents = ledger_agents(ledger, peak)
+    asked: list[int] = []
+
+    class Counted(SQLiteStore):
+        def claim_batch(self, owner: str, ttl_s: float, limit: int, statuses: tuple[str, ...] = ("RUNNING",)) -> Any:
+            asked.append(limit)
+            return super().claim_batch(owner, ttl_s, limit)
+
+    runtime = Runtime(Counted(tmp_path / "runs.db"), agents=agents)
+    try:
+        ids = [runtime.submit(agents.create("ledger-poster"), f"post {i}").run_id for i in range(10)]
+        stats = AsyncWorker(runtime, concurrency=4, poll_s=0.02).run(idle_exit_s=0.2)
+        assert asked[0] == 4  # every slot free: one claim for all four
+        assert all(1 <= n <= 4 for n in asked)
+        assert stats.claimed == 10 and peak[0] <= 4
+        assert [runtime.get(run_id).status for run_id in ids] == [RunStatus.COMPLETED] * 10
+    finally:
+        runtime.close()
+        ledger.close()

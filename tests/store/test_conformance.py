@@ -30,7 +30,7 @@ from stateward.core.state import (
     RunState,
 )
 from stateward.core.status import RunStatus
-from stateward.store.base import PayloadLimits, Store
+from stateward.store.base import MAX_CLAIM_BATCH, PayloadLimits, Store
 from stateward.store.keys import ApiKeyRecord, KeyStore, StoredResponse
 from stateward.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 from stateward.store.outbox import NoticeKind, WebhookStore, WebhookSubscription
@@ -998,6 +998,49 @@ def test_claim_next_skips_a_run_held_back_until_its_time(store: Store) -> None:
     assert store.claim_next("w", ttl_s=30) is None
 
 
+def test_claim_batch_leases_several_runs_oldest_first_in_one_call(store: Store) -> None:
+    for run_id in ("run_1", "run_2", "run_3", "run_4", "run_5"):
+        start(store, run_id)
+    step(store, "run_1")  # touched last: now the newest
+    first = store.claim_batch("w", ttl_s=30, limit=3)
+    assert [c.run_id for c in first] == ["run_2", "run_3", "run_4"]
+    rest = store.claim_batch("w", ttl_s=30, limit=10)
+    assert [c.run_id for c in rest] == ["run_5", "run_1"]
+    assert store.claim_batch("w", ttl_s=30, limit=10) == []
+    for lease in first + rest:  # each a live fencing token of its own, as the store records it
+        assert (lease.owner, lease.version) == ("w", 1)
+        assert store.lease_of(lease.run_id) == lease
+        assert step(store, lease.run_id, lease=lease) > 1
+
+
+def test_claim_batch_honours_live_leases_holds_and_statuses(store: Store) -> None:
+    start(store, "run_leased")
+    start(store, "run_waiting", status=RunStatus.WAITING_FOR_USER)
+    start(store, "run_held")
+    start(store, "run_expired")
+    start(store, "run_free")
+    held = store.acquire_lease("run_leased", "other", ttl_s=30)
+    step(store, "run_held", not_before=datetime.now(UTC) + timedelta(seconds=60))
+    dead = store.acquire_lease("run_expired", "dead", ttl_s=0.05)
+    time.sleep(0.15)
+    claimed = store.claim_batch("w", ttl_s=30, limit=10)
+    assert sorted(c.run_id for c in claimed) == ["run_expired", "run_free"]
+    taken = next(c for c in claimed if c.run_id == "run_expired")
+    assert taken.version == dead.version + 1  # a takeover fences the dead owner out
+    assert code_of(lambda: step(store, "run_expired", lease=dead)) == "STALE_LEASE"
+    assert store.lease_of("run_leased") == held
+
+
+def test_claim_batch_refuses_a_limit_out_of_bounds_and_claims_nothing(store: Store) -> None:
+    start(store)
+    for limit in (0, -1, MAX_CLAIM_BATCH + 1, True):
+        with pytest.raises(UserError) as err:
+            store.claim_batch("w", ttl_s=30, limit=limit)
+        assert err.value.code == "INVALID_ARGUMENT"
+    assert store.lease_of(RUN) is None
+    assert [c.run_id for c in store.claim_batch("w", ttl_s=30, limit=MAX_CLAIM_BATCH)] == [RUN]
+
+
 def test_a_write_without_a_hold_clears_it(store: Store) -> None:
     start(store)
     step(store, not_before=datetime.now(UTC) + timedelta(seconds=60))
@@ -1213,6 +1256,24 @@ def test_claim_next_never_hands_one_run_to_two_claimers(store: Store, open_store
         mine: list[Lease] = []
         while (lease := stores[i].claim_next(f"w{i}", ttl_s=60)) is not None:
             mine.append(lease)
+        return mine
+
+    claims = [lease for got in race(WRITERS, claimer) if isinstance(got, list) for lease in got]
+    assert sorted(c.run_id for c in claims) == runs
+    assert all(c.version == 1 for c in claims)
+    assert all(store.lease_of(c.run_id) == c for c in claims)
+
+
+def test_claim_batch_never_hands_one_run_to_two_claimers(store: Store, open_store: Callable[[], Store]) -> None:
+    runs = [f"run_{i:02d}" for i in range(30)]
+    for run_id in runs:
+        start(store, run_id)
+    stores = [open_store() for _ in range(WRITERS)]
+
+    def claimer(i: int) -> list[Lease]:
+        mine: list[Lease] = []
+        while claimed := stores[i].claim_batch(f"w{i}", ttl_s=60, limit=4):
+            mine.extend(claimed)
         return mine
 
     claims = [lease for got in race(WRITERS, claimer) if isinstance(got, list) for lease in got]

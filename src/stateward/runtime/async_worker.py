@@ -1,11 +1,12 @@
 """A worker that drives many runs at once in one event loop.
 
-It is :class:`~stateward.runtime.worker.Worker` with coroutines instead of threads: the same claim,
-the same drive (bridged: see core/bridge.py), the same setback counting, stop and sweeps. One claimer
-leases runnable runs while fewer than ``concurrency`` are in flight; each claimed run is driven in its
-own task, so a run waiting on its model or an ``async def`` tool costs the others nothing. Leases are
-renewed by a heartbeat task per run (AsyncLeaseKeeper); ``stop`` (SIGTERM) ends claiming, and the
-runs in flight stop at their next step boundary, left RUNNING for any worker.
+It is :class:`~stateward.runtime.worker.Worker` with coroutines instead of threads: the same drive
+(bridged: see core/bridge.py), the same setback counting, stop and sweeps. One claimer fills the free
+slots (fewer than ``concurrency`` runs in flight) with one claim for all of them (``Store.claim_batch``:
+one transaction, not one per run); each claimed run is driven in its own task, so a run waiting on its
+model or an ``async def`` tool costs the others nothing. Leases are renewed by a heartbeat task per run
+(AsyncLeaseKeeper); ``stop`` (SIGTERM) ends claiming, and the runs in flight stop at their next step
+boundary, left RUNNING for any worker.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from stateward.core.bridge import run_bridged
+from stateward.core.errors import StatewardError
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.worker import Worker, WorkerStats, positive_seconds
+from stateward.store.base import MAX_CLAIM_BATCH
 from stateward.store.records import Lease
 
 log = logging.getLogger("stateward.worker")
@@ -65,16 +68,24 @@ class AsyncWorker(Worker):
         if idle_exit_s is not None:
             positive_seconds("the idle exit", idle_exit_s)
         owner = f"{self.runtime.owner}/async"
-        slots = asyncio.Semaphore(self.concurrency)
         in_flight: set[asyncio.Task[None]] = set()
+        freed = asyncio.Event()  # set as a run in flight ends: a slot is free again
+
+        def ended(task: asyncio.Task[None]) -> None:
+            in_flight.discard(task)
+            freed.set()
+
         sweeper = asyncio.create_task(self._asweep(), name="stateward-sweep")
         idle_since = time.monotonic()
         try:
             while not self.stop.is_set():
-                await slots.acquire()
-                lease = None if self.stop.is_set() else await self._aclaim(owner)
-                if lease is None:
-                    slots.release()
+                free = self.concurrency - len(in_flight)
+                if free <= 0:
+                    freed.clear()
+                    await freed.wait()
+                    continue
+                leases = await self._aclaim(owner, min(free, MAX_CLAIM_BATCH))
+                if not leases:
                     if in_flight:
                         idle_since = time.monotonic()
                     elif idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
@@ -82,9 +93,10 @@ class AsyncWorker(Worker):
                     await asyncio.sleep(self.poll_s)
                     continue
                 idle_since = time.monotonic()
-                task = asyncio.create_task(self._adrive(lease, slots), name=f"stateward-run-{lease.run_id}")
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
+                for lease in leases:
+                    task = asyncio.create_task(self._adrive(lease), name=f"stateward-run-{lease.run_id}")
+                    in_flight.add(task)
+                    task.add_done_callback(ended)
         finally:
             if in_flight:  # each stops at its next step boundary once ``stop`` is set
                 await asyncio.gather(*in_flight, return_exceptions=True)
@@ -99,19 +111,28 @@ class AsyncWorker(Worker):
             await run_bridged(self._sweep)
             await asyncio.sleep(self.expire_every_s)
 
-    async def _aclaim(self, owner: str) -> Lease | None:
+    async def _aclaim(self, owner: str, limit: int) -> list[Lease]:
         try:
-            return await run_bridged(self._claim, owner)
+            return await run_bridged(self._claim_batch, owner, limit)
         except Exception:  # a bug of ours, not a run's: count it, keep working
             log.exception("async worker: unexpected error while claiming; going on")
             self.stats.add("loop_errors")
-            return None
+            return []
 
-    async def _adrive(self, lease: Lease, slots: asyncio.Semaphore) -> None:
+    def _claim_batch(self, owner: str, limit: int) -> list[Lease]:
+        """Lease up to ``limit`` runnable runs in one transaction (counted); none when the store refused (counted)."""
+        try:
+            leases = self.runtime.store.claim_batch(owner, self.runtime.lease_policy.ttl_s, limit)
+        except StatewardError as exc:
+            log.warning("claim failed: %s", exc)
+            self.stats.add("errors")
+            return []
+        self.stats.add("claimed", len(leases))
+        return leases
+
+    async def _adrive(self, lease: Lease) -> None:
         try:
             await run_bridged(self._drive, lease)
         except Exception:
             log.exception("async worker: unexpected error driving run %s; going on", lease.run_id)
             self.stats.add("loop_errors")
-        finally:
-            slots.release()

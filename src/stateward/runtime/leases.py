@@ -116,26 +116,34 @@ class LeaseKeeper:
 
 
 class AsyncLeaseKeeper(LeaseKeeper):
-    """The same heartbeat as a task on the running event loop (no thread per run): what the async
-    Runtime's driver uses. Each renewal (the same ``_renew``) runs on the loop's default executor.
+    """The same heartbeat as a timer on the running event loop (no thread, no task per run): what the
+    async Runtime's driver uses. Each renewal (the same ``_renew``) runs on the loop's default executor,
+    and the next beat is timed once it answered; a drive that ends first only cancels the timer.
 
     Made and stopped from code running bridged on that loop (see core/bridge.py).
     """
 
     def _start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._renewing: asyncio.Future[bool] | None = None
-        self._task = asyncio.get_running_loop().create_task(self._abeat(), name=f"lease-{self._lease.run_id}")
+        self._stopped = False
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(self._policy.heartbeat_s, self._due)
 
-    async def _abeat(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(self._policy.heartbeat_s)
-            self._renewing = asyncio.ensure_future(loop.run_in_executor(None, self._renew))
-            if not await asyncio.shield(self._renewing):
-                return
+    def _due(self) -> None:
+        self._timer = None
+        self._renewing = self._loop.run_in_executor(None, self._renew)
+        self._renewing.add_done_callback(self._renewed)
+
+    def _renewed(self, renewal: asyncio.Future[bool]) -> None:
+        still = not (renewal.cancelled() or renewal.exception() is not None) and renewal.result()
+        if still and not self._stopped:  # a lost lease beats no more
+            self._timer = self._loop.call_later(self._policy.heartbeat_s, self._due)
 
     def stop(self, *, release: bool = True) -> None:
-        self._task.cancel()
+        self._stopped = True
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         renewing = self._renewing
         if renewing is not None and not renewing.done():
             with contextlib.suppress(Exception):  # its outcome is recorded by _renew itself

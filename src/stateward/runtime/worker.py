@@ -52,9 +52,9 @@ class WorkerStats:
     stopped_on_crashes: bool = False  # stopped because ``max_crashes`` was reached
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, name: str) -> None:
+    def add(self, name: str, n: int = 1) -> None:
         with self.lock:
-            setattr(self, name, getattr(self, name) + 1)
+            setattr(self, name, getattr(self, name) + n)
 
     def as_dict(self) -> dict[str, int | bool]:
         return {k: v for k, v in vars(self).items() if k != "lock"}

@@ -171,16 +171,17 @@ ACQUIRE_LEASE = f"""UPDATE runs SET lease_owner=%(owner)s, lease_version=lease_v
         OR lease_expires_at IS NULL OR lease_expires_at <= {DB_EPOCH})
     RETURNING lease_version, lease_expires_at"""
 LEASE_ROW = "SELECT lease_owner, lease_version, lease_expires_at FROM runs WHERE run_id=%s"
-CLAIM_NEXT = f"""WITH candidate AS (
+# The claim of up to %(limit)s runs; RETURNING's order is the update's, so the caller sorts by queue order.
+CLAIM_RUNS = f"""WITH candidate AS (
         SELECT run_id FROM runs
         WHERE status = ANY(%(statuses)s) AND (lease_owner IS NULL OR lease_expires_at < {DB_EPOCH})
             AND (not_before IS NULL OR not_before <= {DB_EPOCH})
-        ORDER BY queued_at, run_id LIMIT 1
+        ORDER BY queued_at, run_id LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
     UPDATE runs SET lease_owner=%(owner)s, lease_version=runs.lease_version+1,
         lease_expires_at={DB_EPOCH} + %(ttl)s
     FROM candidate WHERE runs.run_id=candidate.run_id
-    RETURNING runs.run_id, runs.lease_version, runs.lease_expires_at"""
+    RETURNING runs.run_id, runs.lease_version, runs.lease_expires_at, runs.queued_at"""
 DUE_RUNS = """SELECT run_id FROM runs WHERE status=%s AND not_before IS NOT NULL AND not_before <= %s
     ORDER BY not_before, run_id LIMIT %s"""
 RENEW_LEASE = f"""UPDATE runs SET lease_expires_at={DB_EPOCH} + %s

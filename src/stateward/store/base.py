@@ -57,6 +57,14 @@ class Store(Protocol):
         held back by a ``not_before`` still in the future (by the store's clock, as lease expiry is)."""
         ...
 
+    def claim_batch(
+        self, owner: str, ttl_s: float, limit: int, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")
+    ) -> list[Lease]:
+        """Lease up to ``limit`` runnable runs in one transaction, oldest first (``claim_next``'s order and
+        rules), each with its own fencing token: a worker with many free slots fills them in one round trip.
+        INVALID_ARGUMENT unless 1 <= ``limit`` <= MAX_CLAIM_BATCH."""
+        ...
+
     def due_runs(self, status: str, now: datetime, limit: int = 100) -> list[str]:
         """Ids of runs in ``status`` whose ``not_before`` has come by ``now``, the earliest due first.
 
@@ -157,6 +165,20 @@ def open_store(url: str, *, create: bool = True) -> Store:
 def sqlite_path(url: str) -> str:
     """A plain path, or the path inside a ``sqlite:///`` URL."""
     return url.removeprefix("sqlite:///").removeprefix("sqlite://")
+
+
+MAX_CLAIM_BATCH = 500  # runs leased by one claim_batch (SQLite binds one parameter per run)
+
+
+def claim_limit(limit: int) -> int:
+    """``limit`` if a claim may ask for that many runs, else INVALID_ARGUMENT (nothing is claimed)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_BATCH:
+        raise UserError(
+            f"a claim takes 1 to {MAX_CLAIM_BATCH} runs at once (asked for {limit!r})",
+            code=ErrorCode.INVALID_ARGUMENT,
+            details={"limit": repr(limit), "max": MAX_CLAIM_BATCH},
+        )
+    return limit
 
 
 DEFAULT_MAX_EVENT_BYTES = 1 << 20  # 1 MiB per event payload

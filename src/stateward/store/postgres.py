@@ -32,7 +32,7 @@ from stateward.core.journal import (
 from stateward.core.state import PendingRequest, RunState
 from stateward.store import _pg_sql as q
 from stateward.store._pg_check import DEFAULT_IDLE_S, IdleCheck
-from stateward.store.base import PayloadLimits, event_batch, refused_write
+from stateward.store.base import PayloadLimits, claim_limit, event_batch, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import POSTGRES_MIGRATIONS
 from stateward.store.outbox import Notice, OutboxMethods, enqueue, notices_of
@@ -503,11 +503,18 @@ class PostgresStore(OutboxMethods):
         """The runnable run nobody holds a live lease on that has waited longest since a write left it without
         a lease (``queued_at``: its creation, an unleased step, a lease given back); rows other claimers have
         locked are skipped. A worker's own steps do not move it, so they stay heap-only updates (migration 7)."""
+        claimed = self.claim_batch(owner, ttl_s, 1, statuses)
+        return claimed[0] if claimed else None
+
+    def claim_batch(
+        self, owner: str, ttl_s: float, limit: int, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")
+    ) -> list[Lease]:
+        """Up to ``limit`` of them in one statement, in queue order."""
+        params = {"statuses": list(statuses), "owner": owner, "ttl": ttl_s, "limit": claim_limit(limit)}
         with self._conn() as conn:
-            row = conn.execute(q.CLAIM_NEXT, {"statuses": list(statuses), "owner": owner, "ttl": ttl_s}).fetchone()
-        if row is None:
-            return None
-        return Lease(run_id=row[0], owner=owner, version=row[1], expires_at=row[2])
+            rows = conn.execute(q.CLAIM_RUNS, params).fetchall()
+        rows.sort(key=lambda row: (row[3], row[0]))
+        return [Lease(run_id=row[0], owner=owner, version=row[1], expires_at=row[2]) for row in rows]
 
     def due_runs(self, status: str, now: datetime, limit: int = 100) -> list[str]:
         with self._conn() as conn:

@@ -9,7 +9,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,7 +26,7 @@ from stateward.core.journal import (
     superseded,
 )
 from stateward.core.state import PendingRequest, RunState
-from stateward.store.base import PayloadLimits, event_batch, refused_write
+from stateward.store.base import PayloadLimits, claim_limit, event_batch, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import SQLITE_MIGRATIONS
 from stateward.store.outbox import OutboxMethods, enqueue, notices_of
@@ -256,6 +256,12 @@ class SQLiteStore(OutboxMethods):
         one connection serializes every call anyway, and a thread hop costs more CPU than such a call.
         """
         return self.synchronous in ("NORMAL", "OFF")
+
+    def trace(self, callback: Callable[[str], None] | None) -> None:
+        """Call ``callback`` with the text of every SQL statement this store's connection runs (None stops):
+        how a benchmark counts the statements a run costs. Nothing is traced unless asked."""
+        with self._lock:
+            self._db.set_trace_callback(callback)
 
     # -- plumbing -------------------------------------------------------------------------------
     @contextmanager
@@ -576,18 +582,39 @@ class SQLiteStore(OutboxMethods):
 
     def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
         """The oldest runnable run nobody holds a live lease on, leased to ``owner``."""
+        claimed = self.claim_batch(owner, ttl_s, 1, statuses)
+        return claimed[0] if claimed else None
+
+    def claim_batch(
+        self, owner: str, ttl_s: float, limit: int, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")
+    ) -> list[Lease]:
+        """Up to ``limit`` of them, oldest first, in one transaction of two statements whatever their number."""
+        claim_limit(limit)
         marks = ",".join("?" * len(statuses))
         with self._tx() as db:
             now = time.time()
-            row = db.execute(
-                f"SELECT run_id, lease_version FROM runs WHERE status IN ({marks})"
+            rows = db.execute(
+                f"SELECT run_key, run_id, lease_version, status FROM runs WHERE status IN ({marks})"
                 " AND (lease_owner IS NULL OR lease_expires_at < ?) AND (not_before IS NULL OR not_before <= ?)"
-                " ORDER BY updated_at, run_id LIMIT 1",
-                (*statuses, now, now),
-            ).fetchone()
-            if row is None:
-                return None
-            return self._grant(db, row[0], owner, int(row[1]) + 1, now + ttl_s)
+                " ORDER BY updated_at, run_id LIMIT ?",
+                (*statuses, now, now, limit),
+            ).fetchall()
+            if not rows:
+                return []
+            expires_at = now + ttl_s
+            # Under BEGIN IMMEDIATE nobody else writes meanwhile: each version is the one read, plus one.
+            keys = ",".join("?" * len(rows))
+            db.execute(
+                f"UPDATE runs SET lease_owner=?, lease_version=lease_version+1, lease_expires_at=?"
+                f" WHERE run_key IN ({keys})",
+                (owner, expires_at, *(row[0] for row in rows)),
+            )
+        for key, run_id, _, status in rows:  # the drive that follows looks neither up again
+            self._remember(run_id, int(key), str(status))
+        return [
+            Lease(run_id=run_id, owner=owner, version=int(version) + 1, expires_at=expires_at)
+            for _, run_id, version, _ in rows
+        ]
 
     def due_runs(self, status: str, now: datetime, limit: int = 100) -> list[str]:
         with self._lock:
