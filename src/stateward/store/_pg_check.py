@@ -48,11 +48,11 @@ class IdleCheck:
         """Raise (psycopg's error) if an idle connection is dead; the pool then lends another."""
         with self._lock:
             last = self._used.get(conn)
-        if last is None or self._clock() - last > self.idle_s or _has_input(conn):
+        if last is None or self._clock() - last > self.idle_s or has_input(conn):
             ConnectionPool.check_connection(conn)
 
 
-def _has_input(conn: psycopg.Connection[Any]) -> bool:
+def has_input(conn: psycopg.Connection[Any]) -> bool:
     """Whether an idle connection's socket is readable (a server's farewell, EOF) or already closed."""
     try:
         fd = conn.fileno()

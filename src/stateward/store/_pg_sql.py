@@ -7,9 +7,10 @@ machines whose clocks disagree still agree on who holds a run.
 from __future__ import annotations
 
 import functools
+import operator
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 # Seconds since the epoch by the database clock, read when the statement runs (not at transaction start).
@@ -97,10 +98,15 @@ class Positional:
 
     sql: str
     names: tuple[str, ...]
+    _pick: Callable[[Mapping[str, Any]], Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_pick", operator.itemgetter(*self.names) if self.names else lambda _: ())
 
     def values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        """``params`` in placeholder order (a name used twice is sent once)."""
-        return tuple(params[name] for name in self.names)
+        """``params`` in placeholder order (a name used twice is sent once); one C call (itemgetter)."""
+        picked = self._pick(params)
+        return picked if len(self.names) != 1 else (picked,)
 
 
 def positional(sql: str) -> Positional:
