@@ -40,6 +40,8 @@ from stateward.core.errors import RunNotFoundError
 from stateward.core.events import EventType, NewEvent
 from stateward.store._pg_sql import step_statement
 from stateward.store.base import PayloadLimits, event_batch
+from stateward.store.outbox import notices_of
+from stateward.store.parts import split_state
 from stateward.store.postgres import PostgresStore
 from stateward.store.records import Lease, StepWrite
 
@@ -48,6 +50,12 @@ BLOCK = 100
 BLOCKS = 20
 TARGET = 1.5
 STEPS_INSPECTED = 200
+STEP = "commit_step"
+BARE = "commit_step, no events"
+FLOOR = "floor (the step's statement, raw)"
+LENT = "floor + the store's connection"
+SERIALIZED = "floor + connection + serializing"
+RAW = "raw commit"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -128,6 +136,72 @@ class Floor:
         self.conn.close()
 
 
+class Layered:
+    """The floor's statement with the store's own layers added: the connection lent as commit_step borrows
+    it (``PostgresStore``'s stack and the cursor kept with it), and with ``serialize`` also the state and
+    the events serialized in the timed step, as commit_step does. Differences between these sides and the
+    floor, interleaved with it, are what each layer costs where it runs (after a wait, on a cold CPU)."""
+
+    def __init__(self, url: str, writes: list[StepWrite], *, serialize: bool):
+        self.pids: list[int] = []
+        self.store = PostgresStore(url, configure=lambda conn: self.pids.append(conn.info.backend_pid))
+        self.store.create_run(run_state(0), [NewEvent(type=EventType.RUN_STARTED, payload={"goal": "bench"})])
+        self.seq = self.store.last_seq(RUN_ID)
+        lease = self.store.acquire_lease(RUN_ID, "bench", 3600)
+        self.writes = writes
+        self.serialize = serialize
+        self.statement = step_statement(leased=True, clear_control=False, release=False, events=len(writes[0].events))
+        self.params = [Floor._params(w, lease) for w in writes]
+        self.events = len(writes[0].events)
+        self.limits = PayloadLimits()
+        self.index = 0
+
+    def step(self) -> None:
+        i = self.index % len(self.params)
+        params = self.params[i]
+        if self.serialize:
+            write = self.writes[i]
+            params["snapshot"] = split_state(write.state).snapshot
+            params["batch"] = event_batch(RUN_ID, write.events, self.limits)
+        params.update(expected=self.seq, new_seq=self.seq + self.events)
+        with self.store._lent() as lent:
+            lent.cursor.execute(self.statement.sql, self.statement.values(params)).fetchone()
+        self.seq += self.events
+        self.index += 1
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def client_pieces(store: PostgresStore, writes: list[StepWrite], loops: int = 2000) -> dict[str, float]:
+    """The store's client-side work per step, each piece alone in a warm loop (best of 5, µs): what the
+    pieces cost on a CPU that has not just waited; the interleaved sides show what they cost in place."""
+    write, limits = writes[0], store.limits
+
+    def borrow() -> None:
+        with store._lent():
+            pass
+
+    pieces: dict[str, Callable[[], object]] = {
+        "the store's connection (from its stack, one poll)": borrow,
+        "the snapshot (split_state, size check)": lambda: limits.check_snapshot_parts(
+            RUN_ID, split_state(write.state).texts
+        ),
+        "the events (event_batch)": lambda: event_batch(RUN_ID, write.events, limits),
+        "the notices it may cause (notices_of)": lambda: notices_of(write.state, 1, write.events),
+    }
+    out = {}
+    for name, fn in pieces.items():
+        best = []
+        for _ in range(5):
+            t0 = time.perf_counter_ns()
+            for _ in range(loops):
+                fn()
+            best.append((time.perf_counter_ns() - t0) / loops / 1000)
+        out[name] = min(best)
+    return out
+
+
 def round_trips(url: str, write: StepWrite) -> int:
     """Batches of messages one warm ``commit_step`` sends, by libpq's protocol trace (as
     tests/store/test_postgres_round_trips.py counts them)."""
@@ -192,6 +266,7 @@ class ServerWork:
     wal_bytes: float | None = None
     records: dict[str, float] | None = None  # "relation Rmgr KIND" -> records per step
     commits: float = 0.0
+    inspected: bool = False  # its WAL read back (the layered sides send the floor's statement: not read)
 
     @property
     def cpu_us(self) -> float:
@@ -299,10 +374,14 @@ def server_table(work: dict[str, ServerWork], raw: str) -> str:
     rows = []
     for name, w in work.items():
         indexes = sum(w.of("Btree").values())
+        cpu = f"{w.cpu_us:.0f} ({w.cpu_us / max(1e-9, work[raw].cpu_us):.2f}x)"
+        if not w.inspected:
+            rows.append([name, cpu, "as the floor", "", ""])
+            continue
         rows.append(
             [
                 name,
-                f"{w.cpu_us:.0f} ({w.cpu_us / max(1e-9, work[raw].cpu_us):.2f}x)",
+                cpu,
                 "?" if w.wal_bytes is None else f"{w.wal_bytes:.0f}",
                 per_step(w, "Heap"),
                 f"{indexes:g}: {per_step(w, 'Btree')}" if w.records is not None else "?",
@@ -333,29 +412,28 @@ def main() -> None:
         writes = [step_write(i) for i in range(1, 501)]
         snapshot, payload = write_bytes(writes[0])
         bare_writes = [StepWrite(state=w.state, events=[]) for w in writes]
-        urls = {
-            "commit_step": server.new_schema(),
-            "commit_step, no events": server.new_schema(),
-            "floor (the step's statement, raw)": server.new_schema(),
-            "raw commit": server.new_schema(),
-        }
+        urls = {name: server.new_schema() for name in (STEP, BARE, FLOOR, LENT, SERIALIZED, RAW)}
         sides: dict[str, Any] = {
-            "commit_step": PgStep(urls["commit_step"], writes),
-            "commit_step, no events": PgStep(urls["commit_step, no events"], bare_writes),
-            "floor (the step's statement, raw)": Floor(urls["floor (the step's statement, raw)"], writes),
-            "raw commit": RawCommit(urls["raw commit"], snapshot + payload),
+            STEP: PgStep(urls[STEP], writes),
+            BARE: PgStep(urls[BARE], bare_writes),
+            FLOOR: Floor(urls[FLOOR], writes),
+            LENT: Layered(urls[LENT], writes, serialize=False),
+            SERIALIZED: Layered(urls[SERIALIZED], writes, serialize=True),
+            RAW: RawCommit(urls[RAW], snapshot + payload),
         }
         trips = round_trips(server.new_schema(), writes[0])
         try:
             samples, work = measure(sides, args.blocks)
-            for name, side in sides.items():
-                inspect_wal(server.url, schema_of(urls[name]), side.step, STEPS_INSPECTED, work[name])
+            for name in (STEP, BARE, FLOOR, RAW):  # the layered sides send the floor's statement
+                inspect_wal(server.url, schema_of(urls[name]), sides[name].step, STEPS_INSPECTED, work[name])
+                work[name].inspected = True
+            pieces = client_pieces(sides[STEP].store, writes)
         finally:
             for side in sides.values():
                 side.close()
     finally:
         server.stop()
-    report(args.json, args.blocks, samples, work, (snapshot, payload), trips)
+    report(args.json, args.blocks, samples, work, (snapshot, payload), trips, pieces)
 
 
 def report(
@@ -365,15 +443,18 @@ def report(
     work: dict[str, ServerWork],
     sizes: tuple[int, int],
     trips: int,
+    pieces: dict[str, float],
 ) -> None:
     snapshot, payload = sizes
     medians = {name: statistics.median(s) / 1000 for name, s in samples.items()}
     means = {name: statistics.fmean(s) / 1000 for name, s in samples.items()}
-    floor = medians["floor (the step's statement, raw)"]
-    targets = [Target("median commit_step / raw commit", medians["commit_step"] / medians["raw commit"], TARGET)]
-    ratios = {
-        "commit_step / floor": medians["commit_step"] / floor,
-        "floor / raw commit": floor / medians["raw commit"],
+    floor, raw = medians[FLOOR], medians[RAW]
+    targets = [Target("median commit_step / raw commit", medians[STEP] / raw, TARGET)]
+    ratios = {"commit_step / floor": medians[STEP] / floor, "floor / raw commit": floor / raw}
+    layers = {  # each layer of the store, as the difference of two interleaved sides (µs per step)
+        "the store's connection (its stack, one poll)": medians[LENT] - floor,
+        "serializing the state and the events": medians[SERIALIZED] - medians[LENT],
+        "the rest of commit_step (notices, parameters, checks)": medians[STEP] - medians[SERIALIZED],
     }
     out = {
         "benchmark": "pg_step",
@@ -383,6 +464,8 @@ def report(
         "mean_us": means,
         "targets": [t.as_dict() for t in targets],
         "ratios": {name: round(value, 2) for name, value in ratios.items()},
+        "client_layers_us": {name: round(v, 1) for name, v in layers.items()},
+        "client_pieces_warm_us": {name: round(v, 1) for name, v in pieces.items()},
         "round_trips_per_step": trips,
         "server_per_step": {name: w.as_dict() for name, w in work.items()},
     }
@@ -403,7 +486,16 @@ def report(
                 ["round trips per commit_step", str(trips)],
             ],
         ),
-        server_table(work, "raw commit"),
+        table(
+            "the store's client side per step: each layer in place (difference of interleaved medians), and its"
+            " pieces alone in a warm loop",
+            ("part", "in place µs", "share of step - floor"),
+            [
+                *[[name, f"{v:.1f}", f"{v / max(1e-9, medians[STEP] - floor):.0%}"] for name, v in layers.items()],
+                *[[f"  alone, warm: {name}", f"{v:.1f}", ""] for name, v in pieces.items()],
+            ],
+        ),
+        server_table(work, RAW),
     ]
     emit(as_json, out, tables)
 

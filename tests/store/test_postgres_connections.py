@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
+from stateward.core.errors import StoreError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef, RunState
 from stateward.store import _pg_conns
@@ -161,3 +162,25 @@ def test_connections_go_back_to_the_pool_after_a_while(store: PostgresStore, mon
     with store._lent():
         time.sleep(0.01)
     assert pool.get_stats()["pool_available"] == 1  # given back: the pool's lifetime and shrinking apply
+
+
+def test_a_connection_killed_mid_call_fails_that_call_as_retryable_and_is_not_lent_again(
+    store: PostgresStore, pg_url: str
+) -> None:
+    store.create_run(_state("run_1"), _events(1))
+    lease = store.acquire_lease("run_1", "w1", ttl_s=30)
+    (victim,) = _backends(pg_url, "sw_conns")
+
+    def kill() -> None:
+        time.sleep(0.3)
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (victim,))
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    with pytest.raises(StoreError) as err, store._lent() as lent:
+        lent.conn.execute("SELECT pg_sleep(5)")  # a call in flight when its backend is terminated
+    killer.join()
+    assert err.value.code == "STORE_UNAVAILABLE"
+    assert store.commit_step("run_1", 1, StepWrite(state=_state("run_1"), events=_events(2)), lease) == 3
+    assert store.last_seq("run_1") == 3 and victim not in _backends(pg_url, "sw_conns")

@@ -122,7 +122,8 @@ def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[Any]:
 
 
 class PostgresStore(OutboxMethods):
-    """Thread-safe: each call borrows a pooled connection; every write is one transaction."""
+    """Thread-safe: each call borrows a connection (the one it last used, from the store's own stack in front of
+    its pool: store/_pg_conns.py); every write is one transaction."""
 
     _PLACEHOLDER = "%s"
     _CLAIM_LOCK = " FOR UPDATE OF d SKIP LOCKED"
