@@ -38,6 +38,7 @@ from typing import Any
 from benchkit import RUN_ID, Target, emit, machine, run_state, step_write, table, targets_table, write_bytes
 from stateward.core.errors import RunNotFoundError
 from stateward.core.events import EventType, NewEvent
+from stateward.store import _pg_direct
 from stateward.store._pg_sql import step_statement
 from stateward.store.base import PayloadLimits, event_batch
 from stateward.store.outbox import notices_of
@@ -53,9 +54,11 @@ STEPS_INSPECTED = 200
 STEP = "commit_step"
 BARE = "commit_step, no events"
 FLOOR = "floor (the step's statement, raw)"
-LENT = "floor + the store's connection"
-SERIALIZED = "floor + connection + serializing"
+DIRECT = "floor, prepared through libpq"
+LENT = "direct floor + the store's connection"
+SERIALIZED = "direct floor + connection + serializing"
 RAW = "raw commit"
+RAW_DIRECT = "raw commit, prepared through libpq"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -92,9 +95,11 @@ class PgStep:
 
 
 class Floor:
-    """The step's one statement over one connection, every value serialized before the clock starts."""
+    """The step's one statement over one connection, every value serialized before the clock starts: through
+    psycopg's cursor (``RawCursor``, $n placeholders), or with ``direct`` prepared and sent through libpq as the
+    store sends it (store/_pg_direct.py)."""
 
-    def __init__(self, url: str, writes: list[StepWrite]):
+    def __init__(self, url: str, writes: list[StepWrite], *, direct: bool = False):
         import psycopg
 
         store = PostgresStore(url)  # creates the schema and the run, then steps aside
@@ -109,6 +114,9 @@ class Floor:
         self.params = [self._params(w, lease) for w in writes]
         self.events = len(writes[0].events)  # every write has as many
         self.index = 0
+        self.direct = direct
+        if direct:
+            _pg_direct.prepare(self.conn)
 
     @staticmethod
     def _params(write: StepWrite, lease: Lease) -> dict[str, Any]:
@@ -123,12 +131,16 @@ class Floor:
             "owner": lease.owner,
             "version": lease.version,
             "batch": event_batch(RUN_ID, write.events, PayloadLimits()) if write.events else None,
+            "count": len(write.events),
         }
 
     def step(self) -> None:
         params = self.params[self.index % len(self.params)]
         params.update(expected=self.seq, new_seq=self.seq + self.events)
-        self.cursor.execute(self.statement.sql, self.statement.values(params)).fetchone()
+        if self.direct:
+            assert _pg_direct.run(self.conn, self.statement, self.statement.values(params)) == 1
+        else:
+            self.cursor.execute(self.statement.sql, self.statement.values(params)).fetchone()
         self.seq += self.events
         self.index += 1
 
@@ -137,8 +149,8 @@ class Floor:
 
 
 class Layered:
-    """The floor's statement with the store's own layers added: the connection lent as commit_step borrows
-    it (``PostgresStore``'s stack and the cursor kept with it), and with ``serialize`` also the state and
+    """The direct floor's statement with the store's own layers added: the connection lent as commit_step
+    borrows it (``PostgresStore``'s stack), and with ``serialize`` also the state and
     the events serialized in the timed step, as commit_step does. Differences between these sides and the
     floor, interleaved with it, are what each layer costs where it runs (after a wait, on a cold CPU)."""
 
@@ -165,7 +177,7 @@ class Layered:
             params["batch"] = event_batch(RUN_ID, write.events, self.limits)
         params.update(expected=self.seq, new_seq=self.seq + self.events)
         with self.store._lent() as lent:
-            lent.cursor.execute(self.statement.sql, self.statement.values(params)).fetchone()
+            assert _pg_direct.run(lent.conn, self.statement, self.statement.values(params)) == 1
         self.seq += self.events
         self.index += 1
 
@@ -233,16 +245,22 @@ def round_trips(url: str, write: StepWrite) -> int:
 class RawCommit:
     """The baseline: one autocommitted INSERT of ``size`` bytes over one connection."""
 
-    def __init__(self, url: str, size: int):
+    def __init__(self, url: str, size: int, *, direct: bool = False):
         import psycopg
 
         self.conn = psycopg.connect(url, autocommit=True)
         self.pids = [self.conn.info.backend_pid]
         self.conn.execute("CREATE TABLE IF NOT EXISTS raw_commit (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL)")
         self.body = "x" * size
+        self.direct = direct
+        if direct:  # prepared, and sent through libpq as the store sends a step
+            self.conn.pgconn.prepare(b"raw_commit", b"INSERT INTO raw_commit(body) VALUES ($1)")
 
     def step(self) -> None:
-        self.conn.execute("INSERT INTO raw_commit(body) VALUES (%s)", (self.body,))
+        if self.direct:
+            self.conn.pgconn.exec_prepared(b"raw_commit", [self.body.encode()])
+        else:
+            self.conn.execute("INSERT INTO raw_commit(body) VALUES (%s)", (self.body,))
 
     def close(self) -> None:
         self.conn.close()
@@ -412,19 +430,21 @@ def main() -> None:
         writes = [step_write(i) for i in range(1, 501)]
         snapshot, payload = write_bytes(writes[0])
         bare_writes = [StepWrite(state=w.state, events=[]) for w in writes]
-        urls = {name: server.new_schema() for name in (STEP, BARE, FLOOR, LENT, SERIALIZED, RAW)}
+        urls = {name: server.new_schema() for name in (STEP, BARE, FLOOR, DIRECT, LENT, SERIALIZED, RAW, RAW_DIRECT)}
         sides: dict[str, Any] = {
             STEP: PgStep(urls[STEP], writes),
             BARE: PgStep(urls[BARE], bare_writes),
             FLOOR: Floor(urls[FLOOR], writes),
+            DIRECT: Floor(urls[DIRECT], writes, direct=True),
             LENT: Layered(urls[LENT], writes, serialize=False),
             SERIALIZED: Layered(urls[SERIALIZED], writes, serialize=True),
             RAW: RawCommit(urls[RAW], snapshot + payload),
+            RAW_DIRECT: RawCommit(urls[RAW_DIRECT], snapshot + payload, direct=True),
         }
         trips = round_trips(server.new_schema(), writes[0])
         try:
             samples, work = measure(sides, args.blocks)
-            for name in (STEP, BARE, FLOOR, RAW):  # the layered sides send the floor's statement
+            for name in (STEP, BARE, FLOOR, RAW):  # the other sides send the floor's or the raw commit's statement
                 inspect_wal(server.url, schema_of(urls[name]), sides[name].step, STEPS_INSPECTED, work[name])
                 work[name].inspected = True
             pieces = client_pieces(sides[STEP].store, writes)
@@ -448,9 +468,15 @@ def report(
     snapshot, payload = sizes
     medians = {name: statistics.median(s) / 1000 for name, s in samples.items()}
     means = {name: statistics.fmean(s) / 1000 for name, s in samples.items()}
-    floor, raw = medians[FLOOR], medians[RAW]
+    floor, raw = medians[DIRECT], medians[RAW]
     targets = [Target("median commit_step / raw commit", medians[STEP] / raw, TARGET)]
-    ratios = {"commit_step / floor": medians[STEP] / floor, "floor / raw commit": floor / raw}
+    ratios = {
+        "commit_step / floor": medians[STEP] / floor,
+        "floor / raw commit": floor / raw,
+        "commit_step / floor through psycopg's cursor": medians[STEP] / medians[FLOOR],
+        "commit_step / raw commit prepared through libpq": medians[STEP] / medians[RAW_DIRECT],
+        "floor / raw commit, both prepared through libpq": floor / medians[RAW_DIRECT],
+    }
     layers = {  # each layer of the store, as the difference of two interleaved sides (µs per step)
         "the store's connection (its stack, one poll)": medians[LENT] - floor,
         "serializing the state and the events": medians[SERIALIZED] - medians[LENT],
@@ -481,8 +507,9 @@ def report(
             "where the time goes",
             ("measure", "value"),
             [
-                ["commit_step / floor (the store's own cost)", f"{ratios['commit_step / floor']:.2f}x"],
-                ["floor / raw commit (what the database charges)", f"{ratios['floor / raw commit']:.2f}x"],
+                ["commit_step / floor through libpq (the store's own cost)", f"{ratios['commit_step / floor']:.2f}x"],
+                ["floor through libpq / raw commit", f"{ratios['floor / raw commit']:.2f}x"],
+                *[[name, f"{value:.2f}x"] for name, value in list(ratios.items())[2:]],
                 ["round trips per commit_step", str(trips)],
             ],
         ),

@@ -184,3 +184,13 @@ def test_a_connection_killed_mid_call_fails_that_call_as_retryable_and_is_not_le
     assert err.value.code == "STORE_UNAVAILABLE"
     assert store.commit_step("run_1", 1, StepWrite(state=_state("run_1"), events=_events(2)), lease) == 3
     assert store.last_seq("run_1") == 3 and victim not in _backends(pg_url, "sw_conns")
+
+
+def test_a_session_without_the_prepared_step_statements_still_steps_once(store: PostgresStore) -> None:
+    store.create_run(_state("run_1"), _events(1))
+    lease = store.acquire_lease("run_1", "w1", ttl_s=30)
+    seq = store.commit_step("run_1", 1, StepWrite(state=_state("run_1"), events=_events(2)), lease)
+    with store._lent() as lent:
+        lent.conn.execute("DEALLOCATE ALL")  # as a reset session would be: the direct path finds nothing
+    seq = store.commit_step("run_1", seq, StepWrite(state=_state("run_1"), events=_events(2)), lease)
+    assert seq == 5 and [e.seq for e in store.read_events("run_1")] == [1, 2, 3, 4, 5]

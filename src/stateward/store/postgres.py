@@ -30,6 +30,7 @@ from stateward.core.journal import (
     superseded,
 )
 from stateward.core.state import PendingRequest, RunState
+from stateward.store import _pg_direct
 from stateward.store import _pg_sql as q
 from stateward.store._pg_check import DEFAULT_IDLE_S, IdleCheck
 from stateward.store._pg_conns import Connections, Lent
@@ -70,8 +71,10 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _configure(conn: Conn) -> None:
-    """Every pooled session reports times in UTC, like the SQLite store."""
+    """Every pooled session reports times in UTC, like the SQLite store, and has the step statements
+    prepared (store/_pg_direct.py)."""
     conn.execute("SET TIME ZONE 'UTC'")
+    _pg_direct.prepare(conn)
 
 
 def _both(first: Callable[[Conn], None], then: Callable[[Conn], None]) -> Callable[[Conn], None]:
@@ -267,6 +270,7 @@ class PostgresStore(OutboxMethods):
             "parts": split.refs,
             "new_seq": len(events),
             "batch": event_batch(state.run_id, events, self.limits) if events else None,
+            "count": len(events),
             "lease_version": 0,
         }
         with self._lent() as lent:
@@ -323,6 +327,7 @@ class PostgresStore(OutboxMethods):
             "not_before": None if write.not_before is None else write.not_before.timestamp(),
             "lease_version": 0 if lease is None else lease.version,
             "batch": event_batch(run_id, write.events, self.limits) if write.events else None,
+            "count": len(write.events),
         }
         if lease is not None:
             params.update(owner=lease.owner, version=lease.version)
@@ -338,7 +343,7 @@ class PostgresStore(OutboxMethods):
                 if write.has_contents or split.new_parts or notices:
                     self._pipelined_step(lent, statement, params, lease, write, split, notices)
                 else:
-                    self._guarded_step(lent, statement, params, lease)
+                    self._direct_step(lent, statement, params, lease)
             except pg_errors.UniqueViolation as exc:
                 raise RunError(
                     f"step of run {run_id} repeats a record that already exists: {_first_line(exc)}",
@@ -372,6 +377,15 @@ class PostgresStore(OutboxMethods):
                 with contextlib.suppress(psycopg.Error):  # a broken connection is discarded by the pool anyway
                     conn.execute("ROLLBACK")
             raise
+
+    def _direct_step(self, lent: Lent, statement: q.Positional, params: dict[str, Any], lease: Lease | None) -> None:
+        """The step's statement, prepared, straight through libpq (store/_pg_direct.py); through psycopg
+        where the connection does not have it prepared."""
+        written = _pg_direct.run(lent.conn, statement, statement.values(params))
+        if written is None:
+            self._guarded_step(lent, statement, params, lease)
+        elif not written:
+            raise self._why_not_written(lent.conn, params["run_id"], params["expected"], lease)
 
     def _guarded_step(
         self, lent: Lent, statement: q.Positional, params: dict[str, Any], lease: Lease | None
