@@ -394,7 +394,7 @@ def server_table(work: dict[str, ServerWork], raw: str) -> str:
         indexes = sum(w.of("Btree").values())
         cpu = f"{w.cpu_us:.0f} ({w.cpu_us / max(1e-9, work[raw].cpu_us):.2f}x)"
         if not w.inspected:
-            rows.append([name, cpu, "as the floor", "", ""])
+            rows.append([name, cpu, "as the raw commit" if name == RAW_DIRECT else "as the floor", "", ""])
             continue
         rows.append(
             [
