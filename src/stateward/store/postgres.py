@@ -170,7 +170,7 @@ class PostgresStore(OutboxMethods):
         pool_options: dict[str, Any] = {
             "min_size": min_size,
             "max_size": max_size,
-            "kwargs": {"autocommit": True},
+            "kwargs": {"autocommit": True, "client_encoding": "UTF8"},  # what _pg_direct sends its text in
             "configure": _configure if configure is None else _both(_configure, configure),
             "check": self._idle,
             "name": f"stateward {self.where}",
