@@ -38,8 +38,11 @@ from typing import Any
 from benchkit import RUN_ID, Target, emit, machine, run_state, step_write, table, targets_table, write_bytes
 from stateward.core.errors import RunNotFoundError
 from stateward.core.events import EventType, NewEvent
+from stateward.store import _pg_direct
 from stateward.store._pg_sql import step_statement
 from stateward.store.base import PayloadLimits, event_batch
+from stateward.store.outbox import notices_of
+from stateward.store.parts import split_state
 from stateward.store.postgres import PostgresStore
 from stateward.store.records import Lease, StepWrite
 
@@ -48,6 +51,14 @@ BLOCK = 100
 BLOCKS = 20
 TARGET = 1.5
 STEPS_INSPECTED = 200
+STEP = "commit_step"
+BARE = "commit_step, no events"
+FLOOR = "floor (the step's statement, raw)"
+DIRECT = "floor, prepared through libpq"
+LENT = "direct floor + the store's connection"
+SERIALIZED = "direct floor + connection + serializing"
+RAW = "raw commit"
+RAW_DIRECT = "raw commit, prepared through libpq"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -84,9 +95,11 @@ class PgStep:
 
 
 class Floor:
-    """The step's one statement over one connection, every value serialized before the clock starts."""
+    """The step's one statement over one connection, every value serialized before the clock starts: through
+    psycopg's cursor (``RawCursor``, $n placeholders), or with ``direct`` prepared and sent through libpq as the
+    store sends it (store/_pg_direct.py)."""
 
-    def __init__(self, url: str, writes: list[StepWrite]):
+    def __init__(self, url: str, writes: list[StepWrite], *, direct: bool = False):
         import psycopg
 
         store = PostgresStore(url)  # creates the schema and the run, then steps aside
@@ -101,6 +114,9 @@ class Floor:
         self.params = [self._params(w, lease) for w in writes]
         self.events = len(writes[0].events)  # every write has as many
         self.index = 0
+        self.direct = direct
+        if direct:
+            _pg_direct.prepare(self.conn)
 
     @staticmethod
     def _params(write: StepWrite, lease: Lease) -> dict[str, Any]:
@@ -115,17 +131,87 @@ class Floor:
             "owner": lease.owner,
             "version": lease.version,
             "batch": event_batch(RUN_ID, write.events, PayloadLimits()) if write.events else None,
+            "count": len(write.events),
         }
 
     def step(self) -> None:
         params = self.params[self.index % len(self.params)]
         params.update(expected=self.seq, new_seq=self.seq + self.events)
-        self.cursor.execute(self.statement.sql, self.statement.values(params)).fetchone()
+        if self.direct:
+            assert _pg_direct.run(self.conn, self.statement, self.statement.values(params)) == 1
+        else:
+            self.cursor.execute(self.statement.sql, self.statement.values(params)).fetchone()
         self.seq += self.events
         self.index += 1
 
     def close(self) -> None:
         self.conn.close()
+
+
+class Layered:
+    """The direct floor's statement with the store's own layers added: the connection lent as commit_step
+    borrows it (``PostgresStore``'s stack), and with ``serialize`` also the state and
+    the events serialized in the timed step, as commit_step does. Differences between these sides and the
+    floor, interleaved with it, are what each layer costs where it runs (after a wait, on a cold CPU)."""
+
+    def __init__(self, url: str, writes: list[StepWrite], *, serialize: bool):
+        self.pids: list[int] = []
+        self.store = PostgresStore(url, configure=lambda conn: self.pids.append(conn.info.backend_pid))
+        self.store.create_run(run_state(0), [NewEvent(type=EventType.RUN_STARTED, payload={"goal": "bench"})])
+        self.seq = self.store.last_seq(RUN_ID)
+        lease = self.store.acquire_lease(RUN_ID, "bench", 3600)
+        self.writes = writes
+        self.serialize = serialize
+        self.statement = step_statement(leased=True, clear_control=False, release=False, events=len(writes[0].events))
+        self.params = [Floor._params(w, lease) for w in writes]
+        self.events = len(writes[0].events)
+        self.limits = PayloadLimits()
+        self.index = 0
+
+    def step(self) -> None:
+        i = self.index % len(self.params)
+        params = self.params[i]
+        if self.serialize:
+            write = self.writes[i]
+            params["snapshot"] = split_state(write.state).snapshot
+            params["batch"] = event_batch(RUN_ID, write.events, self.limits)
+        params.update(expected=self.seq, new_seq=self.seq + self.events)
+        with self.store._lent() as lent:
+            assert _pg_direct.run(lent.conn, self.statement, self.statement.values(params)) == 1
+        self.seq += self.events
+        self.index += 1
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def client_pieces(store: PostgresStore, writes: list[StepWrite], loops: int = 2000) -> dict[str, float]:
+    """The store's client-side work per step, each piece alone in a warm loop (best of 5, µs): what the
+    pieces cost on a CPU that has not just waited; the interleaved sides show what they cost in place."""
+    write, limits = writes[0], store.limits
+
+    def borrow() -> None:
+        with store._lent():
+            pass
+
+    pieces: dict[str, Callable[[], object]] = {
+        "the store's connection (from its stack, one poll)": borrow,
+        "the snapshot (split_state, size check)": lambda: limits.check_snapshot_parts(
+            RUN_ID, split_state(write.state).texts
+        ),
+        "the events (event_batch)": lambda: event_batch(RUN_ID, write.events, limits),
+        "the notices it may cause (notices_of)": lambda: notices_of(write.state, 1, write.events),
+    }
+    out = {}
+    for name, fn in pieces.items():
+        best = []
+        for _ in range(5):
+            t0 = time.perf_counter_ns()
+            for _ in range(loops):
+                fn()
+            best.append((time.perf_counter_ns() - t0) / loops / 1000)
+        out[name] = min(best)
+    return out
 
 
 def round_trips(url: str, write: StepWrite) -> int:
@@ -159,16 +245,22 @@ def round_trips(url: str, write: StepWrite) -> int:
 class RawCommit:
     """The baseline: one autocommitted INSERT of ``size`` bytes over one connection."""
 
-    def __init__(self, url: str, size: int):
+    def __init__(self, url: str, size: int, *, direct: bool = False):
         import psycopg
 
         self.conn = psycopg.connect(url, autocommit=True)
         self.pids = [self.conn.info.backend_pid]
         self.conn.execute("CREATE TABLE IF NOT EXISTS raw_commit (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL)")
         self.body = "x" * size
+        self.direct = direct
+        if direct:  # prepared, and sent through libpq as the store sends a step
+            self.conn.pgconn.prepare(b"raw_commit", b"INSERT INTO raw_commit(body) VALUES ($1)")
 
     def step(self) -> None:
-        self.conn.execute("INSERT INTO raw_commit(body) VALUES (%s)", (self.body,))
+        if self.direct:
+            self.conn.pgconn.exec_prepared(b"raw_commit", [self.body.encode()])
+        else:
+            self.conn.execute("INSERT INTO raw_commit(body) VALUES (%s)", (self.body,))
 
     def close(self) -> None:
         self.conn.close()
@@ -192,6 +284,7 @@ class ServerWork:
     wal_bytes: float | None = None
     records: dict[str, float] | None = None  # "relation Rmgr KIND" -> records per step
     commits: float = 0.0
+    inspected: bool = False  # its WAL read back (the layered sides send the floor's statement: not read)
 
     @property
     def cpu_us(self) -> float:
@@ -299,10 +392,14 @@ def server_table(work: dict[str, ServerWork], raw: str) -> str:
     rows = []
     for name, w in work.items():
         indexes = sum(w.of("Btree").values())
+        cpu = f"{w.cpu_us:.0f} ({w.cpu_us / max(1e-9, work[raw].cpu_us):.2f}x)"
+        if not w.inspected:
+            rows.append([name, cpu, "as the raw commit" if name == RAW_DIRECT else "as the floor", "", ""])
+            continue
         rows.append(
             [
                 name,
-                f"{w.cpu_us:.0f} ({w.cpu_us / max(1e-9, work[raw].cpu_us):.2f}x)",
+                cpu,
                 "?" if w.wal_bytes is None else f"{w.wal_bytes:.0f}",
                 per_step(w, "Heap"),
                 f"{indexes:g}: {per_step(w, 'Btree')}" if w.records is not None else "?",
@@ -333,29 +430,30 @@ def main() -> None:
         writes = [step_write(i) for i in range(1, 501)]
         snapshot, payload = write_bytes(writes[0])
         bare_writes = [StepWrite(state=w.state, events=[]) for w in writes]
-        urls = {
-            "commit_step": server.new_schema(),
-            "commit_step, no events": server.new_schema(),
-            "floor (the step's statement, raw)": server.new_schema(),
-            "raw commit": server.new_schema(),
-        }
+        urls = {name: server.new_schema() for name in (STEP, BARE, FLOOR, DIRECT, LENT, SERIALIZED, RAW, RAW_DIRECT)}
         sides: dict[str, Any] = {
-            "commit_step": PgStep(urls["commit_step"], writes),
-            "commit_step, no events": PgStep(urls["commit_step, no events"], bare_writes),
-            "floor (the step's statement, raw)": Floor(urls["floor (the step's statement, raw)"], writes),
-            "raw commit": RawCommit(urls["raw commit"], snapshot + payload),
+            STEP: PgStep(urls[STEP], writes),
+            BARE: PgStep(urls[BARE], bare_writes),
+            FLOOR: Floor(urls[FLOOR], writes),
+            DIRECT: Floor(urls[DIRECT], writes, direct=True),
+            LENT: Layered(urls[LENT], writes, serialize=False),
+            SERIALIZED: Layered(urls[SERIALIZED], writes, serialize=True),
+            RAW: RawCommit(urls[RAW], snapshot + payload),
+            RAW_DIRECT: RawCommit(urls[RAW_DIRECT], snapshot + payload, direct=True),
         }
         trips = round_trips(server.new_schema(), writes[0])
         try:
             samples, work = measure(sides, args.blocks)
-            for name, side in sides.items():
-                inspect_wal(server.url, schema_of(urls[name]), side.step, STEPS_INSPECTED, work[name])
+            for name in (STEP, BARE, FLOOR, RAW):  # the other sides send the floor's or the raw commit's statement
+                inspect_wal(server.url, schema_of(urls[name]), sides[name].step, STEPS_INSPECTED, work[name])
+                work[name].inspected = True
+            pieces = client_pieces(sides[STEP].store, writes)
         finally:
             for side in sides.values():
                 side.close()
     finally:
         server.stop()
-    report(args.json, args.blocks, samples, work, (snapshot, payload), trips)
+    report(args.json, args.blocks, samples, work, (snapshot, payload), trips, pieces)
 
 
 def report(
@@ -365,15 +463,24 @@ def report(
     work: dict[str, ServerWork],
     sizes: tuple[int, int],
     trips: int,
+    pieces: dict[str, float],
 ) -> None:
     snapshot, payload = sizes
     medians = {name: statistics.median(s) / 1000 for name, s in samples.items()}
     means = {name: statistics.fmean(s) / 1000 for name, s in samples.items()}
-    floor = medians["floor (the step's statement, raw)"]
-    targets = [Target("median commit_step / raw commit", medians["commit_step"] / medians["raw commit"], TARGET)]
+    floor, raw = medians[DIRECT], medians[RAW]
+    targets = [Target("median commit_step / raw commit", medians[STEP] / raw, TARGET)]
     ratios = {
-        "commit_step / floor": medians["commit_step"] / floor,
-        "floor / raw commit": floor / medians["raw commit"],
+        "commit_step / floor": medians[STEP] / floor,
+        "floor / raw commit": floor / raw,
+        "commit_step / floor through psycopg's cursor": medians[STEP] / medians[FLOOR],
+        "commit_step / raw commit prepared through libpq": medians[STEP] / medians[RAW_DIRECT],
+        "floor / raw commit, both prepared through libpq": floor / medians[RAW_DIRECT],
+    }
+    layers = {  # each layer of the store, as the difference of two interleaved sides (µs per step)
+        "the store's connection (its stack, one poll)": medians[LENT] - floor,
+        "serializing the state and the events": medians[SERIALIZED] - medians[LENT],
+        "the rest of commit_step (notices, parameters, checks)": medians[STEP] - medians[SERIALIZED],
     }
     out = {
         "benchmark": "pg_step",
@@ -383,6 +490,8 @@ def report(
         "mean_us": means,
         "targets": [t.as_dict() for t in targets],
         "ratios": {name: round(value, 2) for name, value in ratios.items()},
+        "client_layers_us": {name: round(v, 1) for name, v in layers.items()},
+        "client_pieces_warm_us": {name: round(v, 1) for name, v in pieces.items()},
         "round_trips_per_step": trips,
         "server_per_step": {name: w.as_dict() for name, w in work.items()},
     }
@@ -398,12 +507,22 @@ def report(
             "where the time goes",
             ("measure", "value"),
             [
-                ["commit_step / floor (the store's own cost)", f"{ratios['commit_step / floor']:.2f}x"],
-                ["floor / raw commit (what the database charges)", f"{ratios['floor / raw commit']:.2f}x"],
+                ["commit_step / floor through libpq (the store's own cost)", f"{ratios['commit_step / floor']:.2f}x"],
+                ["floor through libpq / raw commit", f"{ratios['floor / raw commit']:.2f}x"],
+                *[[name, f"{value:.2f}x"] for name, value in list(ratios.items())[2:]],
                 ["round trips per commit_step", str(trips)],
             ],
         ),
-        server_table(work, "raw commit"),
+        table(
+            "the store's client side per step: each layer in place (difference of interleaved medians), and its"
+            " pieces alone in a warm loop",
+            ("part", "in place µs", "share of step - floor"),
+            [
+                *[[name, f"{v:.1f}", f"{v / max(1e-9, medians[STEP] - floor):.0%}"] for name, v in layers.items()],
+                *[[f"  alone, warm: {name}", f"{v:.1f}", ""] for name, v in pieces.items()],
+            ],
+        ),
+        server_table(work, RAW),
     ]
     emit(as_json, out, tables)
 

@@ -5,7 +5,8 @@ single statement would pay two). Instead a connection is pinged only when (a) it
 than ``idle_s`` (a firewall may have dropped the quiet socket), or (b) its socket has something to
 read although no query is in flight: a server that closed the session (a restart, a terminated
 backend) says so before it hangs up, and a zero-timeout ``select`` sees it without a round trip.
-A dead connection is replaced before anyone sees it.
+A dead connection is replaced before anyone sees it. The store's own stack of connections in front of
+the pool (store/_pg_conns.py) applies the same rule to what it lends.
 
 What gets through: a connection that dies silently within ``idle_s`` of its last use (the network
 dropped without a word). It fails the call it is lent to with STORE_UNAVAILABLE, a named error
@@ -48,11 +49,11 @@ class IdleCheck:
         """Raise (psycopg's error) if an idle connection is dead; the pool then lends another."""
         with self._lock:
             last = self._used.get(conn)
-        if last is None or self._clock() - last > self.idle_s or _has_input(conn):
+        if last is None or self._clock() - last > self.idle_s or has_input(conn):
             ConnectionPool.check_connection(conn)
 
 
-def _has_input(conn: psycopg.Connection[Any]) -> bool:
+def has_input(conn: psycopg.Connection[Any]) -> bool:
     """Whether an idle connection's socket is readable (a server's farewell, EOF) or already closed."""
     try:
         fd = conn.fileno()

@@ -7,9 +7,12 @@ machines whose clocks disagree still agree on who holds a run.
 from __future__ import annotations
 
 import functools
+import hashlib
+import itertools
+import operator
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 # Seconds since the epoch by the database clock, read when the statement runs (not at transaction start).
@@ -97,10 +100,17 @@ class Positional:
 
     sql: str
     names: tuple[str, ...]
+    _pick: Callable[[Mapping[str, Any]], Any] = field(init=False, repr=False, compare=False)
+    name: bytes = field(init=False, compare=False)  # as a prepared statement (see ``prepare_steps``)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_pick", operator.itemgetter(*self.names) if self.names else lambda _: ())
+        object.__setattr__(self, "name", b"stateward_" + hashlib.sha256(self.sql.encode()).hexdigest()[:16].encode())
 
     def values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        """``params`` in placeholder order (a name used twice is sent once)."""
-        return tuple(params[name] for name in self.names)
+        """``params`` in placeholder order (a name used twice is sent once); one C call (itemgetter)."""
+        picked = self._pick(params)
+        return picked if len(self.names) != 1 else (picked,)
 
 
 def positional(sql: str) -> Positional:
@@ -118,11 +128,25 @@ def positional(sql: str) -> Positional:
     return Positional(converted, tuple(names))
 
 
-@functools.cache
 def step_statement(*, leased: bool, clear_control: bool, release: bool, events: int) -> Positional:
-    """A step's run-row update and its ``events`` events as ONE statement (one round trip; in autocommit
-    it is its own transaction): see :func:`with_events`."""
+    """A step's run-row update and its events (``events``: how many; the count is a parameter) as ONE
+    statement (one round trip; in autocommit it is its own transaction): see :func:`with_events`."""
+    return _step_statement(leased, clear_control, leased and release, events > 0)
+
+
+@functools.cache
+def _step_statement(leased: bool, clear_control: bool, release: bool, events: bool) -> Positional:
     return positional(with_events(step_update(leased=leased, clear_control=clear_control, release=release), events))
+
+
+def prepare_steps() -> bytes:
+    """``PREPARE`` of every step statement, sent once on each new connection (one round trip, simple
+    protocol): a step then sends only its values (``store/_pg_direct.py``)."""
+    variants = itertools.product((False, True), repeat=4)
+    statements = {
+        _step_statement(leased, clear, leased and release, events) for leased, clear, release, events in variants
+    }
+    return "; ".join(f"PREPARE {s.name.decode()} AS {s.sql}" for s in sorted(statements, key=lambda s: s.name)).encode()
 
 
 @functools.cache
@@ -132,16 +156,16 @@ def create_statement(events: int) -> Positional:
 
 
 def with_events(head: str, events: int) -> str:
-    """``head`` (a guarded write of the run row returning ``at``) and the insert of its ``events`` events
-    as one batch row (``store.base.event_batch``) in one statement: the batch is inserted only from the
-    row ``head`` returned, so a refused write inserts nothing. Parameters: ``head``'s plus ``run_id``,
-    ``new_seq`` (the batch's last event), ``batch`` and ``lease_version``."""
+    """``head`` (a guarded write of the run row returning ``at``) and, if there are ``events``, the insert
+    of them as one batch row (``store.base.event_batch``) in one statement: the batch is inserted only from
+    the row ``head`` returned, so a refused write inserts nothing. Parameters: ``head``'s plus ``run_id``,
+    ``new_seq`` (the batch's last event), ``count`` (its events), ``batch`` and ``lease_version``."""
     if not events:
         return head
     return (
         f"WITH moved AS ({head})"
         " INSERT INTO event_batches(run_id, seq, count, events, lease_version, at)"
-        f" SELECT %(run_id)s, %(new_seq)s, {events}, %(batch)s, %(lease_version)s, at FROM moved RETURNING at"
+        " SELECT %(run_id)s, %(new_seq)s, %(count)s, %(batch)s, %(lease_version)s, at FROM moved RETURNING at"
     )
 
 

@@ -30,8 +30,10 @@ from stateward.core.journal import (
     superseded,
 )
 from stateward.core.state import PendingRequest, RunState
+from stateward.store import _pg_direct
 from stateward.store import _pg_sql as q
 from stateward.store._pg_check import DEFAULT_IDLE_S, IdleCheck
+from stateward.store._pg_conns import Connections, Lent
 from stateward.store.base import PayloadLimits, claim_limit, event_batch, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import POSTGRES_MIGRATIONS
@@ -69,8 +71,10 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _configure(conn: Conn) -> None:
-    """Every pooled session reports times in UTC, like the SQLite store."""
+    """Every pooled session reports times in UTC, like the SQLite store, and has the step statements
+    prepared (store/_pg_direct.py)."""
     conn.execute("SET TIME ZONE 'UTC'")
+    _pg_direct.prepare(conn)
 
 
 def _both(first: Callable[[Conn], None], then: Callable[[Conn], None]) -> Callable[[Conn], None]:
@@ -81,9 +85,38 @@ def _both(first: Callable[[Conn], None], then: Callable[[Conn], None]) -> Callab
     return configure
 
 
-def _execute(conn: Conn, statement: q.Positional, params: dict[str, Any]) -> psycopg.RawCursor[tuple[Any, ...]]:
+def _execute(
+    cursor: psycopg.RawCursor[tuple[Any, ...]], statement: q.Positional, params: dict[str, Any]
+) -> psycopg.RawCursor[tuple[Any, ...]]:
     """``statement`` with its ``$n`` placeholders sent as they are (see ``_pg_sql.Positional``)."""
-    return psycopg.RawCursor(conn).execute(statement.sql, statement.values(params))
+    return cursor.execute(statement.sql, statement.values(params))
+
+
+class _Borrowed:
+    """``with`` a connection the store lends (and takes back), driver errors turned into StoreErrors: a
+    class rather than a generator, as it wraps every call (a few µs less per call)."""
+
+    __slots__ = ("lent", "store")
+
+    def __init__(self, store: PostgresStore):
+        self.store = store
+
+    def __enter__(self) -> Lent:
+        try:
+            self.lent = self.store._conns.take()
+        except _UNREACHABLE as exc:
+            raise self.store._unavailable(exc) from exc
+        return self.lent
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        self.store._conns.give(self.lent)
+        if exc is None or not isinstance(exc, psycopg.Error | PoolTimeout | PoolClosed):
+            return
+        if isinstance(exc, _UNREACHABLE):
+            raise self.store._unavailable(exc) from exc
+        raise StoreError(
+            f"PostgreSQL store at {self.store.where}: {_first_line(exc)}", code=ErrorCode.STORE_ERROR
+        ) from exc
 
 
 def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[Any]:
@@ -92,7 +125,8 @@ def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[Any]:
 
 
 class PostgresStore(OutboxMethods):
-    """Thread-safe: each call borrows a pooled connection; every write is one transaction."""
+    """Thread-safe: each call borrows a connection (the one it last used, from the store's own stack in front of
+    its pool: store/_pg_conns.py); every write is one transaction."""
 
     _PLACEHOLDER = "%s"
     _CLAIM_LOCK = " FOR UPDATE OF d SKIP LOCKED"
@@ -133,22 +167,26 @@ class PostgresStore(OutboxMethods):
         except psycopg.Error as exc:
             raise StoreError(f"cannot migrate {self.where}: {_first_line(exc)}", code=ErrorCode.STORE_ERROR) from exc
         self._idle = IdleCheck(check_idle_s)
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
-            self._conninfo,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
-            kwargs={"autocommit": True},
-            configure=_configure if configure is None else _both(_configure, configure),
-            check=self._idle,
-            name=f"stateward {self.where}",
-            timeout=connect_timeout,
-        )
+        pool_options: dict[str, Any] = {
+            "min_size": min_size,
+            "max_size": max_size,
+            "kwargs": {"autocommit": True, "client_encoding": "UTF8"},  # what _pg_direct sends its text in
+            "configure": _configure if configure is None else _both(_configure, configure),
+            "check": self._idle,
+            "name": f"stateward {self.where}",
+            "timeout": connect_timeout,
+        }
+        self._conns = Connections(lambda: self._open_pool(pool_options, connect_timeout), self._idle)
+
+    def _open_pool(self, options: dict[str, Any], connect_timeout: float) -> ConnectionPool[Conn]:
+        """The pool behind the store's connections (opened again in a forked child: see store/_pg_conns.py)."""
+        pool: ConnectionPool[Conn] = ConnectionPool(self._conninfo, open=False, **options)
         try:
-            self._pool.open(wait=True, timeout=connect_timeout)
+            pool.open(wait=True, timeout=connect_timeout)
         except PoolTimeout as exc:
-            self._pool.close()
+            pool.close()
             raise self._unavailable(exc) from exc
+        return pool
 
     # -- plumbing -------------------------------------------------------------------------------
     @staticmethod
@@ -165,24 +203,16 @@ class PostgresStore(OutboxMethods):
             details={"store": self.where},
         )
 
+    def _lent(self) -> _Borrowed:
+        """A connection in autocommit mode with the cursor kept for it (``with``); driver errors become
+        StoreErrors. The store's own stack first (store/_pg_conns.py), the pool when it is empty."""
+        return _Borrowed(self)
+
     @contextmanager
     def _conn(self) -> Iterator[Conn]:
-        """A pooled connection in autocommit mode (a read is one statement); driver errors become StoreErrors.
-        getconn/putconn rather than ``pool.connection()``, whose ``with conn`` commits an autocommit connection
-        (a lock and a generator: ~10 µs a call); putconn still rolls back a transaction left open."""
-        try:
-            conn = self._pool.getconn()
-            try:
-                yield conn
-            finally:
-                self._idle.used(conn)
-                self._pool.putconn(conn)
-        except _UNREACHABLE as exc:
-            raise self._unavailable(exc) from exc
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"PostgreSQL store at {self.where}: {_first_line(exc)}", code=ErrorCode.STORE_ERROR
-            ) from exc
+        """As :meth:`_lent`, the connection alone (a read is one statement)."""
+        with _Borrowed(self) as lent:
+            yield lent.conn
 
     @contextmanager
     def _tx(self) -> Iterator[Conn]:
@@ -216,7 +246,7 @@ class PostgresStore(OutboxMethods):
                 conn.execute(q.SCHEMA_RECORD, (version,))
 
     def close(self) -> None:
-        self._pool.close()
+        self._conns.close()
 
     def _one(self, sql: str, run_id: str) -> tuple[Any, ...]:
         with self._conn() as conn:
@@ -240,10 +270,11 @@ class PostgresStore(OutboxMethods):
             "parts": split.refs,
             "new_seq": len(events),
             "batch": event_batch(state.run_id, events, self.limits) if events else None,
+            "count": len(events),
             "lease_version": 0,
         }
-        with self._conn() as conn:
-            row = _execute(conn, q.create_statement(len(events)), params).fetchone()
+        with self._lent() as lent:
+            row = _execute(lent.cursor, q.create_statement(len(events)), params).fetchone()
         if row is None:
             raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
         self._parts.committed(state.run_id, split.known)  # a new run has no parts yet (see store/parts.py)
@@ -286,7 +317,7 @@ class PostgresStore(OutboxMethods):
         split = split_state(state, self._parts.known(run_id))  # large memo entries apart, written when changed
         self.limits.check_snapshot_parts(run_id, split.texts)  # refused before the transaction
         params: dict[str, Any] = {
-            "status": state.status.value,
+            "status": state.status._value_,  # not the enum's ``value`` property: a Python call per use
             "reason": state.terminal_reason,
             "snapshot": split.snapshot,
             "parts": split.refs,
@@ -296,6 +327,7 @@ class PostgresStore(OutboxMethods):
             "not_before": None if write.not_before is None else write.not_before.timestamp(),
             "lease_version": 0 if lease is None else lease.version,
             "batch": event_batch(run_id, write.events, self.limits) if write.events else None,
+            "count": len(write.events),
         }
         if lease is not None:
             params.update(owner=lease.owner, version=lease.version)
@@ -306,12 +338,12 @@ class PostgresStore(OutboxMethods):
             events=len(write.events),
         )
         notices = notices_of(state, expected_seq, write.events) if write.events else []
-        with self._conn() as conn:
+        with self._lent() as lent:
             try:
                 if write.has_contents or split.new_parts or notices:
-                    self._pipelined_step(conn, statement, params, lease, write, split, notices)
+                    self._pipelined_step(lent, statement, params, lease, write, split, notices)
                 else:
-                    self._guarded_step(conn, statement, params, lease)
+                    self._direct_step(lent, statement, params, lease)
             except pg_errors.UniqueViolation as exc:
                 raise RunError(
                     f"step of run {run_id} repeats a record that already exists: {_first_line(exc)}",
@@ -323,7 +355,7 @@ class PostgresStore(OutboxMethods):
 
     def _pipelined_step(
         self,
-        conn: Conn,
+        lent: Lent,
         statement: q.Positional,
         params: dict[str, Any],
         lease: Lease | None,
@@ -333,10 +365,11 @@ class PostgresStore(OutboxMethods):
     ) -> None:
         """One transaction sent as a pipeline: BEGIN and the guarded statement (whose row is awaited),
         then the contents and COMMIT, awaited together when the pipeline ends (a webhook lookup adds one wait)."""
+        conn = lent.conn
         try:
             with _pipeline(conn):
                 conn.execute("BEGIN")
-                now = self._guarded_step(conn, statement, params, lease)
+                now = self._guarded_step(lent, statement, params, lease)
                 self._write_contents(conn, params["run_id"], params["expected"], write, now, split, notices)
                 conn.execute("COMMIT")
         except BaseException:
@@ -345,13 +378,22 @@ class PostgresStore(OutboxMethods):
                     conn.execute("ROLLBACK")
             raise
 
+    def _direct_step(self, lent: Lent, statement: q.Positional, params: dict[str, Any], lease: Lease | None) -> None:
+        """The step's statement, prepared, straight through libpq (store/_pg_direct.py); through psycopg
+        where the connection does not have it prepared."""
+        written = _pg_direct.run(lent.conn, statement, statement.values(params))
+        if written is None:
+            self._guarded_step(lent, statement, params, lease)
+        elif not written:
+            raise self._why_not_written(lent.conn, params["run_id"], params["expected"], lease)
+
     def _guarded_step(
-        self, conn: Conn, statement: q.Positional, params: dict[str, Any], lease: Lease | None
+        self, lent: Lent, statement: q.Positional, params: dict[str, Any], lease: Lease | None
     ) -> datetime:
         """The step's statement; the reason nothing was written if its guard matched no row."""
-        row = _execute(conn, statement, params).fetchone()
+        row = _execute(lent.cursor, statement, params).fetchone()
         if row is None:
-            raise self._why_not_written(conn, params["run_id"], params["expected"], lease)
+            raise self._why_not_written(lent.conn, params["run_id"], params["expected"], lease)
         return row[0]  # type: ignore[no-any-return]
 
     def _write_contents(
