@@ -78,6 +78,20 @@ def _routine(p: Mapping[str, Any]) -> bool:
     return p.get("runtime_decision") == "accepted" and p.get("decision_type") == "EXECUTE_TOOL"
 
 
+def _all_routine(events: Sequence[NewEvent]) -> bool:
+    """A step that makes no span event: an accepted call's signal and validation (its ``execute_tool`` span
+    is the record), or the call's own ``tool_attempted``. Most steps are one of the two."""
+    n = len(events)
+    if n == 1:
+        return events[0].type is EventType.TOOL_ATTEMPTED
+    return (
+        n == 2
+        and events[0].type is EventType.SIGNAL_RECEIVED
+        and events[1].type is EventType.RUNTIME_VALIDATED
+        and _routine(events[1].payload)
+    )
+
+
 def event_attributes(event: NewEvent) -> dict[str, Any]:
     """The scalar, content-free attributes a span event carries for ``event``."""
     keys = EVENT_ATTRIBUTES.get(event.type, ())
@@ -227,11 +241,13 @@ class Segment:
         """Events the run recorded (or is about to, for a step's notes before its tool call)."""
         self._measures.events(events)
         if self.recording:
-            routine = any(e.type is EventType.RUNTIME_VALIDATED and _routine(e.payload) for e in events)
-            for event in events:
-                if not (routine and event.type is EventType.SIGNAL_RECEIVED):
-                    self._on_event(event)
-            self._queue_calls()
+            if not _all_routine(events):
+                routine = any(e.type is EventType.RUNTIME_VALIDATED and _routine(e.payload) for e in events)
+                for event in events:
+                    if not (routine and event.type is EventType.SIGNAL_RECEIVED):
+                        self._on_event(event)
+            if self._calls:
+                self._queue_calls()
         self._hand_over_if_due()
 
     @contextmanager
@@ -398,8 +414,8 @@ class _ToolSpan:
     def __init__(self, segment: Segment, tool: str, args: Mapping[str, Any], redact: RedactionRules | None):
         self._segment = segment
         self._tool = tool
-        self._started = time.perf_counter()
-        self._attrs: dict[str, str] = {"gen_ai.tool.name": tool}
+        self._status = "UNKNOWN"
+        self._started = time.time_ns()
         self._span: _Finished | None = None
         if segment.recording:
             attributes: dict[str, Any] = {
@@ -413,11 +429,10 @@ class _ToolSpan:
                 if rendered is not None:
                     attributes["gen_ai.tool.call.arguments"] = rendered
             under = segment._context_of(segment._parent())
-            self._span = _Finished(f"execute_tool {tool}", SpanKind.INTERNAL, under, attributes, time.time_ns(), 0)
+            self._span = _Finished(f"execute_tool {tool}", SpanKind.INTERNAL, under, attributes, self._started, 0)
 
     def done(self, outcome: ToolOutcome, call_id: str) -> None:
-        status = outcome.status.value
-        self._attrs["stateward.tool.status"] = status
+        status = self._status = outcome.status.value
         if self._span is None:
             return
         attrs = self._span.attributes
@@ -444,8 +459,9 @@ class _ToolSpan:
 
     def end(self) -> None:
         segment = self._segment
-        segment._measures.tool_call(time.perf_counter() - self._started, self._attrs)
+        ended = time.time_ns()
+        segment._measures.tool_call((ended - self._started) / 1e9, self._tool, self._status)
         span = self._span
         if span is not None:
-            span.end_ns = time.time_ns()
+            span.end_ns = ended
             segment._queue.append(span)
