@@ -19,8 +19,8 @@ Imported only when a span is needed (``tracing.py`` decides): this module import
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from opentelemetry import trace
@@ -250,15 +250,11 @@ class Segment:
                 self._queue_calls()
         self._hand_over_if_due()
 
-    @contextmanager
-    def tool_call(self, tool: str, args: Mapping[str, Any], redact: RedactionRules | None) -> Iterator[_ToolSpan]:
-        """Around one call through the gateway: ``execute_tool {tool}``, its outcome set by the caller."""
-        self._queue_calls()
-        recorder = _ToolSpan(self, tool, args, redact)
-        try:
-            yield recorder
-        finally:
-            recorder.end()
+    def tool_call(self, tool: str, args: Mapping[str, Any], redact: RedactionRules | None) -> _ToolSpan:
+        """Around one call through the gateway (``with``): ``execute_tool {tool}``, its outcome set by the caller."""
+        if self._calls:
+            self._queue_calls()
+        return _ToolSpan(self, tool, args, redact)
 
     def end(self, state: RunState) -> None:
         """The drive is over: close what is open, say how the segment ended."""
@@ -407,7 +403,8 @@ class Segment:
 
 
 class _ToolSpan:
-    """One ``execute_tool`` span. Its parent is fixed when the call starts; the span is queued when the
+    """One ``execute_tool`` span, a context manager around the call (a class, not a generator: it is
+    entered once per step). Its parent is fixed when the call starts; the span is queued when the
     call returns, with its times and every attribute at once (one pass through the SDK's attribute
     checks, nothing set twice). ``done`` records what the gateway answered."""
 
@@ -456,6 +453,14 @@ class _ToolSpan:
                 attrs["gen_ai.tool.call.result"] = rendered
         if status != "SUCCESS":
             self._span.error = status
+
+    def __enter__(self) -> _ToolSpan:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.end()
 
     def end(self) -> None:
         segment = self._segment
