@@ -129,18 +129,19 @@ class RunMetrics:
 
 
 class MetricsBatch:
-    """One drive's measurements, kept until handed over together (``spans.py`` says when): the calls
-    themselves (their measurements are made at the hand-over, in one loop), counter increments summed per
-    attribute set (a thousand tool calls: one ``add``)."""
+    """One drive's measurements, kept until handed over together (``spans.py`` says when): histogram
+    values in order (a chat call's made when it returns, so the call itself is not kept; a tool call's
+    attributes at the hand-over), counter increments summed per attribute set (a thousand tool calls: one
+    ``add``)."""
 
     def __init__(self, metrics: RunMetrics):
         self._metrics = metrics
-        self._calls: list[ModelCall] = []
+        self._measures: list[Measure] = []
         self._tools: list[tuple[float, str, str]] = []  # seconds, tool, status
         self._counts: dict[tuple[Signal, tuple[tuple[str, str], ...]], tuple[Mapping[str, str], int]] = {}
 
     def __len__(self) -> int:
-        return len(self._calls) + len(self._tools) + len(self._counts)
+        return len(self._measures) + len(self._tools) + len(self._counts)
 
     def events(self, events: Sequence[NewEvent]) -> None:
         """Keep the counter increments of what the run just recorded."""
@@ -154,8 +155,8 @@ class MetricsBatch:
                 counted[key] = (attrs, 1) if found is None else (found[0], found[1] + 1)
 
     def model_call(self, call: ModelCall) -> None:
-        """Keep one chat call (its duration and token counts are recorded at the hand-over)."""
-        self._calls.append(call)
+        """Keep one chat call's duration and token counts."""
+        self._measures.extend(self._metrics.chat_measures(call))
 
     def tool_call(self, seconds: float, tool: str, status: str) -> None:
         """Keep one gateway call's duration."""
@@ -163,17 +164,14 @@ class MetricsBatch:
 
     def hand_over(self) -> None:
         """Record everything kept so far, then start empty."""
-        calls, tools, counted = self._calls, self._tools, self._counts
-        self._calls, self._tools, self._counts = [], [], {}
+        measures, tools, counted = self._measures, self._tools, self._counts
+        self._measures, self._tools, self._counts = [], [], {}
         metrics = self._metrics
         if counted:
             metrics.add((signal, attrs, n) for (signal, _), (attrs, n) in counted.items())
-        if calls or tools:
-            measures: list[Measure] = []
-            for call in calls:
-                measures.extend(metrics.chat_measures(call))
-            for seconds, tool, status in tools:
-                measures.append(("tool_duration", seconds, metrics.tool_attributes(tool, status)))
+        for seconds, tool, status in tools:
+            measures.append(("tool_duration", seconds, metrics.tool_attributes(tool, status)))
+        if measures:
             metrics.record(measures)
 
 

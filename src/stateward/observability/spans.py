@@ -457,9 +457,7 @@ class _ToolSpan:
     def __enter__(self) -> _ToolSpan:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self.end()
 
     def end(self) -> None:
