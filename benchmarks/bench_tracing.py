@@ -15,7 +15,9 @@ The floors, beside the ratios: the spans of one traced run (kept by an extra run
 fresh SDK provider back to back (``start_span`` + ``end`` with the same names, parents, attributes and
 events, batched to the dropping exporter: what the SDK itself costs for them), and the same spans encoded
 as the OTLP exporter encodes them (``encode_spans(...).SerializeToString()``, in its thread during a
-real run). ``--profile`` adds a cProfile of one SDK run, the telemetry's own functions and the SDK's.
+real run). Each variant's added CPU per step (its ms minus the untraced run's) is printed beside what its
+floor adds, in ms as well as a ratio (the ratio's denominator shrinks as the step gets cheaper).
+``--profile`` adds a cProfile of one SDK run, the telemetry's own functions and the SDK's.
 """
 
 from __future__ import annotations
@@ -267,13 +269,20 @@ def main() -> None:
         "span_events_per_run": events,
         "floors_cpu_s": {k: round(v, 4) for k, v in floors_s.items()},
         "floor_ratios": {k: round(v, 4) for k, v in floor_ratios.items()},
+        "added_cpu_ms_per_step": {k: round((v - base) * 1000 / args.steps, 4) for k, v in cpu.items()},
+        "floor_added_cpu_ms_per_step": {
+            k: round((v - 1) * base * 1000 / args.steps, 4) for k, v in floor_ratios.items()
+        },
         "targets": [t.as_dict() for t in targets],
     }
     per_step = 1000 / args.steps
+    floor_added = {k: (v - 1) * base * per_step for k, v in floor_ratios.items()}
     rows = [
         [
             k,
             f"{cpu[k] * per_step:.3f}",
+            f"{(cpu[k] - base) * per_step:+.3f}" if k != "untraced" else "",
+            f"{floor_added[k]:+.3f}" if k in floor_added else "",
             f"{ratios[k]:.3f}x",
             f"{floor_ratios[k]:.3f}x" if k in floor_ratios else "",
             f"{wall[k] * per_step:.3f}",
@@ -281,7 +290,16 @@ def main() -> None:
         ]
         for k in cpu
     ]
-    header = ("variant", "CPU ms/step", "CPU ratio", "floor", "wall ms/step", "wall ratio")
+    header = (
+        "variant",
+        "CPU ms/step",
+        "added",
+        "floor added",
+        "CPU ratio",
+        "floor",
+        "wall ms/step",
+        "wall ratio",
+    )
     floor_rows = [
         ["spans, span events per run", f"{len(spans):,}, {events:,}", ""],
         [

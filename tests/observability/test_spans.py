@@ -239,6 +239,31 @@ def test_a_tool_span_covers_its_call_and_names_only_what_is_not_routine(db: Path
     proc.runtime.close()
 
 
+def test_a_refused_proposal_stays_a_span_event_and_an_accepted_call_is_only_its_span(db: Path) -> None:
+    """An accepted call's signal and validation are its ``execute_tool`` span (no span event); a proposal
+    the Runtime refuses (here a tool the agent does not have, which ends a ReAct run) has no span of its
+    own, so its signal and refusal are span events."""
+
+    def proposals(request: ModelRequest) -> dict[str, Any]:
+        done = len(request.observations)
+        if done == 0:
+            return {"type": "EXECUTE_TOOL", "action": "lookup", "args": {"customer": "c-1"}}
+        return {"type": "EXECUTE_TOOL", "action": "no_such_tool", "args": {}}
+
+    proc = Process(db)
+    refused = Agent(name="refused", controller=ReActController(ScriptedModel(proposals)), tools=ToolRegistry([lookup]))
+    run = proc.runtime.start(refused, "go")
+    assert run.status is RunStatus.FAILED and run.terminal_reason == "rejected_signal"
+    (segment,) = by_name(proc.spans(), "invoke_agent")
+    names = [e.name for e in segment.events]
+    assert names == ["signal_received", "runtime_validated", "state_transition", "run_exited"]  # the refused step's
+    refusal = segment.events[1].attributes or {}
+    assert refusal["stateward.runtime_decision"] == "rejected" and refusal["stateward.decision_type"] == "EXECUTE_TOOL"
+    (call,) = by_name(proc.spans(), "execute_tool")
+    assert call.name == "execute_tool lookup"
+    proc.runtime.close()
+
+
 def test_a_long_drive_hands_its_spans_over_as_it_goes(db: Path) -> None:
     """A segment queues finished spans for the SDK, but never more than HAND_OVER_EVERY items (spans and
     measurements) wait: the exporter sees a long run's spans while it runs, and every one once it ends."""

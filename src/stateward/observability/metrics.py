@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from stateward.core.events import NewEvent
 from stateward.models.base import ModelCall
 from stateward.observability.otel_state import METRICS_API, may_be_configured
-from stateward.observability.signals import Signal, signals_of
+from stateward.observability.signals import Signal, counts, signals_of
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram, MeterProvider
@@ -39,6 +39,7 @@ class RunMetrics:
         self._provider = provider
         self._instruments: _Instruments | None = None
         self._chat: dict[tuple[str, str, str | None], _ChatAttributes] = {}
+        self._tool: dict[tuple[str, str], dict[str, str]] = {}
 
     @property
     def active(self) -> bool:
@@ -102,6 +103,16 @@ class RunMetrics:
             for signal, attrs, n in counts:
                 made.counters[signal].add(n, attrs)
 
+    def tool_attributes(self, tool: str, status: str) -> Mapping[str, str]:
+        """The attributes of a gateway call's duration, made once per tool and status (bounded as the chat's)."""
+        key = (tool, status)
+        found = self._tool.get(key)
+        if found is None:
+            found = {"gen_ai.tool.name": tool, "stateward.tool.status": status}
+            if len(self._tool) < _MAX_CACHED:
+                self._tool[key] = found
+        return found
+
     def _chat_attributes(self, provider: str, model: str, error: str | None) -> _ChatAttributes:
         """The three attribute sets of a chat call, made once per provider, model and error (a run makes
         the same few on every step); bounded, so a model naming itself differently each time cannot grow it."""
@@ -119,41 +130,49 @@ class RunMetrics:
 
 class MetricsBatch:
     """One drive's measurements, kept until handed over together (``spans.py`` says when): histogram
-    values in order, counter increments summed per attribute set (a thousand tool calls: one ``add``)."""
+    values in order (a chat call's made when it returns, so the call itself is not kept; a tool call's
+    attributes at the hand-over), counter increments summed per attribute set (a thousand tool calls: one
+    ``add``)."""
 
     def __init__(self, metrics: RunMetrics):
         self._metrics = metrics
         self._measures: list[Measure] = []
+        self._tools: list[tuple[float, str, str]] = []  # seconds, tool, status
         self._counts: dict[tuple[Signal, tuple[tuple[str, str], ...]], tuple[Mapping[str, str], int]] = {}
 
     def __len__(self) -> int:
-        return len(self._measures) + len(self._counts)
+        return len(self._measures) + len(self._tools) + len(self._counts)
 
     def events(self, events: Sequence[NewEvent]) -> None:
         """Keep the counter increments of what the run just recorded."""
-        counts = self._counts
+        counted = self._counts
         for event in events:
+            if not counts(event.type):
+                continue
             for signal, attrs in signals_of(event.type, event.payload):
                 key = (signal, tuple(attrs.items()))
-                found = counts.get(key)
-                counts[key] = (attrs, 1) if found is None else (found[0], found[1] + 1)
+                found = counted.get(key)
+                counted[key] = (attrs, 1) if found is None else (found[0], found[1] + 1)
 
     def model_call(self, call: ModelCall) -> None:
         """Keep one chat call's duration and token counts."""
         self._measures.extend(self._metrics.chat_measures(call))
 
-    def tool_call(self, seconds: float, attrs: Mapping[str, str]) -> None:
+    def tool_call(self, seconds: float, tool: str, status: str) -> None:
         """Keep one gateway call's duration."""
-        self._measures.append(("tool_duration", seconds, attrs))
+        self._tools.append((seconds, tool, status))
 
     def hand_over(self) -> None:
         """Record everything kept so far, then start empty."""
-        measures, counts = self._measures, self._counts
-        self._measures, self._counts = [], {}
-        if counts:
-            self._metrics.add((signal, attrs, n) for (signal, _), (attrs, n) in counts.items())
+        measures, tools, counted = self._measures, self._tools, self._counts
+        self._measures, self._tools, self._counts = [], [], {}
+        metrics = self._metrics
+        if counted:
+            metrics.add((signal, attrs, n) for (signal, _), (attrs, n) in counted.items())
+        for seconds, tool, status in tools:
+            measures.append(("tool_duration", seconds, metrics.tool_attributes(tool, status)))
         if measures:
-            self._metrics.record(measures)
+            metrics.record(measures)
 
 
 class _Instruments:

@@ -53,6 +53,12 @@ def signals_of(kind: EventType, payload: Mapping[str, Any]) -> Facts:
         yield from reader(payload)
 
 
+def counts(kind: EventType) -> bool:
+    """Whether an event of this type can move a counter at all (most of a step's events move none: the
+    live metrics skip them without asking :func:`signals_of`)."""
+    return kind in _READERS
+
+
 def _plan(p: Mapping[str, Any]) -> Facts:
     if "refused_patch" in p:
         yield Signal.PLAN_VALIDATED, {"outcome": "refused"}

@@ -19,8 +19,8 @@ Imported only when a span is needed (``tracing.py`` decides): this module import
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from opentelemetry import trace
@@ -76,6 +76,20 @@ _SPANNED = frozenset({EventType.TOOL_ATTEMPTED, EventType.REACT_DECISION})
 def _routine(p: Mapping[str, Any]) -> bool:
     """An accepted tool call: its ``execute_tool`` span is the record; refusals and stops stay span events."""
     return p.get("runtime_decision") == "accepted" and p.get("decision_type") == "EXECUTE_TOOL"
+
+
+def _all_routine(events: Sequence[NewEvent]) -> bool:
+    """A step that makes no span event: an accepted call's signal and validation (its ``execute_tool`` span
+    is the record), or the call's own ``tool_attempted``. Most steps are one of the two."""
+    n = len(events)
+    if n == 1:
+        return events[0].type is EventType.TOOL_ATTEMPTED
+    return (
+        n == 2
+        and events[0].type is EventType.SIGNAL_RECEIVED
+        and events[1].type is EventType.RUNTIME_VALIDATED
+        and _routine(events[1].payload)
+    )
 
 
 def event_attributes(event: NewEvent) -> dict[str, Any]:
@@ -227,22 +241,20 @@ class Segment:
         """Events the run recorded (or is about to, for a step's notes before its tool call)."""
         self._measures.events(events)
         if self.recording:
-            routine = any(e.type is EventType.RUNTIME_VALIDATED and _routine(e.payload) for e in events)
-            for event in events:
-                if not (routine and event.type is EventType.SIGNAL_RECEIVED):
-                    self._on_event(event)
-            self._queue_calls()
+            if not _all_routine(events):
+                routine = any(e.type is EventType.RUNTIME_VALIDATED and _routine(e.payload) for e in events)
+                for event in events:
+                    if not (routine and event.type is EventType.SIGNAL_RECEIVED):
+                        self._on_event(event)
+            if self._calls:
+                self._queue_calls()
         self._hand_over_if_due()
 
-    @contextmanager
-    def tool_call(self, tool: str, args: Mapping[str, Any], redact: RedactionRules | None) -> Iterator[_ToolSpan]:
-        """Around one call through the gateway: ``execute_tool {tool}``, its outcome set by the caller."""
-        self._queue_calls()
-        recorder = _ToolSpan(self, tool, args, redact)
-        try:
-            yield recorder
-        finally:
-            recorder.end()
+    def tool_call(self, tool: str, args: Mapping[str, Any], redact: RedactionRules | None) -> _ToolSpan:
+        """Around one call through the gateway (``with``): ``execute_tool {tool}``, its outcome set by the caller."""
+        if self._calls:
+            self._queue_calls()
+        return _ToolSpan(self, tool, args, redact)
 
     def end(self, state: RunState) -> None:
         """The drive is over: close what is open, say how the segment ended."""
@@ -391,15 +403,16 @@ class Segment:
 
 
 class _ToolSpan:
-    """One ``execute_tool`` span. Its parent is fixed when the call starts; the span is queued when the
+    """One ``execute_tool`` span, a context manager around the call (a class, not a generator: it is
+    entered once per step). Its parent is fixed when the call starts; the span is queued when the
     call returns, with its times and every attribute at once (one pass through the SDK's attribute
     checks, nothing set twice). ``done`` records what the gateway answered."""
 
     def __init__(self, segment: Segment, tool: str, args: Mapping[str, Any], redact: RedactionRules | None):
         self._segment = segment
         self._tool = tool
-        self._started = time.perf_counter()
-        self._attrs: dict[str, str] = {"gen_ai.tool.name": tool}
+        self._status = "UNKNOWN"
+        self._started = time.time_ns()
         self._span: _Finished | None = None
         if segment.recording:
             attributes: dict[str, Any] = {
@@ -413,11 +426,10 @@ class _ToolSpan:
                 if rendered is not None:
                     attributes["gen_ai.tool.call.arguments"] = rendered
             under = segment._context_of(segment._parent())
-            self._span = _Finished(f"execute_tool {tool}", SpanKind.INTERNAL, under, attributes, time.time_ns(), 0)
+            self._span = _Finished(f"execute_tool {tool}", SpanKind.INTERNAL, under, attributes, self._started, 0)
 
     def done(self, outcome: ToolOutcome, call_id: str) -> None:
-        status = outcome.status.value
-        self._attrs["stateward.tool.status"] = status
+        status = self._status = outcome.status.value
         if self._span is None:
             return
         attrs = self._span.attributes
@@ -442,10 +454,17 @@ class _ToolSpan:
         if status != "SUCCESS":
             self._span.error = status
 
+    def __enter__(self) -> _ToolSpan:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.end()
+
     def end(self) -> None:
         segment = self._segment
-        segment._measures.tool_call(time.perf_counter() - self._started, self._attrs)
+        ended = time.time_ns()
+        segment._measures.tool_call((ended - self._started) / 1e9, self._tool, self._status)
         span = self._span
         if span is not None:
-            span.end_ns = time.time_ns()
+            span.end_ns = ended
             segment._queue.append(span)
