@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -408,7 +407,6 @@ def worker(
 
     from stateward.cli.output import EXIT_RUNS_TROUBLED
     from stateward.observability.tracing import Telemetry
-    from stateward.runtime.async_worker import AsyncWorker
     from stateward.runtime.leases import LeasePolicy
     from stateward.runtime.recovery import RecoveryPolicy
     from stateward.runtime.runtime import Runtime
@@ -423,7 +421,11 @@ def worker(
         runtime = Runtime.open(
             db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat), recovery=recovery, telemetry=telemetry
         )
-        kind = AsyncWorker if use_async else Worker
+        kind = Worker
+        if use_async:  # asyncio and greenlet are loaded by an --async worker only
+            from stateward.runtime.async_worker import AsyncWorker
+
+            kind = AsyncWorker
         w = kind(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every, max_crashes=max_crashes)
     signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
     signal.signal(signal.SIGINT, lambda *_: w.stop.set())
@@ -535,6 +537,8 @@ def chaos(
     from stateward.chaos.verify import broken
 
     if db is None:
+        import tempfile
+
         db = str(Path(tempfile.mkdtemp(prefix="stateward-chaos-")) / "chaos.db")
     with reported_errors(as_json):
         report = Harness(
@@ -601,6 +605,8 @@ def gates(
     with reported_errors(as_json):
         agents = process_agents()
         if db is None:
+            import tempfile
+
             from stateward.chaos.campaign import Campaign, SourceFault
 
             known = {f.value: f for f in SourceFault}

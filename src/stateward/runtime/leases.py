@@ -7,7 +7,6 @@ its next write — and even if it does not, the store rejects that write by its 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -123,10 +122,14 @@ class AsyncLeaseKeeper(LeaseKeeper):
     """
 
     def _start(self) -> None:
+        import asyncio  # here, not at the top: a synchronous worker never loads it
+
         self._renewing: asyncio.Future[bool] | None = None
         self._task = asyncio.get_running_loop().create_task(self._abeat(), name=f"lease-{self._lease.run_id}")
 
     async def _abeat(self) -> None:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self._policy.heartbeat_s)
