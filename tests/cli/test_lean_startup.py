@@ -1,5 +1,6 @@
 """``stateward worker`` starts lean: a synchronous worker that drives a run of typed, synchronous tools loads
-no asyncio machinery, no JSON Schema validator, no HTTP service, MCP, model SDK, Rich or OpenTelemetry.
+no asyncio machinery, no JSON Schema validator, no HTTP service, MCP, model SDK, Rich or OpenTelemetry;
+neither do ``runs list --json`` and ``approve`` (which resumes a run in its own process).
 
 Every process of a fleet pays its start-up before its first step (``benchmarks/bench_workers.py`` prints
 it); these imports cost about a third of it and came back one convenient top-level import at a time. The
@@ -16,6 +17,8 @@ import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
+
+from tests.blog_runs import suspended_blog_run
 
 from stateward import Runtime
 
@@ -76,10 +79,13 @@ def _agents(tmp_path: Path) -> ModuleType:
 
 
 def _stateward(tmp_path: Path, *args: str) -> tuple[str, set[str]]:
-    """(stdout, top-level packages loaded) of ``stateward ARGS`` run in a fresh interpreter."""
+    """(stdout, top-level packages loaded) of ``stateward ARGS`` run in a fresh interpreter (which may build
+    the agents of ``_agents(tmp_path)`` once it was called)."""
     paths = [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(PYTHONPATH=os.pathsep.join(paths), STATEWARD_AGENTS="lean_agents:registry")
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    if (tmp_path / "lean_agents.py").exists():
+        env["STATEWARD_AGENTS"] = "lean_agents:registry"
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, env=env, timeout=120
     )
@@ -116,4 +122,12 @@ def test_listing_runs_loads_no_heavy_package(tmp_path: Path) -> None:
     runtime.close()
     out, loaded = _stateward(tmp_path, "runs", "list", "--db", str(db), "--json")
     assert [r["status"] for r in json.loads(out)["runs"]] == ["RUNNING"]
+    assert sorted(loaded & HEAVY) == []
+
+
+def test_approving_a_request_resumes_the_run_without_heavy_packages(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    run_id = suspended_blog_run(db)  # the demos' blog agent: a scripted model and typed tools
+    out, loaded = _stateward(tmp_path, "approve", run_id, "approval_001", "--db", str(db), "--json")
+    assert json.loads(out)["status"] == "COMPLETED"
     assert sorted(loaded & HEAVY) == []
