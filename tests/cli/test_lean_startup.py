@@ -106,6 +106,7 @@ def test_a_sync_worker_drives_a_run_without_loading_heavy_packages(tmp_path: Pat
     runtime.close()
     assert "stateward" in loaded and "pydantic" in loaded  # the probe sees what the command imported
     assert sorted(loaded & HEAVY) == []
+    assert sorted(loaded & {"typer", "click"}) == []  # a well-formed worker command line skips Typer
 
 
 def test_an_async_worker_loads_the_event_loop_machinery_it_runs_on(tmp_path: Path) -> None:
