@@ -8,6 +8,9 @@ SLEEP_MS like an I/O call, then a finish node) are submitted, then W ``stateward
 (``--concurrency 1 --idle-exit 1``) are started; runs/s = RUNS / (worker start -> last run COMPLETED).
 Rounds alternate the order (1, 2, 4, then 4, 2, 1 workers); medians of the rounds; ratios are against
 1 worker in the same run. "steady" leaves out the workers' start-up: first committed step -> last run.
+Start-up per worker: the CPU of an idle worker process (start, open the store, one empty claim, exit;
+median of 5) and the modules it imports (``-X importtime``); with W workers on C CPUs the first step
+cannot come before about W x that / C (printed as the start-up bound beside the first step's time).
 
 Takeover: two workers with ``--lease-ttl 1.5 --heartbeat 0.5``; a one-node run whose tool blocks 3 s is
 claimed, its worker is SIGKILLed mid-tool after a random delay, and the time until the other worker holds
