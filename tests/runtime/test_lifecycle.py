@@ -54,6 +54,18 @@ def test_a_worker_refuses_a_configuration_it_cannot_run(runtime: Runtime, config
     assert err.value.code == "INVALID_WORKER_CONFIG"
 
 
+def test_worker_concurrency_is_bounded_by_what_each_kind_can_run(runtime: Runtime) -> None:
+    # A thread per slot: 100,000 slots would start 100,000 polling threads. Tasks are cheaper, not free.
+    from stateward.runtime.async_worker import AsyncWorker
+
+    assert Worker(runtime, concurrency=256).concurrency == 256
+    assert AsyncWorker(runtime, concurrency=10_000).concurrency == 10_000
+    for kind, too_many in ((Worker, 257), (AsyncWorker, 10_001)):
+        with pytest.raises(UserError) as err:
+            kind(runtime, concurrency=too_many)
+        assert err.value.code == "INVALID_WORKER_CONFIG"
+
+
 @pytest.mark.parametrize("idle_exit_s", [math.nan, -1.0, 0.0])
 def test_a_worker_refuses_an_idle_exit_it_could_never_reach(runtime: Runtime, idle_exit_s: float) -> None:
     with pytest.raises(UserError) as err:

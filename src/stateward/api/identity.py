@@ -18,10 +18,10 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from stateward.core.errors import ErrorCode, StatewardError, UserError
+from stateward.core.run_inputs import NAME_PATTERN as _NAME
 from stateward.store.keys import ApiKeyRecord, KeyStore
 
 KEY_PREFIX = "swk_"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$")
 _TOKEN = re.compile(r"^swk_([0-9a-f]{16})\.([A-Za-z0-9_-]{43})$")
 
 

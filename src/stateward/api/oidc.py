@@ -20,8 +20,8 @@ import jwt
 
 from stateward.api.identity import AuthError, Principal
 from stateward.core.errors import ErrorCode, UserError
+from stateward.core.run_inputs import NAME_PATTERN as _NAME
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$")
 _SUBJECT = re.compile(r"^[\x21-\x7e]{1,200}$")
 _BAD_TOKEN = "invalid, expired or unverifiable bearer token"
 MAX_ROLES = 50

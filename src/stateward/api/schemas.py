@@ -12,11 +12,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.events import Event
+from stateward.core.run_inputs import MAX_GOAL_CHARS
 from stateward.core.state import AnswerVerdict, PendingRequest
 from stateward.core.status import RunStatus
 from stateward.store.records import RunRow
 
-MAX_GOAL_CHARS = 8192
 MAX_NAME_CHARS = 128
 MAX_DIGEST_CHARS = 128
 

@@ -361,7 +361,10 @@ def cancel(
 @app.command("worker")
 def worker(
     db: DbOpt = DEFAULT_DB,
-    concurrency: Annotated[int, typer.Option(min=1, help="Runs driven at once by this process.")] = 1,
+    concurrency: Annotated[
+        int,
+        typer.Option(min=1, help="Runs driven at once by this process (up to 256 threads; 10,000 tasks with --async)."),
+    ] = 1,
     use_async: Annotated[
         bool,
         typer.Option("--async", help="Drive the runs as tasks of one event loop (async models and tools awaited)."),

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 from stateward.core.bridge import run_bridged
 from stateward.runtime.runtime import Runtime
@@ -32,6 +33,8 @@ class AsyncWorker(Worker):
     ``run()`` runs its own loop (the CLI's ``stateward worker --async``); ``arun()`` works inside one
     that is already running. Stats, ``stop``, ``max_crashes`` and the sweeps are the threaded worker's.
     """
+
+    max_concurrency: ClassVar[int] = 10_000  # tasks, not threads: bounded by memory and the store's pace
 
     def __init__(
         self,

@@ -23,6 +23,7 @@ from stateward.core.canonical import sha256_hex
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StatewardError, UserError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.journal import SideEffectStatus
+from stateward.core.run_inputs import check_goal, check_run_id, check_tenant
 from stateward.core.setback import without_retry
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
@@ -167,8 +168,13 @@ class Runtime:
         """Create a RUNNING run without driving it: any worker (or ``drive``) picks it up.
 
         A worker rebuilds the agent by its registered name (``agent.ref``); a run without any bound
-        (steps, model or tool calls, tokens) is refused: nothing is unbounded by default.
+        (steps, model or tool calls, tokens) is refused: nothing is unbounded by default. So are a blank
+        or oversized goal, a malformed tenant or run id (INVALID_GOAL, INVALID_TENANT, INVALID_RUN_ID).
         """
+        check_goal(goal)
+        check_tenant(tenant)
+        if run_id is not None:
+            check_run_id(run_id)
         limits = budget or agent.budget
         if all(value is None for value in limits.model_dump().values()):
             raise UserError(

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from stateward.core.errors import ErrorCode, StaleLeaseError, StatewardError, UserError
 from stateward.core.setback import Setback, SetbackKind
@@ -72,6 +73,11 @@ _COUNTER = {
 
 
 class Worker:
+    """Claims runnable runs and drives up to ``concurrency`` of them at once, one thread per slot."""
+
+    # Each slot is an OS thread polling the store: past a few hundred they only contend.
+    max_concurrency: ClassVar[int] = 256
+
     def __init__(
         self,
         runtime: Runtime,
@@ -83,8 +89,11 @@ class Worker:
         max_crashes: int | None = None,
     ):
         """``max_crashes``: stop (like SIGTERM: finish the steps in flight) once this many steps crashed."""
-        if concurrency < 1:
-            raise UserError("concurrency must be at least 1", code=ErrorCode.INVALID_WORKER_CONFIG)
+        if not 1 <= concurrency <= self.max_concurrency:
+            raise UserError(
+                f"concurrency must be 1 to {self.max_concurrency} for a {type(self).__name__} (got {concurrency})",
+                code=ErrorCode.INVALID_WORKER_CONFIG,
+            )
         if max_crashes is not None and max_crashes < 1:
             raise UserError("max_crashes must be at least 1", code=ErrorCode.INVALID_WORKER_CONFIG)
         self.max_crashes = max_crashes
