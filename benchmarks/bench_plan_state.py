@@ -18,6 +18,7 @@ the database's size after the run.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -31,12 +32,14 @@ from stateward.core.errors import UserError
 from stateward.core.events import Event, NewEvent
 from stateward.core.state import RunState
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
+from stateward.store.parts import split_state
 from stateward.store.records import Lease, StepWrite
 from stateward.store.sqlite import SQLiteStore
 
 AGENT = "payment-migration"
-ROUNDS = 5
+ROUNDS = 9
 TARGET = 1.3
+BASES = ("without the plan", "minimal state")
 
 
 class RecordingStore(SQLiteStore):
@@ -118,8 +121,10 @@ def variants(
     return out
 
 
-def measure(tmp: Path, synchronous: str, runs: dict[str, Any], rounds: int) -> dict[str, dict[str, float]]:
-    """Each variant replayed ``rounds`` times in alternating order (after one untimed replay each)."""
+def measure(tmp: Path, synchronous: str, runs: dict[str, Any], rounds: int) -> dict[str, dict[str, Any]]:
+    """Each variant replayed ``rounds`` times in alternating order (after one untimed replay each). Per
+    variant: median wall and CPU µs per step; per base variant also the ratios plan / base taken within
+    each round (the replays a few hundred ms apart see the same load), as median and spread."""
     names = list(runs)
     samples: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
@@ -132,7 +137,8 @@ def measure(tmp: Path, synchronous: str, runs: dict[str, Any], rounds: int) -> d
                 samples[name].append(mean)
                 cpu[name].append(cpu_us)
             sizes[name] = stored_bytes(path)
-    return {
+            path.unlink()
+    out: dict[str, dict[str, Any]] = {
         name: {
             "us_per_step": statistics.median(samples[name]),
             "cpu_us": statistics.median(cpu[name]),
@@ -140,6 +146,35 @@ def measure(tmp: Path, synchronous: str, runs: dict[str, Any], rounds: int) -> d
         }
         for name in names
     }
+    for base in BASES:
+        wall = [p / b for p, b in zip(samples[names[0]], samples[base], strict=True)]
+        cpus = [p / b for p, b in zip(cpu[names[0]], cpu[base], strict=True)]
+        out[base]["ratio"] = spread(wall)
+        out[base]["cpu_ratio"] = spread(cpus)
+    return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median and range of per-round ratios."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def detection_cost(writes: list[StepWrite]) -> dict[str, float]:
+    """CPU µs per step of store/parts.py's ``split_state`` alone, over the recorded states in order (as a
+    store that committed each one sees them): what finding the unchanged memo entries costs a step, for
+    each variant's states (median of 5 passes)."""
+    out: dict[str, float] = {}
+    for name, change in (("plan in state", None), ("without the plan", without_plan), ("minimal state", minimal)):
+        states = [w.state if change is None else change(w.state) for w in writes]
+        passes = []
+        for _ in range(5):
+            known = None
+            t0 = time.process_time_ns()
+            for state in states:
+                known = split_state(state, known).known
+            passes.append((time.process_time_ns() - t0) / len(states) / 1000)
+        out[name] = statistics.median(passes)
+    return out
 
 
 def main() -> None:
@@ -147,27 +182,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"replays of each variant (default {ROUNDS})")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     args = parser.parse_args()
+    load_at_start = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory(prefix="bench_plan_state_") as name:
         tmp = Path(name)
         created, writes, final = record(tmp)
         runs = variants(created, writes)
         shape = inspect_parts(tmp, created, writes)
+        detection = detection_cost(writes)
         results = {sync: measure(tmp, sync, runs, args.rounds) for sync in ("FULL", "NORMAL")}
     targets = [
-        Target(
-            f"µs/step with the plan / {base} ({sync})",
-            res["plan in state"]["us_per_step"] / res[base]["us_per_step"],
-            TARGET,
-        )
-        for base in ("without the plan", "minimal state")
+        Target(f"µs/step with the plan / {base} ({sync})", res[base]["ratio"]["median"], TARGET)
+        for base in BASES
         for sync, res in results.items()
     ]
+    info = {**machine(), "load_avg_1m_at_start": load_at_start}
     out = {
         "benchmark": "plan_state",
-        "machine": machine(),
+        "machine": info,
         "steps": len(writes),
         "run_status": final.status.value,
         "shape": shape,
+        "split_state_cpu_us_per_step": detection,
         "results": results,
         "targets": [t.as_dict() for t in targets],
     }
@@ -182,16 +217,42 @@ def main() -> None:
         for sync, res in results.items()
         for name in res
     ]
+    ratio_rows = [
+        [
+            sync,
+            f"plan / {base}",
+            _ratio_text(res[base]["ratio"]),
+            _ratio_text(res[base]["cpu_ratio"]),
+        ]
+        for sync, res in results.items()
+        for base in BASES
+    ]
     tables = [
         table(
             f"the payment run's {len(writes)} step writes replayed (median of {args.rounds} replays' means)",
             ("synchronous", "state", "µs/step", "CPU µs/step", "database KiB"),
             rows,
         ),
+        table(
+            f"ratios within each round: median [min - max] of {args.rounds}",
+            ("synchronous", "ratio", "wall µs/step", "CPU µs/step"),
+            ratio_rows,
+        ),
+        table(
+            "finding unchanged memo entries: split_state alone (serialize every entry, hash the large ones)",
+            ("state", "CPU µs/step"),
+            [[name, f"{us:.1f}"] for name, us in detection.items()],
+        ),
         table("what the run stores", ("measure", "value"), [[k, v] for k, v in shape.items()]),
         targets_table(targets),
+        f"load average {info['load_avg_1m_at_start']} at the start (1 min; the machine line: at the end):"
+        " at NORMAL a step is CPU-bound, and a busy machine widens the wall-time ratios; the CPU ratios move less.",
     ]
     emit(args.json, out, tables)
+
+
+def _ratio_text(r: dict[str, float]) -> str:
+    return f"{r['median']:.2f}x [{r['min']:.2f} - {r['max']:.2f}]"
 
 
 def inspect_parts(tmp: Path, created: tuple[RunState, list[NewEvent]], writes: list[StepWrite]) -> dict[str, Any]:

@@ -8,6 +8,9 @@ SLEEP_MS like an I/O call, then a finish node) are submitted, then W ``stateward
 (``--concurrency 1 --idle-exit 1``) are started; runs/s = RUNS / (worker start -> last run COMPLETED).
 Rounds alternate the order (1, 2, 4, then 4, 2, 1 workers); medians of the rounds; ratios are against
 1 worker in the same run. "steady" leaves out the workers' start-up: first committed step -> last run.
+Start-up per worker: the CPU of an idle worker process (start, open the store, one empty claim, exit;
+median of 5) and the modules it imports (``-X importtime``); with W workers on C CPUs the first step
+cannot come before about W x that / C (printed as the start-up bound beside the first step's time).
 
 Takeover: two workers with ``--lease-ttl 1.5 --heartbeat 0.5``; a one-node run whose tool blocks 3 s is
 claimed, its worker is SIGKILLed mid-tool after a random delay, and the time until the other worker holds
@@ -58,7 +61,8 @@ SLEEP_MS = 20
 WORKER_COUNTS = (1, 2, 4)
 ROUNDS = 3
 WARMUP_RUNS = 4
-IDLE_WORKERS = 3
+IDLE_WORKERS = 5
+IDLE_EXIT_S = "0.01"  # the idle worker: one empty claim, then exit
 TAKEOVERS = 7
 TTL_S = 1.5
 HEARTBEAT_S = 0.5
@@ -71,6 +75,7 @@ TIMEOUT_S = 120.0
 RUNNABLE_OR_DONE = ("RUNNING", "COMPLETED")
 READY = "slot(s) on"  # the worker's start-up line: its store is open, it is about to claim
 _STATS = re.compile(r"worker stopped: claimed=(\d+) stale_leases=(\d+) errors=(\d+)")
+_IMPORT_LINE = re.compile(r"import time:\s+\d+ \|")
 _SCRIPT = Path(sys.executable).parent / "stateward"
 CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "stateward.cli.main"]
 T = TypeVar("T")
@@ -225,7 +230,7 @@ class Fleet:
         env["STATEWARD_AGENTS"] = "bench_workers:AGENTS"
         self.env = env
 
-    def spawn(self, url: str, *flags: str) -> WorkerProc:
+    def spawn(self, url: str, *flags: str, env: dict[str, str] | None = None) -> WorkerProc:
         log = self.tmp / f"worker-{len(self.procs)}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
@@ -233,7 +238,7 @@ class Fleet:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self.env,
+                env={**self.env, **(env or {})},
             )
         worker = WorkerProc(proc, log)
         self.procs.append(worker)
@@ -343,22 +348,34 @@ def throughput(server: Server, pg_cpu: ServerCpu, fleet: Fleet, workers: int, ru
     }
 
 
-def idle_worker(server: Server, fleet: Fleet) -> tuple[float, float]:
-    """(CPU s, wall s) of a worker process that starts, opens the store, finds nothing to claim and exits."""
+def idle_worker(server: Server, fleet: Fleet, env: dict[str, str] | None = None) -> tuple[float, float, WorkerProc]:
+    """(CPU s, wall s, the process) of a worker that starts, opens the store, finds nothing to claim and exits."""
     with schema(server) as (url, _):
         cpu0, t0 = children_cpu(), time.perf_counter()
-        Fleet.wait_exit([fleet.spawn(url, "--idle-exit", "0")], 30.0)
-        return children_cpu() - cpu0, time.perf_counter() - t0
+        worker = fleet.spawn(url, "--idle-exit", IDLE_EXIT_S, env=env)
+        Fleet.wait_exit([worker], 30.0)
+        cpu, wall = children_cpu() - cpu0, time.perf_counter() - t0
+    if worker.proc.returncode != 0 or worker.stats() != (0, 0, 0):
+        raise RuntimeError(f"the idle worker did not start, claim nothing and exit cleanly:\n{worker.text()[-800:]}")
+    return cpu, wall, worker
 
 
-def measure_throughput(server: Server, fleet: Fleet) -> tuple[dict[int, list[dict[str, Any]]], dict[str, int]]:
-    """Per worker count, one measurement per round; and the cost of an idle worker process (median of 3)."""
+def modules_imported(server: Server, fleet: Fleet) -> int:
+    """How many modules an idle worker imports (``python -X importtime`` lists each one once)."""
+    _, _, worker = idle_worker(server, fleet, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    return sum(1 for line in worker.text().splitlines() if _IMPORT_LINE.match(line))
+
+
+def measure_throughput(server: Server, fleet: Fleet) -> tuple[dict[int, list[dict[str, Any]]], dict[str, Any]]:
+    """Per worker count, one measurement per round; and the cost of an idle worker process (median of 5)."""
     pg_cpu = ServerCpu(urlsplit(server.admin_url).port or 5432)
     throughput(server, pg_cpu, fleet, 1, WARMUP_RUNS)  # warm-up: bytecode cache, server caches
     idle = [idle_worker(server, fleet) for _ in range(IDLE_WORKERS)]
     startup = {
-        "cpu_ms": round(statistics.median(c for c, _ in idle) * 1000),
-        "wall_ms": round(statistics.median(w for _, w in idle) * 1000),
+        "cpu_ms": round(statistics.median(c for c, _, _ in idle) * 1000),
+        "cpu_ms_all": [round(c * 1000) for c, _, _ in idle],
+        "wall_ms": round(statistics.median(w for _, w, _ in idle) * 1000),
+        "modules": modules_imported(server, fleet),
     }
     out: dict[int, list[dict[str, Any]]] = {w: [] for w in WORKER_COUNTS}
     for r in range(ROUNDS):
@@ -426,13 +443,18 @@ def p90(values: Sequence[float]) -> float:
     return statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
 
 
+def startup_bound_s(cpu_ms: float, workers: int, cpus: int | None) -> float:
+    """The earliest first step if start-up is CPU-bound: W processes each needing ``cpu_ms`` share the CPUs."""
+    return cpu_ms / 1000 * max(1.0, workers / (cpus or 1))
+
+
 def _median_or_none(values: list[float | None], digits: int) -> float | None:
     known = [v for v in values if v is not None]
     return round(statistics.median(known), digits) if known else None
 
 
 def summarize(
-    tp: dict[int, list[dict[str, Any]]], startup: dict[str, int], to: dict[str, Any], info: dict[str, Any]
+    tp: dict[int, list[dict[str, Any]]], startup: dict[str, Any], to: dict[str, Any], info: dict[str, Any]
 ) -> dict[str, Any]:
     base = statistics.median(m["runs_per_s"] for m in tp[WORKER_COUNTS[0]])
     base_steady = statistics.median(m["steady_runs_per_s"] for m in tp[WORKER_COUNTS[0]])
@@ -449,6 +471,7 @@ def summarize(
             "sleep_bound_runs_per_s": round(ideal, 2),
             "steady_over_sleep_bound": round(steady / ideal, 2),
             "first_step_s": round(statistics.median(m["first_step_s"] for m in ms), 2),
+            "startup_bound_s": round(startup_bound_s(startup["cpu_ms"], w, info["cpus"]), 2),
             "worker_cpu_ms_per_run": round(statistics.median(m["worker_cpu_ms_per_run"] for m in ms), 1),
             "server_cpu_ms_per_run": _median_or_none([m["server_cpu_ms_per_run"] for m in ms], 1),
             "cpus_busy": _median_or_none([m["cpus_busy"] for m in ms], 2),
@@ -500,6 +523,7 @@ def _tables(result: dict[str, Any]) -> list[str]:
             r["sleep_bound_runs_per_s"],
             f"{r['steady_over_sleep_bound']:.0%}",
             r["first_step_s"],
+            r["startup_bound_s"],
             r["worker_cpu_ms_per_run"],
             "?" if r["server_cpu_ms_per_run"] is None else r["server_cpu_ms_per_run"],
             "?" if r["cpus_busy"] is None else f"{r['cpus_busy']:.2f}",
@@ -516,6 +540,7 @@ def _tables(result: dict[str, Any]) -> list[str]:
         "sleep-bound",
         "steady/bound",
         "1st step s",
+        "start-up bound s",
         "worker CPU ms/run",
         "server CPU ms/run",
         "CPUs busy",
@@ -572,8 +597,11 @@ def _scaling_note(result: dict[str, Any]) -> str:
         " CPU time) / (worker start -> workers exited).",
         f"{most} workers: {top['vs_1_worker']:.2f}x of 1 worker from start, {top['steady_vs_1_worker']:.2f}x steady"
         f" (linear: {most}x).",
-        f"An idle worker process (start, open the store, one empty claim, exit): {idle['cpu_ms']:.0f} ms CPU,"
-        f" {idle['wall_ms']:.0f} ms wall; worker CPU ms/run includes W x that / {RUNS} runs.",
+        f"Start-up per worker: an idle worker process (start, open the store, one empty claim, exit) used"
+        f" {idle['cpu_ms']:.0f} ms CPU (median of {idle['cpu_ms_all']}), {idle['wall_ms']:.0f} ms wall, and imported"
+        f" {idle['modules']} modules; worker CPU ms/run includes W x that / {RUNS} runs.",
+        f"start-up bound: W x that CPU / {cpus} CPUs (at least that CPU): the earliest first step when W workers"
+        " start at once.",
         f"stale leases {problems[0]}, worker errors {problems[1]}, unclean worker exits {problems[2]} (all rounds).",
     ]
     if cpus < max(WORKER_COUNTS):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -407,44 +406,28 @@ def worker(
     --max-crashes was reached, or on --idle-exit when this worker failed or parked a run, or its
     own loop met an unexpected error (all counted in the final line).
     """
-    import signal
+    from stateward.cli.worker_cmd import WorkerOptions, start_worker
 
-    from stateward.cli.output import EXIT_RUNS_TROUBLED
-    from stateward.observability.tracing import Telemetry
-    from stateward.runtime.async_worker import AsyncWorker
-    from stateward.runtime.leases import LeasePolicy
-    from stateward.runtime.recovery import RecoveryPolicy
-    from stateward.runtime.runtime import Runtime
-    from stateward.runtime.worker import Worker, positive_seconds
-
-    with reported_errors(as_json):
-        if idle_exit is not None:
-            positive_seconds("--idle-exit", idle_exit)
-        recovery = RecoveryPolicy(step_crash_retries=crash_retries, base_delay_s=retry_delay)
-        endpoint = None if metrics_port is None else _metrics_endpoint(db, metrics_port, metrics_addr)
-        telemetry = None if endpoint is None else Telemetry(metrics=endpoint.metrics)
-        runtime = Runtime.open(
-            db, lease=LeasePolicy(ttl_s=lease_ttl, heartbeat_s=heartbeat), recovery=recovery, telemetry=telemetry
+    code = start_worker(
+        WorkerOptions(
+            db=db,
+            concurrency=concurrency,
+            use_async=use_async,
+            lease_ttl=lease_ttl,
+            heartbeat=heartbeat,
+            idle_exit=idle_exit,
+            poll=poll,
+            expire_every=expire_every,
+            max_crashes=max_crashes,
+            crash_retries=crash_retries,
+            retry_delay=retry_delay,
+            as_json=as_json,
+            metrics_port=metrics_port,
+            metrics_addr=metrics_addr,
         )
-        kind = AsyncWorker if use_async else Worker
-        w = kind(runtime, concurrency=concurrency, poll_s=poll, expire_every_s=expire_every, max_crashes=max_crashes)
-    signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
-    signal.signal(signal.SIGINT, lambda *_: w.stop.set())
-    mode = " (async, one event loop)" if use_async else ""
-    typer.echo(f"worker {runtime.owner}: {concurrency} slot(s){mode} on {db}", err=True)
-    if endpoint is not None:
-        typer.echo(f"metrics: http://{metrics_addr}:{endpoint.port}/metrics", err=True)
-    stats = w.run(idle_exit_s=idle_exit)
-    if endpoint is not None:
-        endpoint.close()
-    stopped_by_signal = w.stop.is_set() and not stats.stopped_on_crashes
-    runtime.close()
-    counts = stats.as_dict()
-    typer.echo("worker stopped: " + " ".join(f"{k}={str(v).lower()}" for k, v in counts.items()), err=True)
-    if as_json:
-        emit_json(counts)
-    if stats.stopped_on_crashes or (not stopped_by_signal and stats.troubled):
-        raise typer.Exit(EXIT_RUNS_TROUBLED)
+    )
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("stats")
@@ -481,13 +464,6 @@ def stats(
         if key != "counts":
             rows.append({"figure": key, "value": shown})
     print_table("stats", ("figure", "value"), rows)
-
-
-def _metrics_endpoint(db: str, port: int, addr: str) -> Any:
-    from stateward.observability.prometheus import serve_metrics
-    from stateward.store.base import open_store
-
-    return serve_metrics(port, lambda: open_store(db, create=False), addr=addr)
 
 
 @app.command("serve")
@@ -538,6 +514,8 @@ def chaos(
     from stateward.chaos.verify import broken
 
     if db is None:
+        import tempfile
+
         db = str(Path(tempfile.mkdtemp(prefix="stateward-chaos-")) / "chaos.db")
     with reported_errors(as_json):
         report = Harness(
@@ -604,6 +582,8 @@ def gates(
     with reported_errors(as_json):
         agents = process_agents()
         if db is None:
+            import tempfile
+
             from stateward.chaos.campaign import Campaign, SourceFault
 
             known = {f.value: f for f in SourceFault}

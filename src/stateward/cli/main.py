@@ -93,7 +93,7 @@ def _telemetry_from_env() -> None:
 
 
 def main() -> None:
-    """Answers to pending requests take the short path; every other command goes through Typer."""
+    """Answers to pending requests and ``worker`` take a short path; every other command goes through Typer."""
     argv = sys.argv[1:]
     _refuse_undecodable(argv)
     argv = _take_agents_option(argv)
@@ -104,6 +104,12 @@ def main() -> None:
             from stateward.cli.answers import run_fast
         with _ended_as_typer_ends():
             if run_fast(argv):
+                return
+    if argv and argv[0] == "worker":
+        with _long_lived_imports():
+            from stateward.cli.worker_cmd import run_fast as run_worker
+        with _ended_as_typer_ends():
+            if run_worker(argv):
                 return
     with _long_lived_imports():
         from stateward.cli.app import run

@@ -12,7 +12,6 @@ The helpers below are what a plugin command needs to behave like the built-in on
 
 from __future__ import annotations
 
-from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -22,6 +21,8 @@ from stateward.cli.output import emit_json, print_summary, print_table, reported
 from stateward.core.errors import ErrorCode, UserError
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from stateward.runtime.runtime import Runtime
 
 __all__ = [
@@ -70,6 +71,8 @@ def open_runtime(db: str, *, create: bool = False) -> Runtime:
 
 def plugin_groups(taken: set[str]) -> dict[str, EntryPoint]:
     """The installed command groups by name; ``taken`` are the names built-in commands use."""
+    from importlib.metadata import entry_points  # only for a command that is not built in, or --help
+
     found: dict[str, EntryPoint] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in taken:

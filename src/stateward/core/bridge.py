@@ -10,22 +10,25 @@ exactly as coroutines would. Outside a bridge ``resolve`` runs the coroutine to 
 of its own, so an async model or tool also works under the synchronous Runtime.
 
 This is the technique SQLAlchemy's asyncio layer uses (``greenlet_spawn`` / ``await_only``). No I/O
-happens here; the module only decides where an awaitable is awaited.
+happens here; the module only decides where an awaitable is awaited. ``asyncio`` and ``greenlet`` are
+imported by the first bridge or awaitable, not with this module: a synchronous worker never loads them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
+import functools
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import Executor
-from typing import Any, ParamSpec, TypeVar
-
-import greenlet
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from stateward.core.calls import default_runner
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    import greenlet
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -33,18 +36,28 @@ T = TypeVar("T")
 __all__ = ["blocking", "in_bridge", "resolve", "run_bridged", "run_coroutine", "sleep"]
 
 
-class _Bridged(greenlet.greenlet):
-    """A greenlet running synchronous runtime code on behalf of the coroutine that is its parent."""
+@functools.cache
+def _bridged() -> type[greenlet.greenlet]:
+    import greenlet
+
+    class _Bridged(greenlet.greenlet):
+        """A greenlet running synchronous runtime code on behalf of the coroutine that is its parent."""
+
+    return _Bridged
 
 
 def in_bridge() -> bool:
     """Whether the calling code runs inside :func:`run_bridged` (so ``resolve`` awaits on the loop)."""
-    return isinstance(greenlet.getcurrent(), _Bridged)
+    if "greenlet" not in sys.modules:  # run_bridged imports it: no bridge has run in this process
+        return False
+    return isinstance(sys.modules["greenlet"].getcurrent(), _bridged())
 
 
 async def run_bridged(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run synchronous ``fn`` on this loop's thread; every ``resolve`` inside it is awaited here."""
-    child = _Bridged(fn, greenlet.getcurrent())
+    import greenlet
+
+    child = _bridged()(fn, greenlet.getcurrent())
     child.gr_context = contextvars.copy_context()  # the task's context vars, e.g. a telemetry span
     result: Any = child.switch(*args, **kwargs)
     while not child.dead:
@@ -59,9 +72,10 @@ async def run_bridged(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> 
 
 def resolve(awaitable: Awaitable[T]) -> T:
     """The awaitable's result: awaited on the loop inside a bridge, else on a loop of its own."""
-    current = greenlet.getcurrent()
-    if isinstance(current, _Bridged):
-        parent = current.parent
+    if in_bridge():
+        import asyncio
+
+        parent = sys.modules["greenlet"].getcurrent().parent
         assert parent is not None
         if asyncio.iscoroutine(awaitable):
             # Awaited as it is, the coroutine would run in the context of the task driving the bridge,
@@ -82,6 +96,8 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     On a thread without a running loop that is ``asyncio.run``; a thread that already runs one (sync
     API called from async code) cannot block on it, so the coroutine runs on a call runner's thread.
     """
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -95,6 +111,8 @@ def blocking(fn: Callable[[], T], executor: Executor | None = None) -> T:
     when None) with the caller's context vars, so the loop keeps serving other runs meanwhile."""
     if not in_bridge():
         return fn()
+    import asyncio
+
     context = contextvars.copy_context()
     loop = asyncio.get_running_loop()
     return resolve(loop.run_in_executor(executor, context.run, fn))
@@ -103,6 +121,8 @@ def blocking(fn: Callable[[], T], executor: Executor | None = None) -> T:
 def sleep(seconds: float) -> None:
     """``time.sleep`` outside a bridge; inside one, ``asyncio.sleep``: a backoff never stalls the loop."""
     if in_bridge():
+        import asyncio
+
         resolve(asyncio.sleep(seconds))
     else:
         time.sleep(seconds)

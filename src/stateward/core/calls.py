@@ -16,7 +16,6 @@ forgets its idle threads and its counts and starts afresh (``os.register_at_fork
 from __future__ import annotations
 
 import _thread
-import asyncio
 import contextlib
 import contextvars
 import logging
@@ -25,9 +24,12 @@ import threading
 import weakref
 from collections.abc import Callable
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stateward.core.errors import ErrorCode, RunError
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("stateward.calls")
 
@@ -304,6 +306,8 @@ async def run_off_loop(
     """Blocking ``fn`` on a runner thread, awaited without blocking the running loop. At ``timeout_s`` the
     call is abandoned (TIMED_OUT); when the awaiting task is cancelled, too (CANCELLED, and the
     cancellation goes on). The call comes back with its ``outcome`` set."""
+    import asyncio  # here, not at the top: a synchronous process never loads it
+
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
 

@@ -15,7 +15,6 @@ swallow it. It never leaves the Runtime: the driver records the cancelled call a
 from __future__ import annotations
 
 import _thread
-import asyncio
 import contextlib
 import contextvars
 import time
@@ -106,6 +105,8 @@ async def cancel_on_pause(awaitable: Awaitable[T], kind: str, name: str, token: 
     """Await ``awaitable`` in the calling task; cancel it (cooperatively) and raise :class:`CallCancelled` if
     the pause comes first. The token's setter wakes the loop (``call_soon_threadsafe``): nothing polls. No
     task of its own: the calling task is cancelled while it awaits the call, and un-cancelled after."""
+    import asyncio  # here, not at the top: a synchronous process never loads it
+
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None, "cancel_on_pause runs in a task"

@@ -6,7 +6,6 @@ process continues exactly where the script says, without replaying call counts.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import math
@@ -72,6 +71,8 @@ class AsyncScriptedModel:
         """Wait ``latency_s`` (a stand-in for a provider's round trip), then answer from the policy."""
         self.calls.append(request)
         if self.latency_s:
+            import asyncio  # here, not at the top: the sync scripted model never loads it
+
             await asyncio.sleep(self.latency_s)
         out = self._policy(request)
         if inspect.isawaitable(out):

@@ -25,7 +25,6 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
 
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
@@ -347,6 +346,8 @@ def _sourced(registry: AgentRegistry, source: str) -> AgentRegistry:
 
 def _from_entry_points() -> AgentRegistry:
     """Installed packages register agents: each entry point is an AgentRegistry or one agent's factory."""
+    from importlib.metadata import entry_points  # ~50 modules (email, zipfile): not before a run needs an agent
+
     found = AgentRegistry()
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         source = f"entry point {ep.name} ({ep.value})"

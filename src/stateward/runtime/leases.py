@@ -7,11 +7,11 @@ its next write — and even if it does not, the store rejects that write by its 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
 import threading
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -20,6 +20,9 @@ from stateward.core.errors import ErrorCode, StaleLeaseError, StatewardError, Us
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.store.base import Store
 from stateward.store.records import Lease
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("stateward.lease")
 
@@ -124,6 +127,8 @@ class AsyncLeaseKeeper(LeaseKeeper):
     """
 
     def _start(self) -> None:
+        import asyncio  # here, not at the top: a synchronous worker never loads it
+
         self._loop = asyncio.get_running_loop()
         self._renewing: asyncio.Future[bool] | None = None
         self._stopped = False

@@ -21,18 +21,21 @@ Who keeps the time costs nothing per step:
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import logging
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from stateward.core.bridge import in_bridge
 from stateward.core.errors import StatewardError
 from stateward.core.interrupt import PauseToken
 from stateward.store.base import Store
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("stateward.pause_watch")
 
@@ -55,6 +58,8 @@ class PauseWatch:
         """A fresh token for the step about to run; watched until :meth:`disarm`."""
         token = PauseToken()
         if in_bridge():
+            import asyncio  # loaded: a bridge runs on an event loop
+
             loop = asyncio.get_running_loop()
             self._token = token
             self._timer = loop.call_later(self.poll_s, self._due_on_loop, loop, token)

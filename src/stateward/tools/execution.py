@@ -14,7 +14,6 @@ executor treats both alike (TIMEOUT; a side effect is reconciled, never blindly 
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
 from collections.abc import Callable, Coroutine
@@ -84,6 +83,8 @@ def call_handler(
         if in_bridge():
             bounded = _bounded(handler(**kwargs), timeout_s)
             return resolve(bounded if token is None else cancel_on_pause(bounded, "tool", name, token))
+        import asyncio  # here, not at the top: a process with only sync handlers never loads it
+
         return _first(
             run_with_timeout(
                 lambda: asyncio.run(_bounded(handler(**kwargs), timeout_s)), timeout_s, name=name, token=token
@@ -97,6 +98,8 @@ def call_handler(
 
 async def _bounded(call: Coroutine[Any, Any, Any], timeout_s: float) -> Finished:
     """Await ``call`` for at most ``timeout_s``; a TimeoutError the handler raises itself is its error."""
+    import asyncio
+
     try:
         async with asyncio.timeout(timeout_s) as deadline:
             value = await call

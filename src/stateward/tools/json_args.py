@@ -5,21 +5,24 @@ For tools a remote server describes (MCP): the schema is the server's, so the ga
 the same INVALID_ARGUMENT field errors (``loc``, ``msg``, ``type``) as for any typed tool, and a bad
 call never reaches the server. Remote schemas cannot fetch anything: a ``$ref`` outside the document
 is a validation failure, not a download.
+
+``jsonschema`` (with ``referencing``, ``attrs`` and its format checkers, about 80 modules) is imported
+when the first such schema is compiled, not with this module: a worker whose tools are all typed never
+loads it.
 """
 
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import exceptions as js_exceptions
-from jsonschema import validators
-from jsonschema.protocols import Validator
 from pydantic import RootModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
-from referencing.exceptions import Unresolvable
 
 from stateward.core.errors import ErrorCode, UserError
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 MAX_FIELD_ERRORS = 20  # a pathological payload cannot make the refusal itself unbounded
 _MAX_MESSAGE = 200
@@ -34,6 +37,9 @@ def compile_schema(tool: str, schema: dict[str, Any]) -> Validator:
 
     Raises UserError INVALID_TOOL_SCHEMA when the schema is not a valid JSON Schema.
     """
+    from jsonschema import exceptions as js_exceptions
+    from jsonschema import validators
+
     cls = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
         cls.check_schema(schema)
@@ -47,6 +53,8 @@ def compile_schema(tool: str, schema: dict[str, Any]) -> Validator:
 
 def validate(tool: str, validator: Validator, args: dict[str, Any]) -> JsonArgs:
     """Return the arguments as JsonArgs, or raise pydantic.ValidationError with one entry per field error."""
+    from referencing.exceptions import Unresolvable  # loaded with jsonschema by compile_schema
+
     try:
         found = list(islice(validator.iter_errors(args), MAX_FIELD_ERRORS))
     except Unresolvable as exc:

@@ -1,0 +1,174 @@
+"""``stateward worker``: the command a fleet starts once per process, so its start-up is paid per process.
+
+A well-formed command line is parsed here with argparse and the worker starts without importing Typer
+(Typer, Click and building the whole command tree are about a fifth of an idle worker's CPU). Anything
+this parser does not fully accept (``--help``, a typo, a value out of range) is left to the Typer app in
+cli/app.py, which owns the help text and the usage errors; both paths run :func:`start_worker`, and a
+test holds the two option lists equal. The runtime is imported with this module, so cli/main.py imports
+it with the collector paused, as it does every command's imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
+
+from stateward.cli import DEFAULT_DB
+from stateward.cli.output import EXIT_RUNS_TROUBLED, emit_json, reported_errors
+from stateward.runtime.leases import LeasePolicy
+from stateward.runtime.recovery import RecoveryPolicy
+from stateward.runtime.runtime import Runtime
+from stateward.runtime.worker import Worker, positive_seconds
+
+if TYPE_CHECKING:
+    from stateward.observability.prometheus import MetricsEndpoint
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """The worker's command-line options (their help is the Typer command's, ``stateward worker --help``)."""
+
+    db: str = DEFAULT_DB
+    concurrency: int = 1
+    use_async: bool = False
+    lease_ttl: float = 30.0
+    heartbeat: float = 10.0
+    idle_exit: float | None = None
+    poll: float = 0.2
+    expire_every: float = 5.0
+    max_crashes: int | None = None
+    crash_retries: int = 3
+    retry_delay: float = 5.0
+    as_json: bool = False
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
+
+
+def start_worker(opts: WorkerOptions) -> int:
+    """Claim and drive runs until a signal (or ``idle_exit``); the exit status (see ``worker --help``)."""
+    with reported_errors(opts.as_json):
+        if opts.idle_exit is not None:
+            positive_seconds("--idle-exit", opts.idle_exit)
+        recovery = RecoveryPolicy(step_crash_retries=opts.crash_retries, base_delay_s=opts.retry_delay)
+        endpoint = None if opts.metrics_port is None else _metrics_endpoint(opts)
+        telemetry = None
+        if endpoint is not None:
+            from stateward.observability.tracing import Telemetry
+
+            telemetry = Telemetry(metrics=endpoint.metrics)
+        lease = LeasePolicy(ttl_s=opts.lease_ttl, heartbeat_s=opts.heartbeat)
+        runtime = Runtime.open(opts.db, lease=lease, recovery=recovery, telemetry=telemetry)
+        kind = Worker
+        if opts.use_async:  # asyncio and greenlet are loaded by an --async worker only
+            from stateward.runtime.async_worker import AsyncWorker
+
+            kind = AsyncWorker
+        w = kind(
+            runtime,
+            concurrency=opts.concurrency,
+            poll_s=opts.poll,
+            expire_every_s=opts.expire_every,
+            max_crashes=opts.max_crashes,
+        )
+    signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: w.stop.set())
+    mode = " (async, one event loop)" if opts.use_async else ""
+    _say(f"worker {runtime.owner}: {opts.concurrency} slot(s){mode} on {opts.db}")
+    if endpoint is not None:
+        _say(f"metrics: http://{opts.metrics_addr}:{endpoint.port}/metrics")
+    stats = w.run(idle_exit_s=opts.idle_exit)
+    if endpoint is not None:
+        endpoint.close()
+    stopped_by_signal = w.stop.is_set() and not stats.stopped_on_crashes
+    runtime.close()
+    counts = stats.as_dict()
+    _say("worker stopped: " + " ".join(f"{k}={str(v).lower()}" for k, v in counts.items()))
+    if opts.as_json:
+        emit_json(counts)
+    if stats.stopped_on_crashes or (not stopped_by_signal and stats.troubled):
+        return EXIT_RUNS_TROUBLED
+    return 0
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _metrics_endpoint(opts: WorkerOptions) -> MetricsEndpoint:
+    from stateward.observability.prometheus import serve_metrics
+    from stateward.store.base import open_store
+
+    assert opts.metrics_port is not None
+    return serve_metrics(opts.metrics_port, lambda: open_store(opts.db, create=False), addr=opts.metrics_addr)
+
+
+class _NotForUs(Exception):
+    """The command line is not a plain, well-formed worker command: the Typer app handles it."""
+
+
+class _StrictParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _NotForUs(message)
+
+
+# option -> (WorkerOptions field, type, lowest, highest): the Typer command's ranges, checked alike.
+_VALUED: dict[str, tuple[str, type, float | None, float | None]] = {
+    "--db": ("db", str, None, None),
+    "--concurrency": ("concurrency", int, 1, None),
+    "--lease-ttl": ("lease_ttl", float, None, None),
+    "--heartbeat": ("heartbeat", float, None, None),
+    "--idle-exit": ("idle_exit", float, None, None),
+    "--poll": ("poll", float, 0.01, None),
+    "--expire-every": ("expire_every", float, 0.1, None),
+    "--max-crashes": ("max_crashes", int, 1, None),
+    "--crash-retries": ("crash_retries", int, 0, None),
+    "--retry-delay": ("retry_delay", float, 0.001, None),
+    "--metrics-port": ("metrics_port", int, 0, 65535),
+    "--metrics-addr": ("metrics_addr", str, None, None),
+}
+_FLAGS = {"--async": "use_async", "--json": "as_json"}
+
+
+def _parser() -> _StrictParser:
+    parser = _StrictParser(prog="stateward worker", add_help=False, allow_abbrev=False)
+    for option, (dest, kind, _, _) in _VALUED.items():
+        parser.add_argument(option, dest=dest, type=kind)
+    for option, dest in _FLAGS.items():
+        parser.add_argument(option, dest=dest, action="store_true")
+    return parser
+
+
+def parse(argv: list[str]) -> WorkerOptions | None:
+    """The options of ``stateward worker ARGV`` if this parser fully accepts them, else None."""
+    if any(a in ("--help", "-h") or a.startswith("--help=") for a in argv):
+        return None
+    try:
+        args = vars(_parser().parse_args(argv))
+    except (_NotForUs, ValueError):
+        return None
+    for dest, _, low, high in _VALUED.values():
+        value = args[dest]
+        if value is not None and ((low is not None and value < low) or (high is not None and value > high)):
+            return None  # Typer words the usage error
+    given = {k: v for k, v in args.items() if v is not None and v is not False}
+    given.setdefault("db", os.environ.get("STATEWARD_DB") or DEFAULT_DB)  # empty means unset, as in Typer
+    return WorkerOptions(**given)
+
+
+def run_fast(argv: list[str]) -> bool:
+    """Run ``argv`` (``worker ...``) if it is a well-formed worker command; False leaves it to the Typer app."""
+    if not argv or argv[0] != "worker":
+        return False
+    opts = parse(argv[1:])
+    if opts is None:
+        return False
+    code = start_worker(opts)
+    sys.stdout.flush()
+    if code:
+        raise SystemExit(code)
+    return True
