@@ -50,8 +50,15 @@ def plan_for(expense_id: str) -> dict[str, Any]:
         "work_items": [
             item("W1", "Read the claim", [], "get_expense", "claim"),
             item("W2", "Check the policy", ["W1"], "check_policy", "policy-check"),
-            item("W3", "Pay the employee", ["W2"], "pay_reimbursement", "payment", risk_level="high",
-                 approval_required=True),
+            item(
+                "W3",
+                "Pay the employee",
+                ["W2"],
+                "pay_reimbursement",
+                "payment",
+                risk_level="high",
+                approval_required=True,
+            ),
         ],
     }
 

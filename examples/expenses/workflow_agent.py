@@ -1,6 +1,6 @@
 """The expense agent as a workflow: code fixes the steps; a person decides exceptions to the policy.
 
-    python examples/expenses/workflow_agent.py [--db expenses.db] [--expense EXP-2] [--reject]
+python examples/expenses/workflow_agent.py [--db expenses.db] [--expense EXP-2] [--reject]
 """
 
 from __future__ import annotations

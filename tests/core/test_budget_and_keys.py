@@ -50,7 +50,7 @@ def test_the_idempotency_key_is_the_digest_it_always_was() -> None:
     of the whole canonical document, as before."""
     cases = [
         ("run_a", 1, "pay", {"amount": 5, "to": "x"}),
-        ("run-ü", 12, "näme", {"z": [1, 2.5, None, True], "a": {"b": "é\n\"q\""}}),
+        ("run-ü", 12, "näme", {"z": [1, 2.5, None, True], "a": {"b": 'é\n"q"'}}),
         ("run_c", 0, "noop", {}),
         ("run_d", 3, "noop", None),
     ]

@@ -26,7 +26,11 @@ def env() -> dict[str, str]:
 
 def run(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env={**env(), **(extra_env or {})}, capture_output=True, text=True,
+        [sys.executable, *args],
+        cwd=cwd,
+        env={**env(), **(extra_env or {})},
+        capture_output=True,
+        text=True,
         timeout=TIMEOUT_S,
     )
 
@@ -86,8 +90,18 @@ def test_the_registry_runs_an_example_by_name_and_another_process_approves_it(tm
     cli = ["-m", "stateward.cli.main"]
     ledger_path = str(tmp_path / "payments.jsonl")
     started = run(
-        [*cli, "run", "expenses-react", "--goal", "reimburse expense EXP-1", "--param", f"ledger={ledger_path}",
-         "--db", "runs.db", "--json"],
+        [
+            *cli,
+            "run",
+            "expenses-react",
+            "--goal",
+            "reimburse expense EXP-1",
+            "--param",
+            f"ledger={ledger_path}",
+            "--db",
+            "runs.db",
+            "--json",
+        ],
         tmp_path,
         agents,
     )

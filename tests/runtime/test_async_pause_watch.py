@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = r'''
+SCRIPT = r"""
 import asyncio, json, sys, threading, time
 from typing import Any
 
@@ -111,7 +111,7 @@ events = [e for r in ids for e in runtime.store.read_events(r)]
 cancelled = sorted({e.payload["kind"] for e in events if e.type is EventType.CALL_CANCELLED})
 print(json.dumps({"in_flight": sorted(in_flight), "statuses": statuses, "cancelled": cancelled,
                   "threads": during}))
-'''
+"""
 
 
 @pytest.mark.parametrize("synchronous", ["NORMAL", "FULL"])

@@ -250,4 +250,3 @@ def test_a_cancel_asked_during_a_slow_read_ends_the_run_without_waiting_for_it(t
     finally:
         release.set()
     runtime.close()
-

@@ -141,7 +141,13 @@ def test_a_step_with_contents_is_one_pipelined_transaction(store: PostgresStore,
     lease = store.acquire_lease(RUN, "w1", ttl_s=30)
     state = store.load_run(RUN)
     attempt = AttemptRecord(
-        attempt_id="a1", run_id=RUN, step=1, sequence=1, tool="t", input_hash="h", idempotency_key=None,
+        attempt_id="a1",
+        run_id=RUN,
+        step=1,
+        sequence=1,
+        tool="t",
+        input_hash="h",
+        idempotency_key=None,
         outcome="SUCCESS",
     )
     ended = state.model_copy(update={"status": RunStatus.COMPLETED, "terminal_reason": "done"})

@@ -409,9 +409,7 @@ class Driver:
         """A signal source broke (e.g. a provider error): fail the run explicitly, never leave it RUNNING."""
         before = run.state
         new, moved = end(before, TransitionKind.FAIL, reason, message=message)
-        self._persist(
-            run, lease, StepWrite(state=new, checkpoint="terminal", events=[*moved, exit_event(new)])
-        )
+        self._persist(run, lease, StepWrite(state=new, checkpoint="terminal", events=[*moved, exit_event(new)]))
 
     def _pause(self, run: _Head, lease: Lease, asked: ControlRequest | None) -> None:
         """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint;
