@@ -4,7 +4,7 @@ It is :class:`~stateward.runtime.worker.Worker` with coroutines instead of threa
 (bridged: see core/bridge.py), the same setback counting, stop and sweeps. One claimer fills the free
 slots (fewer than ``concurrency`` runs in flight) with one claim for all of them (``Store.claim_batch``:
 one transaction, not one per run); each claimed run is driven in its own task, so a run waiting on its
-model or an ``async def`` tool costs the others nothing. Leases are renewed by a heartbeat task per run
+model or an ``async def`` tool costs the others nothing. Leases are renewed by a heartbeat timer per run
 (AsyncLeaseKeeper); ``stop`` (SIGTERM) ends claiming, and the runs in flight stop at their next step
 boundary, left RUNNING for any worker.
 """
