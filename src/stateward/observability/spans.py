@@ -463,7 +463,8 @@ class _ToolSpan:
     def end(self) -> None:
         segment = self._segment
         ended = time.time_ns()
-        segment._measures.tool_call((ended - self._started) / 1e9, self._tool, self._status)
+        seconds = max(0.0, (ended - self._started) / 1e9)  # the spans' wall clock: a clock step never makes it negative
+        segment._measures.tool_call(seconds, self._tool, self._status)
         span = self._span
         if span is not None:
             span.end_ns = ended
