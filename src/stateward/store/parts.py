@@ -90,21 +90,30 @@ def split_state(state: RunState, known: Mapping[EntryPath, Known] | None = None)
         snapshot = state.__pydantic_serializer__.to_json(state).decode()
         return SplitState(snapshot, None, texts=(snapshot,))
     splitter = _Splitter(known or {})
-    entries = ",".join(f"{_key(key)}:{splitter.entry(key, value)}" for key, value in memo.items())
-    rest = state.__pydantic_serializer__.to_json(state, exclude={"memo"}).decode()
+    entry = splitter.entry
+    entries = ",".join([f"{_KEYS.get(key) or _key(key)}:{entry(key, value)}" for key, value in memo.items()])
+    rest = state.__pydantic_serializer__.to_json(state, exclude=_MEMO).decode()
     snapshot = f'{rest[:-1]},"memo":{{{entries}}}}}'
     return SplitState(
         snapshot,
-        json.dumps(splitter.refs, separators=(",", ":")) if splitter.refs else None,
+        to_json(splitter.refs).decode() if splitter.refs else None,
         splitter.remembered,
         splitter.new_parts,
         (snapshot, *splitter.part_texts),
     )
 
 
+_MEMO = {"memo"}
+_KEYS: dict[str, str] = {}  # a memo's keys (and its entries' keys) recur at every step: their JSON, once
+
+
 def _key(key: str) -> str:
-    """A key's JSON: most keys are identifiers, which need no escaping (the serializer is the slow way)."""
-    return f'"{key}"' if key.isidentifier() else to_json(key).decode()
+    """A key's JSON, kept for the next step (a bounded number of keys)."""
+    text = to_json(key).decode()
+    if len(_KEYS) >= 4096:
+        _KEYS.clear()
+    _KEYS[key] = text
+    return text
 
 
 def _holds_sealed(value: dict[Any, Any]) -> bool:
@@ -133,7 +142,9 @@ class _Splitter:
             text = value.text
             return self._track(key, text, value) if len(text) >= SEALED_MIN_CHARS else text
         if type(value) is dict and _holds_sealed(value):
-            return "{" + ",".join(f"{_key(sub)}:{self._nested(key, sub, v)}" for sub, v in value.items()) + "}"
+            nested = self._nested
+            inner = [f"{_KEYS.get(sub) or _key(sub)}:{nested(key, sub, v)}" for sub, v in value.items()]
+            return "{" + ",".join(inner) + "}"
         text = to_json(value).decode()  # a Sealed deeper inside is serialized as its plain value
         if len(text) >= PART_MIN_CHARS and isinstance(value, dict | list):
             return self._track(key, text, None)
