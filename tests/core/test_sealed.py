@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+from types import MappingProxyType
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel
 
 from stateward.core.canonical import sha256_hex
 from stateward.core.errors import UserError
@@ -66,10 +67,16 @@ def test_a_sealed_document_cannot_be_changed() -> None:
     assert sealed == PLAIN
 
 
+class Listed(RootModel[list[int]]):
+    pass
+
+
 def test_only_a_json_object_is_sealed() -> None:
-    with pytest.raises(UserError) as err:
-        Sealed([1, 2])  # type: ignore[arg-type]
-    assert err.value.code == "NOT_AN_OBJECT"
+    for value in ([1, 2], Listed([1, 2])):
+        with pytest.raises(UserError) as err:
+            Sealed(value)  # type: ignore[arg-type]
+        assert err.value.code == "NOT_AN_OBJECT"
+    assert Sealed(MappingProxyType({"a": 1})) == {"a": 1}
 
 
 def test_a_state_holding_sealed_documents_dumps_the_plain_memo() -> None:

@@ -43,8 +43,10 @@ class Sealed(Mapping[str, Any]):
         if isinstance(value, BaseModel):
             text = value.__pydantic_serializer__.to_json(value).decode()
         elif isinstance(value, Mapping):
-            text = to_json(value).decode()
+            text = to_json(value if isinstance(value, dict) else dict(value)).decode()
         else:
+            text = ""
+        if not text.startswith("{"):  # a model may serialize itself as something else
             raise UserError(
                 f"only a JSON object can be sealed, not {type(value).__name__}", code=ErrorCode.NOT_AN_OBJECT
             )
