@@ -20,6 +20,7 @@ from stateward.core.canonical import sha256_hex
 from stateward.core.errors import RunError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.journal import AttemptRecord, BreakerPosition, BreakerState, SideEffectRecord
+from stateward.core.sealed import Sealed
 from stateward.core.state import (
     AgentRef,
     ApprovalScope,
@@ -309,6 +310,94 @@ def test_the_snapshot_limit_counts_the_parts_of_the_state(backend: Backend) -> N
     grown = state.model_copy(update={"memo": {"plan": PLAN, "cursor": 2, "notes": "n" * 800}})
     assert code_of(lambda: store.commit_step(RUN, seq, StepWrite(state=grown, events=[ev(seq)]))) == "PAYLOAD_TOO_LARGE"
     assert durable(store, backend) == before
+
+
+RECORD = {"attempts": [{"outcome": "SUCCEEDED"}], "output": "artifact:migration_report:v1", "notes": "n" * 200}
+
+
+def part_bodies(backend: Backend) -> list[str]:
+    return [str(row[0]) for row in backend.query("SELECT body FROM state_parts ORDER BY body")]
+
+
+def test_a_sealed_entry_is_written_once_and_read_back_plain(backend: Backend) -> None:
+    store = backend.open()
+    start(store)
+    plan = Sealed(PLAN)
+    set_memo(store, {"plan": plan, "cursor": 0})
+    assert stored_parts(backend) == (0, 0)  # new: in the row this time
+    for cursor in range(1, 6):
+        last = set_memo(store, {"plan": plan, "cursor": cursor})
+    assert part_bodies(backend) == [plan.text]  # written once, as it was sealed
+    row = json.loads(backend.query("SELECT snapshot FROM runs WHERE run_id=?", RUN)[0][0])
+    assert row["memo"] == {"plan": None, "cursor": 5}  # the row is plain JSON, the plan named apart
+    loaded = store.load_run(RUN)
+    assert type(loaded.memo["plan"]) is dict and loaded.memo["plan"] == PLAN and loaded == last
+    assert backend.open().load_run(RUN).model_dump() == last.model_dump()
+
+
+def test_a_changed_sealed_entry_is_rewritten(backend: Backend) -> None:
+    store = backend.open()
+    start(store)
+    for cursor in range(3):
+        set_memo(store, {"plan": Sealed(PLAN), "cursor": cursor})  # a new document of the same content each step
+    assert stored_parts(backend)[0] == 1
+    patched = Sealed({"items": [*PLAN["items"], {"id": "W40", "title": "one more"}]})
+    changed = set_memo(store, {"plan": patched, "cursor": 3})
+    assert store.load_run(RUN).memo["plan"] == patched and stored_parts(backend)[0] == 1
+    assert json.loads(backend.query("SELECT snapshot FROM runs WHERE run_id=?", RUN)[0][0])["memo"]["plan"] == patched
+    set_memo(store, {"plan": patched, "cursor": 4})
+    assert stored_parts(backend)[0] == 2 and patched.text in part_bodies(backend)
+    assert store.load_run(RUN).memo["plan"] == patched.value != changed.memo["cursor"]
+
+
+def test_each_sealed_value_of_an_entry_is_a_part_of_its_own(backend: Backend) -> None:
+    store = backend.open()
+    start(store)
+    done = Sealed(RECORD)
+    for step_no in range(6):  # W02 changes at every step, W01 is finished
+        running = Sealed({"attempts": [{"outcome": "RUNNING"}], "steps": list(range(step_no + 1)), "pad": "p" * 200})
+        last = set_memo(store, {"items": {"W01": done, "W02": running, "W03": {"small": step_no}}, "turn": step_no})
+    assert part_bodies(backend) == [done.text]  # the finished record once; the running one never left behind
+    row = json.loads(backend.query("SELECT snapshot FROM runs WHERE run_id=?", RUN)[0][0])
+    assert row["memo"]["items"] == {"W01": None, "W02": running.value, "W03": {"small": 5}}
+    loaded = store.load_run(RUN)
+    assert loaded.memo == {"items": {"W01": RECORD, "W02": running.value, "W03": {"small": 5}}, "turn": 5}
+    assert loaded == last and backend.open().load_run(RUN) == last
+    set_memo(store, {"items": {"W01": done, "W02": running}, "turn": 6}, checkpoint="wait")
+    checkpoint = store.latest_checkpoint(RUN)
+    assert checkpoint is not None and checkpoint.state.memo["items"] == {"W01": RECORD, "W02": running.value}
+
+
+def test_a_memo_value_changed_in_place_is_written_as_it_is_now(backend: Backend) -> None:
+    store = backend.open()
+    start(store)
+    plan: dict[str, Any] = json.loads(json.dumps(PLAN))
+    for cursor in range(3):
+        set_memo(store, {"plan": plan, "cursor": cursor})  # the same object: a part after one step
+    assert stored_parts(backend)[0] == 1
+    plan["items"][0]["title"] = "changed where it lies"  # the controller's own dict, changed in place
+    set_memo(store, {"plan": plan, "cursor": 3})
+    assert store.load_run(RUN).memo["plan"]["items"][0]["title"] == "changed where it lies"
+    assert backend.open().load_run(RUN).memo["plan"] == plan
+    sealed = Sealed(plan)
+    set_memo(store, {"plan": sealed, "cursor": 4})
+    sealed["items"][0]["title"] = "a read changes nothing"  # what a read returns is the caller's copy
+    set_memo(store, {"plan": sealed, "cursor": 5})
+    assert store.load_run(RUN).memo["plan"] == plan
+
+
+def test_a_row_written_before_sealed_documents_still_loads(backend: Backend) -> None:
+    store = backend.open()
+    start(store)
+    text = json.dumps(PLAN, separators=(",", ":"))
+    digest = sha256_hex(text)
+    old = make_state(memo={"plan": None, "cursor": 7}).model_dump_json()  # as the previous layout stored it
+    key = "run_key" if backend.kind == "sqlite" else "run_id"
+    owner = backend.query(f"SELECT {key} FROM runs WHERE run_id=?", RUN)[0][0]
+    backend.query(f"INSERT INTO state_parts({key}, digest, body) VALUES (?,?,?)", owner, digest, text)
+    backend.query("UPDATE runs SET snapshot=?, parts=? WHERE run_id=?", old, json.dumps({"plan": digest}), RUN)
+    loaded = backend.open().load_run(RUN)
+    assert loaded.memo == {"plan": PLAN, "cursor": 7} and list(loaded.memo) == ["plan", "cursor"]
 
 
 def test_the_event_limit_is_per_event_and_measured_in_utf8_bytes(backend: Backend) -> None:

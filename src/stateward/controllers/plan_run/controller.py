@@ -7,6 +7,7 @@ from stateward.controllers.plan_run.facts import RunView
 from stateward.controllers.plan_run.items import ItemSteps
 from stateward.controllers.plan_run.memo import (
     UNAVAILABLE,
+    MemoSeals,
     PlanRunConfig,
     PlanRunMemo,
 )
@@ -40,6 +41,7 @@ class PlanRunController:
         self.planner = planner
         self.worker = worker
         self.config = config
+        self.seals = MemoSeals()  # the memo in and out of the run's state, large parts sealed
         self.view = RunView(self)
         self.planning = PlanningSteps(self)
         self.items = ItemSteps(self)
@@ -48,7 +50,7 @@ class PlanRunController:
     def decide(self, ctx: DecisionContext) -> Proposal:
         """Propose the plan run's next step: plan, validate, run a work item, verify, or deliver."""
         memo = (
-            PlanRunMemo.model_validate(ctx.state.memo)
+            self.seals.read(ctx.state.memo)
             if ctx.state.memo
             else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
         )
@@ -144,7 +146,7 @@ class PlanRunController:
         """Continue deciding in the same step once a plan was recorded."""
         inner = self.decide(
             DecisionContext(
-                state=ctx.state.model_copy(update={"memo": memo.model_dump(mode="json")}),
+                state=ctx.state.model_copy(update={"memo": self.seals.write(memo)}),
                 observations=ctx.observations,
                 inventory=ctx.inventory,
                 actions=ctx.actions,

@@ -229,7 +229,7 @@ class RunView(Part):
             signal=decision,
             source=SignalSource.PLAN_STEP,
             visible_actions=visible,
-            memo=memo.model_dump(mode="json"),
+            memo=self.owner.seals.write(memo),
             notes=notes,
             wait=wait,
         )

@@ -133,7 +133,7 @@ class ItemSteps(Part):
                 source=SignalSource.MODEL,
                 visible_actions=frozenset(visible),
                 model_usage=(reply.usage,),
-                memo=memo.model_dump(mode="json"),
+                memo=self.owner.seals.write(memo),
                 notes=notes,
             )
         try:
@@ -152,7 +152,7 @@ class ItemSteps(Part):
                 source=SignalSource.MODEL,
                 visible_actions=frozenset(visible),
                 model_usage=(reply.usage,),
-                memo=memo.model_dump(mode="json"),
+                memo=self.owner.seals.write(memo),
                 notes=notes,
             )
         run.steps.append(ctx.state.usage.steps + 1)  # the observation of this step belongs to this item
@@ -175,7 +175,7 @@ class ItemSteps(Part):
             source=SignalSource.MODEL,
             visible_actions=frozenset(visible),
             model_usage=(reply.usage,),
-            memo=memo.model_dump(mode="json"),
+            memo=self.owner.seals.write(memo),
             notes=notes,
         )
 

@@ -3,14 +3,15 @@ the instructions its models are given, and the default approval binding."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from stateward.core.canonical import action_digest
+from stateward.core.sealed import Sealed
 from stateward.core.state import GuardedAction
 from stateward.models.base import AnyModel, Model, Usage
 from stateward.planning.budget import BudgetAmount, BudgetLedger, BudgetLimits
@@ -101,10 +102,82 @@ class PlanRunMemo(BaseModel):
     outcome: RunOutcome | None = None  # what the run delivered, once it delivers
     patched_for: list[str] = Field(default_factory=list)  # measured open issues the planner was asked about
     stages: list[StageEntry] = Field(default_factory=list)  # the global stages entered, in order
+    _read_from: dict[str, Sealed] = PrivateAttr(default_factory=dict)  # item id -> the record it was read from
 
     def enter(self, stage: RunStage, step: int) -> None:
         """Record that the run entered a global stage (nothing if it is already in it)."""
         self.stages = entered(self.stages, stage, step)
+
+
+class MemoSeals:
+    """How a plan run's memo goes into the run's state and back: its plan and each work item's record as
+    sealed documents (core/sealed.py), so a step that leaves them alone costs the store nothing for them.
+
+    The plan is immutable (frozen models, tuples): the one read from a sealed document is that document's
+    content for good, so both are remembered by identity, and a step neither validates nor serializes an
+    unchanged plan. A record is mutable: it is read afresh from its document's text at every step, and
+    written back as the same document only when its JSON is still that text, so a record changed in place
+    is never lost. A memo of the earlier shape (plain data, as every store returns it) reads the same.
+    """
+
+    def __init__(self, plans: int = 256):
+        self._limit = plans  # one controller serves many runs: remember this many plans
+        self._by_document: dict[int, tuple[Sealed, Plan]] = {}
+        self._by_plan: dict[int, tuple[Plan, Sealed]] = {}
+
+    def read(self, raw: Mapping[str, Any]) -> PlanRunMemo:
+        """The typed memo of a run's state."""
+        data = dict(raw)
+        plan = raw.get("plan")
+        if isinstance(plan, Sealed):
+            data["plan"] = self._plan_of(plan)
+        read_from: dict[str, Sealed] = {}
+        items = raw.get("items")
+        if isinstance(items, Mapping) and any(isinstance(v, Sealed) for v in items.values()):
+            records: dict[str, Any] = {}
+            for wid, record in items.items():
+                if isinstance(record, Sealed):
+                    read_from[wid] = record
+                    records[wid] = ItemRun.model_validate_json(record.text)
+                else:
+                    records[wid] = record
+            data["items"] = records
+        memo = PlanRunMemo.model_validate(data)
+        memo._read_from = read_from
+        return memo
+
+    def write(self, memo: PlanRunMemo) -> dict[str, Any]:
+        """The memo as the run's state keeps it: plain data, with the plan and each record sealed."""
+        items: dict[str, Sealed] = {}
+        for wid, record in memo.items.items():
+            sealed = Sealed(record)
+            before = memo._read_from.get(wid)
+            items[wid] = before if before is not None and before.same_text(sealed) else sealed
+        rest = memo.model_dump(mode="json", exclude={"plan", "items"})
+        return {"plan": None if memo.plan is None else self._document_of(memo.plan), "items": items, **rest}
+
+    def _plan_of(self, document: Sealed) -> Plan:
+        known = self._by_document.get(id(document))
+        if known is not None and known[0] is document:
+            return known[1]
+        plan = Plan.model_validate_json(document.text)
+        self._remember(document, plan)
+        return plan
+
+    def _document_of(self, plan: Plan) -> Sealed:
+        known = self._by_plan.get(id(plan))
+        if known is not None and known[0] is plan:
+            return known[1]
+        document = Sealed(plan)
+        self._remember(document, plan)
+        return document
+
+    def _remember(self, document: Sealed, plan: Plan) -> None:
+        if len(self._by_document) >= self._limit:
+            self._by_document.clear()
+            self._by_plan.clear()
+        self._by_document[id(document)] = (document, plan)
+        self._by_plan[id(plan)] = (plan, document)
 
 
 @dataclass(frozen=True)

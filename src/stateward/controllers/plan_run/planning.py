@@ -145,7 +145,7 @@ class PlanningSteps(Part):
             source=SignalSource.MODEL,
             visible_actions=frozenset(visible),
             model_usage=(reply.usage,),
-            memo=memo.model_dump(mode="json"),
+            memo=self.owner.seals.write(memo),
             notes=[note],
         )
 
