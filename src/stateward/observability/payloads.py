@@ -52,7 +52,11 @@ def _is_default(defaults: dict[str, Any], key: str, value: Any) -> bool:
 
 def compacted(event: NewEvent) -> NewEvent:
     """``event`` without the type's ``DEFAULTS`` and the zero budget amounts it carries."""
-    defaults = DEFAULTS.get(event.type, {})
+    defaults = DEFAULTS.get(event.type)
+    if defaults is None:
+        if _AMOUNTS.isdisjoint(event.payload):  # most events: nothing to leave out, nothing to walk
+            return event
+        defaults = {}
     payload: dict[str, Any] = {}
     changed = False
     for key, value in event.payload.items():
