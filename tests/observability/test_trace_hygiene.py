@@ -158,6 +158,11 @@ def test_compaction_leaves_out_only_what_a_reader_assumes() -> None:
         payload={"work_item_id": "W1", "attempt": 2, "reserved": {"tool_calls": 0, "tokens": 400}},
     )
     assert compacted(started).payload == {"work_item_id": "W1", "attempt": 2, "reserved": {"tokens": 400}}
+    # A type without defaults still leaves its zero amounts out, and keeps everything else as it was.
+    ended = NewEvent(type=EventType.WORK_ITEM_ENDED, payload={"work_item_id": "W1", "reserved": {"tokens": 0}})
+    assert compacted(ended).payload == {"work_item_id": "W1", "reserved": {}}
+    validated = NewEvent(type=EventType.RUNTIME_VALIDATED, payload={"runtime_decision": "accepted", "attempts": 1})
+    assert compacted(validated).payload == {"runtime_decision": "accepted", "attempts": 1}
 
 
 def test_content_inside_a_record_leaves_the_event_however_small_the_record(tmp_path: Path) -> None:
