@@ -7,12 +7,14 @@ per round, the order reversed every other round; 10,000 runs once, last. A step 
 call to the next: decide (the model request), handle, the tool through the gateway, the commit. Targets:
 mean ms/step at the largest N / at 100 <= 1.2x (the median of the rounds' own ratios); ms/step at 100 /
 the store's own ``commit_step`` at FULL (timed in blocks between the runs) <= 3x. The floor beside it is
-what a step cannot avoid: the commit plus two hand-offs to the call runner's threads (core/calls.py): the
-tool handler runs there under its timeout, the model call under the step's pause token, so that either can
-be abandoned. The no-op tool has no side effect, so no journal commit precedes it; the call's attempt
-record is written with the step, and the commit of the loop's own write (replayed) is printed beside the
-standard one. The step is reported against both the bare commit and that floor; what a fresh thread per
-call cost (the mechanism before the runner) is printed beside it.
+what a step cannot avoid, each safety mechanism's share measured in the same run: the commit of the
+loop's own write (state, events and the call's attempt record: the journal of a call without side
+effect is written with its step), the tool call under its timeout (a hand-off to a runner thread of
+the call runner, core/calls.py, beside the same no-op called bare) and the model call under the step's
+pause token (another hand-off), so that either can be abandoned. A tool with a side effect would add a
+journal write of its own before the call (and one after); the no-op has none, so that write is printed
+beside the floor, not in it. The step is reported against both the bare commit and that floor; what a
+fresh thread per call cost (the mechanism before the runner) is printed beside it.
 Time in Python's garbage collector per step is measured for every run (``gc.callbacks``): a history
 the collector had to walk made a long run's steps slower. A cProfile of one run at NORMAL
 (``--profile N``, default 1,000 steps) shows what remains, split by area (runtime, gateway, store,
@@ -30,6 +32,7 @@ import pstats
 import statistics
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ from benchkit import (
     StepDriver,
     Target,
     emit,
+    interleaved,
     machine,
     mean_us,
     median_us,
@@ -49,6 +53,8 @@ from benchkit import (
 from stateward import Agent, Budget, RunStatus, Runtime, ToolRegistry, tool
 from stateward.controllers.react import ReActController
 from stateward.core.calls import CallRunner
+from stateward.core.interrupt import PauseToken, abandon_on_pause
+from stateward.core.journal import SideEffectRecord, SideEffectStatus
 from stateward.core.state import AgentRef
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
@@ -62,8 +68,8 @@ QUICK_MAX = 1_000
 # busy spell of the machine falls on all sizes alike; a larger size (10,000: tens of seconds) runs once, last.
 ROUNDS = 5
 COMMIT_BLOCK = 200  # commit_step calls timed between two runs
-THREAD_CALLS = 1000
-HANDOFFS_PER_STEP = 2  # the model call (under the pause token) and the tool handler (under its timeout)
+THREAD_CALLS = 1000  # calls of each kind timed for the hand-offs, in alternating blocks of CALL_BLOCK
+CALL_BLOCK = 50
 PROFILED_N = 1_000
 TARGET_GROWTH = 1.2
 TARGET_COMMIT = 3.0
@@ -179,32 +185,66 @@ def loop_writes(tmp: Path, n: int = 50) -> tuple[str, list[StepWrite]]:
     return run_id, [w for _, w in store.writes if w.attempts and w.state.status is RunStatus.RUNNING]
 
 
-def commit_block(driver: StepDriver, samples: list[int], own: StepDriver, own_samples: list[int]) -> None:
-    """COMMIT_BLOCK commits of the standard step and as many of the loop's own, in alternating tens."""
+class JournalWriter:
+    """A side-effecting tool's journal write before its call (STARTED, ``put_side_effect``: a transaction of
+    its own), each under a new idempotency key, into the store of the loop's own writes."""
+
+    def __init__(self, driver: StepDriver) -> None:
+        self.store = driver.store
+        self.run_id = driver.run_id
+        self.count = itertools.count()
+
+    def write(self) -> None:
+        self.store.put_side_effect(
+            SideEffectRecord(
+                idempotency_key=f"idem_bench_{next(self.count)}",
+                run_id=self.run_id,
+                tool="noop",
+                status=SideEffectStatus.STARTED.value,
+                updated_at=datetime.now(UTC),
+            )
+        )
+
+
+Commits = dict[str, list[int]]  # ns per commit: "standard", "own" (the loop's write), "journal"
+
+
+def commit_block(driver: StepDriver, own: StepDriver, journal: JournalWriter, samples: Commits) -> None:
+    """COMMIT_BLOCK commits of the standard step, as many of the loop's own and of journal writes, in
+    alternating tens."""
     for _ in range(COMMIT_BLOCK // 10):
-        samples += time_calls(driver.step, 10)
-        own_samples += time_calls(own.step, 10)
+        samples["standard"] += time_calls(driver.step, 10)
+        samples["own"] += time_calls(own.step, 10)
+        samples["journal"] += time_calls(journal.write, 10)
 
 
-def handoff_us() -> float:
-    """Median µs of running a no-op handler under the gateway's timeout: one hand-off to a runner thread."""
-    time_calls(lambda: run_with_timeout(lambda: None, 30.0), 50)
-    return median_us(time_calls(lambda: run_with_timeout(lambda: None, 30.0), THREAD_CALLS))
+def noop() -> None:
+    return None
 
 
-def fresh_thread_us() -> float:
-    """Median µs of the same call on a fresh thread per call (a runner that keeps no idle thread)."""
-    runner = CallRunner(max_idle=0)
-    time_calls(lambda: runner.run(lambda: None, 30.0), 50)
-    return median_us(time_calls(lambda: runner.run(lambda: None, 30.0), THREAD_CALLS))
+def call_costs() -> dict[str, float]:
+    """Median µs of a no-op called bare, under the gateway's timeout (``run_with_timeout``: the tool's
+    hand-off to a runner thread), under a step's pause token (``abandon_on_pause``: the model call's
+    hand-off) and on a fresh thread per call (a runner that keeps no idle thread), in alternating blocks."""
+    token = PauseToken()
+    fresh = CallRunner(max_idle=0)
+    calls = {
+        "bare": noop,
+        "timeout": lambda: run_with_timeout(noop, 30.0),
+        "pause_token": lambda: abandon_on_pause(noop, "model", "bench", token),
+        "fresh_thread": lambda: fresh.run(noop, 30.0),
+    }
+    interleaved(calls, 2, CALL_BLOCK)  # warm: the runner's idle thread
+    samples = interleaved(calls, THREAD_CALLS // CALL_BLOCK, CALL_BLOCK)
+    return {name: median_us(s) for name, s in samples.items()}
 
 
 Runs = dict[int, list[dict[str, float]]]
 
 
-def measure(tmp: Path, sizes: tuple[int, ...], rounds: int) -> tuple[Runs, list[int], list[int]]:
-    """Every run of each size, with a block of commits (the standard step's and the loop's own write's)
-    before each run and after the last.
+def measure(tmp: Path, sizes: tuple[int, ...], rounds: int) -> tuple[Runs, Commits]:
+    """Every run of each size, with a block of commits (the standard step's, the loop's own write's and a
+    journal write's) before each run and after the last.
 
     Sizes up to QUICK_MAX run ``rounds`` times, one run of each per round, the order reversed every other
     round; larger sizes once each, after the rounds."""
@@ -214,14 +254,15 @@ def measure(tmp: Path, sizes: tuple[int, ...], rounds: int) -> tuple[Runs, list[
     own_run, own_writes = loop_writes(tmp)
     own_warm = warm_store(tmp / "own.db")
     own = StepDriver(tmp / "own.db", "FULL", own_writes, run_id=own_run)
-    commits: list[int] = []
-    own_commits: list[int] = []
+    journal = JournalWriter(own)
+    commits: Commits = {"standard": [], "own": [], "journal": []}
     small = [n for n in sizes if n <= QUICK_MAX]
     runs: Runs = {n: [] for n in sizes}
-    block = functools.partial(commit_block, driver, commits, own, own_commits)
+    block = functools.partial(commit_block, driver, own, journal, commits)
     try:
         time_calls(driver.step, 30)
         time_calls(own.step, 30)
+        time_calls(journal.write, 30)
         for r in range(rounds):
             for n in small if r % 2 == 0 else small[::-1]:
                 block()
@@ -234,7 +275,7 @@ def measure(tmp: Path, sizes: tuple[int, ...], rounds: int) -> tuple[Runs, list[
     finally:
         for d in (driver, warm, own, own_warm):
             d.close()
-    return runs, commits, own_commits
+    return runs, commits
 
 
 def summary(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -337,20 +378,20 @@ def main() -> None:
         sizes = tuple(n for n in sizes if n <= QUICK_MAX)
     with tempfile.TemporaryDirectory(prefix="bench_loop_") as name:
         tmp = Path(name)
-        all_runs, commits, own_commits = measure(tmp, sizes, max(1, args.rounds))
-        thread_us = handoff_us()
-        fresh_us = fresh_thread_us()
+        all_runs, commits = measure(tmp, sizes, max(1, args.rounds))
+        calls = call_costs()
         profile = profile_run(tmp, args.profile)
     runs = {n: summary(r) for n, r in all_runs.items()}
-    commit_us = median_us(commits)
-    own_us = median_us(own_commits)
+    commit_us, own_us, journal_us = (median_us(commits[k]) for k in ("standard", "own", "journal"))
     first, last = sizes[0], sizes[-1]
-    floor_us = commit_us + HANDOFFS_PER_STEP * thread_us
+    floor_us = own_us + calls["timeout"] + calls["pause_token"]
     growth = growth_of(all_runs, first, last)
     targets = [
         Target(f"mean ms/step at N={last:,} / at N={first:,}", growth, TARGET_GROWTH),
         Target(f"ms/step at N={first:,} / commit_step at FULL", runs[first]["mean_us"] / commit_us, TARGET_COMMIT),
-        Target(f"ms/step at N={first:,} / floor (commit+hand-offs)", runs[first]["mean_us"] / floor_us, TARGET_COMMIT),
+        Target(
+            f"ms/step at N={first:,} / floor (commit + hand-offs)", runs[first]["mean_us"] / floor_us, TARGET_COMMIT
+        ),
     ]
     result = {
         "benchmark": "loop",
@@ -358,8 +399,8 @@ def main() -> None:
         "steps_us": {str(n): {k: round(v, 1) for k, v in r.items()} for n, r in runs.items()},
         "commit_step_full_us": round(commit_us, 1),
         "own_write_full_us": round(own_us, 1),
-        "handoff_us": round(thread_us, 1),
-        "fresh_thread_us": round(fresh_us, 1),
+        "journal_write_full_us": round(journal_us, 1),
+        "calls_us": {name: round(us, 2) for name, us in calls.items()},
         "floor_us": round(floor_us, 1),
         "floor_ratio": round(floor_us / commit_us, 3),
         "median_growth": round(growth_of(all_runs, first, last, "median_us"), 3),
@@ -389,16 +430,23 @@ def _tables(result: dict[str, Any], targets: list[Target]) -> list[str]:
         ]
         for n, r in result["steps_us"].items()
     ]
+    calls = result["calls_us"]
     floor = [
-        ["commit_step at FULL (µs, median)", commit],
+        ["commit_step at FULL (the standard step write; µs, median)", commit],
         [
-            "  commit_step of the loop's own write at FULL (state, events, the call's attempt record; µs, median)",
+            "the commit: the loop's own write at FULL (state, events, the call's attempt record; µs, median)",
             result["own_write_full_us"],
         ],
-        ["a handler under its timeout: hand-off to a runner thread (µs, median)", result["handoff_us"]],
-        ["  the same on a fresh thread per call (µs, median; before the runner)", result["fresh_thread_us"]],
-        [f"floor = commit + {HANDOFFS_PER_STEP} hand-offs (model call, tool call) (µs)", result["floor_us"]],
+        ["the tool call: the no-op under its timeout, on a runner thread (µs, median)", calls["timeout"]],
+        ["  the same no-op called bare, no timeout (µs, median)", calls["bare"]],
+        ["  the same on a fresh thread per call (µs, median; before the runner)", calls["fresh_thread"]],
+        ["the model call's hand-off: a no-op under the step's pause token (µs, median)", calls["pause_token"]],
+        ["floor = own write + tool call under its timeout + model hand-off (µs)", result["floor_us"]],
         ["floor / commit_step", f"{result['floor_ratio']:.2f}x"],
+        [
+            "not in the floor: a side-effecting tool's journal write before its call (put_side_effect at FULL, µs)",
+            result["journal_write_full_us"],
+        ],
         ["median ms/step, largest N / smallest (median of the rounds' ratios)", f"{result['median_growth']:.2f}x"],
         ["CPU ms/step, largest N / smallest (median of the rounds' ratios)", f"{result['cpu_growth']:.2f}x"],
     ]

@@ -158,6 +158,11 @@ def test_compaction_leaves_out_only_what_a_reader_assumes() -> None:
         payload={"work_item_id": "W1", "attempt": 2, "reserved": {"tool_calls": 0, "tokens": 400}},
     )
     assert compacted(started).payload == {"work_item_id": "W1", "attempt": 2, "reserved": {"tokens": 400}}
+    # A type without defaults still leaves its zero amounts out, and keeps everything else as it was.
+    ended = NewEvent(type=EventType.WORK_ITEM_ENDED, payload={"work_item_id": "W1", "reserved": {"tokens": 0}})
+    assert compacted(ended).payload == {"work_item_id": "W1", "reserved": {}}
+    validated = NewEvent(type=EventType.RUNTIME_VALIDATED, payload={"runtime_decision": "accepted", "attempts": 1})
+    assert compacted(validated).payload == {"runtime_decision": "accepted", "attempts": 1}
 
 
 def test_content_inside_a_record_leaves_the_event_however_small_the_record(tmp_path: Path) -> None:
@@ -168,3 +173,13 @@ def test_content_inside_a_record_leaves_the_event_however_small_the_record(tmp_p
     ref = event.payload["observation"]["args"]
     assert is_ref(ref) and event.payload["observation"]["action"] == "a"
     assert json.loads(offloader.blobs[ref["$payload"].removeprefix("sha256:")]) == {"t": text}
+
+
+def test_an_event_within_the_threshold_keeps_all_but_its_large_content() -> None:
+    offloader = Offloader()
+    checks = [{"id": "c1", "detail": "y" * 150}, {"id": "c2", "detail": "ok"}]
+    small = NewEvent(type=EventType.ACTION_REFUSED, payload={"observation": {"step": 1, "result": {"n": 1}}})
+    [checked, kept] = offloader.events([NewEvent(type=EventType.ACTION_REFUSED, payload={"checks": checks}), small])
+    first, second = checked.payload["checks"]
+    assert is_ref(first["detail"]) and first["id"] == "c1" and second == checks[1]  # content in a list of records
+    assert kept is small and list(offloader.blobs.values()) == [compact_json("y" * 150)]

@@ -88,10 +88,12 @@ class Call:
         call not done by then is abandoned (TIMED_OUT or CANCELLED)."""
         forget = None if token is None else token.on_set(self._wake)
         try:
-            self._done.acquire(timeout=-1 if timeout_s is None else max(timeout_s, 0.0))
+            self._done.acquire(True, -1 if timeout_s is None else max(timeout_s, 0.0))
         finally:
             if forget is not None:
                 forget()
+        if self.outcome is Outcome.DONE:  # set under the runner's lock before the call woke us, and final
+            return Outcome.DONE
         why = Outcome.CANCELLED if token is not None and token.is_set() else Outcome.TIMED_OUT
         return why if self._runner._abandon(self, why) else Outcome.DONE
 
@@ -107,8 +109,11 @@ class Call:
         return self.value
 
     def _wake(self) -> None:
-        with contextlib.suppress(RuntimeError):  # already released: the waiter is awake
+        # Not contextlib.suppress: it is made and entered for every call, and costs more than the release.
+        try:  # noqa: SIM105
             self._done.release()
+        except RuntimeError:  # already released: the waiter is awake
+            pass
 
     def _ended(self) -> None:
         self._wake()
@@ -266,7 +271,7 @@ class CallRunner:
 
     def _next(self, worker: _Worker) -> bool:
         """Wait for the next call; False when idle too long (the worker has left the idle list)."""
-        if worker.go.acquire(timeout=self.idle_s):
+        if worker.go.acquire(True, self.idle_s):
             return True
         with self._mutex:
             if worker in self._idle:

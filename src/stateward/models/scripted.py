@@ -17,6 +17,8 @@ from stateward.models.base import ModelReply, ModelRequest, Usage
 
 Policy = Callable[[ModelRequest], "str | dict[str, Any]"]
 AsyncPolicy = Callable[[ModelRequest], "str | dict[str, Any] | Awaitable[str | dict[str, Any]]"]
+# ``json.dumps(out, ensure_ascii=False)`` with one encoder built once: dumps with an option builds one per call.
+_REPLY = json.JSONEncoder(ensure_ascii=False)
 
 
 class ScriptedModel:
@@ -42,7 +44,7 @@ class ScriptedModel:
 
 def scripted_reply(request: ModelRequest, out: str | dict[str, Any], model: str) -> ModelReply:
     """A policy's answer as the reply a provider would give (token counts estimated from lengths)."""
-    text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False)
+    text = out if isinstance(out, str) else _REPLY.encode(out)
     return ModelReply(
         text=text,
         usage=Usage(input_tokens=request.json_chars() // 4, output_tokens=len(text) // 4),

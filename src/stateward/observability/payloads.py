@@ -52,7 +52,11 @@ def _is_default(defaults: dict[str, Any], key: str, value: Any) -> bool:
 
 def compacted(event: NewEvent) -> NewEvent:
     """``event`` without the type's ``DEFAULTS`` and the zero budget amounts it carries."""
-    defaults = DEFAULTS.get(event.type, {})
+    defaults = DEFAULTS.get(event.type)
+    if defaults is None:
+        if _AMOUNTS.isdisjoint(event.payload):  # most events: nothing to leave out, nothing to walk
+            return event
+        defaults = {}
     payload: dict[str, Any] = {}
     changed = False
     for key, value in event.payload.items():
@@ -106,12 +110,31 @@ class Offloader:
         out: list[NewEvent] = []
         for event in events:
             event = compacted(event)
-            if len(compact_json(event.payload)) <= CONTENT_THRESHOLD:
+            size = len(compact_json(event.payload))
+            if size <= CONTENT_THRESHOLD or (size <= self.threshold and not self._content_over(event.payload)):
                 out.append(event)
                 continue
             payload = {k: self._value(v, k) for k, v in event.payload.items()}
             out.append(event if _same(payload, event.payload) else NewEvent(type=event.type, payload=payload))
         return out
+
+    def _content_over(self, payload: dict[str, Any]) -> bool:
+        """Whether ``_value`` would offload any of a payload whose whole JSON is within the threshold: then no
+        value but content can be over its limit (each is part of that JSON), so only content is measured,
+        found where ``_value`` looks for it (inside dicts and lists of records), and nothing is copied."""
+        limit = min(self.threshold, CONTENT_THRESHOLD)
+        stack: list[tuple[str, Any]] = list(payload.items())
+        while stack:
+            key, value = stack.pop()
+            if key in CONTENT_KEYS:
+                if not is_ref(value) and not _surely_within(value, limit) and len(compact_json(value)) > limit:
+                    return True
+            elif isinstance(value, dict):
+                if not is_ref(value):
+                    stack.extend(value.items())
+            elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                stack.extend(("", v) for v in value)
+        return False
 
     def _value(self, value: Any, key: str = "") -> Any:
         if is_ref(value):

@@ -17,8 +17,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from stateward.core.bridge import in_bridge, resolve
 from stateward.core.calls import Call, Outcome, TooManyAbandonedCalls, default_runner, run_off_loop
@@ -27,8 +26,9 @@ from stateward.core.interrupt import CallCancelled, PauseToken, cancel_on_pause
 from .errors import ServiceUnavailable
 
 
-@dataclass(frozen=True)
-class Finished:
+class Finished(NamedTuple):
+    """How a handler call ended: its value or error, or no answer in time. A tuple: made for every call."""
+
     value: Any = None
     error: BaseException | None = None
     timed_out: bool = False
