@@ -6,11 +6,14 @@ auth, durability off) and stopped at the end; every measurement works in a fresh
 Throughput: RUNS runs of a workflow agent (STEPS tool nodes, each a side-effect-free tool that sleeps
 SLEEP_MS like an I/O call, then a finish node) are submitted, then W ``stateward worker`` processes
 (``--concurrency 1 --idle-exit 1``) are started; runs/s = RUNS / (worker start -> last run COMPLETED).
-Rounds alternate the order (1, 2, 4, then 4, 2, 1 workers); medians of the rounds; ratios are against
-1 worker in the same run. "steady" leaves out the workers' start-up: first committed step -> last run.
+"2 forked" and "4 forked" are the same runs driven by one ``stateward worker --processes W`` (it imports
+once and forks W workers). Rounds alternate the order (1, 2, 4, 2 forked, 4 forked, then back); medians of
+the rounds; ratios are against 1 worker in the same run. "steady" leaves out the workers' start-up: first
+committed step -> last run.
 Start-up per worker: the CPU of an idle worker process (start, open the store, one empty claim, exit;
 median of 5) and the modules it imports (``-X importtime``); with W workers on C CPUs the first step
-cannot come before about W x that / C (printed as the start-up bound beside the first step's time).
+cannot come before about W x that / C (printed as the start-up bound beside the first step's time); an idle
+forked fleet of 4 (median of 3) is measured the same way, all its processes' CPU together.
 
 Takeover: two workers with ``--lease-ttl 1.5 --heartbeat 0.5``; a one-node run whose tool blocks 3 s is
 claimed, its worker is SIGKILLed mid-tool after a random delay, and the time until the other worker holds
@@ -318,7 +321,7 @@ def throughput(
         for _ in range(runs):
             runtime.submit(agent, GOAL)
         submitted = {r.run_id: r.last_seq for r in runtime.store.list_runs(limit=runs + 10)}
-        cpu0, pg0 = children_cpu(), pg_cpu.seconds()
+        cpu0, pg0, own0 = children_cpu(), pg_cpu.seconds(), time.process_time()
         t0 = time.perf_counter()
         if forked:
             procs = [fleet.spawn(url, "--idle-exit", "1", "--processes", str(workers))]
@@ -341,6 +344,7 @@ def throughput(
                 raise RuntimeError(f"{workers} worker(s) did not complete {runs} runs:\n{logs}")
             time.sleep(POLL_S)
         elapsed = now - t0
+        poller = time.process_time() - own0
         Fleet.wait_exit(procs, 15.0)  # --idle-exit 1: they leave about a second after the last run
         cpu, pg1 = children_cpu() - cpu0, pg_cpu.seconds()
         until_exit = time.perf_counter() - t0
@@ -356,6 +360,7 @@ def throughput(
         "worker_cpu_ms_per_run": cpu * 1000 / runs,
         "server_cpu_ms_per_run": None if pg is None else pg * 1000 / runs,
         "cpus_busy": None if pg is None else (cpu + pg) / until_exit,
+        "poller_cpus": poller / elapsed,
         "claims": [s[0] for s in stats] + [None] * (workers - len(stats)),  # None: a worker that did not stop cleanly
         "stale_leases": sum(s[1] for s in stats),
         "errors": sum(s[2] for s in stats),
@@ -515,6 +520,7 @@ def summarize(
             "worker_cpu_ms_per_run": round(statistics.median(m["worker_cpu_ms_per_run"] for m in ms), 1),
             "server_cpu_ms_per_run": _median_or_none([m["server_cpu_ms_per_run"] for m in ms], 1),
             "cpus_busy": _median_or_none([m["cpus_busy"] for m in ms], 2),
+            "poller_cpus": round(statistics.median(m["poller_cpus"] for m in ms), 2),
             "all_runs_per_s": [round(m["runs_per_s"], 2) for m in ms],
             "claims_per_worker": [m["claims"] for m in ms],
             "stale_leases": sum(m["stale_leases"] for m in ms),
@@ -567,6 +573,7 @@ def _tables(result: dict[str, Any]) -> list[str]:
             r["worker_cpu_ms_per_run"],
             "?" if r["server_cpu_ms_per_run"] is None else r["server_cpu_ms_per_run"],
             "?" if r["cpus_busy"] is None else f"{r['cpus_busy']:.2f}",
+            f"{r['poller_cpus']:.2f}",
             " | ".join(",".join(str(c) for c in claims) for claims in r["claims_per_worker"]),
         ]
         for w, r in tp["by_workers"].items()
@@ -584,6 +591,7 @@ def _tables(result: dict[str, Any]) -> list[str]:
         "worker CPU ms/run",
         "server CPU ms/run",
         "CPUs busy",
+        "poller CPUs",
         "claims per worker",
     )
     title = (
@@ -636,7 +644,8 @@ def _scaling_note(result: dict[str, Any]) -> str:
         "runs/s: worker start -> last run COMPLETED (includes process start-up); steady: first committed step ->"
         " last run COMPLETED;",
         "sleep-bound: workers / time asleep per run (as if a step cost no CPU); CPUs busy: (workers' + server's"
-        " CPU time) / (worker start -> workers exited).",
+        " CPU time) / (worker start -> workers exited); poller CPUs: this script's own, polling the runs every"
+        f" {POLL_S * 1000:.0f} ms.",
         f"{most} workers: {top['vs_1_worker']:.2f}x of 1 worker from start, {top['steady_vs_1_worker']:.2f}x steady"
         f" (linear: {most}x).",
         f"Start-up per worker: an idle worker process (start, open the store, one empty claim, exit) used"

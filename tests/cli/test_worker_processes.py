@@ -83,7 +83,7 @@ class Fleet:
 
 
 @contextmanager
-def fleet(tmp_path: Path, db: Path, *args: str) -> Iterator[Fleet]:
+def fleet(tmp_path: Path, db: Path | str, *args: str) -> Iterator[Fleet]:
     """``stateward worker --db DB ARGS --json`` in a new process; killed (with its children) if still running."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -108,7 +108,7 @@ def fleet(tmp_path: Path, db: Path, *args: str) -> Iterator[Fleet]:
             proc.stdout.close()
 
 
-def submit(tmp_path: Path, db: Path, runs: int, **params: float | str) -> list[str]:
+def submit(tmp_path: Path, db: Path | str, runs: int, **params: float | str) -> list[str]:
     (tmp_path / "nap_agents.py").write_text(AGENTS)
     sys.path.insert(0, str(tmp_path))
     try:
@@ -123,7 +123,7 @@ def submit(tmp_path: Path, db: Path, runs: int, **params: float | str) -> list[s
     return ids
 
 
-def statuses(db: Path, ids: list[str]) -> list[str]:
+def statuses(db: Path | str, ids: list[str]) -> list[str]:
     runtime = Runtime.open(str(db), create=False)
     try:
         return [runtime.get(run_id).status.value for run_id in ids]
@@ -131,8 +131,11 @@ def statuses(db: Path, ids: list[str]) -> list[str]:
         runtime.close()
 
 
-def test_the_children_claim_the_runs_and_exit_with_their_counts_summed(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_children_claim_the_runs_and_exit_with_their_counts_summed(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    db = tmp_path / "runs.db" if backend == "sqlite" else request.getfixturevalue("pg_url")
     ids = submit(tmp_path, db, 12, naps=2, seconds=0.1)
     with fleet(tmp_path, db, "--processes", "3", "--idle-exit", "0.5") as f:
         code, counts = f.finish()
