@@ -220,6 +220,18 @@ def test_a_child_that_exits_by_itself_is_not_replaced_and_its_status_is_the_flee
     assert f.log().count("error: ") == 2
 
 
+@pytest.fixture
+def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal that regressed fails here instead of forking the test process or running a worker."""
+
+    def started(opts: WorkerOptions) -> None:
+        raise AssertionError(f"a worker started with {opts}")
+
+    monkeypatch.setattr(worker_cmd, "supervise", started)
+    monkeypatch.setattr(worker_cmd, "run_worker", started)
+
+
+@pytest.mark.usefixtures("nothing_starts")
 @pytest.mark.parametrize("processes", [0, 65])
 def test_a_process_count_out_of_range_is_refused(processes: int) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -227,8 +239,17 @@ def test_a_process_count_out_of_range_is_refused(processes: int) -> None:
     assert exc.value.code == 3
 
 
+@pytest.mark.usefixtures("nothing_starts")
 def test_one_metrics_port_for_several_processes_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         worker_cmd.start_worker(WorkerOptions(db="unused.db", processes=2, metrics_port=0, as_json=True))
     assert exc.value.code == 3
     assert json.loads(capsys.readouterr().out)["error"]["code"] == "INVALID_WORKER_CONFIG"
+
+
+@pytest.mark.usefixtures("nothing_starts")
+def test_several_processes_where_there_is_no_fork_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "fork")
+    with pytest.raises(SystemExit) as exc:
+        worker_cmd.start_worker(WorkerOptions(db="unused.db", processes=2))
+    assert exc.value.code == 3

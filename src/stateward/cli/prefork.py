@@ -52,6 +52,11 @@ def check_processes(opts: WorkerOptions) -> None:
         raise UserError(
             f"--processes must be 1 to {MAX_PROCESSES} (got {opts.processes})", code=ErrorCode.INVALID_WORKER_CONFIG
         )
+    if opts.processes > 1 and not hasattr(os, "fork"):
+        raise UserError(
+            "--processes needs os.fork (not on this platform): start one `stateward worker` per process",
+            code=ErrorCode.INVALID_WORKER_CONFIG,
+        )
     if opts.processes > 1 and opts.metrics_port is not None:
         raise UserError(
             "--metrics-port needs one process per port: run one `stateward worker` per metrics port",
