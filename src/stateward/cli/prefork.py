@@ -40,6 +40,7 @@ from stateward.core.errors import ErrorCode, UserError
 
 if TYPE_CHECKING:
     from stateward.cli.worker_cmd import WorkerOptions
+    from stateward.runtime.agent_registry import AgentRegistry
 
 MAX_PROCESSES = 64  # each child holds its own store connections (PostgreSQL's default max_connections: 100)
 CRASH_WINDOW_S = 60.0
@@ -64,17 +65,20 @@ def check_processes(opts: WorkerOptions) -> None:
         )
 
 
-def preload(opts: WorkerOptions) -> None:
+def preload(opts: WorkerOptions) -> AgentRegistry | None:
     """Import what every child would import before its first step: the store's implementation and the
-    agents' modules (an agents source that fails to load is left for each child to report, as it would)."""
+    agents this process may build, which the children share (None if they failed to load: each child
+    then loads them itself and reports the error on the runs, as one worker process would)."""
     from stateward.runtime.agent_registry import process_agents
     from stateward.store.base import import_store
 
     import_store(opts.db)
     if opts.use_async:
         import stateward.runtime.async_worker  # noqa: F401
-    with contextlib.suppress(Exception):  # each child loads them again and reports the error on its runs
-        process_agents()
+    try:
+        return process_agents()
+    except Exception:
+        return None
 
 
 @dataclass
@@ -82,6 +86,7 @@ class Supervisor:
     """Forks the children and watches them until every one has exited."""
 
     opts: WorkerOptions
+    agents: AgentRegistry | None = None
     children: dict[int, int] = field(default_factory=dict)  # pid -> slot
     stop_signal: int | None = None
     replaced: int = 0
@@ -127,7 +132,7 @@ class Supervisor:
             for sig in STOP_SIGNALS:  # until the worker installs its own: dying then loses nothing
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            code = _child_code(replace(self.opts, processes=1, as_json=False), self._write_end)
+            code = _child_code(replace(self.opts, processes=1, as_json=False), self.agents, self._write_end)
         finally:
             os._exit(code)
 
@@ -168,13 +173,13 @@ class Supervisor:
         self._fork(slot)
 
 
-def _child_code(opts: WorkerOptions, counts_out: int) -> int:
+def _child_code(opts: WorkerOptions, agents: AgentRegistry | None, counts_out: int) -> int:
     """The worker's exit status; its final counts go to the supervisor through ``counts_out``."""
     from stateward.cli.worker_cmd import run_worker
 
     counts = None
     try:
-        code, counts = run_worker(opts)
+        code, counts = run_worker(opts, agents=agents)
     except SystemExit as exc:  # a start-up error, reported by the worker as a one-line reason
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # reported here, as the interpreter would
@@ -217,8 +222,8 @@ def supervise(opts: WorkerOptions) -> int:
     """Preload, freeze what was built out of the collector's scans, fork ``opts.processes`` workers."""
     gc.disable()
     try:
-        preload(opts)
+        agents = preload(opts)
     finally:
         gc.freeze()
         gc.enable()
-    return Supervisor(opts).run()
+    return Supervisor(opts, agents).run()

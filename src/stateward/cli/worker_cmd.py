@@ -27,6 +27,7 @@ from stateward.runtime.worker import Worker, positive_seconds
 
 if TYPE_CHECKING:
     from stateward.observability.prometheus import MetricsEndpoint
+    from stateward.runtime.agent_registry import AgentRegistry
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,9 @@ def start_worker(opts: WorkerOptions) -> int:
     return code
 
 
-def run_worker(opts: WorkerOptions) -> tuple[int, dict[str, int | bool]]:
-    """One worker in this process: (its exit status, its final counts)."""
+def run_worker(opts: WorkerOptions, agents: AgentRegistry | None = None) -> tuple[int, dict[str, int | bool]]:
+    """One worker in this process: (its exit status, its final counts). ``agents``: those this process may
+    build, if already loaded (by a forking supervisor); by default loaded on the first claim."""
     with reported_errors(opts.as_json):
         if opts.idle_exit is not None:
             positive_seconds("--idle-exit", opts.idle_exit)
@@ -75,7 +77,7 @@ def run_worker(opts: WorkerOptions) -> tuple[int, dict[str, int | bool]]:
 
             telemetry = Telemetry(metrics=endpoint.metrics)
         lease = LeasePolicy(ttl_s=opts.lease_ttl, heartbeat_s=opts.heartbeat)
-        runtime = Runtime.open(opts.db, lease=lease, recovery=recovery, telemetry=telemetry)
+        runtime = Runtime.open(opts.db, lease=lease, recovery=recovery, telemetry=telemetry, agents=agents)
         kind = Worker
         if opts.use_async:  # asyncio and greenlet are loaded by an --async worker only
             from stateward.runtime.async_worker import AsyncWorker
