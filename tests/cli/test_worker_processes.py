@@ -149,6 +149,17 @@ def test_the_children_claim_the_runs_and_exit_with_their_counts_summed(
     assert sum(per_child) == 12 and sum(c > 0 for c in per_child) >= 2, log  # the work was shared
 
 
+def test_async_workers_fork_too(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    ids = submit(tmp_path, db, 6, naps=1, seconds=0.05)
+    with fleet(tmp_path, db, "--processes", "2", "--async", "--concurrency", "3", "--idle-exit", "0.5") as f:
+        code, counts = f.finish()
+    assert code == 0, f.log()
+    assert statuses(db, ids) == ["COMPLETED"] * 6
+    assert (counts["claimed"], counts["processes"]) == (6, 2)
+    assert f.log().count("3 slot(s) (async, one event loop) on") == 2
+
+
 def test_sigterm_is_forwarded_and_every_child_drains_its_step(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     marks = tmp_path / "in-flight"
