@@ -6,11 +6,14 @@ auth, durability off) and stopped at the end; every measurement works in a fresh
 Throughput: RUNS runs of a workflow agent (STEPS tool nodes, each a side-effect-free tool that sleeps
 SLEEP_MS like an I/O call, then a finish node) are submitted, then W ``stateward worker`` processes
 (``--concurrency 1 --idle-exit 1``) are started; runs/s = RUNS / (worker start -> last run COMPLETED).
-Rounds alternate the order (1, 2, 4, then 4, 2, 1 workers); medians of the rounds; ratios are against
-1 worker in the same run. "steady" leaves out the workers' start-up: first committed step -> last run.
+"2 forked" and "4 forked" are the same runs driven by one ``stateward worker --processes W`` (it imports
+once and forks W workers). Rounds alternate the order (1, 2, 4, 2 forked, 4 forked, then back); medians of
+the rounds; ratios are against 1 worker in the same run. "steady" leaves out the workers' start-up: first
+committed step -> last run.
 Start-up per worker: the CPU of an idle worker process (start, open the store, one empty claim, exit;
 median of 5) and the modules it imports (``-X importtime``); with W workers on C CPUs the first step
-cannot come before about W x that / C (printed as the start-up bound beside the first step's time).
+cannot come before about W x that / C (printed as the start-up bound beside the first step's time); an idle
+forked fleet of 4 (median of 3) is measured the same way, all its processes' CPU together.
 
 Takeover: two workers with ``--lease-ttl 1.5 --heartbeat 0.5``; a one-node run whose tool blocks 3 s is
 claimed, its worker is SIGKILLed mid-tool after a random delay, and the time until the other worker holds
@@ -59,6 +62,7 @@ RUNS = 60
 STEPS = 6
 SLEEP_MS = 20
 WORKER_COUNTS = (1, 2, 4)
+FORKED_COUNTS = (2, 4)  # also as one `stateward worker --processes W`: one import, W forked workers
 ROUNDS = 3
 WARMUP_RUNS = 4
 IDLE_WORKERS = 5
@@ -75,6 +79,7 @@ TIMEOUT_S = 120.0
 RUNNABLE_OR_DONE = ("RUNNING", "COMPLETED")
 READY = "slot(s) on"  # the worker's start-up line: its store is open, it is about to claim
 _STATS = re.compile(r"worker stopped: claimed=(\d+) stale_leases=(\d+) errors=(\d+)")
+_SUPERVISOR = re.compile(r"worker supervisor (\d+: \d+ processes on |stopped: processes=\d+ replaced=0 exit=0$)")
 _IMPORT_LINE = re.compile(r"import time:\s+\d+ \|")
 _SCRIPT = Path(sys.executable).parent / "stateward"
 CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "stateward.cli.main"]
@@ -213,9 +218,17 @@ class WorkerProc:
         match = _STATS.search(self.text())
         return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
 
+    def all_stats(self) -> list[tuple[int, int, int]]:
+        """``stats`` of every worker that logged here: one, or each child of a ``--processes`` supervisor."""
+        return [(int(m[1]), int(m[2]), int(m[3])) for m in _STATS.finditer(self.text())]
+
     def odd_lines(self) -> list[str]:
         """Log lines other than the start and stop lines: warnings, errors, tracebacks."""
-        return [ln for ln in self.text().splitlines() if ln.strip() and READY not in ln and not _STATS.search(ln)]
+        return [
+            ln
+            for ln in self.text().splitlines()
+            if ln.strip() and READY not in ln and not _STATS.search(ln) and not _SUPERVISOR.match(ln)
+        ]
 
 
 class Fleet:
@@ -298,16 +311,22 @@ def schema(server: Server) -> Iterator[tuple[str, Runtime]]:
 
 
 # -- 1. runs completed per second ------------------------------------------------------------------------
-def throughput(server: Server, pg_cpu: ServerCpu, fleet: Fleet, workers: int, runs: int) -> dict[str, Any]:
-    """Submit ``runs`` runs, start ``workers`` workers, time until every run is COMPLETED."""
+def throughput(
+    server: Server, pg_cpu: ServerCpu, fleet: Fleet, workers: int, runs: int, forked: bool = False
+) -> dict[str, Any]:
+    """Submit ``runs`` runs, start ``workers`` workers (``forked``: as one ``--processes`` command), time until
+    every run is COMPLETED."""
     with schema(server) as (url, runtime):
         agent = build_agent()
         for _ in range(runs):
             runtime.submit(agent, GOAL)
         submitted = {r.run_id: r.last_seq for r in runtime.store.list_runs(limit=runs + 10)}
-        cpu0, pg0 = children_cpu(), pg_cpu.seconds()
+        cpu0, pg0, own0 = children_cpu(), pg_cpu.seconds(), time.process_time()
         t0 = time.perf_counter()
-        procs = [fleet.spawn(url, "--idle-exit", "1") for _ in range(workers)]
+        if forked:
+            procs = [fleet.spawn(url, "--idle-exit", "1", "--processes", str(workers))]
+        else:
+            procs = [fleet.spawn(url, "--idle-exit", "1") for _ in range(workers)]
         first_step: float | None = None
         deadline = t0 + TIMEOUT_S
         while True:
@@ -325,11 +344,12 @@ def throughput(server: Server, pg_cpu: ServerCpu, fleet: Fleet, workers: int, ru
                 raise RuntimeError(f"{workers} worker(s) did not complete {runs} runs:\n{logs}")
             time.sleep(POLL_S)
         elapsed = now - t0
+        poller = time.process_time() - own0
         Fleet.wait_exit(procs, 15.0)  # --idle-exit 1: they leave about a second after the last run
         cpu, pg1 = children_cpu() - cpu0, pg_cpu.seconds()
         until_exit = time.perf_counter() - t0
     pg = None if pg0 is None or pg1 is None else pg1 - pg0
-    stats = [w.stats() for w in procs]
+    stats = [s for w in procs for s in w.all_stats()]
     return {
         "workers": workers,
         "runs": runs,
@@ -340,22 +360,26 @@ def throughput(server: Server, pg_cpu: ServerCpu, fleet: Fleet, workers: int, ru
         "worker_cpu_ms_per_run": cpu * 1000 / runs,
         "server_cpu_ms_per_run": None if pg is None else pg * 1000 / runs,
         "cpus_busy": None if pg is None else (cpu + pg) / until_exit,
-        "claims": [s[0] if s else None for s in stats],
-        "stale_leases": sum(s[1] for s in stats if s),
-        "errors": sum(s[2] for s in stats if s),
-        "unclean_exits": sum(1 for w in procs if w.proc.returncode != 0 or w.stats() is None),
+        "poller_cpus": poller / elapsed,
+        "claims": [s[0] for s in stats] + [None] * (workers - len(stats)),  # None: a worker that did not stop cleanly
+        "stale_leases": sum(s[1] for s in stats),
+        "errors": sum(s[2] for s in stats),
+        "unclean_exits": sum(1 for w in procs if w.proc.returncode != 0) + max(0, workers - len(stats)),
         "log_lines": [ln for w in procs for ln in w.odd_lines()],
     }
 
 
-def idle_worker(server: Server, fleet: Fleet, env: dict[str, str] | None = None) -> tuple[float, float, WorkerProc]:
-    """(CPU s, wall s, the process) of a worker that starts, opens the store, finds nothing to claim and exits."""
+def idle_worker(
+    server: Server, fleet: Fleet, env: dict[str, str] | None = None, processes: int = 1
+) -> tuple[float, float, WorkerProc]:
+    """(CPU s, wall s, the process) of a worker that starts, opens the store, finds nothing to claim and exits
+    (``processes`` > 1: a supervisor that forks that many such workers; the CPU of all of them)."""
     with schema(server) as (url, _):
         cpu0, t0 = children_cpu(), time.perf_counter()
-        worker = fleet.spawn(url, "--idle-exit", IDLE_EXIT_S, env=env)
+        worker = fleet.spawn(url, "--idle-exit", IDLE_EXIT_S, "--processes", str(processes), env=env)
         Fleet.wait_exit([worker], 30.0)
         cpu, wall = children_cpu() - cpu0, time.perf_counter() - t0
-    if worker.proc.returncode != 0 or worker.stats() != (0, 0, 0):
+    if worker.proc.returncode != 0 or worker.all_stats() != [(0, 0, 0)] * processes:
         raise RuntimeError(f"the idle worker did not start, claim nothing and exit cleanly:\n{worker.text()[-800:]}")
     return cpu, wall, worker
 
@@ -366,21 +390,36 @@ def modules_imported(server: Server, fleet: Fleet) -> int:
     return sum(1 for line in worker.text().splitlines() if _IMPORT_LINE.match(line))
 
 
-def measure_throughput(server: Server, fleet: Fleet) -> tuple[dict[int, list[dict[str, Any]]], dict[str, Any]]:
-    """Per worker count, one measurement per round; and the cost of an idle worker process (median of 5)."""
+Layout = tuple[int, bool]  # (workers, forked from one `--processes` supervisor)
+LAYOUTS: tuple[Layout, ...] = (*((w, False) for w in WORKER_COUNTS), *((w, True) for w in FORKED_COUNTS))
+
+
+def label(layout: Layout) -> str:
+    workers, forked = layout
+    return f"{workers} forked" if forked else str(workers)
+
+
+def measure_throughput(server: Server, fleet: Fleet) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """Per layout, one measurement per round; and the cost of an idle worker process (median of 5) and of an
+    idle forked fleet of the most workers (median of 3)."""
     pg_cpu = ServerCpu(urlsplit(server.admin_url).port or 5432)
     throughput(server, pg_cpu, fleet, 1, WARMUP_RUNS)  # warm-up: bytecode cache, server caches
     idle = [idle_worker(server, fleet) for _ in range(IDLE_WORKERS)]
+    most = max(FORKED_COUNTS)
+    idle_fleet = [idle_worker(server, fleet, processes=most)[0] for _ in range(3)]
     startup = {
         "cpu_ms": round(statistics.median(c for c, _, _ in idle) * 1000),
         "cpu_ms_all": [round(c * 1000) for c, _, _ in idle],
         "wall_ms": round(statistics.median(w for _, w, _ in idle) * 1000),
         "modules": modules_imported(server, fleet),
+        "forked_processes": most,
+        "forked_cpu_ms": round(statistics.median(idle_fleet) * 1000),
+        "forked_cpu_ms_all": [round(c * 1000) for c in idle_fleet],
     }
-    out: dict[int, list[dict[str, Any]]] = {w: [] for w in WORKER_COUNTS}
+    out: dict[str, list[dict[str, Any]]] = {label(k): [] for k in LAYOUTS}
     for r in range(ROUNDS):
-        for w in WORKER_COUNTS if r % 2 == 0 else reversed(WORKER_COUNTS):
-            out[w].append(throughput(server, pg_cpu, fleet, w, RUNS))
+        for workers, forked in LAYOUTS if r % 2 == 0 else reversed(LAYOUTS):
+            out[label((workers, forked))].append(throughput(server, pg_cpu, fleet, workers, RUNS, forked))
     return out, startup
 
 
@@ -443,9 +482,13 @@ def p90(values: Sequence[float]) -> float:
     return statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
 
 
-def startup_bound_s(cpu_ms: float, workers: int, cpus: int | None) -> float:
-    """The earliest first step if start-up is CPU-bound: W processes each needing ``cpu_ms`` share the CPUs."""
-    return cpu_ms / 1000 * max(1.0, workers / (cpus or 1))
+def startup_bound_s(startup: dict[str, Any], layout: Layout, cpus: int | None) -> float:
+    """The earliest first step if start-up is CPU-bound: W processes each needing an idle worker's CPU share the
+    CPUs; forked, one import then W children (the idle fleet's CPU, the import alone at least)."""
+    workers, forked = layout
+    if forked:
+        return max(startup["cpu_ms"], startup["forked_cpu_ms"] / (cpus or 1)) / 1000
+    return startup["cpu_ms"] / 1000 * max(1.0, workers / (cpus or 1))
 
 
 def _median_or_none(values: list[float | None], digits: int) -> float | None:
@@ -454,16 +497,18 @@ def _median_or_none(values: list[float | None], digits: int) -> float | None:
 
 
 def summarize(
-    tp: dict[int, list[dict[str, Any]]], startup: dict[str, Any], to: dict[str, Any], info: dict[str, Any]
+    tp: dict[str, list[dict[str, Any]]], startup: dict[str, Any], to: dict[str, Any], info: dict[str, Any]
 ) -> dict[str, Any]:
-    base = statistics.median(m["runs_per_s"] for m in tp[WORKER_COUNTS[0]])
-    base_steady = statistics.median(m["steady_runs_per_s"] for m in tp[WORKER_COUNTS[0]])
+    base = statistics.median(m["runs_per_s"] for m in tp[label(LAYOUTS[0])])
+    base_steady = statistics.median(m["steady_runs_per_s"] for m in tp[label(LAYOUTS[0])])
     rows = {}
-    for w, ms in tp.items():
+    for layout in LAYOUTS:
+        ms = tp[label(layout)]
+        w = layout[0]
         rate = statistics.median(m["runs_per_s"] for m in ms)
         steady = statistics.median(m["steady_runs_per_s"] for m in ms)
         ideal = w * 1000 / (STEPS * SLEEP_MS)
-        rows[str(w)] = {
+        rows[label(layout)] = {
             "runs_per_s": round(rate, 2),
             "vs_1_worker": round(rate / base, 2),
             "steady_runs_per_s": round(steady, 2),
@@ -471,10 +516,11 @@ def summarize(
             "sleep_bound_runs_per_s": round(ideal, 2),
             "steady_over_sleep_bound": round(steady / ideal, 2),
             "first_step_s": round(statistics.median(m["first_step_s"] for m in ms), 2),
-            "startup_bound_s": round(startup_bound_s(startup["cpu_ms"], w, info["cpus"]), 2),
+            "startup_bound_s": round(startup_bound_s(startup, layout, info["cpus"]), 2),
             "worker_cpu_ms_per_run": round(statistics.median(m["worker_cpu_ms_per_run"] for m in ms), 1),
             "server_cpu_ms_per_run": _median_or_none([m["server_cpu_ms_per_run"] for m in ms], 1),
             "cpus_busy": _median_or_none([m["cpus_busy"] for m in ms], 2),
+            "poller_cpus": round(statistics.median(m["poller_cpus"] for m in ms), 2),
             "all_runs_per_s": [round(m["runs_per_s"], 2) for m in ms],
             "claims_per_worker": [m["claims"] for m in ms],
             "stale_leases": sum(m["stale_leases"] for m in ms),
@@ -527,6 +573,7 @@ def _tables(result: dict[str, Any]) -> list[str]:
             r["worker_cpu_ms_per_run"],
             "?" if r["server_cpu_ms_per_run"] is None else r["server_cpu_ms_per_run"],
             "?" if r["cpus_busy"] is None else f"{r['cpus_busy']:.2f}",
+            f"{r['poller_cpus']:.2f}",
             " | ".join(",".join(str(c) for c in claims) for claims in r["claims_per_worker"]),
         ]
         for w, r in tp["by_workers"].items()
@@ -544,6 +591,7 @@ def _tables(result: dict[str, Any]) -> list[str]:
         "worker CPU ms/run",
         "server CPU ms/run",
         "CPUs busy",
+        "poller CPUs",
         "claims per worker",
     )
     title = (
@@ -588,13 +636,16 @@ def _scaling_note(result: dict[str, Any]) -> str:
     cpus = result["machine"]["cpus"] or 1
     most = str(max(WORKER_COUNTS))
     top = result["throughput"]["by_workers"][most]
+    most_forked = label((max(FORKED_COUNTS), True))
+    forked = result["throughput"]["by_workers"][most_forked]
     idle = result["throughput"]["idle_worker_process"]
     problems = [sum(r[k] for r in result["throughput"]["by_workers"].values()) for k in PROBLEMS]
     lines = [
         "runs/s: worker start -> last run COMPLETED (includes process start-up); steady: first committed step ->"
         " last run COMPLETED;",
         "sleep-bound: workers / time asleep per run (as if a step cost no CPU); CPUs busy: (workers' + server's"
-        " CPU time) / (worker start -> workers exited).",
+        " CPU time) / (worker start -> workers exited); poller CPUs: this script's own, polling the runs every"
+        f" {POLL_S * 1000:.0f} ms.",
         f"{most} workers: {top['vs_1_worker']:.2f}x of 1 worker from start, {top['steady_vs_1_worker']:.2f}x steady"
         f" (linear: {most}x).",
         f"Start-up per worker: an idle worker process (start, open the store, one empty claim, exit) used"
@@ -602,6 +653,11 @@ def _scaling_note(result: dict[str, Any]) -> str:
         f" {idle['modules']} modules; worker CPU ms/run includes W x that / {RUNS} runs.",
         f"start-up bound: W x that CPU / {cpus} CPUs (at least that CPU): the earliest first step when W workers"
         " start at once.",
+        f"W forked: one `stateward worker --processes W` (imports once, forks W workers): {forked['vs_1_worker']:.2f}x"
+        f" of 1 worker from start with {most_forked}, {forked['steady_vs_1_worker']:.2f}x steady, first step after"
+        f" {forked['first_step_s']:.2f} s; an idle forked fleet of {idle['forked_processes']} used"
+        f" {idle['forked_cpu_ms']:.0f} ms CPU in all (median of {idle['forked_cpu_ms_all']}; as separate processes"
+        f" {idle['forked_processes']} x {idle['cpu_ms']:.0f} ms).",
         f"stale leases {problems[0]}, worker errors {problems[1]}, unclean worker exits {problems[2]} (all rounds).",
     ]
     if cpus < max(WORKER_COUNTS):

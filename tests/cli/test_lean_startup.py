@@ -110,6 +110,21 @@ def test_a_sync_worker_drives_a_run_without_loading_heavy_packages(tmp_path: Pat
     assert sorted(loaded & {"typer", "click"}) == []  # a well-formed worker command line skips Typer
 
 
+def test_a_worker_supervisor_preloads_the_agents_and_nothing_heavy_before_it_forks(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    runtime = Runtime.open(str(db))
+    run_id = runtime.submit(_agents(tmp_path).registry.create("lean"), "Add one.").run_id
+    runtime.close()
+    out, loaded = _stateward(tmp_path, "worker", "--db", str(db), "--idle-exit", "0.05", "--processes", "2", "--json")
+    assert json.loads(out)["claimed"] == 1
+    runtime = Runtime.open(str(db), create=False)
+    assert runtime.get(run_id).status.value == "COMPLETED"
+    runtime.close()
+    assert "lean_agents" in loaded  # imported once, before the fork, for every child
+    assert sorted(loaded & HEAVY) == []
+    assert sorted(loaded & {"typer", "click"}) == []
+
+
 def test_an_async_worker_loads_the_event_loop_machinery_it_runs_on(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     Runtime.open(str(db)).close()

@@ -137,6 +137,47 @@ def test_a_refused_one_statement_step_inserts_no_events(store: PostgresStore) ->
     assert store.commit_step(RUN, 1, StepWrite(state=state, events=events(2)), new) == 3
 
 
+def tool_attempt(attempt_id: str, outcome: str = "SUCCESS") -> AttemptRecord:
+    return AttemptRecord(
+        attempt_id=attempt_id,
+        run_id=RUN,
+        step=1,
+        sequence=1,
+        tool="t",
+        input_hash="h",
+        idempotency_key=None,
+        outcome=outcome,
+    )
+
+
+def test_a_tool_step_with_its_attempts_is_one_round_trip(store: PostgresStore, wire: WireTrace, pg_url: str) -> None:
+    lease = store.acquire_lease(RUN, "w1", ttl_s=30)
+    state = store.load_run(RUN)
+    twice = [tool_attempt("a1", "PENDING_VERIFICATION"), tool_attempt("a2"), tool_attempt("a1")]  # a1: the last
+    write = StepWrite(state=state, events=events(2), attempts=twice)
+    assert counted(wire, lambda: store.commit_step(RUN, 1, write, lease)) == 1
+    again = StepWrite(state=state, events=events(1), attempts=[tool_attempt("a2", "FAILED")])  # replaces a2
+    assert counted(wire, lambda: store.commit_step(RUN, 3, again, lease)) == 1
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT attempt_id, run_id, step, body FROM tool_attempts ORDER BY attempt_id").fetchall()
+    assert [(r[0], r[1], r[2], AttemptRecord.model_validate_json(r[3]).outcome) for r in rows] == [
+        ("a1", RUN, 1, "SUCCESS"),
+        ("a2", RUN, 1, "FAILED"),
+    ]
+    assert store.last_seq(RUN) == 4
+
+
+def test_a_refused_tool_step_writes_no_attempt(store: PostgresStore, pg_url: str) -> None:
+    old = store.acquire_lease(RUN, "w1", ttl_s=0.05)
+    store.release_lease(old)
+    store.acquire_lease(RUN, "w2", ttl_s=30)
+    state = store.load_run(RUN)
+    with pytest.raises(StaleLeaseError):
+        store.commit_step(RUN, 1, StepWrite(state=state, events=events(1), attempts=[tool_attempt("a1")]), old)
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM tool_attempts").fetchone() == (0,)
+
+
 def test_a_step_with_contents_is_one_pipelined_transaction(store: PostgresStore, wire: WireTrace) -> None:
     lease = store.acquire_lease(RUN, "w1", ttl_s=30)
     state = store.load_run(RUN)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, emit_json_lines, print_summary, print_table, reported_errors
 from stateward.cli.plugins import DbOpt, JsonOpt, ModelOpt, load_group, open_runtime, plugin_groups
+from stateward.cli.prefork import MAX_PROCESSES
 from stateward.core.errors import ErrorCode, UserError
 
 app = typer.Typer(
@@ -395,6 +396,14 @@ def worker(
         ),
     ] = None,
     metrics_addr: Annotated[str, typer.Option(help="Address the metrics endpoint binds.")] = "127.0.0.1",
+    processes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=MAX_PROCESSES,
+            help="Worker processes forked after importing once (each with --concurrency slots; see below).",
+        ),
+    ] = 1,
 ) -> None:
     """Claim runnable runs and drive them; SIGTERM finishes the current step and releases leases.
 
@@ -405,6 +414,12 @@ def worker(
     Exit status: 0 when stopped by a signal, or on --idle-exit with nothing troubling; 5 when
     --max-crashes was reached, or on --idle-exit when this worker failed or parked a run, or its
     own loop met an unexpected error (all counted in the final line).
+
+    --processes N: one supervisor imports once and forks N workers, each opening its own store
+    connections. SIGTERM / SIGINT are forwarded and drained; a worker killed by another signal is
+    replaced (more than N deaths within a minute: all stop, exit 5); one that exits by itself is not.
+    The exit status is the highest of the workers'. --json sums their counts; --metrics-port needs
+    one process.
     """
     from stateward.cli.worker_cmd import WorkerOptions, start_worker
 
@@ -424,6 +439,7 @@ def worker(
             as_json=as_json,
             metrics_port=metrics_port,
             metrics_addr=metrics_addr,
+            processes=processes,
         )
     )
     if code:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import EXIT_RUNS_TROUBLED, emit_json, reported_errors
+from stateward.cli.prefork import MAX_PROCESSES, check_processes, supervise
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.recovery import RecoveryPolicy
 from stateward.runtime.runtime import Runtime
@@ -26,6 +27,7 @@ from stateward.runtime.worker import Worker, positive_seconds
 
 if TYPE_CHECKING:
     from stateward.observability.prometheus import MetricsEndpoint
+    from stateward.runtime.agent_registry import AgentRegistry
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,24 @@ class WorkerOptions:
     as_json: bool = False
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
+    processes: int = 1
 
 
 def start_worker(opts: WorkerOptions) -> int:
-    """Claim and drive runs until a signal (or ``idle_exit``); the exit status (see ``worker --help``)."""
+    """Claim and drive runs until a signal (or ``idle_exit``); the exit status (see ``worker --help``).
+
+    With ``processes`` above 1 this process imports once and forks that many workers (cli/prefork.py)."""
+    with reported_errors(opts.as_json):
+        check_processes(opts)
+    if opts.processes > 1:
+        return supervise(opts)
+    code, _ = run_worker(opts)
+    return code
+
+
+def run_worker(opts: WorkerOptions, agents: AgentRegistry | None = None) -> tuple[int, dict[str, int | bool]]:
+    """One worker in this process: (its exit status, its final counts). ``agents``: those this process may
+    build, if already loaded (by a forking supervisor); by default loaded on the first claim."""
     with reported_errors(opts.as_json):
         if opts.idle_exit is not None:
             positive_seconds("--idle-exit", opts.idle_exit)
@@ -61,7 +77,7 @@ def start_worker(opts: WorkerOptions) -> int:
 
             telemetry = Telemetry(metrics=endpoint.metrics)
         lease = LeasePolicy(ttl_s=opts.lease_ttl, heartbeat_s=opts.heartbeat)
-        runtime = Runtime.open(opts.db, lease=lease, recovery=recovery, telemetry=telemetry)
+        runtime = Runtime.open(opts.db, lease=lease, recovery=recovery, telemetry=telemetry, agents=agents)
         kind = Worker
         if opts.use_async:  # asyncio and greenlet are loaded by an --async worker only
             from stateward.runtime.async_worker import AsyncWorker
@@ -90,8 +106,8 @@ def start_worker(opts: WorkerOptions) -> int:
     if opts.as_json:
         emit_json(counts)
     if stats.stopped_on_crashes or (not stopped_by_signal and stats.troubled):
-        return EXIT_RUNS_TROUBLED
-    return 0
+        return EXIT_RUNS_TROUBLED, counts
+    return 0, counts
 
 
 def _say(line: str) -> None:
@@ -130,6 +146,7 @@ _VALUED: dict[str, tuple[str, type, float | None, float | None]] = {
     "--retry-delay": ("retry_delay", float, 0.001, None),
     "--metrics-port": ("metrics_port", int, 0, 65535),
     "--metrics-addr": ("metrics_addr", str, None, None),
+    "--processes": ("processes", int, 1, MAX_PROCESSES),
 }
 _FLAGS = {"--async": "use_async", "--json": "as_json"}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import json
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -128,23 +129,28 @@ def positional(sql: str) -> Positional:
     return Positional(converted, tuple(names))
 
 
-def step_statement(*, leased: bool, clear_control: bool, release: bool, events: int) -> Positional:
-    """A step's run-row update and its events (``events``: how many; the count is a parameter) as ONE
-    statement (one round trip; in autocommit it is its own transaction): see :func:`with_events`."""
-    return _step_statement(leased, clear_control, leased and release, events > 0)
+def step_statement(
+    *, leased: bool, clear_control: bool, release: bool, events: int, attempts: bool = False
+) -> Positional:
+    """A step's run-row update and its events (``events``: how many; the count is a parameter), and with
+    ``attempts`` (a step with events only) its tool attempts, as ONE statement (one round trip; in
+    autocommit it is its own transaction): see :func:`with_events`."""
+    return _step_statement(leased, clear_control, leased and release, events > 0, attempts and events > 0)
 
 
 @functools.cache
-def _step_statement(leased: bool, clear_control: bool, release: bool, events: bool) -> Positional:
-    return positional(with_events(step_update(leased=leased, clear_control=clear_control, release=release), events))
+def _step_statement(leased: bool, clear_control: bool, release: bool, events: bool, attempts: bool) -> Positional:
+    head = step_update(leased=leased, clear_control=clear_control, release=release)
+    return positional(with_events(head, events, attempts=attempts))
 
 
 def prepare_steps() -> bytes:
     """``PREPARE`` of every step statement, sent once on each new connection (one round trip, simple
     protocol): a step then sends only its values (``store/_pg_direct.py``)."""
-    variants = itertools.product((False, True), repeat=4)
+    variants = itertools.product((False, True), repeat=5)
     statements = {
-        _step_statement(leased, clear, leased and release, events) for leased, clear, release, events in variants
+        _step_statement(leased, clear, leased and release, events, attempts and events)
+        for leased, clear, release, events, attempts in variants
     }
     return "; ".join(f"PREPARE {s.name.decode()} AS {s.sql}" for s in sorted(statements, key=lambda s: s.name)).encode()
 
@@ -155,15 +161,16 @@ def create_statement(events: int) -> Positional:
     return positional(with_events(CREATE_RUN, events))
 
 
-def with_events(head: str, events: int) -> str:
+def with_events(head: str, events: int, *, attempts: bool = False) -> str:
     """``head`` (a guarded write of the run row returning ``at``) and, if there are ``events``, the insert
     of them as one batch row (``store.base.event_batch``) in one statement: the batch is inserted only from
     the row ``head`` returned, so a refused write inserts nothing. Parameters: ``head``'s plus ``run_id``,
-    ``new_seq`` (the batch's last event), ``count`` (its events), ``batch`` and ``lease_version``."""
+    ``new_seq`` (the batch's last event), ``count`` (its events), ``batch`` and ``lease_version``; with
+    ``attempts``, also ``attempts`` (:func:`attempts_json`), upserted from that row too."""
     if not events:
         return head
     return (
-        f"WITH moved AS ({head})"
+        f"WITH moved AS ({head}){UPSERT_ATTEMPTS_FROM_MOVED if attempts else ''}"
         " INSERT INTO event_batches(run_id, seq, count, events, lease_version, at)"
         " SELECT %(run_id)s, %(new_seq)s, %(count)s, %(batch)s, %(lease_version)s, at FROM moved RETURNING at"
     )
@@ -181,6 +188,22 @@ INSERT_ARTIFACT = """INSERT INTO artifacts(run_id, name, version, sha256, media_
     VALUES (%s,%s,%s,%s,%s,%s,%s)"""
 UPSERT_ATTEMPT = """INSERT INTO tool_attempts(attempt_id, run_id, step, body) VALUES (%s,%s,%s,%s)
     ON CONFLICT (attempt_id) DO UPDATE SET run_id=EXCLUDED.run_id, step=EXCLUDED.step, body=EXCLUDED.body"""
+# The same upsert inside a step's statement (``with_events``), from its rows as one JSON text parameter.
+UPSERT_ATTEMPTS_FROM_MOVED = (
+    ", tried AS (INSERT INTO tool_attempts(attempt_id, run_id, step, body)"
+    " SELECT a.attempt_id, %(run_id)s, a.step, a.body"
+    " FROM moved, json_to_recordset(%(attempts)s::json) AS a(attempt_id text, step bigint, body text)"
+    " ON CONFLICT (attempt_id) DO UPDATE SET run_id=EXCLUDED.run_id, step=EXCLUDED.step, body=EXCLUDED.body)"
+)
+
+
+def attempts_json(rows: list[tuple[str, int, str]]) -> str:
+    """(attempt id, step, body) rows as ``UPSERT_ATTEMPTS_FROM_MOVED`` reads them; an id written twice keeps
+    its last body, as the upserts one after the other would (one statement may not touch a row twice)."""
+    last = {attempt_id: (step, body) for attempt_id, step, body in rows}
+    return json.dumps([{"attempt_id": k, "step": step, "body": body} for k, (step, body) in last.items()])
+
+
 INSERT_CHECKPOINT = """INSERT INTO checkpoints(run_id, seq, reason, snapshot, parts, created_at)
     VALUES (%s,%s,%s,%s,%s,%s)"""
 LATEST_CHECKPOINT = """SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=%s

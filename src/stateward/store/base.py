@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from stateward.core.canonical import compact_json
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
@@ -15,6 +15,9 @@ from stateward.core.journal import BreakerState, SideEffectRecord
 from stateward.core.state import RunState
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage
 from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
+
+if TYPE_CHECKING:
+    from stateward.store.postgres import PostgresStore
 
 
 class Store(Protocol):
@@ -146,20 +149,34 @@ def open_store(url: str, *, create: bool = True) -> Store:
     psycopg is imported only for a PostgreSQL URL, so the embedded default needs nothing extra. With
     ``create=False`` only an existing stateward store opens (commands that only read or answer use it).
     """
-    if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from stateward.store.postgres import PostgresStore
-        except ImportError as exc:
-            from stateward.core.errors import UserError
-
-            raise UserError(
-                f"the PostgreSQL store needs psycopg ({exc}); install it with: pip install 'stateward[postgres]'",
-                code=ErrorCode.STORE_UNSUPPORTED,
-            ) from None
-        return PostgresStore(url, create=create)
+    if is_postgres_url(url):
+        return _postgres_store()(url, create=create)
     from stateward.store.sqlite import SQLiteStore
 
     return SQLiteStore(sqlite_path(url), create=create)
+
+
+def is_postgres_url(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def import_store(url: str) -> None:
+    """Import the implementation ``open_store(url)`` uses (a forking worker supervisor imports it once)."""
+    if is_postgres_url(url):
+        _postgres_store()
+    else:
+        import stateward.store.sqlite  # noqa: F401
+
+
+def _postgres_store() -> type[PostgresStore]:
+    try:
+        from stateward.store.postgres import PostgresStore
+    except ImportError as exc:
+        raise UserError(
+            f"the PostgreSQL store needs psycopg ({exc}); install it with: pip install 'stateward[postgres]'",
+            code=ErrorCode.STORE_UNSUPPORTED,
+        ) from None
+    return PostgresStore
 
 
 def sqlite_path(url: str) -> str:

@@ -310,8 +310,9 @@ class PostgresStore(OutboxMethods):
                 raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
 
     def commit_step(self, run_id: str, expected_seq: int, write: StepWrite, lease: Lease | None = None) -> int:
-        """One round trip for most steps (the run row's guarded update and the events, one statement);
-        a step with more to write is one pipelined transaction, two round trips or three."""
+        """One round trip for most steps (the run row's guarded update, the events and a tool step's
+        attempts, one statement); a step with more to write is one pipelined transaction, two round trips
+        or three."""
         state = write.state
         new_seq = expected_seq + len(write.events)
         split = split_state(state, self._parts.known(run_id))  # large memo entries apart, written when changed
@@ -331,16 +332,23 @@ class PostgresStore(OutboxMethods):
         }
         if lease is not None:
             params.update(owner=lease.owner, version=lease.version)
+        notices = notices_of(state, expected_seq, write.events) if write.events else []
+        pipelined = bool(
+            write.has_contents_besides_attempts or split.new_parts or notices or (write.attempts and not write.events)
+        )
+        inline = bool(write.attempts) and not pipelined  # a tool step's attempts ride in its one statement
+        if inline:
+            params["attempts"] = q.attempts_json([(a.attempt_id, a.step, a.model_dump_json()) for a in write.attempts])
         statement = q.step_statement(
             leased=lease is not None,
             clear_control=write.clear_control,
             release=lease is not None and write.release_lease,
             events=len(write.events),
+            attempts=inline,
         )
-        notices = notices_of(state, expected_seq, write.events) if write.events else []
         with self._lent() as lent:
             try:
-                if write.has_contents or split.new_parts or notices:
+                if pipelined:
                     self._pipelined_step(lent, statement, params, lease, write, split, notices)
                 else:
                     self._direct_step(lent, statement, params, lease)

@@ -104,13 +104,13 @@ class StepWrite(BaseModel):
     @property
     def has_contents(self) -> bool:
         """Whether the step writes more than its events and the run row (most steps do not)."""
+        return bool(self.attempts) or self.has_contents_besides_attempts
+
+    @property
+    def has_contents_besides_attempts(self) -> bool:
+        """Whether the step writes more than its events, the run row and tool attempts (a tool step's)."""
         return bool(
-            self.open_request
-            or self.close_request
-            or self.close_all_requests
-            or self.artifacts
-            or self.attempts
-            or self.checkpoint
+            self.open_request or self.close_request or self.close_all_requests or self.artifacts or self.checkpoint
         )
 
 
