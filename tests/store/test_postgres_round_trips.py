@@ -181,16 +181,7 @@ def test_a_refused_tool_step_writes_no_attempt(store: PostgresStore, pg_url: str
 def test_a_step_with_contents_is_one_pipelined_transaction(store: PostgresStore, wire: WireTrace) -> None:
     lease = store.acquire_lease(RUN, "w1", ttl_s=30)
     state = store.load_run(RUN)
-    attempt = AttemptRecord(
-        attempt_id="a1",
-        run_id=RUN,
-        step=1,
-        sequence=1,
-        tool="t",
-        input_hash="h",
-        idempotency_key=None,
-        outcome="SUCCESS",
-    )
+    attempt = tool_attempt("a1")
     ended = state.model_copy(update={"status": RunStatus.COMPLETED, "terminal_reason": "done"})
     write = StepWrite(state=ended, events=events(2), attempts=[attempt], checkpoint="terminal", release_lease=True)
     assert counted(wire, lambda: store.commit_step(RUN, 1, write, lease)) == 2
