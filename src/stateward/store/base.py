@@ -157,6 +157,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
 
 def is_postgres_url(url: str) -> bool:
+    """Whether ``url`` names a PostgreSQL store (anything else is a SQLite path or URL)."""
     return url.startswith(("postgresql://", "postgres://"))
 
 
