@@ -16,7 +16,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,9 +101,9 @@ def fleet(tmp_path: Path, db: Path | str, *args: str) -> Iterator[Fleet]:
     try:
         yield Fleet(proc, err)
     finally:
-        if proc.poll() is None:
+        with suppress(ProcessLookupError):  # the group outlives its leader: children the test left running
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
 
@@ -264,3 +264,39 @@ def test_several_processes_where_there_is_no_fork_are_refused(monkeypatch: pytes
     with pytest.raises(SystemExit) as exc:
         worker_cmd.start_worker(WorkerOptions(db="unused.db", processes=2))
     assert exc.value.code == 3
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` exited (a zombie left for an init that does not reap counts as exited)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return fields[0] in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_killed_supervisor_takes_its_children_along_and_they_drain(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    marks = tmp_path / "in-flight"
+    marks.mkdir()
+    ids = submit(tmp_path, db, 2, naps=3, seconds=1.0, mark=str(marks))
+    with fleet(tmp_path, db, "--processes", "2") as f:
+        f.wait_until(lambda: len(list(marks.iterdir())) == 2, "both runs' first call in flight")
+        children = f.child_pids()
+        f.proc.send_signal(signal.SIGKILL)  # nothing is forwarded: the kernel has to tell the children
+        f.proc.wait()
+        deadline = time.monotonic() + DEADLINE_S
+        while not all(_gone(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert all(_gone(pid) for pid in children), f.log()
+        runtime = Runtime.open(str(db), create=False)
+        try:
+            leases = [runtime.store.lease_of(r) for r in ids]
+            states = [runtime.get(r) for r in ids]
+        finally:
+            runtime.close()
+    assert len(STOPPED.findall(f.log())) == 2, f.log()  # each child stopped by itself, after its step
+    assert leases == [None, None]  # released, not left to expire
+    for state in states:  # the call in flight was finished and recorded
+        assert (state.status.value, state.usage.tool_attempts) == ("RUNNING", 1)

@@ -19,6 +19,9 @@ What the supervisor does:
   again. The supervisor's exit status is the highest of its children's (0 when all exited 0).
 - ``--json`` prints one object: the children's final counts summed, with ``processes`` and ``replaced``.
 - ``--metrics-port`` is refused with more than one process: N processes cannot serve one port.
+- A supervisor that dies without forwarding (a SIGKILL, the OOM killer) takes its children along, on
+  Linux: the kernel sends each of them SIGTERM (``PR_SET_PDEATHSIG``), so they drain and release their
+  leases rather than run on unsupervised. A child forked just as the supervisor died exits at once.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 MAX_PROCESSES = 64  # each child holds its own store connections (PostgreSQL's default max_connections: 100)
 CRASH_WINDOW_S = 60.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def check_processes(opts: WorkerOptions) -> None:
@@ -93,6 +97,7 @@ class Supervisor:
     gave_up: bool = False
     deaths: deque[float] = field(default_factory=deque)
     codes: list[int] = field(default_factory=list)
+    supervisor_pid: int = field(default_factory=os.getpid)
 
     def run(self) -> int:
         read_end, self._write_end = os.pipe()
@@ -131,6 +136,8 @@ class Supervisor:
         try:
             for sig in STOP_SIGNALS:  # until the worker installs its own: dying then loses nothing
                 signal.signal(sig, signal.SIG_DFL)
+            if not _stop_with_parent(self.supervisor_pid):
+                return  # the supervisor is gone already: start nothing it cannot watch
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             code = _child_code(replace(self.opts, processes=1, as_json=False), self.agents, self._write_end)
         finally:
@@ -192,6 +199,18 @@ def _child_code(opts: WorkerOptions, agents: AgentRegistry | None, counts_out: i
     return code
 
 
+def _stop_with_parent(parent: int) -> bool:
+    """Ask the kernel for SIGTERM when ``parent`` dies (Linux; elsewhere nothing is asked); False when it
+    is already gone (this process was re-parented before it could ask)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            _say(f"worker process {os.getpid()}: cannot ask to stop with its supervisor (errno {ctypes.get_errno()})")
+    return os.getppid() == parent
+
+
 def _kill(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # exited; reaped by the next wait
         os.kill(pid, signum)
@@ -222,6 +241,8 @@ def supervise(opts: WorkerOptions) -> int:
     """Preload, freeze what was built out of the collector's scans, fork ``opts.processes`` workers."""
     gc.disable()
     try:
+        if sys.platform.startswith("linux"):
+            import ctypes  # noqa: F401  # for each child's _stop_with_parent, imported once here
         agents = preload(opts)
     finally:
         gc.freeze()
