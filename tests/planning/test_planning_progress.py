@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -16,7 +19,7 @@ from stateward.planning import (
     StepRecord,
     normalize_query,
 )
-from stateward.planning.progress import jaccard
+from stateward.planning.progress import ProgressConfig, jaccard
 
 S = ProgressSignal
 
@@ -215,3 +218,23 @@ def test_a_confidence_must_be_a_finite_number_between_zero_and_one() -> None:
     for bad in (1.5, -0.1, float("nan")):
         with pytest.raises(ValidationError):
             step(confidence=bad)
+
+
+def test_a_config_is_stored_as_the_same_text_by_every_process() -> None:
+    """Its stopwords are a set, whose own order follows each process's string hashing: the stored text must
+    not, or each process would write the same running record anew."""
+    script = "from stateward.planning.progress import ProgressConfig as C;print(C(max_react_steps=3).model_dump_json())"
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(texts) == 1
+    [text] = texts
+    config = ProgressConfig.model_validate_json(text)
+    assert config.stopwords == ProgressConfig(max_react_steps=3).stopwords  # and it reads back the same set

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_serializer
 
 from stateward.core.canonical import args_digest
 from stateward.planning.budget import BudgetAmount, BudgetRemaining
@@ -121,6 +121,12 @@ class ProgressConfig(_Frozen):
     stopwords: frozenset[str] = DEFAULT_STOPWORDS
     query_keys: tuple[str, ...] = DEFAULT_QUERY_KEYS
     step_cost: BudgetAmount = BudgetAmount(tool_calls=1, model_calls=1)  # what one more step needs
+
+    @field_serializer("stopwords")
+    def _sorted_stopwords(self, stopwords: frozenset[str]) -> list[str]:
+        """In sorted order: a set's own order follows the process's string hashing, so the same config
+        would be stored as a different text by each process (and not be found unchanged)."""
+        return sorted(stopwords)
 
 
 class ProgressVerdict(_Frozen):
