@@ -203,7 +203,8 @@ class ProgressTracker(_Frozen):
         last allowed step is reported as such, because it says more than "out of steps".
         """
         repeat = self._repeat_rule(step.action, step.args)
-        fresh = tuple(e for e in dict.fromkeys(step.new_evidence_ids) if e not in self.evidence_ids)
+        known = frozenset(self.evidence_ids) if step.new_evidence_ids else frozenset()
+        fresh = tuple(e for e in dict.fromkeys(step.new_evidence_ids) if e not in known)
         same_result = self.last_result_hash is not None and step.result_hash == self.last_result_hash
         key = (step.action, args_digest(step.args))
         query = self._query_of(step.action, step.args)
