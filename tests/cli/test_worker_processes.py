@@ -160,28 +160,40 @@ def test_async_workers_fork_too(tmp_path: Path) -> None:
     assert f.log().count("3 slot(s) (async, one event loop) on") == 2
 
 
-def test_sigterm_is_forwarded_and_every_child_drains_its_step(tmp_path: Path) -> None:
+@contextmanager
+def two_calls_in_flight(tmp_path: Path) -> Iterator[tuple[Fleet, Path, list[str]]]:
+    """A fleet of 2 with one run each, both runs' first (1 s) call in flight: (fleet, db, run ids)."""
     db = tmp_path / "runs.db"
     marks = tmp_path / "in-flight"
     marks.mkdir()
     ids = submit(tmp_path, db, 2, naps=3, seconds=1.0, mark=str(marks))
     with fleet(tmp_path, db, "--processes", "2") as f:
         f.wait_until(lambda: len(list(marks.iterdir())) == 2, "both runs' first call in flight")
-        runtime = Runtime.open(str(db), create=False)
-        try:
-            f.proc.send_signal(signal.SIGTERM)
-            code, counts = f.finish()
-            leases = [runtime.store.lease_of(r) for r in ids]
-            states = [runtime.get(r) for r in ids]
-        finally:
-            runtime.close()
+        assert len({m.name.split("-")[0] for m in marks.iterdir()}) == 2  # one call in each child
+        yield f, db, ids
+
+
+def assert_drained(f: Fleet, db: Path, ids: list[str]) -> None:
+    """Each child stopped by itself after its step: the call in flight finished and recorded, the lease
+    released (not left to expire), the run waiting for the next worker."""
+    assert len(STOPPED.findall(f.log())) == 2, f.log()
+    runtime = Runtime.open(str(db), create=False)
+    try:
+        assert [runtime.store.lease_of(r) for r in ids] == [None, None]
+        states = [runtime.get(r) for r in ids]
+    finally:
+        runtime.close()
+    for state in states:
+        assert (state.status.value, state.usage.tool_attempts) == ("RUNNING", 1)
+
+
+def test_sigterm_is_forwarded_and_every_child_drains_its_step(tmp_path: Path) -> None:
+    with two_calls_in_flight(tmp_path) as (f, db, ids):
+        f.proc.send_signal(signal.SIGTERM)
+        code, counts = f.finish()
     assert code == 0, f.log()
     assert (counts["claimed"], counts["stale_leases"], counts["errors"]) == (2, 0, 0)
-    assert len(STOPPED.findall(f.log())) == 2  # each child stopped by itself, after its step
-    assert leases == [None, None]  # released, not left to expire
-    assert len({m.name.split("-")[0] for m in marks.iterdir()}) == 2  # one call in each child
-    for state in states:  # the call in flight was finished and recorded; the run waits for the next worker
-        assert (state.status.value, state.usage.tool_attempts) == ("RUNNING", 1)
+    assert_drained(f, db, ids)
 
 
 def test_a_killed_child_is_replaced_and_the_fleet_goes_on(tmp_path: Path) -> None:
@@ -277,12 +289,7 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
 def test_a_killed_supervisor_takes_its_children_along_and_they_drain(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
-    marks = tmp_path / "in-flight"
-    marks.mkdir()
-    ids = submit(tmp_path, db, 2, naps=3, seconds=1.0, mark=str(marks))
-    with fleet(tmp_path, db, "--processes", "2") as f:
-        f.wait_until(lambda: len(list(marks.iterdir())) == 2, "both runs' first call in flight")
+    with two_calls_in_flight(tmp_path) as (f, db, ids):
         children = f.child_pids()
         f.proc.send_signal(signal.SIGKILL)  # nothing is forwarded: the kernel has to tell the children
         f.proc.wait()
@@ -290,13 +297,4 @@ def test_a_killed_supervisor_takes_its_children_along_and_they_drain(tmp_path: P
         while not all(_gone(pid) for pid in children) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert all(_gone(pid) for pid in children), f.log()
-        runtime = Runtime.open(str(db), create=False)
-        try:
-            leases = [runtime.store.lease_of(r) for r in ids]
-            states = [runtime.get(r) for r in ids]
-        finally:
-            runtime.close()
-    assert len(STOPPED.findall(f.log())) == 2, f.log()  # each child stopped by itself, after its step
-    assert leases == [None, None]  # released, not left to expire
-    for state in states:  # the call in flight was finished and recorded
-        assert (state.status.value, state.usage.tool_attempts) == ("RUNNING", 1)
+    assert_drained(f, db, ids)
