@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from stateward import Runtime
-from stateward.cli import worker_cmd
+from stateward.cli import prefork, worker_cmd
 from stateward.cli.worker_cmd import WorkerOptions
 
 AGENTS = textwrap.dedent("""
@@ -298,3 +298,41 @@ def test_a_killed_supervisor_takes_its_children_along_and_they_drain(tmp_path: P
             time.sleep(0.02)
         assert all(_gone(pid) for pid in children), f.log()
     assert_drained(f, db, ids)
+
+
+# -- the supervisor's own decisions, with os.fork and os.kill replaced: nothing is forked here ---------------
+@pytest.fixture
+def no_fork(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """os.fork refuses (as with no memory left) and os.kill records what it was asked: (pid, signal)."""
+    killed: list[tuple[int, int]] = []
+
+    def refuse() -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refuse)
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    return killed
+
+
+def test_no_worker_is_forked_once_the_workers_are_stopping(no_fork: list[tuple[int, int]]) -> None:
+    supervisor = prefork.Supervisor(WorkerOptions(db="unused.db", processes=2), stop_signal=signal.SIGTERM)
+    supervisor._fork(0)  # a stop that came between two forks, or before a replacement: no new worker
+    assert (supervisor.children, supervisor.gave_up, no_fork) == ({}, False, [])
+
+
+def test_a_fork_that_fails_stops_the_others(no_fork: list[tuple[int, int]], capsys: pytest.CaptureFixture[str]) -> None:
+    supervisor = prefork.Supervisor(WorkerOptions(db="unused.db", processes=2), children={4242: 0})
+    supervisor._fork(1)
+    assert supervisor.gave_up and supervisor.stop_signal == signal.SIGTERM
+    assert no_fork == [(4242, signal.SIGTERM)] and supervisor.children == {4242: 0}
+    assert "cannot fork a worker process" in capsys.readouterr().err
+
+
+def test_a_child_killed_by_a_signal_without_a_name_is_reported_by_number(
+    no_fork: list[tuple[int, int]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    realtime = signal.SIGRTMIN + 6
+    supervisor = prefork.Supervisor(WorkerOptions(db="unused.db", processes=2), children={4242: 0}, gave_up=True)
+    supervisor._reap(4242, realtime)  # a wait status of a process killed by that signal
+    assert supervisor.codes == [5]
+    assert f"worker process 4242 was killed by signal {realtime} while the workers stopped" in capsys.readouterr().err

@@ -120,10 +120,20 @@ class Supervisor:
         return code
 
     def _fork(self, slot: int) -> None:
-        """Fork one child; stop signals are blocked meanwhile so a forward never misses a new child."""
+        """Fork one child, unless the workers are stopping. Stop signals are blocked from that check to the
+        child's entry in ``children``, so a forward never misses a new child: a signal that came before
+        the check means no fork, one that comes after is delivered once the child is listed."""
         old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            pid = os.fork()
+            if self.stop_signal is not None:
+                return
+            try:
+                pid = os.fork()
+            except OSError as exc:  # no memory or process slots left: stop the rest rather than run short
+                _say(f"worker supervisor: cannot fork a worker process ({exc}); stopping the others")
+                self.gave_up = True
+                self._forward(signal.SIGTERM, None)
+                return
             if pid == 0:
                 self._child(old)
             self.children[pid] = slot
@@ -158,7 +168,7 @@ class Supervisor:
         sig = os.WTERMSIG(status)
         if sig == self.stop_signal:
             return
-        name = signal.Signals(sig).name
+        name = _signal_name(sig)
         if self.stop_signal is not None or self.gave_up:
             _say(f"worker process {pid} was killed by {name} while the workers stopped")
             self.codes.append(EXIT_RUNS_TROUBLED)
@@ -209,6 +219,14 @@ def _stop_with_parent(parent: int) -> bool:
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
             _say(f"worker process {os.getpid()}: cannot ask to stop with its supervisor (errno {ctypes.get_errno()})")
     return os.getppid() == parent
+
+
+def _signal_name(signum: int) -> str:
+    """SIGKILL, or a number for a signal Python has no name for (a real-time one)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _kill(pid: int, signum: int) -> None:

@@ -29,6 +29,7 @@ plain memo back (a reader never sees a Sealed value from the store).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,6 +222,7 @@ class PartCache:
     def __init__(self, runs: int = PART_CACHE_RUNS, chars: int = PART_CACHE_CHARS):
         self._runs = runs
         self._chars = chars
+        self._lock = threading.Lock()  # a PostgreSQL store commits from many threads at once
         self._held = 0  # characters of text kept (a text shared by two runs counts twice)
         self._known: dict[str, tuple[dict[EntryPath, Known], int]] = {}
 
@@ -230,19 +232,21 @@ class PartCache:
 
     def committed(self, run_id: str, entries: Mapping[EntryPath, Known]) -> None:
         """Call only after the transaction that wrote (or found) these parts committed."""
-        self._drop(run_id)
-        if not entries:
-            return
         size = sum(len(k.text) for k in entries.values())
-        if len(self._known) >= self._runs or self._held + size > self._chars:
-            self._known.clear()
-            self._held = 0
-        self._known[run_id] = (dict(entries), size)
-        self._held += size
+        with self._lock:
+            self._drop(run_id)
+            if not entries:
+                return
+            if len(self._known) >= self._runs or self._held + size > self._chars:
+                self._known.clear()
+                self._held = 0
+            self._known[run_id] = (dict(entries), size)
+            self._held += size
 
     def forget(self, run_ids: Iterable[str]) -> None:
-        for run_id in run_ids:
-            self._drop(run_id)
+        with self._lock:
+            for run_id in run_ids:
+                self._drop(run_id)
 
     def _drop(self, run_id: str) -> None:
         found = self._known.pop(run_id, None)
