@@ -13,7 +13,8 @@ What the supervisor does:
 - A child killed by a signal the supervisor did not forward (the kernel's OOM killer, a SIGKILL, a crash)
   is reported and replaced by a new fork: its runs' leases expire and any worker takes them over, as
   after any crashed worker. More than N such deaths within ``CRASH_WINDOW_S`` is a crash loop: the
-  supervisor stops the others (as on SIGTERM) and exits 5.
+  supervisor stops the others (as on SIGTERM) and exits 5, as it does when a fork fails (no memory or
+  process slots left). Once the workers are stopping, none is forked or replaced.
 - A child that exits by itself (``--idle-exit``, ``--max-crashes``, an error at start such as an
   unreachable store) is not replaced: it ended by its own rules, and a broken configuration would fail
   again. The supervisor's exit status is the highest of its children's (0 when all exited 0).
