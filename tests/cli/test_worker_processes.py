@@ -76,6 +76,10 @@ class Fleet:
                 raise AssertionError(f"timed out waiting for {what}:\n{self.log()}")
             time.sleep(0.02)
 
+    def wait_for_workers(self, n: int) -> None:
+        """Until ``n`` worker children (replacements included) have announced themselves."""
+        self.wait_until(lambda: len(self.child_pids()) == n, f"{n} workers started")
+
     def finish(self) -> tuple[int, dict[str, object]]:
         """(exit status, the --json counts) once the supervisor exited."""
         out, _ = self.proc.communicate(timeout=DEADLINE_S)
@@ -200,10 +204,10 @@ def test_a_killed_child_is_replaced_and_the_fleet_goes_on(tmp_path: Path) -> Non
     db = tmp_path / "runs.db"
     submit(tmp_path, db, 0)
     with fleet(tmp_path, db, "--processes", "2") as f:
-        f.wait_until(lambda: len(f.child_pids()) == 2, "two workers")
+        f.wait_for_workers(2)
         victim = f.child_pids()[0]
         os.kill(victim, signal.SIGKILL)
-        f.wait_until(lambda: len(f.child_pids()) == 3, "a third worker")
+        f.wait_for_workers(3)
         ids = submit(tmp_path, db, 4)
         f.wait_until(lambda: statuses(db, ids) == ["COMPLETED"] * 4, "the runs completed")
         f.proc.send_signal(signal.SIGTERM)
@@ -218,7 +222,7 @@ def test_more_deaths_than_processes_within_a_minute_stop_the_fleet_with_5(tmp_pa
     submit(tmp_path, db, 0)
     with fleet(tmp_path, db, "--processes", "2") as f:
         for started in (2, 3, 4):  # two deaths are replaced; the third is one too many
-            f.wait_until(lambda n=started: len(f.child_pids()) == n, f"{started} workers started")  # type: ignore[misc]
+            f.wait_for_workers(started)
             os.kill(f.child_pids()[-1], signal.SIGKILL)
         code, counts = f.finish()
     assert code == 5, f.log()

@@ -26,6 +26,12 @@ EXIT_NOT_DRIVEN = 4
 EXIT_RUNS_TROUBLED = 5
 
 
+def say(line: str) -> None:
+    """Write one status line on stderr at once (a worker's start and stop lines, read as they happen)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def emit_json(value: Any) -> None:
     """Print ``value`` as indented JSON on stdout (what every ``--json`` prints)."""
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")

@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from stateward.cli.output import EXIT_RUNS_TROUBLED, emit_json
+from stateward.cli.output import EXIT_RUNS_TROUBLED, emit_json, say
 from stateward.core.errors import ErrorCode, UserError
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class Supervisor:
         try:
             for slot in range(self.opts.processes):
                 self._fork(slot)
-            _say(f"worker supervisor {os.getpid()}: {self.opts.processes} processes on {self.opts.db}")
+            say(f"worker supervisor {os.getpid()}: {self.opts.processes} processes on {self.opts.db}")
             while self.children:
                 self._reap(*os.wait())
         finally:
@@ -115,7 +115,7 @@ class Supervisor:
             os.close(self._write_end)
         counts = _read_counts(read_end)
         code = max([EXIT_RUNS_TROUBLED if self.gave_up else 0, *self.codes])
-        _say(f"worker supervisor stopped: processes={self.opts.processes} replaced={self.replaced} exit={code}")
+        say(f"worker supervisor stopped: processes={self.opts.processes} replaced={self.replaced} exit={code}")
         if self.opts.as_json:
             emit_json({**_summed(counts), "processes": self.opts.processes, "replaced": self.replaced})
         return code
@@ -131,7 +131,7 @@ class Supervisor:
             try:
                 pid = os.fork()
             except OSError as exc:  # no memory or process slots left: stop the rest rather than run short
-                _say(f"worker supervisor: cannot fork a worker process ({exc}); stopping the others")
+                say(f"worker supervisor: cannot fork a worker process ({exc}); stopping the others")
                 self.gave_up = True
                 self._forward(signal.SIGTERM, None)
                 return
@@ -171,7 +171,7 @@ class Supervisor:
             return
         name = _signal_name(sig)
         if self.stop_signal is not None or self.gave_up:
-            _say(f"worker process {pid} was killed by {name} while the workers stopped")
+            say(f"worker process {pid} was killed by {name} while the workers stopped")
             self.codes.append(EXIT_RUNS_TROUBLED)
             return
         now = time.monotonic()
@@ -179,14 +179,14 @@ class Supervisor:
             self.deaths.popleft()
         self.deaths.append(now)
         if len(self.deaths) > self.opts.processes:
-            _say(
+            say(
                 f"worker process {pid} was killed by {name}: {len(self.deaths)} processes died within"
                 f" {CRASH_WINDOW_S:g} s; stopping the others"
             )
             self.gave_up = True
             self._forward(signal.SIGTERM, None)
             return
-        _say(f"worker process {pid} was killed by {name}; starting another")
+        say(f"worker process {pid} was killed by {name}; starting another")
         self.replaced += 1
         self._fork(slot)
 
@@ -218,7 +218,7 @@ def _stop_with_parent(parent: int) -> bool:
 
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-            _say(f"worker process {os.getpid()}: cannot ask to stop with its supervisor (errno {ctypes.get_errno()})")
+            say(f"worker process {os.getpid()}: cannot ask to stop with its supervisor (errno {ctypes.get_errno()})")
     return os.getppid() == parent
 
 
@@ -236,10 +236,10 @@ def _kill(pid: int, signum: int) -> None:
 
 
 def _read_counts(read_end: int) -> list[dict[str, Any]]:
-    chunks = []
+    """Each child's final counts, a JSON line each (read once every child has exited)."""
     with os.fdopen(read_end, "rb") as pipe:
-        chunks.append(pipe.read())
-    return [json.loads(line) for line in b"".join(chunks).decode().splitlines() if line.strip()]
+        text = pipe.read().decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _summed(counts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -249,11 +249,6 @@ def _summed(counts: list[dict[str, Any]]) -> dict[str, Any]:
         for key, value in row.items():
             out[key] = (out.get(key, False) or value) if isinstance(value, bool) else out.get(key, 0) + value
     return out
-
-
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
 
 
 def supervise(opts: WorkerOptions) -> int:

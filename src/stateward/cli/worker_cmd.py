@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from stateward.cli import DEFAULT_DB
-from stateward.cli.output import EXIT_RUNS_TROUBLED, emit_json, reported_errors
+from stateward.cli.output import EXIT_RUNS_TROUBLED, emit_json, reported_errors, say
 from stateward.cli.prefork import MAX_PROCESSES, check_processes, supervise
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.recovery import RecoveryPolicy
@@ -93,26 +93,21 @@ def run_worker(opts: WorkerOptions, agents: AgentRegistry | None = None) -> tupl
     signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
     signal.signal(signal.SIGINT, lambda *_: w.stop.set())
     mode = " (async, one event loop)" if opts.use_async else ""
-    _say(f"worker {runtime.owner}: {opts.concurrency} slot(s){mode} on {opts.db}")
+    say(f"worker {runtime.owner}: {opts.concurrency} slot(s){mode} on {opts.db}")
     if endpoint is not None:
-        _say(f"metrics: http://{opts.metrics_addr}:{endpoint.port}/metrics")
+        say(f"metrics: http://{opts.metrics_addr}:{endpoint.port}/metrics")
     stats = w.run(idle_exit_s=opts.idle_exit)
     if endpoint is not None:
         endpoint.close()
     stopped_by_signal = w.stop.is_set() and not stats.stopped_on_crashes
     runtime.close()
     counts = stats.as_dict()
-    _say("worker stopped: " + " ".join(f"{k}={str(v).lower()}" for k, v in counts.items()))
+    say("worker stopped: " + " ".join(f"{k}={str(v).lower()}" for k, v in counts.items()))
     if opts.as_json:
         emit_json(counts)
     if stats.stopped_on_crashes or (not stopped_by_signal and stats.troubled):
         return EXIT_RUNS_TROUBLED, counts
     return 0, counts
-
-
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
 
 
 def _metrics_endpoint(opts: WorkerOptions) -> MetricsEndpoint:
