@@ -185,6 +185,12 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN parts TEXT",
         "ALTER TABLE checkpoints ADD COLUMN parts TEXT",
     ],
+    # 7: a run's agent version beside its name, so a worker claims only runs its build may drive
+    # (runtime/agent_registry.py); runs recorded before have theirs copied from their snapshot.
+    [
+        "ALTER TABLE runs ADD COLUMN agent_version TEXT",
+        "UPDATE runs SET agent_version = json_extract(snapshot, '$.agent.version') WHERE json_valid(snapshot)",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -363,5 +369,14 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
                    b.lease_version, b.at
             FROM event_batches AS b
                 CROSS JOIN LATERAL json_array_elements(b.events::json) WITH ORDINALITY AS e(item, n)""",
+    ],
+    # 8: a run's agent version beside its name, as in SQLite (7).
+    [
+        "ALTER TABLE runs ADD COLUMN agent_version TEXT",
+        # A snapshot that is no JSON leaves every version unknown (NULL: built as before versions existed).
+        """DO $$ BEGIN
+            UPDATE runs SET agent_version = (snapshot::json -> 'agent' ->> 'version');
+        EXCEPTION WHEN others THEN NULL;
+        END $$""",
     ],
 ]
