@@ -273,7 +273,9 @@ def answer_request(
 def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[str, Any] | None:
     """A refused call the Runtime asked about is an outcome the controller sees, with the comment."""
     action = pending.guarded_action
-    if answer.verdict is not AnswerVerdict.REJECTED or pending.asked_by is not AskedBy.RUNTIME or action is None:
+    if pending.kind is not RequestKind.APPROVAL or answer.verdict is not AnswerVerdict.REJECTED:
+        return None  # a reconciliation's answer is recorded by the gateway, as the call's own outcome
+    if pending.asked_by is not AskedBy.RUNTIME or action is None:
         return None
     return {
         "step": pending.call_step or 0,

@@ -1,0 +1,344 @@
+"""A person's answer to a reconciliation decides the call's outcome, in every controller.
+
+The tools here take effect and then never answer in time (a credit posted whose response is lost), and
+have no ``lookup``: only a person can say what happened. "It happened" (approve) is a success confirmed by
+them; "it did not happen" (reject) is NOT_EXECUTED, after which the tool's retry policy decides.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from stateward import (
+    Agent,
+    FinishNode,
+    PlanAndExecuteController,
+    ReActController,
+    RetryPolicy,
+    RunStatus,
+    Runtime,
+    ToolContext,
+    ToolNode,
+    ToolRegistry,
+    WorkflowController,
+    tool,
+)
+from stateward.core.errors import RequestRefusedError
+from stateward.core.events import EventType
+from stateward.core.state import AgentRef, RequestKind, is_run_suspended
+from stateward.store.sqlite import SQLiteStore
+from stateward.testing import ScriptedModel
+
+
+@dataclass
+class Bank:
+    """The system the credit acts on: which keys took effect, and how many times the handler was called."""
+
+    effects: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    notified: list[str] = field(default_factory=list)
+    answer_on_call: int | None = None  # the call (1-based) that answers in time; the others hang
+    effect_on_call: frozenset[int] = frozenset({1})  # which calls take effect before hanging
+    hang: threading.Event = field(default_factory=threading.Event)
+
+    def tools(self, *, retry: RetryPolicy | None = None, role: str | None = "finance") -> ToolRegistry:
+        @tool(
+            description="Credit an account.",
+            requires_approval=True,
+            approver_role=role,
+            timeout_s=0.05,
+            retry=retry,
+        )
+        def credit(account: str, cents: int, ctx: ToolContext) -> dict[str, Any]:
+            self.calls.append(ctx.idempotency_key)
+            number = len(self.calls)
+            if number in self.effect_on_call:
+                self.effects.append(ctx.idempotency_key)
+            if number != self.answer_on_call:
+                self.hang.wait(1)  # the response is lost: the gateway sees a timeout
+            return {"credited": cents, "account": account}
+
+        @tool(description="Tell the customer.")
+        def notify(text: str) -> str:
+            self.notified.append(text)
+            return "sent"
+
+        return ToolRegistry([credit, notify])
+
+
+@pytest.fixture
+def bank() -> Iterator[Bank]:
+    b = Bank()
+    yield b
+    b.hang.set()  # let abandoned handler threads end
+
+
+CREDIT = {"account": "acct-7", "cents": 1200}
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def workflow_agent(bank: Bank, **kw: Any) -> Agent:
+    nodes = [
+        ToolNode("credit", "credit", CREDIT, next="notify"),
+        ToolNode("notify", "notify", {"text": "credited"}, next="done"),
+        FinishNode("done"),
+    ]
+    return Agent(
+        name="wf",
+        controller=WorkflowController(nodes),
+        tools=bank.tools(**kw),
+        ref=AgentRef(name="tests:none"),
+        approver_role="ops",
+    )
+
+
+def react_agent(bank: Bank, seen: list[list[dict[str, Any]]], **kw: Any) -> Agent:
+    def decide(request: Any) -> dict[str, Any]:
+        seen.append([dict(o) for o in request.observations])
+        credit = [o for o in request.observations if o["action"] == "credit"]
+        if any(o["action"] == "notify" for o in request.observations):
+            return {"type": "FINISH", "reason": "credited and told"}
+        if credit and credit[-1]["status"] == "SUCCESS":
+            return {"type": "EXECUTE_TOOL", "action": "notify", "args": {"text": "credited"}}
+        if credit and credit[-1]["status"] == "FAILED":
+            return {"type": "FAIL", "reason": f"credit {credit[-1]['error_code']}"}
+        if credit:
+            return {"type": "FAIL", "reason": "credit still unknown"}
+        return {"type": "EXECUTE_TOOL", "action": "credit", "args": CREDIT}
+
+    return Agent(
+        name="react",
+        controller=ReActController(ScriptedModel(decide)),
+        tools=bank.tools(**kw),
+        ref=AgentRef(name="tests:none"),
+    )
+
+
+def plan_agent(bank: Bank) -> Agent:
+    plan = {
+        "steps": [
+            {"kind": "tool", "action": "credit", "args": CREDIT},
+            {"kind": "tool", "action": "notify", "args": {"text": "credited"}},
+            {"kind": "finish", "reason": "done"},
+        ]
+    }
+    return Agent(
+        name="plan",
+        controller=PlanAndExecuteController(ScriptedModel(lambda request: plan)),
+        tools=bank.tools(),
+        ref=AgentRef(name="tests:none"),
+    )
+
+
+def _to_reconciliation(runtime: Runtime, agent: Agent) -> str:
+    """Start the run, approve the credit (as finance), and return the run once it asks the reconciliation."""
+    state = runtime.start(agent, "credit the account once")
+    assert state.pending is not None and state.pending.kind is RequestKind.APPROVAL
+    assert state.pending.approver_role == "finance"  # the tool's role, over the agent's
+    state = runtime.approve(state.run_id, state.pending.request_id, by="fin", roles=frozenset({"finance"})).state
+    assert state.status is RunStatus.WAITING_FOR_USER and is_run_suspended(state)
+    assert state.pending is not None and state.pending.kind is RequestKind.RECONCILIATION
+    return state.run_id
+
+
+def _observed(runtime: Runtime, run_id: str) -> list[dict[str, Any]]:
+    return [
+        {**e.payload["observation"], "runtime_action": e.payload.get("runtime_action", "EXECUTE")}
+        for e in runtime.events(run_id, content=True)
+        if e.type is EventType.TOOL_ATTEMPTED
+    ]
+
+
+def test_workflow_it_happened_is_a_success_confirmed_by_the_person_and_the_next_node_runs(
+    runtime: Runtime, bank: Bank
+) -> None:
+    run_id = _to_reconciliation(runtime, workflow_agent(bank))
+    pending = runtime.get(run_id).pending
+    assert pending is not None and pending.reconciles is not None
+    done = runtime.approve(
+        run_id, pending.request_id, by="fin", comment="ledger shows it", roles=frozenset({"finance"})
+    )
+    assert done.state.status is RunStatus.COMPLETED, done.state.terminal_reason
+    assert bank.notified == ["credited"]  # the next node ran
+    assert len(bank.calls) == 1  # never run again
+    confirmed = _observed(runtime, run_id)[1]
+    assert confirmed["status"] == "SUCCESS" and confirmed["runtime_action"] == "CONFIRMED_BY_PERSON"
+    evidence = confirmed["result"]["confirmed_by_person"]
+    assert evidence["by"] == "fin" and evidence["comment"] == "ledger shows it" and evidence["outcome"] == "SUCCEEDED"
+    assert evidence["request_id"] == pending.request_id and evidence["at"]
+    assert "credited" not in confirmed["result"]  # nothing invented: the result is the person's word
+    record = runtime.store.get_side_effect(pending.reconciles.idempotency_key)
+    assert record is not None and record.status == "SUCCEEDED"
+    assert record.result["result"]["confirmed_by_person"]["by"] == "fin"
+
+
+def test_workflow_it_did_not_happen_retries_once_under_the_same_key(runtime: Runtime, bank: Bank) -> None:
+    bank.effect_on_call, bank.answer_on_call = frozenset({2}), 2  # the first try never reached the bank
+    run_id = _to_reconciliation(runtime, workflow_agent(bank))
+    pending = runtime.get(run_id).pending
+    assert pending is not None and pending.reconciles is not None and "retried once" in pending.question
+    done = runtime.reject(
+        run_id, pending.request_id, by="fin", comment="not in the ledger", roles=frozenset({"finance"})
+    )
+    assert done.state.status is RunStatus.COMPLETED, done.state.terminal_reason
+    assert bank.calls == [pending.reconciles.idempotency_key] * 2  # one retry, same key
+    assert bank.effects == [pending.reconciles.idempotency_key] and bank.notified == ["credited"]
+    retried = _observed(runtime, run_id)[1]
+    assert retried["status"] == "SUCCESS" and retried["runtime_action"] == "RETRY_ONCE"
+
+
+def test_workflow_it_did_not_happen_without_a_retry_fails_the_step_by_name(runtime: Runtime, bank: Bank) -> None:
+    run_id = _to_reconciliation(runtime, workflow_agent(bank, retry=RetryPolicy(max_attempts=1)))
+    pending = runtime.get(run_id).pending
+    assert pending is not None and "no retry" in pending.question
+    done = runtime.reject(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}))
+    assert done.state.status is RunStatus.FAILED
+    assert done.state.terminal_reason == "node credit failed: NOT_EXECUTED"
+    assert len(bank.calls) == 1 and bank.notified == []
+    failed = _observed(runtime, run_id)[1]
+    assert failed["status"] == "FAILED" and failed["error_code"] == "NOT_EXECUTED"
+    assert failed["result"]["confirmed_by_person"]["outcome"] == "NOT_EXECUTED"
+    assert pending.reconciles is not None
+    record = runtime.store.get_side_effect(pending.reconciles.idempotency_key)
+    assert record is not None and record.status == "NOT_EXECUTED"
+
+
+def test_the_single_retry_is_spent_once_a_second_no_fails_the_step(runtime: Runtime, bank: Bank) -> None:
+    run_id = _to_reconciliation(runtime, workflow_agent(bank))  # every try hangs
+    first = runtime.get(run_id).pending
+    assert first is not None
+    second = runtime.reject(run_id, first.request_id, by="fin", roles=frozenset({"finance"})).state
+    assert second.pending is not None and second.pending.kind is RequestKind.RECONCILIATION
+    assert second.pending.reconciles is not None and second.pending.reconciles.retry_spent
+    assert "no retry" in second.pending.question
+    done = runtime.reject(run_id, second.pending.request_id, by="fin", roles=frozenset({"finance"}))
+    assert done.state.status is RunStatus.FAILED and done.state.terminal_reason == "node credit failed: NOT_EXECUTED"
+    assert len(bank.calls) == 2  # the first try and its one retry, never a third
+
+
+def test_react_model_sees_the_recorded_success_never_the_stale_pending(runtime: Runtime, bank: Bank) -> None:
+    seen: list[list[dict[str, Any]]] = []
+    run_id = _to_reconciliation(runtime, react_agent(bank, seen))
+    pending = runtime.get(run_id).pending
+    assert pending is not None
+    before = len(seen)
+    done = runtime.approve(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}))
+    assert done.state.status is RunStatus.COMPLETED and done.state.terminal_reason == "completed"
+    assert bank.notified == ["credited"]  # the follow-up step was taken
+    after = seen[before:]
+    assert after, "the model was asked again after the answer"
+    statuses = [o["status"] for request in after for o in request if o["action"] == "credit"]
+    assert statuses and set(statuses) == {"SUCCESS"}  # never PENDING_VERIFICATION
+    assert after[0][-1]["result"]["confirmed_by_person"]["by"] == "fin"
+
+
+def test_react_model_sees_not_executed_when_no_retry_is_allowed(runtime: Runtime, bank: Bank) -> None:
+    seen: list[list[dict[str, Any]]] = []
+    run_id = _to_reconciliation(runtime, react_agent(bank, seen, retry=RetryPolicy(max_attempts=1)))
+    pending = runtime.get(run_id).pending
+    assert pending is not None
+    done = runtime.reject(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}))
+    assert done.state.status is RunStatus.FAILED and done.state.terminal_reason == "credit NOT_EXECUTED"
+    credit = [o for o in seen[-1] if o["action"] == "credit"]
+    assert [o["status"] for o in credit] == ["FAILED"] and credit[0]["error_code"] == "NOT_EXECUTED"
+
+
+def test_plan_and_execute_goes_on_to_the_next_step(runtime: Runtime, bank: Bank) -> None:
+    run_id = _to_reconciliation(runtime, plan_agent(bank))
+    pending = runtime.get(run_id).pending
+    assert pending is not None
+    done = runtime.approve(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}))
+    assert done.state.status is RunStatus.COMPLETED and bank.notified == ["credited"] and len(bank.calls) == 1
+
+
+def test_plan_and_execute_does_not_replan_on_it_did_not_happen(runtime: Runtime, bank: Bank) -> None:
+    bank.effect_on_call, bank.answer_on_call = frozenset({2}), 2
+    agent = plan_agent(bank)
+    run_id = _to_reconciliation(runtime, agent)
+    pending = runtime.get(run_id).pending
+    assert pending is not None
+    done = runtime.reject(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}))
+    assert done.state.status is RunStatus.COMPLETED and bank.notified == ["credited"]
+    plans = [e for e in runtime.store.read_events(run_id) if e.type is EventType.PLAN_RECORDED]
+    assert len(plans) == 1  # the answer settled the call; it was no verdict on the plan
+
+
+class _CrashAfterTool:
+    """A process dies after the gateway recorded the person's answer, before the step committed (once)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def point(self, name: str) -> None:
+        if name == "after_tool_before_record" and self.armed:
+            self.armed = False
+            raise SystemExit("killed")
+
+
+def test_a_crash_after_recording_the_answer_replays_it_and_never_runs_the_call(db_path: Any, bank: Bank) -> None:
+    faults = _CrashAfterTool()
+    runtime = Runtime(SQLiteStore(db_path), faults=faults)
+    try:
+        run_id = _to_reconciliation(runtime, workflow_agent(bank))
+        pending = runtime.get(run_id).pending
+        assert pending is not None and pending.reconciles is not None
+        runtime.approve(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}), drive=False)
+        assert runtime.store.get_side_effect(pending.reconciles.idempotency_key).status == "UNKNOWN_OUTCOME"
+        faults.armed = True
+        with pytest.raises(SystemExit):
+            runtime.drive(run_id)
+        record = runtime.store.get_side_effect(pending.reconciles.idempotency_key)
+        assert record is not None and record.status == "SUCCEEDED"  # the person's word is durable already
+        assert runtime.get(run_id).status is RunStatus.RUNNING  # the step itself was lost with the process
+        done = runtime.drive(run_id)  # the next holder: the recorded answer is replayed, nothing re-run
+        assert done.status is RunStatus.COMPLETED and len(bank.calls) == 1 and bank.notified == ["credited"]
+        replayed = _observed(runtime, run_id)[1]
+        assert replayed["status"] == "SUCCESS" and replayed["runtime_action"] == "REPLAY_SUCCESS"
+        assert replayed["result"]["confirmed_by_person"]["by"] == "fin"
+    finally:
+        runtime.close()
+
+
+def test_the_reconciliation_carries_the_tool_role_and_the_agent_ttl(db_path: Any, bank: Bank) -> None:
+    clock = [NOW]
+    runtime = Runtime(SQLiteStore(db_path), clock=lambda: clock[0])
+    try:
+        agent = workflow_agent(bank)
+        agent.request_ttl = timedelta(hours=1)
+        run_id = _to_reconciliation(runtime, agent)
+        pending = runtime.get(run_id).pending
+        assert pending is not None
+        assert pending.approver_role == "finance" and pending.expires_at == NOW + timedelta(hours=1)
+        assert pending.asked_by == "runtime"  # the Runtime's question, not a model's
+        for roles in (frozenset(), frozenset({"comms"}), frozenset({"ops"})):  # ops: the agent's role, overridden
+            with pytest.raises(RequestRefusedError) as refused:
+                runtime.approve(run_id, pending.request_id, by="someone", roles=roles)
+            assert refused.value.code == "ROLE_NOT_ALLOWED"
+        with pytest.raises(RequestRefusedError) as other_tenant:
+            runtime.approve(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}), tenant="acme")
+        assert other_tenant.value.code == "UNKNOWN_REQUEST"
+        clock[0] = NOW + timedelta(hours=2)
+        with pytest.raises(RequestRefusedError) as late:
+            runtime.approve(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}))
+        assert late.value.code == "REQUEST_EXPIRED"
+        assert runtime.expire_requests() == [pending.request_id]
+        ended = runtime.get(run_id)
+        assert ended.status is RunStatus.FAILED and ended.terminal_reason == "request_expired"  # the agent's policy
+        assert len(bank.calls) == 1 and bank.notified == []
+    finally:
+        runtime.close()
+
+
+def test_without_a_tool_role_the_agent_role_answers(runtime: Runtime, bank: Bank) -> None:
+    agent = workflow_agent(bank, role=None)
+    state = runtime.start(agent, "credit")
+    assert state.pending is not None and state.pending.approver_role == "ops"
+    state = runtime.approve(state.run_id, state.pending.request_id, by="op", roles=frozenset({"ops"})).state
+    assert state.pending is not None and state.pending.kind is RequestKind.RECONCILIATION
+    assert state.pending.approver_role == "ops"
