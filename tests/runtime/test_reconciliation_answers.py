@@ -342,3 +342,93 @@ def test_without_a_tool_role_the_agent_role_answers(runtime: Runtime, bank: Bank
     state = runtime.approve(state.run_id, state.pending.request_id, by="op", roles=frozenset({"ops"})).state
     assert state.pending is not None and state.pending.kind is RequestKind.RECONCILIATION
     assert state.pending.approver_role == "ops"
+
+
+def plan_run_agent(bank: Bank, seen: list[list[dict[str, Any]]]) -> Agent:
+    """A plan run of one item: credit the account (a guarded call that times out), then record the receipt."""
+    from stateward import Budget
+    from stateward.controllers.plan_run import PlanRunConfig, PlanRunController
+    from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
+    from stateward.planning.budget import BudgetLimits
+    from stateward.planning.goal import GoalContract
+
+    goal = GoalContract(goal_id="g1", objective="Credit the account once")
+    plan = {
+        "plan_id": "p1",
+        "version": 1,
+        "goal_id": "g1",
+        "milestones": [{"milestone_id": "M1", "title": "all"}],
+        "work_items": [
+            {
+                "work_item_id": "W1",
+                "milestone_id": "M1",
+                "title": "credit",
+                "task_type": "TOOL",
+                "dependencies": [],
+                "required_capabilities": ["credit"],
+                "output_spec": {"artifact_type": "receipt"},
+                "completion_criteria": ["receipt written"],
+                "max_react_steps": 4,
+                "estimated_cost": {"tool_calls": 3, "model_calls": 3, "tokens": 0},
+            }
+        ],
+    }
+
+    def worker(request: Any) -> dict[str, Any]:
+        seen.append([dict(o) for o in request.observations])
+        credited = [o for o in request.observations if o["action"] == "credit"]
+        if not credited:
+            return {"type": "EXECUTE_TOOL", "action": "credit", "args": CREDIT}
+        if credited[-1]["status"] != "SUCCESS":
+            return {"type": "FAIL", "reason": "credit not done"}
+        return {
+            "type": "EXECUTE_TOOL",
+            "action": "record_output",
+            "args": {"artifact_type": "receipt", "content": '{"credited": true}'},
+        }
+
+    config = PlanRunConfig(goal=goal, budget=BudgetLimits(max_reflections_per_artifact=1), deliverable="receipt")
+    controller = PlanRunController(ScriptedModel(lambda request: plan), ScriptedModel(worker), config)
+    return Agent(
+        name="planner",
+        controller=controller,
+        tools=ToolRegistry([*bank.tools(), *plan_run_tools()]),
+        ref=AgentRef(name="tests:none"),
+        finish_policy=plan_finish_policy,
+        budget=Budget(max_steps=30),
+    )
+
+
+def test_plan_run_item_attempt_succeeds_on_it_happened(runtime: Runtime, bank: Bank) -> None:
+    seen: list[list[dict[str, Any]]] = []
+    run_id = _to_reconciliation(runtime, plan_run_agent(bank, seen))
+    pending = runtime.get(run_id).pending
+    assert pending is not None
+    before = len(seen)
+    done = runtime.approve(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}))
+    assert done.state.status is RunStatus.COMPLETED, done.state.terminal_reason
+    assert len(bank.calls) == 1 and done.state.artifacts.get("receipt") == 1
+    statuses = [o["status"] for request in seen[before:] for o in request if o["action"] == "credit"]
+    assert statuses and set(statuses) == {"SUCCESS"}
+    ended = [e.payload for e in runtime.store.read_events(run_id) if e.type is EventType.WORK_ITEM_ENDED]
+    assert [(e["work_item_id"], e["outcome"]) for e in ended] == [("W1", "COMPLETED")]
+
+
+def test_a_crash_during_the_allowed_retry_never_makes_a_second_retry(db_path: Any, bank: Bank) -> None:
+    faults = _CrashAfterTool()
+    runtime = Runtime(SQLiteStore(db_path), faults=faults)
+    try:
+        run_id = _to_reconciliation(runtime, workflow_agent(bank))  # every try hangs
+        pending = runtime.get(run_id).pending
+        assert pending is not None
+        runtime.reject(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}), drive=False)
+        faults.armed = True
+        with pytest.raises(SystemExit):
+            runtime.drive(run_id)  # the retry ran (and hung), then the process died before the step committed
+        assert len(bank.calls) == 2
+        state = runtime.drive(run_id)
+        assert len(bank.calls) == 2  # the retry under this answer is never made twice
+        assert state.pending is not None and state.pending.kind is RequestKind.RECONCILIATION
+        assert state.pending.reconciles is not None and state.pending.reconciles.retry_spent
+    finally:
+        runtime.close()
