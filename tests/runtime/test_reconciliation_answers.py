@@ -147,6 +147,17 @@ def _to_reconciliation(runtime: Runtime, agent: Agent) -> str:
     return state.run_id
 
 
+def _gates_hold(runtime: Runtime, run_id: str) -> None:
+    """The hard gates, audited from the records: no unauthorized execution, no duplicate side effect."""
+    from stateward.observability.gates import audit
+
+    report = audit(runtime.store, [run_id])
+    held = {g.name: (g.value, g.opportunities) for g in report.gates if not g.holds}
+    assert held == {}, held
+    journalled = next(g for g in report.gates if g.name == "unauthorized_tool_executions")
+    assert journalled.opportunities == 1
+
+
 def _observed(runtime: Runtime, run_id: str) -> list[dict[str, Any]]:
     return [
         {**e.payload["observation"], "runtime_action": e.payload.get("runtime_action", "EXECUTE")}
@@ -176,6 +187,7 @@ def test_workflow_it_happened_is_a_success_confirmed_by_the_person_and_the_next_
     record = runtime.store.get_side_effect(pending.reconciles.idempotency_key)
     assert record is not None and record.status == "SUCCEEDED"
     assert record.result["result"]["confirmed_by_person"]["by"] == "fin"
+    _gates_hold(runtime, run_id)
 
 
 def test_workflow_it_did_not_happen_retries_once_under_the_same_key(runtime: Runtime, bank: Bank) -> None:
@@ -191,6 +203,7 @@ def test_workflow_it_did_not_happen_retries_once_under_the_same_key(runtime: Run
     assert bank.effects == [pending.reconciles.idempotency_key] and bank.notified == ["credited"]
     retried = _observed(runtime, run_id)[1]
     assert retried["status"] == "SUCCESS" and retried["runtime_action"] == "RETRY_ONCE"
+    _gates_hold(runtime, run_id)
 
 
 def test_workflow_it_did_not_happen_without_a_retry_fails_the_step_by_name(runtime: Runtime, bank: Bank) -> None:
