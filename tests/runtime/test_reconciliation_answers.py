@@ -445,3 +445,18 @@ def test_a_crash_during_the_allowed_retry_never_makes_a_second_retry(db_path: An
         assert state.pending.reconciles is not None and state.pending.reconciles.retry_spent
     finally:
         runtime.close()
+
+
+def test_reconcile_answers_only_a_reconciliation_and_says_what_it_means(runtime: Runtime, bank: Bank) -> None:
+    state = runtime.start(workflow_agent(bank), "credit")
+    assert state.pending is not None and state.pending.kind is RequestKind.APPROVAL
+    with pytest.raises(RequestRefusedError) as wrong:
+        runtime.reconcile(state.run_id, "approval_001", happened=True, by="fin", roles=frozenset({"finance"}))
+    assert wrong.value.code == "WRONG_ANSWER_KIND"  # a reconciliation's answer never approves an action
+    assert runtime.get(state.run_id).pending == state.pending and bank.calls == []
+    state = runtime.approve(state.run_id, "approval_001", by="fin", roles=frozenset({"finance"})).state
+    assert state.pending is not None
+    done = runtime.reconcile(
+        state.run_id, state.pending.request_id, happened=True, by="fin", comment="seen", roles=frozenset({"finance"})
+    )
+    assert done.state.status is RunStatus.COMPLETED and done.answer.verdict == "approved" and len(bank.calls) == 1

@@ -120,7 +120,7 @@ def pending_lines(pending: dict[str, Any], indent: str = "  ") -> list[str]:
         f"  approver role:  {'any' if role is None else inert(role)}",
         f"  expires:        {'never' if expires is None else inert(str(expires))}",
     ]
-    if pending.get("asked_by") == "runtime":
+    if pending.get("asked_by") == "runtime" or reconciling:  # a reconciliation's question is always the Runtime's
         # The Runtime wrote this question from the proposed call; the model's words, if any, come apart.
         lines.append(f"  stateward asks: {inert(pending.get('question'))}")
         if pending.get("model_text"):

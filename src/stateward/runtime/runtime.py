@@ -25,7 +25,7 @@ from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.journal import SideEffectStatus
 from stateward.core.run_inputs import check_goal, check_run_id, check_tenant
 from stateward.core.setback import without_retry
-from stateward.core.state import RunState
+from stateward.core.state import RequestKind, RunState
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import is_payload_artifact, resolve
 from stateward.observability.tracing import Telemetry
@@ -403,6 +403,24 @@ class Runtime:
         who = Answerer(by=by, tenant=tenant, roles=roles, digest=digest, drive=drive)
         return self._answer(run_id, request_id, "rejected", who, comment)
 
+    def reconcile(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        happened: bool,
+        by: str,
+        comment: str | None = None,
+        tenant: str | None = None,
+        roles: frozenset[str] = frozenset(),
+        drive: bool = True,
+    ) -> AnswerResult:
+        """Answer a reconciliation, and only that (WRONG_ANSWER_KIND for any other request): ``happened=True``
+        records the call as succeeded by ``by``'s confirmation, ``False`` as NOT_EXECUTED (the tool's retry
+        policy then decides). The same answer as ``approve`` / ``reject``, said for what it means."""
+        who = Answerer(by=by, tenant=tenant, roles=roles, drive=drive, expects=RequestKind.RECONCILIATION)
+        return self._answer(run_id, request_id, "approved" if happened else "rejected", who, comment)
+
     def reply(
         self,
         run_id: str,
@@ -583,6 +601,7 @@ class Runtime:
     adrive_leased = counterpart(drive_leased)
     aapprove = counterpart(approve)
     areject = counterpart(reject)
+    areconcile = counterpart(reconcile)
     areply = counterpart(reply)
     apause = counterpart(pause)
     acancel = counterpart(cancel)
