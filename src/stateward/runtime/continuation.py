@@ -49,6 +49,7 @@ class Answerer:
     roles: frozenset[str] = frozenset()
     digest: str | None = None  # the guarded action's digest as shown to the answerer
     drive: bool = True  # resume the run in this process after answering
+    expects: RequestKind | None = None  # the kind of request the answerer means to answer (``reconcile``'s)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,13 @@ class _Asked:
 Refusal = tuple[ErrorCode, str]  # (code, message)
 
 
+def _kind_expected(a: _Asked) -> Refusal | None:
+    expected = a.who.expects
+    if expected is None or a.pending.kind is expected:
+        return None
+    return ErrorCode.WRONG_ANSWER_KIND, f"{a.request_id} is a {a.pending.kind} request, not a {expected}"
+
+
 def _verdict_fits_kind(a: _Asked) -> Refusal | None:
     allowed = _VERDICTS_BY_KIND[a.pending.kind]
     if a.verdict in allowed:
@@ -163,7 +171,15 @@ def _answerer_named(a: _Asked) -> Refusal | None:
 
 
 # The checks an answer to the open request passes, in order, like the gateway's admission stages.
-ANSWER_CHECKS = (_verdict_fits_kind, _names_an_option, _digest_matches, _role_held, _not_expired, _answerer_named)
+ANSWER_CHECKS = (
+    _kind_expected,
+    _verdict_fits_kind,
+    _names_an_option,
+    _digest_matches,
+    _role_held,
+    _not_expired,
+    _answerer_named,
+)
 
 
 def _earlier_answer(first: RequestAnswer, verdict: str, text: str | None, run_id: str) -> None:
