@@ -460,3 +460,22 @@ def test_reconcile_answers_only_a_reconciliation_and_says_what_it_means(runtime:
         state.run_id, state.pending.request_id, happened=True, by="fin", comment="seen", roles=frozenset({"finance"})
     )
     assert done.state.status is RunStatus.COMPLETED and done.answer.verdict == "approved" and len(bank.calls) == 1
+
+
+@pytest.mark.parametrize("happened", [True, False])
+def test_the_answer_is_recorded_even_when_the_tool_budget_ran_out(runtime: Runtime, bank: Bank, happened: bool) -> None:
+    from stateward import Budget
+
+    agent = workflow_agent(bank)
+    agent.budget = Budget(max_tool_calls=1)
+    run_id = _to_reconciliation(runtime, agent)
+    pending = runtime.get(run_id).pending
+    assert pending is not None and pending.reconciles is not None
+    done = runtime.reconcile(run_id, pending.request_id, happened=happened, by="fin", roles=frozenset({"finance"}))
+    record = runtime.store.get_side_effect(pending.reconciles.idempotency_key)
+    assert record is not None and record.status == ("SUCCEEDED" if happened else "NOT_EXECUTED")
+    settled = _observed(runtime, run_id)[1]
+    assert settled["status"] == ("SUCCESS" if happened else "FAILED")
+    if not happened:
+        assert settled["error_code"] == "BUDGET_EXCEEDED"  # the retry it allowed had no call left to spend
+    assert done.state.status is RunStatus.FAILED and len(bank.calls) == 1 and bank.notified == []

@@ -228,7 +228,10 @@ class Driver:
         """One decision: budget check, decide, handle, act, persist — one transaction. A pause asked while a
         model call or a read-only tool call is in flight cancels that call and pauses the run instead."""
         state = run.state
-        exhausted = state.budget.exhausted_by(state.usage)
+        # A person's reconciliation answer is recorded whatever the budget says (recording it spends nothing; a
+        # retry it allows reserves its own call): the run then ends budget_exhausted on the recorded outcome.
+        settling = state.next_call is not None and state.next_call.reconciled is not None
+        exhausted = None if settling else state.budget.exhausted_by(state.usage)
         if exhausted is not None:
             self._exhaust(run, lease, exhausted)
             return

@@ -200,8 +200,10 @@ def recorded_only(st: CallState) -> bool:
 
 
 def reserve_budget(st: CallState) -> Refusal | None:
-    if recorded_only(st):
-        return None  # a confirmation spends no tool call: it is recorded even when the budget has run out
+    if st.ctx.reconciliation is not None:
+        # A person's answer is recorded even when the budget has run out; the one retry "it did not happen"
+        # may allow reserves its own call (the executor's ``_retry_once``), or fails for want of budget.
+        return None
     if not has_budget(st):
         return Refusal(ToolErrorCode.BUDGET_EXCEEDED, "no tool calls left in the run's budget")
     st.budget_used += 1
