@@ -479,3 +479,32 @@ def test_the_answer_is_recorded_even_when_the_tool_budget_ran_out(runtime: Runti
     if not happened:
         assert settled["error_code"] == "BUDGET_EXCEEDED"  # the retry it allowed had no call left to spend
     assert done.state.status is RunStatus.FAILED and len(bank.calls) == 1 and bank.notified == []
+
+
+def test_an_approval_a_controller_binds_with_guard_carries_the_guarded_tools_role(runtime: Runtime) -> None:
+    from stateward import WaitCheck, guard
+
+    @tool(requires_approval=True, approver_role="comms")
+    def send_email(to: str) -> str:
+        """Send an email (communications approves it)."""
+        return "sent"
+
+    def ask_first(request: Any) -> dict[str, Any]:
+        return {"type": "REQUEST_USER_INPUT", "question": "May I email ann?"}
+
+    agent = Agent(
+        name="mailer",
+        controller=ReActController(ScriptedModel(ask_first)),
+        tools=ToolRegistry([send_email]),
+        ref=AgentRef(name="tests:none"),
+        approver_role="finance",
+        wait_policy=lambda decision, state: WaitCheck(
+            guarded_action=guard("send_email", {"to": "ann@example.com"}), kind=RequestKind.APPROVAL
+        ),
+    )
+    state = runtime.start(agent, "email ann")
+    assert state.pending is not None and state.pending.guarded_action is not None
+    assert state.pending.approver_role == "comms"  # the guarded tool's own role, over the agent's finance
+    with pytest.raises(RequestRefusedError) as refused:
+        runtime.approve(state.run_id, state.pending.request_id, by="fin", roles=frozenset({"finance"}))
+    assert refused.value.code == "ROLE_NOT_ALLOWED"

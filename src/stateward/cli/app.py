@@ -272,7 +272,9 @@ def approve(
     no_drive: NoDriveOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Approve a pending request and resume the run to its next stop."""
+    """Approve a pending request and resume the run to its next stop.
+
+    For a reconciliation this says "it happened": the call is recorded as succeeded, confirmed by you."""
     from stateward.cli.answers import AnswerChecks, answer
 
     checks = AnswerChecks(role or [], tenant, digest, not no_drive)
@@ -292,7 +294,9 @@ def reject(
     no_drive: NoDriveOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Reject a pending request (with a comment) and resume the run to its next stop."""
+    """Reject a pending request (with a comment) and resume the run to its next stop.
+
+    For a reconciliation this says "it did not happen": NOT_EXECUTED, then the tool's retry policy decides."""
     from stateward.cli.answers import AnswerChecks, answer
 
     checks = AnswerChecks(role or [], tenant, digest, not no_drive)
