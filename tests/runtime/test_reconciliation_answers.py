@@ -508,3 +508,24 @@ def test_an_approval_a_controller_binds_with_guard_carries_the_guarded_tools_rol
     with pytest.raises(RequestRefusedError) as refused:
         runtime.approve(state.run_id, state.pending.request_id, by="fin", roles=frozenset({"finance"}))
     assert refused.value.code == "ROLE_NOT_ALLOWED"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("happened", [True, False])
+def test_on_postgres_the_answer_decides_and_the_journal_keeps_it(pg_url: str, bank: Bank, happened: bool) -> None:
+    from stateward.store.base import open_store
+
+    bank.effect_on_call, bank.answer_on_call = (frozenset({1}), None) if happened else (frozenset({2}), 2)
+    runtime = Runtime(open_store(pg_url))
+    try:
+        run_id = _to_reconciliation(runtime, workflow_agent(bank))
+        pending = runtime.get(run_id).pending
+        assert pending is not None and pending.reconciles is not None and pending.approver_role == "finance"
+        done = runtime.reconcile(run_id, pending.request_id, happened=happened, by="fin", roles=frozenset({"finance"}))
+        assert done.state.status is RunStatus.COMPLETED and bank.notified == ["credited"]
+        assert bank.effects == [pending.reconciles.idempotency_key]  # the credit took effect exactly once
+        record = runtime.store.get_side_effect(pending.reconciles.idempotency_key)
+        assert record is not None and record.status == "SUCCEEDED"
+        _gates_hold(runtime, run_id)
+    finally:
+        runtime.close()
