@@ -106,6 +106,7 @@ def test_the_cli_refuses_an_answerer_without_the_tools_role_and_lists_by_role(
     assert code == 0
     assert "stateward asks:" in text and "model says" not in text  # the Runtime's question, labelled as its own
     assert "this call, once" not in text and "admits:         nothing" in text
+    assert "unknown call:   credit" in text and "guarded action" not in text
     assert "approve:        it happened" in text and "reject:         it did not happen" in text
     assert (tmp_path / "ledger.txt").read_text().count("credit") == 1
 

@@ -94,12 +94,13 @@ def pending_lines(pending: dict[str, Any], indent: str = "  ") -> list[str]:
     ``pending`` has the keys of ``requests list --json`` / ``runs show --json``'s pending object.
     """
     guarded = pending.get("guarded_action")
+    reconciling = pending.get("kind") == "reconciliation"
     lines = [f"request {inert(pending.get('request_id'))} ({inert(pending.get('kind'))})"]
     if isinstance(guarded, dict):
         args = json.dumps(guarded.get("args") or {}, ensure_ascii=False, sort_keys=True)
         plan_version = guarded.get("plan_version")
         lines += [
-            f"  guarded action: {inert(guarded.get('tool'))}",
+            f"  {'unknown call:  ' if reconciling else 'guarded action:'} {inert(guarded.get('tool'))}",
             f"    arguments:    {inert(args, ARGS_CHARS)}",
             f"    digest:       {inert(guarded.get('digest'))}",
             f"    plan version: {'none' if plan_version is None else inert(str(plan_version))}",
@@ -108,7 +109,6 @@ def pending_lines(pending: dict[str, Any], indent: str = "  ") -> list[str]:
         lines.append("  guarded action: none (an answer admits no tool call by itself)")
     role, expires = pending.get("approver_role"), pending.get("expires_at")
     scope = pending.get("approval_scope") or "once"
-    reconciling = pending.get("kind") == "reconciliation"
     if reconciling:
         lines += _reconciliation_lines(pending)
     lines += [
