@@ -183,6 +183,7 @@ def test_workflow_it_happened_is_a_success_confirmed_by_the_person_and_the_next_
     evidence = confirmed["result"]["confirmed_by_person"]
     assert evidence["by"] == "fin" and evidence["comment"] == "ledger shows it" and evidence["outcome"] == "SUCCEEDED"
     assert evidence["request_id"] == pending.request_id and evidence["at"]
+    assert evidence["evidence_id"] == f"person:{pending.request_id}"  # citable, like any evidence
     assert "credited" not in confirmed["result"]  # nothing invented: the result is the person's word
     record = runtime.store.get_side_effect(pending.reconciles.idempotency_key)
     assert record is not None and record.status == "SUCCEEDED"

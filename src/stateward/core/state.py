@@ -140,6 +140,7 @@ class PersonOutcome(BaseModel):
         """What the observation and the journal keep of the answer: the result is the person's word, nothing more."""
         return {
             "confirmed_by_person": {
+                "evidence_id": f"person:{self.request_id}",  # run-unique: a claim may cite the person's word
                 "outcome": "SUCCEEDED" if self.happened else "NOT_EXECUTED",
                 "by": self.by,
                 "at": self.at.isoformat(),
