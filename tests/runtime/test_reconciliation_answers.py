@@ -530,3 +530,26 @@ def test_on_postgres_the_answer_decides_and_the_journal_keeps_it(pg_url: str, ba
         _gates_hold(runtime, run_id)
     finally:
         runtime.close()
+
+
+def test_an_expired_reconciliation_escalates_and_the_escalated_answer_still_decides(db_path: Any, bank: Bank) -> None:
+    clock = [NOW]
+    runtime = Runtime(SQLiteStore(db_path), clock=lambda: clock[0])
+    try:
+        agent = workflow_agent(bank)
+        agent.request_ttl, agent.on_request_expiry, agent.escalation_role = timedelta(hours=1), "escalate", "cfo"
+        run_id = _to_reconciliation(runtime, agent)
+        first = runtime.get(run_id).pending
+        assert first is not None and first.expires_at == NOW + timedelta(hours=1)
+        clock[0] = NOW + timedelta(hours=2)
+        runtime.expire_requests()
+        escalated = runtime.get(run_id).pending
+        assert escalated is not None and escalated.kind is RequestKind.RECONCILIATION
+        assert escalated.approver_role == "cfo" and escalated.replaces == first.request_id
+        assert escalated.reconciles == first.reconciles
+        with pytest.raises(RequestRefusedError):
+            runtime.reconcile(run_id, escalated.request_id, happened=True, by="fin", roles=frozenset({"finance"}))
+        done = runtime.reconcile(run_id, escalated.request_id, happened=True, by="boss", roles=frozenset({"cfo"}))
+        assert done.state.status is RunStatus.COMPLETED and len(bank.calls) == 1 and bank.notified == ["credited"]
+    finally:
+        runtime.close()
