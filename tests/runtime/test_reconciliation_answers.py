@@ -45,6 +45,7 @@ class Bank:
     notified: list[str] = field(default_factory=list)
     answer_on_call: int | None = None  # the call (1-based) that answers in time; the others hang
     effect_on_call: frozenset[int] = frozenset({1})  # which calls take effect before hanging
+    fail_on_call: int | None = None  # the call (1-based) that fails clearly, having done nothing
     hang: threading.Event = field(default_factory=threading.Event)
 
     def tools(self, *, retry: RetryPolicy | None = None, role: str | None = "finance") -> ToolRegistry:
@@ -58,6 +59,8 @@ class Bank:
         def credit(account: str, cents: int, ctx: ToolContext) -> dict[str, Any]:
             self.calls.append(ctx.idempotency_key)
             number = len(self.calls)
+            if number == self.fail_on_call:
+                raise ValueError("the bank refused the posting")
             if number in self.effect_on_call:
                 self.effects.append(ctx.idempotency_key)
             if number != self.answer_on_call:
@@ -551,5 +554,25 @@ def test_an_expired_reconciliation_escalates_and_the_escalated_answer_still_deci
             runtime.reconcile(run_id, escalated.request_id, happened=True, by="fin", roles=frozenset({"finance"}))
         done = runtime.reconcile(run_id, escalated.request_id, happened=True, by="boss", roles=frozenset({"cfo"}))
         assert done.state.status is RunStatus.COMPLETED and len(bank.calls) == 1 and bank.notified == ["credited"]
+    finally:
+        runtime.close()
+
+
+def test_a_crash_after_the_allowed_retry_failed_keeps_that_failure(db_path: Any, bank: Bank) -> None:
+    bank.fail_on_call = 2
+    faults = _CrashAfterTool()
+    runtime = Runtime(SQLiteStore(db_path), faults=faults)
+    try:
+        run_id = _to_reconciliation(runtime, workflow_agent(bank))
+        pending = runtime.get(run_id).pending
+        assert pending is not None
+        runtime.reject(run_id, pending.request_id, by="fin", roles=frozenset({"finance"}), drive=False)
+        faults.armed = True
+        with pytest.raises(SystemExit):
+            runtime.drive(run_id)
+        assert len(bank.calls) == 2
+        state = runtime.drive(run_id)
+        assert len(bank.calls) == 2  # the failed retry is not made again
+        assert state.status is RunStatus.FAILED and state.terminal_reason == "node credit failed: EXECUTION_ERROR"
     finally:
         runtime.close()

@@ -41,7 +41,10 @@ from .types import (
 # The handler finished (its effect happened) but its result broke the output contract: never re-run.
 COMPLETED_INVALID = "COMPLETED_INVALID"
 # Entries that keep the call's note (the retry a person's NOT_EXECUTED allowed): a crash never makes it a first try.
-_NOTED = frozenset({SideEffectStatus.STARTED, SideEffectStatus.UNKNOWN_OUTCOME})
+_NOTED = frozenset(
+    {SideEffectStatus.STARTED, SideEffectStatus.UNKNOWN_OUTCOME, SideEffectStatus.FAILED, COMPLETED_INVALID}
+)
+_IN_FLIGHT = frozenset({SideEffectStatus.STARTED, SideEffectStatus.UNKNOWN_OUTCOME})
 # The store's refusal of a second journalled start under one ONCE approval.
 APPROVAL_CONSUMED = "APPROVAL_CONSUMED"
 
@@ -107,10 +110,7 @@ class Executor:
             return replayed
         note = record.result if record is not None and isinstance(record.result, dict) else {}
         if record is not None and note.get("retry_after") == said.request_id:
-            # The retry this answer allowed was started and did not report: its outcome is unknown in turn.
-            st.retried_once, st.journal_note = True, note
-            st.note_failure(ToolErrorCode.UNKNOWN_OUTCOME)
-            return self._reconcile(st, "the retry after a person's NOT_EXECUTED did not report its outcome")
+            return self._retried(st, record, note)
         evidence = said.evidence()
         if said.happened:
             shaped = shape_result(st.tool_spec, evidence)
@@ -135,6 +135,23 @@ class Executor:
             )
         st.journal_note = {"retry_after": said.request_id, **evidence}
         return self._retry_once(st, reason)
+
+    def _retried(self, st: CallState, record: SideEffectRecord, note: dict[str, Any]) -> ToolOutcome:
+        """The retry a person's answer allowed was already made (the step recording it was lost): its journalled
+        outcome stands, and it is never made a second time."""
+        st.retried_once, st.journal_note = True, note
+        if record.status in _IN_FLIGHT:
+            st.note_failure(ToolErrorCode.UNKNOWN_OUTCOME)
+            return self._reconcile(st, "the retry after a person's NOT_EXECUTED did not report its outcome")
+        replayed = self._from_journal(st, record)  # a result that broke its contract stays that failure
+        if replayed is not None:
+            return replayed
+        return self._failure(
+            st,
+            ToolErrorCode.EXECUTION_ERROR,
+            "the retry after a person's NOT_EXECUTED failed",
+            RuntimeAction.RETRY_ONCE,
+        )
 
     # -- attempts and retries ------------------------------------------------------------------
     def _attempt_loop(self, st: CallState) -> ToolOutcome:
