@@ -551,36 +551,30 @@ class Driver:
             found = self.store.get_artifact(run_id, name, 1)
             return None if found is None else found.content
 
-        observed = [ev.payload for ev in self.store.read_events(run_id) if ev.type in _OBSERVED]
+        observed = [
+            (ev.payload.get("idempotency_key"), Observation.model_validate(resolve(ev.payload["observation"], fetch)))
+            for ev in self.store.read_events(run_id)
+            if ev.type in _OBSERVED
+        ]
         settling = None if state.next_call is None or state.next_call.reconciled is None else state.next_call.reconciled
         stale = superseded_pending(observed, None if settling is None else settling.idempotency_key)
-        return ObservationLog(
-            Observation.model_validate(resolve(payload["observation"], fetch))
-            for index, payload in enumerate(observed)
-            if index not in stale
-        )
+        return ObservationLog(obs for index, (_, obs) in enumerate(observed) if index not in stale)
 
 
 _OBSERVED = (EventType.TOOL_ATTEMPTED, EventType.ACTION_REFUSED)
 
 
-def superseded_pending(observed: list[dict[str, Any]], settling: str | None) -> set[int]:
-    """The PENDING_VERIFICATION observations a later outcome of the same call (its idempotency key) replaced, or
-    that a person's answer about to be recorded (``settling``) replaces: a controller sees what was recorded
-    about a call, never the stale "nobody knows" a reconciliation has settled."""
-    last_of: dict[str, int] = {}
-    for index, payload in enumerate(observed):
-        key = payload.get("idempotency_key")
-        if isinstance(key, str):
-            last_of[key] = index
-    stale: set[int] = set()
-    for index, payload in enumerate(observed):
-        key = payload.get("idempotency_key")
-        inner = payload.get("observation")
-        pending = isinstance(inner, dict) and inner.get("status") == "PENDING_VERIFICATION"
-        if pending and isinstance(key, str) and (last_of[key] > index or key == settling):
-            stale.add(index)
-    return stale
+def superseded_pending(observed: list[tuple[Any, Observation]], settling: str | None) -> set[int]:
+    """The PENDING_VERIFICATION observations (by position in ``observed``: idempotency key, observation) that a
+    later outcome of the same call replaced, or that a person's answer about to be recorded (``settling``, its
+    key) replaces: a controller sees what was recorded about a call, never the stale "nobody knows" a
+    reconciliation has settled."""
+    last_of = {key: index for index, (key, _) in enumerate(observed) if isinstance(key, str)}
+    return {
+        index
+        for index, (key, obs) in enumerate(observed)
+        if obs.status == "PENDING_VERIFICATION" and isinstance(key, str) and (last_of[key] > index or key == settling)
+    }
 
 
 _DEFAULT: list[Telemetry] = []
