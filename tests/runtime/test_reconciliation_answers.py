@@ -576,3 +576,36 @@ def test_a_crash_after_the_allowed_retry_failed_keeps_that_failure(db_path: Any,
         assert state.status is RunStatus.FAILED and state.terminal_reason == "node credit failed: EXECUTION_ERROR"
     finally:
         runtime.close()
+
+
+def test_the_needs_reconciliation_webhook_names_who_may_answer_and_until_when(db_path: Any, bank: Bank) -> None:
+    import json
+
+    from stateward.store.outbox import NoticeKind, WebhookSubscription
+
+    store = SQLiteStore(db_path)
+    store.add_webhook(
+        WebhookSubscription(
+            subscription_id="wh_1",
+            tenant="default",
+            url="https://hooks.example/finance",
+            secret="whsec_x",
+            kinds=(NoticeKind.NEEDS_RECONCILIATION,),
+            created_at=1000.0,
+        )
+    )
+    runtime = Runtime(store, clock=lambda: NOW)
+    try:
+        agent = workflow_agent(bank)
+        agent.request_ttl = timedelta(minutes=30)
+        run_id = _to_reconciliation(runtime, agent)
+        [delivery] = store.list_deliveries("default")
+        body = json.loads(delivery.body)
+        assert (body["type"], body["run_id"], body["request_id"]) == (
+            "run.needs_reconciliation",
+            run_id,
+            "approval_002",
+        )
+        assert body["approver_role"] == "finance" and body["expires_at"] == (NOW + timedelta(minutes=30)).isoformat()
+    finally:
+        runtime.close()
