@@ -48,10 +48,13 @@ class Bank:
     fail_on_call: int | None = None  # the call (1-based) that fails clearly, having done nothing
     hang: threading.Event = field(default_factory=threading.Event)
 
-    def tools(self, *, retry: RetryPolicy | None = None, role: str | None = "finance") -> ToolRegistry:
+    def tools(
+        self, *, retry: RetryPolicy | None = None, role: str | None = "finance", guarded: bool = True
+    ) -> ToolRegistry:
         @tool(
             description="Credit an account.",
-            requires_approval=True,
+            side_effect=True,
+            requires_approval=guarded,
             approver_role=role,
             timeout_s=0.05,
             retry=retry,
@@ -609,3 +612,11 @@ def test_the_needs_reconciliation_webhook_names_who_may_answer_and_until_when(db
         assert body["approver_role"] == "finance" and body["expires_at"] == (NOW + timedelta(minutes=30)).isoformat()
     finally:
         runtime.close()
+
+
+def test_an_unguarded_side_effect_is_reconciled_the_same_way(runtime: Runtime, bank: Bank) -> None:
+    state = runtime.start(workflow_agent(bank, guarded=False, role=None), "credit")
+    assert state.pending is not None and state.pending.kind is RequestKind.RECONCILIATION  # no approval first
+    assert state.pending.approver_role == "ops"  # the agent's role: the tool names none
+    done = runtime.reconcile(state.run_id, state.pending.request_id, happened=True, by="op", roles=frozenset({"ops"}))
+    assert done.state.status is RunStatus.COMPLETED and len(bank.calls) == 1 and bank.notified == ["credited"]
