@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from stateward.core.contract import DecisionContext, Observation, ObservationLog, Proposal
+from stateward.core.contract import DecisionContext, ObservationLog, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
@@ -24,12 +24,13 @@ from stateward.core.status import RunStatus, TransitionKind
 from stateward.models.base import ActionSpec, model_attempt_sink, model_call_sink
 from stateward.models.errors import ModelCallError
 from stateward.observability.payloads import DEFAULT_THRESHOLD as DEFAULT_PAYLOAD_THRESHOLD
-from stateward.observability.payloads import MEDIA_TYPE, Offloader, artifact_name, resolve
+from stateward.observability.payloads import MEDIA_TYPE, Offloader, artifact_name
 from stateward.observability.tracing import Telemetry
 from stateward.runtime.agent import Agent
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
+from stateward.runtime.observed import observations_of
 from stateward.runtime.pause_watch import DEFAULT_POLL_S, PauseWatch
 from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
 from stateward.runtime.tool_step import ToolStep, execute_tool
@@ -540,41 +541,8 @@ class Driver:
         raise exc
 
     def _observations(self, state: RunState) -> ObservationLog:
-        """Read once per drive; each step then records its own observation. A run that has taken no step
-        has observed nothing (an observation comes from a step, or from an answer to a step's wait), so
-        a freshly submitted run's drive reads no events."""
-        if state.usage.steps == 0:
-            return ObservationLog()
-        run_id = state.run_id
-
-        def fetch(name: str) -> str | None:
-            found = self.store.get_artifact(run_id, name, 1)
-            return None if found is None else found.content
-
-        observed = [
-            (ev.payload.get("idempotency_key"), Observation.model_validate(resolve(ev.payload["observation"], fetch)))
-            for ev in self.store.read_events(run_id)
-            if ev.type in _OBSERVED
-        ]
-        settling = None if state.next_call is None or state.next_call.reconciled is None else state.next_call.reconciled
-        stale = superseded_pending(observed, None if settling is None else settling.idempotency_key)
-        return ObservationLog(obs for index, (_, obs) in enumerate(observed) if index not in stale)
-
-
-_OBSERVED = (EventType.TOOL_ATTEMPTED, EventType.ACTION_REFUSED)
-
-
-def superseded_pending(observed: list[tuple[Any, Observation]], settling: str | None) -> set[int]:
-    """The PENDING_VERIFICATION observations (by position in ``observed``: idempotency key, observation) that a
-    later outcome of the same call replaced, or that a person's answer about to be recorded (``settling``, its
-    key) replaces: a controller sees what was recorded about a call, never the stale "nobody knows" a
-    reconciliation has settled."""
-    last_of = {key: index for index, (key, _) in enumerate(observed) if isinstance(key, str)}
-    return {
-        index
-        for index, (key, obs) in enumerate(observed)
-        if obs.status == "PENDING_VERIFICATION" and isinstance(key, str) and (last_of[key] > index or key == settling)
-    }
+        """Read once per drive; each step then records its own observation (see runtime/observed.py)."""
+        return observations_of(self.store, state)
 
 
 _DEFAULT: list[Telemetry] = []
