@@ -248,10 +248,12 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         who: Caller,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
         cursor: Annotated[str | None, Query(max_length=2048)] = None,
+        role: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     ) -> Inbox:
-        """Open requests of the caller's tenant that the caller may answer, each with its exact guarded action."""
+        """Open requests of the caller's tenant that the caller may answer, each with its exact guarded action;
+        ``role``: only those that approver role answers (a tool's own role, else its agent's)."""
         require(who, Role.APPROVER)
-        page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor)
+        page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role)
         items = [
             InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request)
             for row in page.items

@@ -176,6 +176,10 @@ class ErrorCode(StrEnum):
     RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
     EXECUTION_ERROR = "EXECUTION_ERROR"
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+    # a person said a call of unknown outcome did not happen, and its retry policy allows no (further) retry
+    NOT_EXECUTED = "NOT_EXECUTED"
+    # a reconciled call no longer names the journalled call its answer was about
+    RECONCILIATION_MISMATCH = "RECONCILIATION_MISMATCH"
     DUPLICATE_TOOL = "DUPLICATE_TOOL"
     INVALID_MCP_SERVER = "INVALID_MCP_SERVER"
     MCP_SERVER_CLOSED = "MCP_SERVER_CLOSED"

@@ -195,9 +195,15 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
     runtime, sessions = pages.runtime, pages.sessions
 
     @router.get("")
-    def inbox(request: Request, cursor: Annotated[str | None, Query(max_length=2048)] = None) -> Response:
+    def inbox(
+        request: Request,
+        cursor: Annotated[str | None, Query(max_length=2048)] = None,
+        role: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> Response:
+        wanted = role or None  # the filter form's empty choice: every role
+
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            page = runtime.list_requests(tenant=who.tenant, limit=DEFAULT_PAGE_SIZE, cursor=cursor)
+            page = runtime.list_requests(tenant=who.tenant, limit=DEFAULT_PAGE_SIZE, cursor=cursor, role=wanted)
             rows = [
                 row
                 for row in page.items
@@ -207,6 +213,7 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
                 "rows": rows,
                 "next_cursor": page.next_cursor,
                 "may_answer_any": who.has(Role.APPROVER),
+                "role": wanted,
             }
 
         return pages.viewer_page(request, build)
