@@ -161,7 +161,7 @@ def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: To
     step.events.extend(events)
 
 
-_LEFT_OUT_EMPTY = frozenset({"error_code", "artifacts"})
+_LEFT_OUT_EMPTY = frozenset({"error_code", "artifacts", "evidence_id"})  # evidence_id: given by the log
 
 
 def _attempted(observed: dict[str, Any], outcome: ToolOutcome) -> dict[str, Any]:

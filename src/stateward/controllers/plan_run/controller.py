@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stateward.controllers.plan_run.acceptance import AcceptanceChecks
 from stateward.controllers.plan_run.delivery import DeliverySteps
 from stateward.controllers.plan_run.facts import RunView
 from stateward.controllers.plan_run.items import ItemSteps
@@ -45,6 +46,7 @@ class PlanRunController:
         self.view = RunView(self)
         self.planning = PlanningSteps(self)
         self.items = ItemSteps(self)
+        self.acceptance = AcceptanceChecks(self)
         self.delivery = DeliverySteps(self)
 
     def decide(self, ctx: DecisionContext) -> Proposal:
