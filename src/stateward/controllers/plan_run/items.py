@@ -311,8 +311,8 @@ class ItemSteps(Part):
         for its type (and the deliverable's verifier); at most the budgeted repairs; UNKNOWN never passes. The
         accepted artifact's record, or None (repairing, or the attempt failed with the findings).
 
-        A verification that did not pass, and the deliverable's, is a ``verification_recorded`` event with
-        every check; an intermediate artifact that passed everything is said so on its item's
+        A verification that did not pass, the one after it and the deliverable's are ``verification_recorded``
+        events with every check; an intermediate artifact that passed everything at once is said so on its item's
         ``work_item_ended`` (how many checks passed, how many evidence refs it cites, the risk it backs),
         which is returned with the record: the trace stays within its bound however many items a plan has."""
         memo.enter(RunStage.VERIFY, ctx.state.usage.steps + 1)
@@ -331,7 +331,7 @@ class ItemSteps(Part):
         policy = verification_decision(results, used, 1 if limit is None else limit, risk, confidence)
         run = memo.items[item.work_item_id]
         backs = self.owner.acceptance.backs_risk(memo, item).value
-        if policy.outcome is VerificationOutcome.ACCEPT and not deliverable:
+        if policy.outcome is VerificationOutcome.ACCEPT and not deliverable and run.correction is None:
             run.correction = None
             summary: dict[str, Any] = {"evidence": len(fact.evidence_refs)}  # every check passed
             if not fact.evidence_refs:  # the audit's question: does an artifact resting on nothing back high risk?
