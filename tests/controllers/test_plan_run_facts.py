@@ -12,12 +12,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.controllers.test_plan_run import GOAL, events, item, plan_doc
 from typer.testing import CliRunner
 
 from stateward import Agent, Budget, ModelRequest, RunStatus, Runtime, ToolRegistry, tool
 from stateward.cli.app import app as cli_app
 from stateward.controllers.plan_run import PlanRunConfig, PlanRunController
+from stateward.core.errors import UserError
 from stateward.core.events import EventType
 from stateward.core.state import AgentRef
 from stateward.models import ScriptedModel
@@ -409,13 +411,15 @@ def test_a_handoff_package_states_its_impact(runtime: Runtime) -> None:
 
 
 def test_stateward_gates_counts_a_bare_artifact_backing_a_high_risk_conclusion(tmp_path: Path) -> None:
+    # W1 rests on nothing; W3, high risk, is built on it through W2: W1's artifact backs a high-risk conclusion.
     plan = plan_doc(
         [
             item("W1", [], [], "findings", output_spec={"artifact_type": "findings", "evidence_required": False}),
-            item("W2", ["W1"], ["search"], "summary", risk_level="high", approval_required=True),
+            item("W2", ["W1"], ["search"], "summary"),
+            item("W3", ["W2"], ["search"], "decision", risk_level="high", approval_required=True),
         ]
     )
-    low = plan_doc([*plan["work_items"][:1], item("W2", ["W1"], ["search"], "summary")])
+    low = plan_doc([*plan["work_items"][:2], item("W3", ["W2"], ["search"], "decision")])
 
     def gates(db: Path, document: dict[str, Any], evidence: Callable[[ModelRequest], list[str]]) -> dict[str, Any]:
         runtime = Runtime(SQLiteStore(db))
@@ -430,7 +434,7 @@ def test_stateward_gates_counts_a_bare_artifact_backing_a_high_risk_conclusion(t
         return {"exit": result.exit_code, **found}
 
     def nothing(req: ModelRequest) -> list[str]:
-        return cite_evidence(req) if req.facts["work_item"]["work_item_id"] == "W2" else []
+        return [] if req.facts["work_item"]["work_item_id"] == "W1" else cite_evidence(req)
 
     bare = gates(tmp_path / "bare.db", plan, nothing)
     assert (bare["value"], bare["exit"]) == (1, 1) and bare["opportunities"] >= 2
@@ -438,3 +442,15 @@ def test_stateward_gates_counts_a_bare_artifact_backing_a_high_risk_conclusion(t
     assert (cited["value"], cited["exit"]) == (0, 0) and cited["opportunities"] >= 2
     harmless = gates(tmp_path / "low.db", low, nothing)  # nothing high-risk is built on it
     assert (harmless["value"], harmless["exit"]) == (0, 0)
+
+
+def test_bad_evidence_arguments_and_configurations_are_refused_by_name(runtime: Runtime) -> None:
+    # Evidence is a list of refs: a bare string is an invalid argument at the gateway, nothing is written.
+    stringly = search_then_record({"ok": True}, evidence=lambda req: "obs_1")  # type: ignore[arg-type,return-value]
+    state = runtime.start(agent_for(ONE, stringly), "g")
+    refused = [e["observation"] for e in events(runtime, state.run_id, EventType.TOOL_ATTEMPTED)]
+    assert {o["error_code"] for o in refused if o["action"] == "record_output"} == {"INVALID_ARGUMENT"}
+    assert "findings" not in state.artifacts and state.memo["verified"] == []
+    with pytest.raises(UserError) as err:
+        agent_for(ONE, stringly, model_checked=frozenset({"findings"}))  # a model check with no checker model
+    assert err.value.code == "INVALID_AGENT"

@@ -80,12 +80,20 @@ class AcceptanceChecks(Part):
         return tuple(dict.fromkeys(str(ref) for ref in given if isinstance(ref, str | int)))
 
     def backs_risk(self, memo: PlanRunMemo, item: WorkItem) -> RiskLevel:
-        """The highest risk of a conclusion this artifact backs: its own item's and every item built on it."""
+        """The highest risk of a conclusion this artifact backs: its own item's and every item built on it
+        (directly or not), walked once over the plan's reversed dependencies."""
         assert memo.plan is not None
-        highest = item.risk_level
+        dependents: dict[str, list[WorkItem]] = {}
         for other in memo.plan.work_items:
-            if other.risk_level is not highest and item.work_item_id in self.upstream(memo, other):
-                highest = max(highest, other.risk_level, key=_RISK_ORDER.index)
+            for dep in other.dependencies:
+                dependents.setdefault(dep, []).append(other)
+        highest, seen, todo = item.risk_level, {item.work_item_id}, [item.work_item_id]
+        while todo and highest is not RiskLevel.HIGH:
+            for other in dependents.get(todo.pop(), ()):
+                if other.work_item_id not in seen:
+                    seen.add(other.work_item_id)
+                    todo.append(other.work_item_id)
+                    highest = max(highest, other.risk_level, key=_RISK_ORDER.index)
         return highest
 
     def judge(

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from stateward.core.canonical import action_digest
+from stateward.core.errors import ErrorCode, UserError
 from stateward.core.sealed import Sealed
 from stateward.core.state import GuardedAction
 from stateward.models.base import AnyModel, Model, Usage
@@ -223,6 +224,13 @@ class PlanRunConfig:
     # Program checks per artifact type: an item's artifact must pass every one before the item succeeds.
     checks: Mapping[str, Sequence[ArtifactCheck]] = field(default_factory=dict)
     model_checked: frozenset[str] = frozenset()  # artifact types the checker model also judges (metered)
+
+    def __post_init__(self) -> None:
+        """A model check with no checker model could never pass: refuse the configuration, not every item."""
+        if self.model_checked and self.checker is None:
+            raise UserError(
+                f"model_checked {sorted(self.model_checked)} needs a checker model", code=ErrorCode.INVALID_AGENT
+            )
 
 
 def tokens_of(usage: Usage) -> int:
