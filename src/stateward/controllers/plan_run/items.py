@@ -315,10 +315,10 @@ class ItemSteps(Part):
         events with every check; an intermediate artifact that passed everything at once is said so on its item's
         ``work_item_ended`` (how many checks passed, how many evidence refs it cites, the risk it backs),
         which is returned with the record: the trace stays within its bound however many items a plan has."""
-        memo.enter(RunStage.VERIFY, ctx.state.usage.steps + 1)
         results, fact = self.owner.acceptance.judge(ctx, memo, item, ref, obs, charged)
         deliverable = item.output_spec.artifact_type == self.config.deliverable
-        if deliverable:
+        if deliverable:  # the run's VERIFY stage is the deliverable's; an item's own checks are part of its work
+            memo.enter(RunStage.VERIFY, ctx.state.usage.steps + 1)
             results += self.deliverable_results(ctx, memo, item, obs, charged)
         name = item.output_spec.artifact_type
         used = memo.ledger.reflections.get(name, 0)
