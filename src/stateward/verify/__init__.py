@@ -38,6 +38,7 @@ from stateward.verify.item_checks import (
     check_evidence,
     check_output_schema,
     named_evidence,
+    reply_judgement,
     run_checks,
     verdict_of,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "decide",
     "failures",
     "named_evidence",
+    "reply_judgement",
     "run_checks",
     "run_model_check",
     "run_reflection",

@@ -20,6 +20,7 @@ import jsonschema
 
 from stateward.core.contract import Observation
 from stateward.core.errors import ErrorCode
+from stateward.core.model_io import ModelReply
 from stateward.planning.plan import schema_problem
 from stateward.verify.checks import CheckResult, CheckVerdict
 
@@ -200,6 +201,18 @@ def run_checks(checks: Iterable[ArtifactCheck], given: ArtifactCheckInput) -> li
             continue
         out.append(result)
     return out
+
+
+def reply_judgement(reply: ModelReply) -> dict[str, Any] | str:
+    """A checker model's reply as a judgement for :func:`stateward.verify.run_model_check`: its JSON object,
+    or ``"UNKNOWN"`` for a refused call or anything that is not one (never PASS by default)."""
+    if reply.rejection_code is not None:
+        return "UNKNOWN"
+    try:
+        parsed = json.loads(reply.text)
+    except ValueError:
+        return "UNKNOWN"
+    return parsed if isinstance(parsed, dict) else "UNKNOWN"
 
 
 def parse_content(content: str) -> tuple[Any, bool]:

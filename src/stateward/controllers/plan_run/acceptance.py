@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from stateward.controllers.plan_run.memo import ArtifactFact, PlanRunMemo, tokens_of
+from stateward.controllers.plan_run.memo import ArtifactFact, PlanRunMemo
 from stateward.controllers.plan_run.part import Part
 from stateward.controllers.plan_support import OUTPUT_TOOL, content_of
 from stateward.core.canonical import sha256_hex
@@ -30,6 +30,7 @@ from stateward.verify.item_checks import (
     check_evidence,
     check_output_schema,
     parse_content,
+    reply_judgement,
     run_checks,
 )
 from stateward.verify.report import ArtifactVersion
@@ -153,10 +154,7 @@ class AcceptanceChecks(Part):
         name_part, _, version = given.ref.rpartition(":v")
         artifact = ArtifactVersion.create(name_part, given.content, version=int(version) if version.isdigit() else 1)
         result = run_model_check(check, artifact, CheckContext())
-        run = memo.items[item.work_item_id]
-        run.model_calls += len(checker.usages)
-        run.tokens += sum(tokens_of(u) for u in checker.usages)
-        charged.extend(checker.usages)
+        self.owner.items.charge_checks(memo, item, checker, charged)
         return result
 
 
@@ -192,13 +190,7 @@ class _EvidenceModelCheck:
                 instructions=MODEL_CHECK_INSTRUCTIONS,
             ),
         )
-        if reply.rejection_code is not None:
-            return "UNKNOWN"
-        try:
-            parsed = json.loads(reply.text)
-        except ValueError:
-            return "UNKNOWN"
-        return parsed if isinstance(parsed, dict) else "UNKNOWN"
+        return reply_judgement(reply)
 
 
 def findings_text(results: Sequence[CheckResult]) -> str:

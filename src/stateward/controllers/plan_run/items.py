@@ -272,6 +272,15 @@ class ItemSteps(Part):
             return None
         return MeteredModel.within(self.config.checker, self.owner.view.live_ledger(memo).remaining())
 
+    @staticmethod
+    def charge_checks(memo: PlanRunMemo, item: WorkItem, checker: MeteredModel, charged: list[Usage]) -> None:
+        """A check's model calls are the item's, like its worker's: counted on its attempt and reported with
+        the step (``charged``)."""
+        run = memo.items[item.work_item_id]
+        run.model_calls += len(checker.usages)
+        run.tokens += sum(tokens_of(u) for u in checker.usages)
+        charged.extend(checker.usages)
+
     def deliverable_results(
         self,
         ctx: DecisionContext,
@@ -287,11 +296,8 @@ class ItemSteps(Part):
             recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
             checker = self.metered_checker(memo)
             results = list(self.config.evidence_verifier(content, recorded, checker))
-            if checker is not None:  # the check's model calls are the item's, like its worker's
-                run = memo.items[item.work_item_id]
-                run.model_calls += len(checker.usages)
-                run.tokens += sum(tokens_of(u) for u in checker.usages)
-                charged.extend(checker.usages)
+            if checker is not None:
+                self.charge_checks(memo, item, checker, charged)
             return results
         if self.config.verifier is not None:
             return list(self.config.verifier(content))
