@@ -167,6 +167,10 @@ class ErrorCode(StrEnum):
     PERMISSION_DENIED = "PERMISSION_DENIED"
     OUT_OF_SCOPE = "OUT_OF_SCOPE"
     OUT_OF_SCOPE_ARGUMENT = "OUT_OF_SCOPE_ARGUMENT"
+    # A work item's artifact cites a ref this run never recorded (no observation, no verified input), or none.
+    EVIDENCE_UNRESOLVED = "EVIDENCE_UNRESOLVED"
+    EVIDENCE_MISSING = "EVIDENCE_MISSING"
+    CHECK_FAILED = "CHECK_FAILED"  # a work item's artifact failed (or could not pass) a check before success
     NOT_VISIBLE = "NOT_VISIBLE"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
     BLOCKED_BY_ACTION_GATEWAY = "BLOCKED_BY_ACTION_GATEWAY"

@@ -190,7 +190,7 @@ def reconciliation_question(tool: str, key: str, *, may_retry: bool) -> str:
     )
 
 
-_LEFT_OUT_EMPTY = frozenset({"error_code", "artifacts"})
+_LEFT_OUT_EMPTY = frozenset({"error_code", "artifacts", "evidence_id"})  # evidence_id: given by the log
 
 
 def _attempted(observed: dict[str, Any], outcome: ToolOutcome) -> dict[str, Any]:
