@@ -46,6 +46,7 @@ from stateward.api.web.pages import PREFIX as INBOX_PREFIX
 from stateward.api.web.pages import mount_inbox
 from stateward.api.web.session import Sessions, SessionSettings
 from stateward.api.webhook_routes import webhook_routes
+from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import RequestKind, RunState
 from stateward.runtime.runtime import Runtime
@@ -77,6 +78,7 @@ class ApiSettings:
     inbox_poll_s: float = 1.0
     oidc: OidcSettings | None = None  # accept an issuer's JWTs besides API keys
     metrics_token: str | None = None  # required as a bearer token on /metrics when set (see metrics_route)
+    webhook_targets: TargetPolicy = field(default_factory=TargetPolicy)  # where webhooks may go
 
 
 def _utcnow() -> datetime:
@@ -105,7 +107,7 @@ def create_app(
     _run_routes(v1, runtime, settings, clock)
     _request_routes(v1, runtime, settings, clock)
     _control_routes(v1, runtime, settings, clock)
-    webhook_routes(v1, runtime)
+    webhook_routes(v1, runtime, settings.webhook_targets)
     app.include_router(v1)
     mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
     app.add_middleware(SecurityHeaders, prefix=INBOX_PREFIX)

@@ -10,6 +10,7 @@ from stateward.api.metrics_route import METRICS_TOKEN_ENV
 from stateward.api.oidc import OidcSettings
 from stateward.api.web.session import SessionSettings
 from stateward.api.webhook_routes import webhook_store
+from stateward.api.webhook_targets import TargetPolicy
 from stateward.api.webhooks import DeliveryPolicy, WebhookDispatcher
 from stateward.runtime.runtime import Runtime
 from stateward.store.base import open_store
@@ -37,10 +38,13 @@ def serve(
             sessions=SessionSettings.from_env(),
             oidc=OidcSettings.from_env(),
             metrics_token=os.environ.get(METRICS_TOKEN_ENV) or None,
+            webhook_targets=TargetPolicy.from_env(),
         )
         app = create_app(runtime, settings, metrics=None if exposed is None else exposed.text)
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.
-        dispatcher = WebhookDispatcher(webhook_store(runtime), webhooks or DeliveryPolicy.from_env())
+        dispatcher = WebhookDispatcher(
+            webhook_store(runtime), webhooks or DeliveryPolicy.from_env(), targets=settings.webhook_targets
+        )
         dispatcher.start()
         uvicorn.run(app, host=host, port=port, log_level="info", access_log=True, server_header=False)
     finally:
