@@ -51,6 +51,7 @@ from stateward.api.webhook_routes import webhook_routes
 from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import RequestKind, RunState
+from stateward.core.status import RunStatus
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 from stateward.store.keys import KeyStore, StoredResponse
@@ -60,6 +61,14 @@ MAX_IDEMPOTENCY_KEY_CHARS = 200
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422)}
 
 
+Cursor = Annotated[
+    str | None,
+    Query(
+        max_length=2048,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="The ``next_cursor`` of the page before; any other token is INVALID_CURSOR (422).",
+    ),
+]
 IdempotencyKey = Annotated[
     str | None,
     Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, description="A replay returns the first outcome."),
@@ -217,10 +226,10 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
     @v1.get("/runs", response_model=RunList, tags=["runs"])
     def list_runs(
         who: Caller,
-        status: str | None = None,
+        status: RunStatus | None = None,
         agent: Annotated[str | None, Query(max_length=128)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
-        cursor: Annotated[str | None, Query(max_length=2048)] = None,
+        cursor: Cursor = None,
     ) -> RunList:
         """The caller's tenant's runs, newest first, a page at a time."""
         require(who, Role.VIEWER)
@@ -277,7 +286,7 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
     def inbox(
         who: Caller,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
-        cursor: Annotated[str | None, Query(max_length=2048)] = None,
+        cursor: Cursor = None,
     ) -> Inbox:
         """Open requests of the caller's tenant that the caller may answer, each with its exact guarded action."""
         require(who, Role.APPROVER)

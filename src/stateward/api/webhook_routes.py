@@ -16,6 +16,21 @@ from stateward.core.errors import ErrorCode, RunError, UserError
 from stateward.runtime.runtime import Runtime
 from stateward.store.outbox import Delivery, DeliveryStatus, NoticeKind, WebhookStore, WebhookSubscription
 
+# The form the target rules accept, as strict as they are: a scheme, then a host name (labels, the last
+# starting with a letter), a dotted-quad IPv4 address or a bracketed IPv6 one, a port, and a path of
+# printable ASCII. The rules then refuse by name what a well-formed URL names (WEBHOOK_TARGET_FORBIDDEN).
+_H = "[0-9A-Fa-f]{1,4}"
+_OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4 = rf"({_OCTET}\.){{3}}{_OCTET}"
+_IPV6 = (
+    rf"(({_H}:){{7}}{_H}|({_H}:){{1,7}}:|({_H}:){{1,6}}:{_H}|({_H}:){{1,5}}(:{_H}){{1,2}}|({_H}:){{1,4}}(:{_H}){{1,3}}"
+    rf"|({_H}:){{1,3}}(:{_H}){{1,4}}|({_H}:){{1,2}}(:{_H}){{1,5}}|{_H}:(:{_H}){{1,6}}|:((:{_H}){{1,7}}|:)"
+    rf"|::([Ff]{{4}}(:0{{1,4}})?:)?{_IPV4}|({_H}:){{1,4}}:{_IPV4})"
+)
+_NAME = r"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?"
+_PORT = "([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+URL_PATTERN = rf"^[Hh][Tt][Tt][Pp][Ss]?://({_NAME}|{_IPV4}|\[{_IPV6}\])(:{_PORT})?([/?#][\x21-\x5b\x5d-\x7e]*)?$"
+
 
 class NewWebhook(BaseModel):
     """A subscription: where to POST, and which kinds of notice (all three unless narrowed)."""
@@ -25,7 +40,7 @@ class NewWebhook(BaseModel):
     url: str = Field(
         min_length=8,
         max_length=MAX_URL_CHARS,
-        pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f@\\]+$",
+        pattern=URL_PATTERN,
         description="https (http where the operator allows it); checked against the service's target rules",
     )
     kinds: tuple[NoticeKind, ...] = Field(default=tuple(NoticeKind), min_length=1)

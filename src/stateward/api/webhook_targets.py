@@ -234,9 +234,13 @@ def normalise(raw: str, policy: TargetPolicy) -> _Parsed:
         raise _invalid("it is malformed or its port is out of range") from None
     scheme = parts.scheme.lower()
     allowed = ("https", "http") if policy.allow_http else ("https",)
+    if scheme == "http" and not policy.allow_http:  # well-formed, but the operator's to allow
+        raise WebhookTargetError(
+            f"http webhooks are off on this service (the operator allows them with {ALLOW_HTTP_ENV}=1)",
+            code=ErrorCode.WEBHOOK_TARGET_FORBIDDEN,
+        )
     if scheme not in allowed:
-        hint = "" if policy.allow_http or scheme != "http" else f" (http is allowed only with {ALLOW_HTTP_ENV}=1)"
-        raise _invalid(f"the scheme must be {' or '.join(allowed)}{hint}")
+        raise _invalid(f"the scheme must be {' or '.join(allowed)}")
     if "@" in parts.netloc:
         raise _invalid("it must not carry a user name or password")
     if "\\" in raw:
