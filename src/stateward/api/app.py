@@ -226,7 +226,10 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
     @v1.get("/runs", response_model=RunList, tags=["runs"])
     def list_runs(
         who: Caller,
-        status: RunStatus | None = None,
+        status: Annotated[
+            str | None,
+            Query(json_schema_extra={"enum": [s.value for s in RunStatus]}, description="INVALID_FILTER otherwise"),
+        ] = None,
         agent: Annotated[str | None, Query(max_length=128)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
         cursor: Cursor = None,
