@@ -306,3 +306,67 @@ def test_an_allowed_network_opens_exactly_that_network(tmp_path: Path, dns: Stub
         assert (status, body["error"]["code"]) == (422, "WEBHOOK_TARGET_FORBIDDEN")  # type: ignore[index]
     finally:
         hooks.close()
+
+
+def _self_signed(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for ``name`` (its own issuer) and its key, as PEM files."""
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+@pytest.mark.parametrize("served_name", ["receiver.acme.test", "someone-else.test"])
+def test_an_https_delivery_pinned_to_the_address_verifies_the_certificate_for_the_name(
+    tmp_path: Path, dns: StubDns, receiver: Receiver, served_name: str
+) -> None:
+    import ssl
+
+    import httpx
+
+    cert, key = _self_signed(tmp_path, served_name)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    receiver.server.socket = server_tls.wrap_socket(receiver.server.socket, server_side=True)
+    port = receiver.server.server_address[1]
+    hooks = Hooks(tmp_path, dns, allow_http=False, networks=("127.0.0.0/8",))
+    trusting = httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), trust_env=False, timeout=5)
+    hooks.dispatcher = WebhookDispatcher(webhook_store(hooks.runtime), targets=hooks.policy, client=trusting)
+    try:
+        dns.names["receiver.acme.test"] = ["127.0.0.1"]
+        assert hooks.subscribe(f"https://receiver.acme.test:{port}/hook")[0] == 201
+        hooks.service.waiting_run(hooks.admin)
+        delivered = hooks.dispatcher.deliver_due()
+        [delivery] = hooks.deliveries()
+        if served_name == "receiver.acme.test":
+            assert delivered == 1 and delivery["status"] == "delivered"
+            assert receiver.received[0][0]["host"] == f"receiver.acme.test:{port}"
+        else:  # a certificate for another name is refused, though the address is the one checked
+            assert delivered == 0 and delivery["error_code"] == "WEBHOOK_TLS_FAILED"
+            assert receiver.received == []
+    finally:
+        hooks.close()

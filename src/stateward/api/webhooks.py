@@ -7,6 +7,12 @@ ahead, PostgreSQL claims skip locked rows). A crash between sending and recordin
 that notification again later: delivery is at least once, and receivers deduplicate by the
 ``Stateward-Event-Id`` header (also the body's ``id``), which every retry repeats.
 
+Where a delivery may go is :mod:`stateward.api.webhook_targets`' to say: the URL is checked again before
+each send (DNS resolved now) and the request goes to the checked address, the name kept as Host and as
+the TLS server name. Redirects are not followed. Failures are recorded as ``<CODE>: <message>`` with a
+stable code (``WEBHOOK_CONNECT_FAILED``, ``WEBHOOK_TIMEOUT``, ...) and no address or port; one delivery's
+failure, whatever it is, never stops the round.
+
 Every request carries ``Stateward-Timestamp`` (epoch seconds) and ``Stateward-Signature: v1=<hex>``,
 the HMAC-SHA256 of ``"<timestamp>.<body>"`` under the subscription's secret; :func:`verify` is the
 check a receiver makes (and refuses timestamps older than its tolerance, against replays).
