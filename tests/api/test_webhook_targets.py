@@ -370,3 +370,15 @@ def test_an_https_delivery_pinned_to_the_address_verifies_the_certificate_for_th
             assert receiver.received == []
     finally:
         hooks.close()
+
+
+def test_serve_takes_the_operators_switches_and_refuses_a_bad_network_by_name(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from stateward.cli.app import app
+
+    result = CliRunner().invoke(
+        app, ["serve", "--webhook-allow-network", "10.0.0.0/33", "--db", str(tmp_path / "none.db")]
+    )
+    assert result.exit_code != 0
+    assert "CONFIGURATION_ERROR" in result.output and "STATEWARD_WEBHOOK_ALLOW_NETWORKS" in result.output

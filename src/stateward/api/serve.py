@@ -24,10 +24,13 @@ def serve(
     settings: ApiSettings | None = None,
     webhooks: DeliveryPolicy | None = None,
     metrics: bool = False,
+    targets: TargetPolicy | None = None,
 ) -> None:
     """Serve the HTTP API and the inbox on ``db`` (an existing store: the service never creates one), and
-    deliver its webhook outbox, until stopped. ``metrics``: also ``/metrics`` (Prometheus; the otel extra,
-    METRICS_UNAVAILABLE without it), behind ``STATEWARD_METRICS_TOKEN`` when that is set."""
+    deliver its webhook outbox, until stopped. ``targets``: where webhooks may go (default: from the
+    environment, ``STATEWARD_WEBHOOK_ALLOW_HTTP`` and ``STATEWARD_WEBHOOK_ALLOW_NETWORKS``). ``metrics``:
+    also ``/metrics`` (Prometheus; the otel extra, METRICS_UNAVAILABLE without it), behind
+    ``STATEWARD_METRICS_TOKEN`` when that is set."""
     import uvicorn
 
     exposed, telemetry = _prometheus(db) if metrics else (None, None)
@@ -38,7 +41,7 @@ def serve(
             sessions=SessionSettings.from_env(),
             oidc=OidcSettings.from_env(),
             metrics_token=os.environ.get(METRICS_TOKEN_ENV) or None,
-            webhook_targets=TargetPolicy.from_env(),
+            webhook_targets=targets or TargetPolicy.from_env(),
         )
         app = create_app(runtime, settings, metrics=None if exposed is None else exposed.text)
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.
