@@ -4,28 +4,21 @@ chunked; bodies that are not UTF-8; 405s with ``Allow``; no store detail in any 
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from tests.api.agents_for_api import agents
+from tests.api.test_concurrent_answers import served
 
-from stateward.api import ApiSettings, create_app, mint_key
+from stateward.api import ApiSettings, mint_key
 from stateward.api.app import key_store
 from stateward.runtime.runtime import Runtime
 from stateward.store.base import open_store
 
-LIMIT = 16 * 1024
-
-
-class _Server(uvicorn.Server):
-    def install_signal_handlers(self) -> None:
-        pass
+LIMIT = ApiSettings().max_body_bytes  # the service's default limit
 
 
 class Live:
@@ -40,27 +33,14 @@ def live(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Live]:
     url = str(tmp_path / "edges.db") if request.param == "sqlite" else str(request.getfixturevalue("pg_url"))
     runtime = Runtime(open_store(url), agents=agents)
     _, token = mint_key(key_store(runtime), tenant="acme", name="root", roles=["admin"], now=datetime.now(UTC))
-    server = _Server(
-        uvicorn.Config(
-            create_app(runtime, ApiSettings(max_body_bytes=LIMIT)), host="127.0.0.1", port=0, log_level="warning"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
     auth = {"Authorization": f"Bearer {token}"}
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=30) as client:
-            made = client.post("/v1/runs", json={"agent": "payer", "goal": "pay", "drive": True})
-            assert made.status_code == 201, made.text
-            yield Live(runtime, client, made.json()["run_id"])
+        for base in served(runtime):
+            with httpx.Client(base_url=base, headers=auth, timeout=30) as client:
+                made = client.post("/v1/runs", json={"agent": "payer", "goal": "pay", "drive": True})
+                assert made.status_code == 201, made.text
+                yield Live(runtime, client, made.json()["run_id"])
     finally:
-        server.should_exit = True
-        thread.join(timeout=15)
         runtime.close()
 
 
