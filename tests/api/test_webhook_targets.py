@@ -25,8 +25,8 @@ from stateward.api.webhook_targets import TargetPolicy, WebhookTargetError, chec
 from stateward.api.webhooks import WebhookDispatcher
 from stateward.core.errors import UserError
 from stateward.runtime.runtime import Runtime
+from stateward.store.base import open_store
 from stateward.store.outbox import WebhookSubscription
-from stateward.store.sqlite import SQLiteStore
 
 PUBLIC = "93.184.216.34"  # never connected to: every test that resolves to it is refused or never delivers
 
@@ -48,12 +48,12 @@ class StubDns:
 class Hooks:
     """A service whose webhook rules are ``policy`` (with the stub resolver), and a dispatcher with the same."""
 
-    def __init__(self, tmp_path: Path, dns: StubDns, *, allow_http: bool, networks: tuple[str, ...]):
+    def __init__(self, tmp_path: Path, dns: StubDns, *, allow_http: bool, networks: tuple[str, ...], store: str = ""):
         self.dns = dns
         self.policy = TargetPolicy(
             allow_http=allow_http, allow_networks=tuple(ip_network(n) for n in networks), resolver=dns
         )
-        self.runtime = Runtime(SQLiteStore(tmp_path / "hooks.db"), agents=agents)
+        self.runtime = Runtime(open_store(store or str(tmp_path / "hooks.db")), agents=agents)
         self.client = TestClient(create_app(self.runtime, ApiSettings(webhook_targets=self.policy)))
         self.service = Service(self.runtime, self.client)
         self.admin = self.service.key("acme", "admin")
@@ -263,10 +263,21 @@ def test_a_connection_failure_is_reported_without_address_or_port(loopback: Hook
     assert str(port) not in str(delivery["last_error"]) and "127.0.0.1" not in str(delivery["last_error"])
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def loopback_on_each_store(request: pytest.FixtureRequest, tmp_path: Path, dns: StubDns) -> Iterator[Hooks]:
+    store = "" if request.param == "sqlite" else str(request.getfixturevalue("pg_url"))
+    hooks = Hooks(tmp_path, dns, allow_http=True, networks=("127.0.0.0/8",), store=store)
+    yield hooks
+    hooks.close()
+
+
 @pytest.mark.parametrize("bad_url", ["http://127.0.0.1:1/a\r\nb", "http://127.0.0.1:1/\x00", "ftp://x/"])
 def test_one_tenants_bad_row_is_failed_and_every_other_tenant_is_delivered_in_the_same_round(
-    loopback: Hooks, receiver: Receiver, bad_url: str
+    loopback_on_each_store: Hooks, receiver: Receiver, bad_url: str
 ) -> None:
+    loopback = loopback_on_each_store
+    if "\x00" in bad_url and "postgres" in type(loopback.runtime.store).__name__.lower():
+        pytest.skip("PostgreSQL cannot store a NUL: such a row cannot exist there")
     # A row stored before URLs were checked (or written around the API): the round must survive it.
     webhook_store(loopback.runtime).add_webhook(
         WebhookSubscription(
