@@ -502,6 +502,21 @@ def serve(
             help="Also serve Prometheus text at /metrics (otel extra); bearer STATEWARD_METRICS_TOKEN if set.",
         ),
     ] = False,
+    webhook_allow_http: Annotated[
+        bool,
+        typer.Option(
+            "--webhook-allow-http",
+            help="Let webhooks use http:// (else https only; or STATEWARD_WEBHOOK_ALLOW_HTTP=1).",
+        ),
+    ] = False,
+    webhook_allow_network: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--webhook-allow-network",
+            help="A network (CIDR) webhooks may reach despite the target rules; repeatable"
+            " (or STATEWARD_WEBHOOK_ALLOW_NETWORKS, comma-separated).",
+        ),
+    ] = None,
 ) -> None:
     """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
 
@@ -517,7 +532,15 @@ def serve(
                 f"the HTTP service needs FastAPI and uvicorn ({exc}); pip install 'stateward[serve]'",
                 code=ErrorCode.CONFIGURATION_ERROR,
             ) from None
-        run_service(db, host=host, port=port, metrics=metrics)
+        from stateward.api.webhook_targets import ALLOW_HTTP_ENV, ALLOW_NETWORKS_ENV, TargetPolicy
+
+        env = dict(os.environ)
+        if webhook_allow_http:
+            env[ALLOW_HTTP_ENV] = "1"
+        if webhook_allow_network:
+            env[ALLOW_NETWORKS_ENV] = ",".join([env.get(ALLOW_NETWORKS_ENV, ""), *webhook_allow_network])
+        targets = TargetPolicy.from_env(env)
+        run_service(db, host=host, port=port, metrics=metrics, targets=targets)
 
 
 @app.command("chaos")

@@ -7,6 +7,7 @@ checks it)::
 
     StatewardError                          base; ``code`` + ``message`` + ``details``
     ├── UserError                           a developer mistake: bad agent definition or configuration
+    │   └── WebhookTargetError [api.webhook_targets]  a webhook URL refused (WEBHOOK_URL_INVALID, ...)
     ├── AuthError [api.identity]            no or bad credentials (UNAUTHENTICATED), a missing role (FORBIDDEN)
     ├── RunError                            something about a run or a request to it is not acceptable
     │   ├── DecisionParseError              raw model text is not exactly one decision (NOT_JSON,
@@ -240,6 +241,18 @@ class ErrorCode(StrEnum):
     CSRF_REJECTED = "CSRF_REJECTED"
     WEBHOOK_NOT_FOUND = "WEBHOOK_NOT_FOUND"
     WEBHOOK_LIMIT = "WEBHOOK_LIMIT"
+    INVALID_TEXT = "INVALID_TEXT"  # a lone surrogate or a NUL in a text, an id or a header
+    INVALID_ENCODING = "INVALID_ENCODING"  # a request body that is not UTF-8
+    # Webhook targets: refused at subscription (422) and the reasons a delivery records
+    WEBHOOK_URL_INVALID = "WEBHOOK_URL_INVALID"
+    WEBHOOK_TARGET_FORBIDDEN = "WEBHOOK_TARGET_FORBIDDEN"
+    WEBHOOK_DNS_FAILED = "WEBHOOK_DNS_FAILED"
+    WEBHOOK_CONNECT_FAILED = "WEBHOOK_CONNECT_FAILED"
+    WEBHOOK_TIMEOUT = "WEBHOOK_TIMEOUT"
+    WEBHOOK_TLS_FAILED = "WEBHOOK_TLS_FAILED"
+    WEBHOOK_REDIRECT_REFUSED = "WEBHOOK_REDIRECT_REFUSED"
+    WEBHOOK_HTTP_STATUS = "WEBHOOK_HTTP_STATUS"
+    WEBHOOK_DELIVERY_ERROR = "WEBHOOK_DELIVERY_ERROR"
 
     @classmethod
     def parse(cls, value: object) -> ErrorCode | None:

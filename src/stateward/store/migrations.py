@@ -185,6 +185,13 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN parts TEXT",
         "ALTER TABLE checkpoints ADD COLUMN parts TEXT",
     ],
+    # 7: browser sessions signed out (their ids, until they would have expired), so a sign-out holds
+    # across restarts and processes (store/sessions.py).
+    [
+        """CREATE TABLE revoked_sessions (
+            session_id TEXT PRIMARY KEY,
+            expires_at REAL NOT NULL)""",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -363,5 +370,11 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
                    b.lease_version, b.at
             FROM event_batches AS b
                 CROSS JOIN LATERAL json_array_elements(b.events::json) WITH ORDINALITY AS e(item, n)""",
+    ],
+    # 8: signed-out browser sessions, as in SQLite.
+    [
+        """CREATE TABLE revoked_sessions (
+            session_id TEXT COLLATE "C" PRIMARY KEY,
+            expires_at DOUBLE PRECISION NOT NULL)""",
     ],
 ]
