@@ -67,8 +67,9 @@ def seen(request: ModelRequest, action: str) -> dict[str, Any] | None:
     return next((o for o in reversed(request.observations) if o["action"] == action and o["status"] == "SUCCESS"), None)
 
 
-def record(artifact_type: str, value: Any) -> dict[str, Any]:
-    args = {"artifact_type": artifact_type, "content": json.dumps(value)}
+def record(artifact_type: str, value: Any, source: dict[str, Any]) -> dict[str, Any]:
+    """Write an item's output, citing the observation it rests on by its evidence id."""
+    args = {"artifact_type": artifact_type, "content": json.dumps(value), "evidence": [source["evidence_id"]]}
     return {"type": "EXECUTE_TOOL", "action": "record_output", "args": args}
 
 
@@ -79,7 +80,7 @@ def make_worker(expense_id: str) -> ScriptedModel:
             claim = seen(request, "get_expense")
             if claim is None:
                 return {"type": "EXECUTE_TOOL", "action": "get_expense", "args": {"expense_id": expense_id}}
-            return record("claim", claim["result"])
+            return record("claim", claim["result"], claim)
         if wid == "W2":
             policy = seen(request, "check_policy")
             if policy is None:
@@ -88,11 +89,11 @@ def make_worker(expense_id: str) -> ScriptedModel:
                 return {"type": "EXECUTE_TOOL", "action": "check_policy", "args": args}
             if not policy["result"]["within_policy"]:
                 return {"type": "FAIL", "reason": "over_policy"}
-            return record("policy-check", policy["result"])
+            return record("policy-check", policy["result"], policy)
         paid = seen(request, "pay_reimbursement")
         if paid is None:
             return {"type": "EXECUTE_TOOL", "action": "pay_reimbursement", "args": payment_args(expense_id)}
-        return record("payment", paid["result"])
+        return record("payment", paid["result"], paid)
 
     return ScriptedModel(worker)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from stateward import Agent, AgentRegistry, ReActController, ToolRegistry, tool
+from stateward import Agent, AgentRegistry, ReActController, ToolContext, ToolRegistry, tool
 from stateward.testing import ScriptedModel
 
 
@@ -56,3 +57,45 @@ def make_asker(question: str = HOSTILE_QUESTION) -> Agent:
         return {"type": "REQUEST_USER_INPUT", "question": question}
 
     return Agent(name="asker", controller=ReActController(ScriptedModel(decide)), tools=ToolRegistry([pay]))
+
+
+CREDITED: list[str] = []  # the keys whose credit took effect
+NOTIFIED: list[str] = []
+_HANG = threading.Event()  # never set: every credit takes effect, then its answer is lost
+
+
+@tool(requires_approval=True, approver_role="finance", timeout_s=0.05)
+def credit(account: str, cents: int, ctx: ToolContext) -> dict[str, int]:
+    """Credit an account: it takes effect, then the response never comes (and there is no lookup)."""
+    CREDITED.append(ctx.idempotency_key)
+    _HANG.wait(0.3)
+    return {"credited": cents}
+
+
+@tool
+def notify(text: str) -> str:
+    """Tell the customer."""
+    NOTIFIED.append(text)
+    return "sent"
+
+
+@agents.agent("creditor")
+def make_creditor(account: str = "acct-7") -> Agent:
+    """Credits once (finance approves and reconciles), then notifies; fails on a credit that did not happen."""
+
+    def decide(request: Any) -> dict[str, Any]:
+        credits = [o for o in request.observations if o["action"] == "credit"]
+        if any(o["action"] == "notify" for o in request.observations):
+            return {"type": "FINISH", "reason": "credited and told"}
+        if credits and credits[-1]["status"] == "SUCCESS":
+            return {"type": "EXECUTE_TOOL", "action": "notify", "args": {"text": f"credited {account}"}}
+        if credits:
+            return {"type": "FAIL", "reason": f"credit {credits[-1]['status']}"}
+        return {"type": "EXECUTE_TOOL", "action": "credit", "args": {"account": account, "cents": 1200}}
+
+    return Agent(
+        name="creditor",
+        controller=ReActController(ScriptedModel(decide)),
+        tools=ToolRegistry([credit, notify]),
+        approver_role="ops",
+    )

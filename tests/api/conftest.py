@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,12 @@ from tests.api.agents_for_api import agents
 from stateward.api import ApiSettings, create_app, mint_key
 from stateward.api.app import key_store
 from stateward.api.stream import StreamLimits
+from stateward.api.webhook_targets import TargetPolicy
 from stateward.runtime.runtime import Runtime
 from stateward.store.sqlite import SQLiteStore
+
+# The operator's switches on, for loopback only: the tests' receivers listen on 127.0.0.1 over http.
+LOOPBACK_ALLOWED = TargetPolicy(allow_http=True, allow_networks=(ip_network("127.0.0.0/8"), ip_network("::1/128")))
 
 
 class Service:
@@ -43,7 +48,9 @@ class Service:
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
     runtime = Runtime(SQLiteStore(tmp_path / "api.db"), agents=agents)
-    settings = ApiSettings(max_body_bytes=16 * 1024, stream=StreamLimits(idle_timeout_s=0.3, poll_s=0.05))
+    settings = ApiSettings(
+        max_body_bytes=16 * 1024, stream=StreamLimits(idle_timeout_s=0.3, poll_s=0.05), webhook_targets=LOOPBACK_ALLOWED
+    )
     with TestClient(create_app(runtime, settings)) as client:
         yield Service(runtime, client)
     runtime.close()

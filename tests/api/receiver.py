@@ -15,6 +15,7 @@ class Receiver:
     def __init__(self) -> None:
         self.received: list[tuple[dict[str, str], str]] = []
         self.status = 200
+        self.headers: dict[str, str] = {}  # sent with every answer (a Location, say)
         self.lock = threading.Lock()
         owner = self
 
@@ -23,8 +24,10 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
                 with owner.lock:
                     owner.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                    status = owner.status
+                    status, extra = owner.status, dict(owner.headers)
                 self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

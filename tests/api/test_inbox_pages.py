@@ -14,6 +14,7 @@ from tests.api.agents_for_api import agents
 from stateward.api import ApiSettings, create_app, mint_key
 from stateward.api.app import key_store
 from stateward.api.web.headers import CONTENT_SECURITY_POLICY
+from stateward.api.web.session import SessionSettings
 from stateward.core.events import EventType
 from stateward.runtime.runtime import Runtime
 from stateward.store.sqlite import SQLiteStore
@@ -186,3 +187,46 @@ def test_a_question_can_be_replied_to_with_text_from_the_inbox(inbox: Inbox) -> 
     payer = inbox.waiting_run()
     wrong = client.post(answer_url(payer), data={"verdict": "reply", "comment": "x", "csrf_token": csrf})
     assert wrong.status_code == 422 and "WRONG_ANSWER_KIND" in wrong.text  # an approval takes no reply
+
+
+def test_sign_out_is_a_csrf_checked_post_that_signs_out_every_copy_of_the_cookie(inbox: Inbox, tmp_path: Path) -> None:
+    token, _ = inbox.key("acme", "approver")
+    client, csrf = signed_in(inbox, token)
+    copied = client.cookies.get("__Host-stateward") or ""
+    assert client.get("/inbox/logout", follow_redirects=False).status_code == 405  # not a link another site sends
+    refused = client.post("/inbox/logout", data={"csrf_token": "forged"}, follow_redirects=False)
+    assert refused.status_code == 403 and "CSRF_REJECTED" in refused.text
+    assert client.get("/inbox", follow_redirects=False).status_code == 200  # still signed in
+    out = client.post("/inbox/logout", data={"csrf_token": csrf}, follow_redirects=False)
+    assert (out.status_code, out.headers["location"]) == (303, "/inbox/login")
+    thief = inbox.browser()
+    thief.cookies.set("__Host-stateward", copied)
+    assert thief.get("/inbox", follow_redirects=False).status_code == 303  # the copy is signed out
+    # Services sharing the secret and the store, one restarted after the sign-out: the copy stays refused,
+    # a session never signed out still works.
+    settings = ApiSettings(sessions=SessionSettings(secret="s" * 40))
+    before = Inbox(inbox.runtime, settings)
+    client2, csrf2 = signed_in(before, token)
+    copy2 = client2.cookies.get("__Host-stateward") or ""
+    assert client2.post("/inbox/logout", data={"csrf_token": csrf2}, follow_redirects=False).status_code == 303
+    control, _ = signed_in(before, token)
+    kept = control.cookies.get("__Host-stateward") or ""
+    runtime = Runtime(SQLiteStore(tmp_path / "inbox.db"), agents=agents)
+    try:
+        restarted = Inbox(runtime, settings)
+        for cookie, status in ((copy2, 303), (kept, 200)):
+            browser = restarted.browser()
+            browser.cookies.set("__Host-stateward", cookie)
+            assert browser.get("/inbox", follow_redirects=False).status_code == status
+    finally:
+        runtime.close()
+
+
+def test_another_site_cannot_sign_a_user_out_through_the_sign_in_form(inbox: Inbox) -> None:
+    token, _ = inbox.key("acme", "approver")
+    client, _ = signed_in(inbox, token)
+    shown = client.get("/inbox/login", follow_redirects=False)  # a link or a redirect from another site
+    assert "set-cookie" not in shown.headers
+    posted = client.post("/inbox/login", data={"api_key": "swk_bogus"}, follow_redirects=False)  # a cross-site form
+    assert posted.status_code == 403 and "set-cookie" not in posted.headers
+    assert client.get("/inbox", follow_redirects=False).status_code == 200  # still signed in

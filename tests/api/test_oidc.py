@@ -129,3 +129,27 @@ def test_every_bad_token_is_unauthenticated_alike(client: tuple[TestClient, Runt
         assert response.json()["error"]["code"] == "UNAUTHENTICATED", what
     assert c.get("/v1/runs", headers=bearer(jwks.token())).status_code == 200
     assert runtime.list_runs().items == []
+
+
+def test_each_oidc_user_has_their_own_idempotency_keys(client: tuple[TestClient, Runtime], jwks: Jwks) -> None:
+    c, runtime = client
+    admin = bearer(jwks.token(sub="root", roles=["admin"]))
+    runs = [c.post("/v1/runs", json={"agent": "payer", "goal": "pay", "drive": True}, headers=admin).json()["run_id"]
+            for _ in range(2)]  # fmt: skip
+    alice = bearer(jwks.token(sub="alice@example.com")) | {"Idempotency-Key": "k-1"}
+    bob = bearer(jwks.token(sub="bob@example.com")) | {"Idempotency-Key": "k-1"}
+    url = "/v1/runs/{}/requests/approval_001/approve"
+    first = c.post(url.format(runs[0]), json={}, headers=alice)
+    assert first.status_code == 200 and first.json()["by"] == "alice@example.com [oidc]"
+    # Bob, the same key on another run: recorded as his, not refused as a reuse of Alice's key.
+    other = c.post(url.format(runs[1]), json={}, headers=bob)
+    assert other.status_code == 200, other.text
+    [answer] = [e.payload for e in runtime.events(runs[1]) if e.type is EventType.REQUEST_ANSWERED]
+    assert answer["by"] == "bob@example.com [oidc]"
+    # Carol, Alice's key and body: her own outcome (the request is already answered), not Alice's response.
+    carol = bearer(jwks.token(sub="carol@example.com")) | {"Idempotency-Key": "k-1"}
+    same = c.post(url.format(runs[0]), json={}, headers=carol)
+    assert same.status_code == 200, same.text
+    assert same.json()["already_answered"] is True and first.json()["already_answered"] is False
+    # Alice's replay still returns her first outcome.
+    assert c.post(url.format(runs[0]), json={}, headers=alice).json() == first.json()

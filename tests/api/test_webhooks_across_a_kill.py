@@ -48,7 +48,12 @@ def wait_until(condition: object, seconds: float = 30) -> None:
 
 @pytest.mark.slow
 def test_every_notification_arrives_at_least_once_across_a_killed_service(tmp_path: Path) -> None:
-    env = environment(tmp_path) | {"STATEWARD_WEBHOOK_POLL_S": "0.2", "STATEWARD_WEBHOOK_BACKOFF_S": "0.5"}
+    env = environment(tmp_path) | {
+        "STATEWARD_WEBHOOK_POLL_S": "0.2",
+        "STATEWARD_WEBHOOK_BACKOFF_S": "0.5",
+        "STATEWARD_WEBHOOK_ALLOW_HTTP": "1",
+        "STATEWARD_WEBHOOK_ALLOW_NETWORKS": "127.0.0.0/8",
+    }
     db = tmp_path / "hooks.db"
     code, made = sw(
         env, tmp_path, "keys", "create", "--tenant", "acme", "--role", "admin", "--name", "root", "--db", str(db)

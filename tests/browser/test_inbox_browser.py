@@ -138,3 +138,28 @@ def test_a_models_markup_and_escape_sequences_render_inert_and_labelled(deployme
     assert page.locator("[data-testid=events] script, [data-testid=events] img").count() == 0
     assert page.evaluate("() => window.__pwned === undefined")
     assert csp_violations(deployment) == []
+
+
+def test_another_site_cannot_sign_a_user_out_and_signing_out_ends_every_copy(deployment: Deployment) -> None:
+    token, _ = deployment.key("acme", "approver")
+    page = deployment.page()
+    deployment.sign_in(page, token)
+    # Another site links (or redirects) the user to the sign-in form, then posts a bogus sign-in to it.
+    attacker = page.context.new_page()
+    attacker.set_content(f'<a id="go" href="{deployment.base}/inbox/login">free money</a>')
+    attacker.click("#go")
+    attacker.wait_for_url(re.compile(r"/inbox/login"))
+    attacker.set_content(
+        f'<form method="post" action="{deployment.base}/inbox/login"><input name="api_key" value="swk_x">'
+        '<button id="go">win a prize</button></form>'
+    )
+    attacker.click("#go")
+    page.goto(f"{deployment.base}/inbox")
+    assert page.url == f"{deployment.base}/inbox" and page.get_by_test_id("who").is_visible()  # still signed in
+    copied = page.context.cookies()
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(re.compile(r"/inbox/login"))
+    thief = deployment.page()
+    thief.context.add_cookies(copied)
+    thief.goto(f"{deployment.base}/inbox")
+    assert "/inbox/login" in thief.url  # the copied cookie is signed out too

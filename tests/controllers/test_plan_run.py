@@ -13,7 +13,7 @@ import pytest
 
 from stateward import Agent, Budget, RequestRefusedError, RunStatus, Runtime, ToolContext, ToolRegistry, tool
 from stateward.controllers.plan_run import PlanRunConfig, PlanRunController
-from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
+from stateward.controllers.plan_support import cite_evidence, plan_finish_policy, plan_run_tools
 from stateward.core.canonical import action_digest
 from stateward.core.events import EventType
 from stateward.core.state import AgentRef, GuardedAction
@@ -74,14 +74,22 @@ def worker_policy(req: ModelRequest) -> dict[str, Any]:
         return {
             "type": "EXECUTE_TOOL",
             "action": "record_output",
-            "args": {"artifact_type": "findings", "content": json.dumps({"evidence": ["ev:1"]})},
+            "args": {
+                "artifact_type": "findings",
+                "content": json.dumps({"evidence": ["ev:1"]}),
+                "evidence": cite_evidence(req),
+            },
         }
     if wid == "W2":
         sections = ["intro"] if req.facts["correction"] is None else ["intro", "evidence"]
         return {
             "type": "EXECUTE_TOOL",
             "action": "record_output",
-            "args": {"artifact_type": "summary", "content": json.dumps({"sections": sections})},
+            "args": {
+                "artifact_type": "summary",
+                "content": json.dumps({"sections": sections}),
+                "evidence": cite_evidence(req),
+            },
         }
     return {"type": "EXECUTE_TOOL", "action": "publish", "args": {"ref": req.facts["outputs"]["W2"]}}
 
@@ -149,7 +157,9 @@ def test_plan_runs_to_completion_with_one_repair_and_a_bound_approval(runtime: R
     assert state.artifacts == {"findings": 1, "summary": 2}
     v1 = runtime.store.get_artifact(state.run_id, "summary", 1)
     assert v1 is not None and json.loads(v1.content)["sections"] == ["intro"]  # v1 kept, never overwritten
-    verdicts = [(v["artifact"], v["outcome"]) for v in events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)]
+    verified = events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)
+    verdicts = [(v["artifact"], v["outcome"]) for v in verified]
+    # The deliverable is repaired once (findings passed its checks too: said on its work_item_ended).
     assert verdicts == [("summary:v1", "REPAIR_ONCE"), ("summary:v2", "ACCEPT")]
     # Items ran strictly after their dependencies.
     started = [e["work_item_id"] for e in events(runtime, state.run_id, EventType.WORK_ITEM_STARTED)]
@@ -302,7 +312,7 @@ def test_a_retried_item_sees_every_observation_of_its_new_attempt(runtime: Runti
         return {
             "type": "EXECUTE_TOOL",
             "action": "record_output",
-            "args": {"artifact_type": "findings", "content": content},
+            "args": {"artifact_type": "findings", "content": content, "evidence": cite_evidence(req)},
         }
 
     retried = item(
@@ -401,7 +411,11 @@ def test_a_partial_delivery_ends_the_items_still_in_flight(runtime: Runtime) -> 
                 "args": {"query": f"{wid} " + "x" * (len(req.observations) + 1)},
             }
         out = req.facts["work_item"]["output_spec"]["artifact_type"]
-        return {"type": "EXECUTE_TOOL", "action": "record_output", "args": {"artifact_type": out, "content": "{}"}}
+        return {
+            "type": "EXECUTE_TOOL",
+            "action": "record_output",
+            "args": {"artifact_type": out, "content": "{}", "evidence": cite_evidence(req)},
+        }
 
     est = {"tool_calls": 1, "model_calls": 1, "tokens": 0}
     plan = plan_doc(
@@ -519,7 +533,7 @@ def _replanning_agent(patch: dict[str, Any], max_replans: int = 1) -> Agent:
         return {
             "type": "EXECUTE_TOOL",
             "action": "record_output",
-            "args": {"artifact_type": "findings", "content": "{}"},
+            "args": {"artifact_type": "findings", "content": "{}", "evidence": cite_evidence(req)},
         }
 
     config = PlanRunConfig(goal=GOAL, budget=BudgetLimits(max_replans=max_replans))
@@ -592,7 +606,11 @@ def _parallel_agent(max_parallel: int) -> Agent:
                 "action": "search",
                 "args": {"query": f"{wid} " + "x" * (len(req.observations) + 1)},  # new hit, new evidence
             }
-        return {"type": "EXECUTE_TOOL", "action": "record_output", "args": {"artifact_type": output, "content": "{}"}}
+        return {
+            "type": "EXECUTE_TOOL",
+            "action": "record_output",
+            "args": {"artifact_type": output, "content": "{}", "evidence": cite_evidence(req)},
+        }
 
     plan = plan_doc(
         [

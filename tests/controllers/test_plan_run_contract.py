@@ -16,7 +16,7 @@ from tests.controllers.test_plan_run import GOAL, THREE_ITEMS, events, item, mak
 
 from stateward import RunStatus, Runtime
 from stateward.controllers.plan_run import PlanRunController
-from stateward.controllers.plan_support import PARTIAL_ARTIFACT
+from stateward.controllers.plan_support import PARTIAL_ARTIFACT, cite_evidence
 from stateward.core.events import EventType
 from stateward.models import ModelRequest, ScriptedModel, complete
 from stateward.planning import (
@@ -51,7 +51,7 @@ def configured(agent: Any, **changes: Any) -> Any:
 
 def test_tokens_are_charged_and_a_token_limit_stops_the_run(runtime: Runtime) -> None:
     # Each scripted worker call costs tokens; the plan estimates none, so only charging actuals can stop it.
-    agent = make_agent(TWO_ITEMS, budget=BudgetLimits(max_tokens=1500, max_reflections_per_artifact=1))
+    agent = make_agent(TWO_ITEMS, budget=BudgetLimits(max_tokens=1850, max_reflections_per_artifact=1))
     state = runtime.start(agent, GOAL.objective)
     used = state.memo["ledger"]["used"]
     assert state.status is RunStatus.PARTIALLY_COMPLETED
@@ -205,7 +205,11 @@ def _writer(req: Any) -> dict[str, Any]:
     """A worker that writes its item's output at once (what the worker does is not under test here)."""
     out = req.facts["work_item"]["output_spec"]["artifact_type"]
     content = json.dumps({"sections": ["a", "b"]})
-    return {"type": "EXECUTE_TOOL", "action": "record_output", "args": {"artifact_type": out, "content": content}}
+    return {
+        "type": "EXECUTE_TOOL",
+        "action": "record_output",
+        "args": {"artifact_type": out, "content": content, "evidence": cite_evidence(req)},
+    }
 
 
 def _proposed(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -391,7 +395,11 @@ def _writes_both_sections(req: ModelRequest) -> Any:
         return worker_policy(req)
     if not req.observations:
         return {"type": "EXECUTE_TOOL", "action": "search", "args": {"query": "what else"}}
-    args = {"artifact_type": "summary", "content": json.dumps({"sections": ["intro", "evidence"]})}
+    args = {
+        "artifact_type": "summary",
+        "content": json.dumps({"sections": ["intro", "evidence"]}),
+        "evidence": cite_evidence(req),
+    }
     return {"type": "EXECUTE_TOOL", "action": "record_output", "args": args}
 
 
@@ -440,8 +448,8 @@ def test_a_run_whose_budget_cannot_afford_the_check_does_not_make_it(runtime: Ru
     agent = _checked_agent(asked, BudgetLimits(max_model_calls=5, max_reflections_per_artifact=1))
     state = runtime.start(agent, GOAL.objective)
     assert asked == [] and state.usage.model_calls == 5
-    [verification] = events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)
-    [check] = verification["checks"]
+    *_, verification = events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)  # the deliverable's
+    [check] = [c for c in verification["checks"] if c["name"] not in ("output_schema", "cites_evidence")]
     assert check["verdict"] == "UNKNOWN" and check["detail"].startswith("BUDGET_EXCEEDED: no model call left")
     assert verification["outcome"] != "ACCEPT" and state.status is not RunStatus.COMPLETED
     assert "W2" not in state.memo["verified"]  # an unchecked deliverable never counts

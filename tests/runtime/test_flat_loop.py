@@ -77,6 +77,7 @@ def test_each_request_carries_earlier_observations_by_reference(tmp_path: Path) 
         "result": {"i": 0},
         "error_code": None,
         "artifacts": [],
+        "evidence_id": "obs_1",  # its place in the run's log: what an artifact cites
     }
 
 
@@ -90,6 +91,8 @@ def test_a_resumed_drive_shows_the_model_the_same_history(window: int) -> None:
         Observation(step=3, action="look", args={"n": 3}, status="SUCCESS", result={"x": 0.1, "ok": True}),
     ]
     log = ObservationLog(observations, window=window)
+    # The log names each observation by its place in it; the rest is what was recorded.
+    observations = [o.model_copy(update={"evidence_id": f"obs_{n}"}) for n, o in enumerate(observations, 1)]
     assert list(log.history()) == [o.model_dump(mode="json") for o in observations]
     assert list(log) == observations
     assert list(reversed(log)) == observations[::-1]
@@ -135,7 +138,13 @@ def test_a_long_history_gives_the_garbage_collector_nothing_to_walk() -> None:
     list(large.history())
     assert _tracked_from(large) == _tracked_from(small) < 200
     assert large[5] == Observation(
-        step=5, action="noop", args={"i": 5}, status="SUCCESS", result={"i": [5]}, artifacts=["a:v1"]
+        step=5,
+        action="noop",
+        args={"i": 5},
+        status="SUCCESS",
+        result={"i": [5]},
+        artifacts=["a:v1"],
+        evidence_id="obs_6",
     )
 
 
@@ -168,6 +177,7 @@ def test_a_request_over_a_long_history_copies_none_of_it() -> None:
         "result": 9_999,
         "error_code": None,
         "artifacts": [],
+        "evidence_id": "obs_10000",
     }
     assert request.model_dump()["observations"][:1] == [log.history()[0]]
 

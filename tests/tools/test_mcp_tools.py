@@ -22,6 +22,7 @@ import pytest
 from stateward import (
     Agent,
     ReActController,
+    RequestRefusedError,
     RunStatus,
     Runtime,
     ServiceUnavailable,
@@ -207,6 +208,28 @@ def test_a_server_dying_mid_call_without_a_lookup_makes_the_run_wait_for_a_perso
     assert len(lines(ledger)) == 1
     [obs] = observed(runtime, state.run_id)
     assert obs["error_code"] == "UNKNOWN_OUTCOME"
+
+
+def test_an_mcp_tools_own_approver_role_answers_its_reconciliation_and_the_answer_decides(
+    runtime: Runtime, server: McpServer, ledger: Path
+) -> None:
+    declared = McpTool(requires_approval=True, timeout_s=20, approver_role="comms")  # comms answers, not the agent
+    tools = mcp_tools(server, include=["crash_after_send"], declare={"crash_after_send": declared})
+    assert tools[0].approver_role == "comms"
+    mailer = agent(tools, call("crash_after_send", to="bob@example.com"))
+    mailer.approver_role = "finance"
+    state = runtime.start(mailer, "mail bob")
+    assert state.pending is not None and state.pending.approver_role == "comms"  # the approval
+    state = runtime.approve(state.run_id, state.pending.request_id, by="cat", roles=frozenset({"comms"})).state
+    assert state.pending is not None and state.pending.kind == "reconciliation"
+    assert state.pending.approver_role == "comms" and len(lines(ledger)) == 1
+    with pytest.raises(RequestRefusedError) as refused:
+        runtime.approve(state.run_id, state.pending.request_id, by="fin", roles=frozenset({"finance"}))
+    assert refused.value.code == "ROLE_NOT_ALLOWED"
+    done = runtime.approve(state.run_id, state.pending.request_id, by="cat", roles=frozenset({"comms"}))
+    assert done.state.status is RunStatus.COMPLETED and len(lines(ledger)) == 1  # sent once, never re-sent
+    [obs] = observed(runtime, state.run_id)[1:]
+    assert obs["status"] == "SUCCESS" and obs["result"]["confirmed_by_person"]["by"] == "cat"
 
 
 def test_invalid_arguments_are_refused_with_field_errors_before_reaching_the_server(

@@ -18,12 +18,14 @@ from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from stateward.api.answers import Asked, answerable_role, may_answer, record_answer, visible_run
 from stateward.api.answers import key_store as key_store  # re-exported: the CLI and tests import it from here
 from stateward.api.caller import Caller
 from stateward.api.errors import error_body, status_of
 from stateward.api.identity import Principal, Role, require
+from stateward.api.input_guard import MAX_SQL_INTEGER, InputGuard
 from stateward.api.limits import BodyLimit
 from stateward.api.metrics_route import metrics_route
 from stateward.api.oidc import OidcSettings, OidcVerifier
@@ -46,17 +48,27 @@ from stateward.api.web.pages import PREFIX as INBOX_PREFIX
 from stateward.api.web.pages import mount_inbox
 from stateward.api.web.session import Sessions, SessionSettings
 from stateward.api.webhook_routes import webhook_routes
+from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import RequestKind, RunState
+from stateward.core.status import RunStatus
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 from stateward.store.keys import KeyStore, StoredResponse
 from stateward.store.paging import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 
 MAX_IDEMPOTENCY_KEY_CHARS = 200
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422)}
+_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422)}
 
 
+Cursor = Annotated[
+    str | None,
+    Query(
+        max_length=2048,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="The ``next_cursor`` of the page before; any other token is INVALID_CURSOR (422).",
+    ),
+]
 IdempotencyKey = Annotated[
     str | None,
     Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, description="A replay returns the first outcome."),
@@ -77,6 +89,7 @@ class ApiSettings:
     inbox_poll_s: float = 1.0
     oidc: OidcSettings | None = None  # accept an issuer's JWTs besides API keys
     metrics_token: str | None = None  # required as a bearer token on /metrics when set (see metrics_route)
+    webhook_targets: TargetPolicy = field(default_factory=TargetPolicy)  # where webhooks may go
 
 
 def _utcnow() -> datetime:
@@ -105,16 +118,22 @@ def create_app(
     _run_routes(v1, runtime, settings, clock)
     _request_routes(v1, runtime, settings, clock)
     _control_routes(v1, runtime, settings, clock)
-    webhook_routes(v1, runtime)
+    webhook_routes(v1, runtime, settings.webhook_targets)
     app.include_router(v1)
     mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
     app.add_middleware(SecurityHeaders, prefix=INBOX_PREFIX)
+    app.add_middleware(InputGuard)  # inside BodyLimit: what it reads is bounded
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 
 
 def _fingerprint(who: Principal, *parts: str | None) -> str:
-    return hashlib.sha256(json.dumps([who.key_id, *parts]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([who.scope, *parts]).encode()).hexdigest()
+
+
+def _scoped(who: Principal, idempotency_key: str) -> str:
+    """The key as kept: each principal's keys are its own (two callers' ``k-1`` never meet)."""
+    return f"{who.scope} {idempotency_key}"
 
 
 def _replayed(kept: StoredResponse, fingerprint: str) -> Response:
@@ -132,7 +151,10 @@ def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StatewardError)
     def _named(_: Request, exc: StatewardError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.code == "UNAUTHENTICATED" else None
-        return JSONResponse(error_body(exc.code, exc.message), status_code=status_of(exc), headers=headers)
+        status = status_of(exc)
+        # A store's own words can name its host, port and database: callers get the code alone.
+        message = "the store cannot serve this request now" if status >= 500 else exc.message
+        return JSONResponse(error_body(exc.code, message), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -142,9 +164,26 @@ def _error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body("INVALID_REQUEST", message), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}.get(exc.status_code, ErrorCode.HTTP_ERROR)
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method some route of this path answers, not the first route's alone
+            headers["Allow"] = allowed_methods(app, request)
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers)
+
+
+def allowed_methods(app: FastAPI, request: Request) -> str:
+    """The ``Allow`` header of a 405: each method some route of the request's path answers (the router's
+    own header names the first route's alone; ``/v1/runs`` has two)."""
+    found = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in app.router.routes):
+            found.append(method)
+    return ", ".join(found)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 def _health_routes(app: FastAPI, runtime: Runtime) -> None:
@@ -187,10 +226,13 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
     @v1.get("/runs", response_model=RunList, tags=["runs"])
     def list_runs(
         who: Caller,
-        status: str | None = None,
+        status: Annotated[
+            str | None,
+            Query(json_schema_extra={"enum": [s.value for s in RunStatus]}, description="INVALID_FILTER otherwise"),
+        ] = None,
         agent: Annotated[str | None, Query(max_length=128)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
-        cursor: Annotated[str | None, Query(max_length=2048)] = None,
+        cursor: Cursor = None,
     ) -> RunList:
         """The caller's tenant's runs, newest first, a page at a time."""
         require(who, Role.VIEWER)
@@ -207,7 +249,7 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
     def run_events(
         run_id: str,
         who: Caller,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_SQL_INTEGER)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
     ) -> EventPage:
         """The run's events numbered above ``after``."""
@@ -224,8 +266,8 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
     def stream_events(
         run_id: str,
         who: Caller,
-        after: Annotated[int, Query(ge=0)] = 0,
-        last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+        after: Annotated[int, Query(ge=0, le=MAX_SQL_INTEGER)] = 0,
+        last_event_id: Annotated[str | None, Header(max_length=20, pattern=r"^\s*[0-9]{1,19}\s*$")] = None,
     ) -> StreamingResponse:
         """The run's events as SSE from ``Last-Event-ID`` (else ``after``); ends when terminal or idle."""
         require(who, Role.VIEWER)
@@ -247,11 +289,13 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
     def inbox(
         who: Caller,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
-        cursor: Annotated[str | None, Query(max_length=2048)] = None,
+        cursor: Cursor = None,
+        role: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     ) -> Inbox:
-        """Open requests of the caller's tenant that the caller may answer, each with its exact guarded action."""
+        """Open requests of the caller's tenant that the caller may answer, each with its exact guarded action;
+        ``role``: only those that approver role answers (a tool's own role, else its agent's)."""
         require(who, Role.APPROVER)
-        page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor)
+        page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role)
         items = [
             InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request)
             for row in page.items
@@ -296,6 +340,7 @@ def _answer(
     role = answerable_role(runtime, a)
     fingerprint = _fingerprint(a.who, a.run_id, a.request_id, a.verdict, a.text, a.digest)
     if idempotency_key is not None:
+        idempotency_key = _scoped(a.who, idempotency_key)
         kept = keys.recall_response(a.who.tenant, idempotency_key)
         if kept is not None:
             return _replayed(kept, fingerprint)

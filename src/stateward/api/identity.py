@@ -22,6 +22,7 @@ from stateward.core.run_inputs import NAME_PATTERN as _NAME
 from stateward.store.keys import ApiKeyRecord, KeyStore
 
 KEY_PREFIX = "swk_"
+OIDC_KEY_ID = "oidc"  # the key id of every principal an OIDC token makes
 _TOKEN = re.compile(r"^swk_([0-9a-f]{16})\.([A-Za-z0-9_-]{43})$")
 
 
@@ -50,6 +51,12 @@ class Principal(BaseModel):
     def subject(self) -> str:
         """How answers, pauses, resumes and cancels record who did them."""
         return f"{self.name} [{self.key_id}]"
+
+    @property
+    def scope(self) -> str:
+        """Whose Idempotency-Keys these are: the API key's id, or an OIDC token's issuer-given subject (every
+        OIDC principal shares the key id ``oidc``, so the subject tells them apart)."""
+        return f"oidc:{self.name}" if self.key_id == OIDC_KEY_ID else self.key_id
 
     def has(self, role: Role) -> bool:
         """Admin implies every role, and every role of the service implies reading (viewer)."""

@@ -31,19 +31,26 @@ class BodyLimit:
             await self._refuse(send)
             return
         seen = 0
-        started = False
+        started = over = False
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    over = True
                     raise _TooLarge
             return message
 
         async def tracked(message: Message) -> None:
+            # A route that caught the refusal (FastAPI turns a failed body read into a 400) answers 413 instead.
             nonlocal started
+            if over:
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await self._refuse(send)
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)

@@ -18,7 +18,7 @@ from typing import Any
 
 import jwt
 
-from stateward.api.identity import AuthError, Principal
+from stateward.api.identity import OIDC_KEY_ID, AuthError, Principal
 from stateward.core.errors import ErrorCode, UserError
 from stateward.core.run_inputs import NAME_PATTERN as _NAME
 
@@ -110,4 +110,4 @@ def _principal_of(claims: Mapping[str, Any], s: OidcSettings) -> Principal:
         or not all(isinstance(r, str) and _NAME.match(r) for r in roles)
     ):
         raise AuthError(_BAD_TOKEN)
-    return Principal(key_id="oidc", name=subject, tenant=tenant, roles=frozenset(roles))
+    return Principal(key_id=OIDC_KEY_ID, name=subject, tenant=tenant, roles=frozenset(roles))

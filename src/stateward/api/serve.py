@@ -10,6 +10,7 @@ from stateward.api.metrics_route import METRICS_TOKEN_ENV
 from stateward.api.oidc import OidcSettings
 from stateward.api.web.session import SessionSettings
 from stateward.api.webhook_routes import webhook_store
+from stateward.api.webhook_targets import TargetPolicy
 from stateward.api.webhooks import DeliveryPolicy, WebhookDispatcher
 from stateward.runtime.runtime import Runtime
 from stateward.store.base import open_store
@@ -23,10 +24,13 @@ def serve(
     settings: ApiSettings | None = None,
     webhooks: DeliveryPolicy | None = None,
     metrics: bool = False,
+    targets: TargetPolicy | None = None,
 ) -> None:
     """Serve the HTTP API and the inbox on ``db`` (an existing store: the service never creates one), and
-    deliver its webhook outbox, until stopped. ``metrics``: also ``/metrics`` (Prometheus; the otel extra,
-    METRICS_UNAVAILABLE without it), behind ``STATEWARD_METRICS_TOKEN`` when that is set."""
+    deliver its webhook outbox, until stopped. ``targets``: where webhooks may go (default: from the
+    environment, ``STATEWARD_WEBHOOK_ALLOW_HTTP`` and ``STATEWARD_WEBHOOK_ALLOW_NETWORKS``). ``metrics``:
+    also ``/metrics`` (Prometheus; the otel extra, METRICS_UNAVAILABLE without it), behind
+    ``STATEWARD_METRICS_TOKEN`` when that is set."""
     import uvicorn
 
     exposed, telemetry = _prometheus(db) if metrics else (None, None)
@@ -37,10 +41,13 @@ def serve(
             sessions=SessionSettings.from_env(),
             oidc=OidcSettings.from_env(),
             metrics_token=os.environ.get(METRICS_TOKEN_ENV) or None,
+            webhook_targets=targets or TargetPolicy.from_env(),
         )
         app = create_app(runtime, settings, metrics=None if exposed is None else exposed.text)
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.
-        dispatcher = WebhookDispatcher(webhook_store(runtime), webhooks or DeliveryPolicy.from_env())
+        dispatcher = WebhookDispatcher(
+            webhook_store(runtime), webhooks or DeliveryPolicy.from_env(), targets=settings.webhook_targets
+        )
         dispatcher.start()
         uvicorn.run(app, host=host, port=port, log_level="info", access_log=True, server_header=False)
     finally:

@@ -11,11 +11,25 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from stateward.api.caller import Caller
 from stateward.api.identity import Role, require
+from stateward.api.webhook_targets import MAX_URL_CHARS, TargetPolicy, check_target
 from stateward.core.errors import ErrorCode, RunError, UserError
 from stateward.runtime.runtime import Runtime
 from stateward.store.outbox import Delivery, DeliveryStatus, NoticeKind, WebhookStore, WebhookSubscription
 
-MAX_URL_CHARS = 2048
+# The form the target rules accept, as strict as they are: a scheme, then a host name (labels, the last
+# starting with a letter), a dotted-quad IPv4 address or a bracketed IPv6 one, a port, and a path of
+# printable ASCII. The rules then refuse by name what a well-formed URL names (WEBHOOK_TARGET_FORBIDDEN).
+_H = "[0-9A-Fa-f]{1,4}"
+_OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4 = rf"({_OCTET}\.){{3}}{_OCTET}"
+_IPV6 = (
+    rf"(({_H}:){{7}}{_H}|({_H}:){{1,7}}:|({_H}:){{1,6}}:{_H}|({_H}:){{1,5}}(:{_H}){{1,2}}|({_H}:){{1,4}}(:{_H}){{1,3}}"
+    rf"|({_H}:){{1,3}}(:{_H}){{1,4}}|({_H}:){{1,2}}(:{_H}){{1,5}}|{_H}:(:{_H}){{1,6}}|:((:{_H}){{1,7}}|:)"
+    rf"|::([Ff]{{4}}(:0{{1,4}})?:)?{_IPV4}|({_H}:){{1,4}}:{_IPV4})"
+)
+_NAME = r"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?"
+_PORT = "([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+URL_PATTERN = rf"^[Hh][Tt][Tt][Pp][Ss]?://({_NAME}|{_IPV4}|\[{_IPV6}\])(:{_PORT})?([/?#][\x21-\x5b\x5d-\x7e]*)?$"
 
 
 class NewWebhook(BaseModel):
@@ -23,21 +37,17 @@ class NewWebhook(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str = Field(min_length=8, max_length=MAX_URL_CHARS)
-    kinds: tuple[NoticeKind, ...] = tuple(NoticeKind)
-
-    @field_validator("url")
-    @classmethod
-    def _http_only(cls, value: str) -> str:
-        if not value.startswith(("https://", "http://")):
-            raise ValueError("a webhook URL must be http:// or https://")
-        return value
+    url: str = Field(
+        min_length=8,
+        max_length=MAX_URL_CHARS,
+        pattern=URL_PATTERN,
+        description="https (http where the operator allows it); checked against the service's target rules",
+    )
+    kinds: tuple[NoticeKind, ...] = Field(default=tuple(NoticeKind), min_length=1)
 
     @field_validator("kinds")
     @classmethod
-    def _some(cls, value: tuple[NoticeKind, ...]) -> tuple[NoticeKind, ...]:
-        if not value:
-            raise ValueError("name at least one kind")
+    def _once_each(cls, value: tuple[NoticeKind, ...]) -> tuple[NoticeKind, ...]:
         return tuple(dict.fromkeys(value))
 
 
@@ -70,7 +80,8 @@ class DeliveryView(BaseModel):
     attempts: int
     next_attempt_at: float
     delivered_at: float | None
-    last_error: str | None
+    last_error: str | None = Field(description="``<CODE>: <message>``; names no address or port")
+    error_code: str | None = Field(default=None, description="the stable code of ``last_error``")
 
 
 class DeliveryList(BaseModel):
@@ -89,21 +100,27 @@ def _view(s: WebhookSubscription) -> WebhookView:
 
 
 def _delivery(d: Delivery) -> DeliveryView:
-    return DeliveryView.model_validate(d.model_dump(include=set(DeliveryView.model_fields)))
+    view = d.model_dump(include=set(DeliveryView.model_fields))
+    code, sep, _ = (d.last_error or "").partition(": ")
+    view["error_code"] = code if sep and ErrorCode.parse(code) is not None else None
+    return DeliveryView.model_validate(view)
 
 
-def webhook_routes(v1: APIRouter, runtime: Runtime) -> None:
-    """``/v1/webhooks``: create (the secret is returned once), list, delete; ``/v1/webhooks/deliveries``."""
+def webhook_routes(v1: APIRouter, runtime: Runtime, targets: TargetPolicy) -> None:
+    """``/v1/webhooks``: create (the secret is returned once), list, delete; ``/v1/webhooks/deliveries``.
+    A new subscription's URL is normalised and checked against ``targets`` (422 by name when refused)."""
     store = webhook_store(runtime)
 
     @v1.post("/webhooks", response_model=CreatedWebhook, status_code=201, tags=["webhooks"])
     def create_webhook(body: NewWebhook, who: Caller) -> CreatedWebhook:
-        """Subscribe a URL to the tenant's notices; sign-check bodies with the returned secret."""
+        """Subscribe a URL to the tenant's notices; sign-check bodies with the returned secret. The URL is
+        refused by name (422) unless https (http where allowed) and public (see the deployment guide)."""
         require(who, Role.ADMIN)
+        target = check_target(body.url, targets)
         made = WebhookSubscription(
             subscription_id=f"wh_{secrets.token_hex(8)}",
             tenant=who.tenant,
-            url=body.url,
+            url=target.url,
             secret=f"whsec_{secrets.token_urlsafe(32)}",
             kinds=body.kinds,
             created_at=time.time(),

@@ -7,6 +7,12 @@ ahead, PostgreSQL claims skip locked rows). A crash between sending and recordin
 that notification again later: delivery is at least once, and receivers deduplicate by the
 ``Stateward-Event-Id`` header (also the body's ``id``), which every retry repeats.
 
+Where a delivery may go is :mod:`stateward.api.webhook_targets`' to say: the URL is checked again before
+each send (DNS resolved now) and the request goes to the checked address, the name kept as Host and as
+the TLS server name. Redirects are not followed. Failures are recorded as ``<CODE>: <message>`` with a
+stable code (``WEBHOOK_CONNECT_FAILED``, ``WEBHOOK_TIMEOUT``, ...) and no address or port; one delivery's
+failure, whatever it is, never stops the round.
+
 Every request carries ``Stateward-Timestamp`` (epoch seconds) and ``Stateward-Signature: v1=<hex>``,
 the HMAC-SHA256 of ``"<timestamp>.<body>"`` under the subscription's secret; :func:`verify` is the
 check a receiver makes (and refuses timestamps older than its tolerance, against replays).
@@ -19,6 +25,7 @@ import hmac
 import logging
 import os
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from stateward.api.webhook_targets import TargetPolicy, WebhookTargetError, check_target
 from stateward.core.errors import ErrorCode, UserError
 from stateward.store.outbox import Delivery, WebhookStore
 
@@ -98,33 +106,107 @@ def verify(secret: str, timestamp: str, signature: str, body: str, *, now: float
     return hmac.compare_digest(sign(secret, int(timestamp), body), signature)
 
 
+class DeliveryFailure(Exception):
+    """Why one delivery failed, as a stable code and a message without addresses or ports (what the tenant
+    sees in ``last_error``); ``final`` ones are not retried; ``detail`` is for the operator's log only."""
+
+    def __init__(self, code: ErrorCode, message: str, *, final: bool = False, detail: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.final = final
+        self.detail = detail
+
+    @property
+    def reported(self) -> str:
+        return f"{self.code.value}: {self.message}"
+
+
+def _transport_failure(exc: httpx.HTTPError) -> DeliveryFailure:
+    detail = f"{type(exc).__name__}: {exc!r}"
+    if isinstance(exc, httpx.TimeoutException):
+        return DeliveryFailure(ErrorCode.WEBHOOK_TIMEOUT, "the receiver did not answer in time", detail=detail)
+    if isinstance(exc, httpx.ConnectError) and _is_tls(exc):
+        return DeliveryFailure(ErrorCode.WEBHOOK_TLS_FAILED, "the TLS handshake failed", detail=detail)
+    if isinstance(exc, httpx.ConnectError):
+        return DeliveryFailure(ErrorCode.WEBHOOK_CONNECT_FAILED, "the receiver could not be reached", detail=detail)
+    return DeliveryFailure(
+        ErrorCode.WEBHOOK_CONNECT_FAILED, "the connection to the receiver failed mid-request", detail=detail
+    )
+
+
+def _is_tls(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) or "SSL" in type(seen).__name__ or "CERTIFICATE" in str(seen).upper():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 class WebhookDispatcher:
-    """Claims due deliveries from the store's outbox and sends them; :meth:`run` loops until stopped."""
+    """Claims due deliveries from the store's outbox and sends them; :meth:`run` loops until stopped.
+
+    Each delivery's URL is checked again (``targets``: the same rules as at subscription, DNS resolved
+    now) and the request goes to the address that was checked, with the URL's host as Host header and
+    TLS name; redirects are not followed, and the environment's proxies are not used. A delivery that
+    fails in any way is recorded as failed with its reason and the round goes on with the next one.
+    """
 
     def __init__(
         self,
         store: WebhookStore,
         policy: DeliveryPolicy | None = None,
         *,
+        targets: TargetPolicy | None = None,
         client: httpx.Client | None = None,
         clock: Callable[[], float] = time.time,
         jitter: Callable[[], float] = random.random,
     ):
         self.store = store
         self.policy = policy or DeliveryPolicy()
-        self.client = client or httpx.Client(timeout=self.policy.timeout_s, follow_redirects=False)
+        self.targets = targets or TargetPolicy()
+        self.client = client or httpx.Client(timeout=self.policy.timeout_s, follow_redirects=False, trust_env=False)
         self.clock = clock
         self.jitter = jitter
         self.stop = threading.Event()
 
     def deliver_due(self) -> int:
-        """One round: claim up to ``batch`` due deliveries and send each; how many succeeded."""
+        """One round: claim up to ``batch`` due deliveries and send each; how many succeeded. No delivery's
+        failure stops the round: it is recorded against that delivery alone."""
         claimed = self.store.claim_deliveries(self.clock(), self.policy.batch, self.policy.claim_lease_s)
-        return sum(self._send(d) for d in claimed)
+        return sum(self._one(d) for d in claimed)
 
-    def _send(self, delivery: Delivery) -> bool:
+    def _one(self, delivery: Delivery) -> bool:
+        try:
+            self._send(delivery)
+        except DeliveryFailure as failure:
+            self._failed(delivery, failure)
+            return False
+        except Exception as exc:  # a row this code did not foresee: fail it, never the round
+            self._failed(
+                delivery,
+                DeliveryFailure(
+                    ErrorCode.WEBHOOK_DELIVERY_ERROR, "the delivery could not be made", final=True, detail=repr(exc)
+                ),
+            )
+            return False
+        try:
+            self.store.delivery_succeeded(delivery.delivery_id, self.clock())
+        except Exception:
+            log.exception("recording webhook delivery %r as delivered failed", delivery.delivery_id)
+            return False
+        return True
+
+    def _send(self, delivery: Delivery) -> None:
+        try:
+            target = check_target(delivery.url, self.targets)
+        except WebhookTargetError as exc:
+            final = exc.code is not ErrorCode.WEBHOOK_DNS_FAILED
+            raise DeliveryFailure(exc.code, exc.message, final=final) from None
         timestamp = int(self.clock())
         headers = {
+            "Host": target.host_header,
             "Content-Type": "application/json",
             "User-Agent": "stateward-webhooks/1",
             EVENT_ID_HEADER: delivery.event_id,
@@ -132,23 +214,39 @@ class WebhookDispatcher:
             TIMESTAMP_HEADER: str(timestamp),
             SIGNATURE_HEADER: sign(delivery.secret, timestamp, delivery.body),
         }
+        # The connection goes to the checked address; Host and SNI (and so the certificate check) keep the name.
+        pinned = httpx.URL(target.url).copy_with(host=str(target.address))
+        extensions = {"sni_hostname": target.host} if target.scheme == "https" and target.is_name else {}
         try:
-            response = self.client.post(delivery.url, content=delivery.body.encode(), headers=headers)
-            error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
+            response = self.client.post(pinned, content=delivery.body.encode(), headers=headers, extensions=extensions)
         except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        if error is None:
-            self.store.delivery_succeeded(delivery.delivery_id, self.clock())
-            return True
+            raise _transport_failure(exc) from None
+        status = response.status_code
+        if 300 <= status < 400:
+            raise DeliveryFailure(ErrorCode.WEBHOOK_REDIRECT_REFUSED, f"the receiver redirected (HTTP {status})")
+        if not 200 <= status < 300:
+            raise DeliveryFailure(ErrorCode.WEBHOOK_HTTP_STATUS, f"the receiver answered HTTP {status}")
+
+    def _failed(self, delivery: Delivery, failure: DeliveryFailure) -> None:
         attempts = delivery.attempts + 1
         retry_at = (
             None
-            if attempts >= self.policy.max_attempts
+            if failure.final or attempts >= self.policy.max_attempts
             else self.clock() + self.policy.backoff(attempts, self.jitter())
         )
-        self.store.delivery_failed(delivery.delivery_id, error, retry_at)
-        log.warning("webhook %s to %s failed (attempt %d): %s", delivery.event_id, delivery.url, attempts, error)
-        return False
+        log.warning(
+            "webhook delivery %r (subscription %r) failed (attempt %d%s): %s %s",
+            delivery.delivery_id,
+            delivery.subscription_id,
+            attempts,
+            "" if retry_at is not None else ", given up",
+            failure.code.value,
+            failure.detail,
+        )
+        try:
+            self.store.delivery_failed(delivery.delivery_id, failure.reported, retry_at)
+        except Exception:  # the store refused even the failure: the lease lapses and it is tried again
+            log.exception("recording webhook delivery %r as failed failed", delivery.delivery_id)
 
     def run(self) -> None:
         """Deliver until :attr:`stop` is set; an error of one round is logged, and the loop goes on."""

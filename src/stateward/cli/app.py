@@ -177,8 +177,11 @@ def requests_list(
     as_json: JsonOpt = False,
     run_id: Annotated[str | None, typer.Option("--run")] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Only requests of this tenant's runs.")] = None,
+    role: Annotated[
+        str | None, typer.Option("--role", help="Only requests this approver role answers (the tool's or agent's).")
+    ] = None,
 ) -> None:
-    """Open pending requests (the approval inbox), each with the exact action an answer admits."""
+    """Open pending requests (the approval inbox): each guarded action, and what an answer to it does."""
     from stateward.cli.output import pending_lines
     from stateward.store.paging import MAX_PAGE_SIZE, RequestRow
 
@@ -187,7 +190,7 @@ def requests_list(
         records: list[RequestRow] = []
         cursor: str | None = None
         while True:  # the whole inbox, read a bounded page at a time
-            page = runtime.list_requests(run_id=run_id, tenant=tenant, limit=MAX_PAGE_SIZE, cursor=cursor)
+            page = runtime.list_requests(run_id=run_id, tenant=tenant, limit=MAX_PAGE_SIZE, cursor=cursor, role=role)
             records += page.items
             cursor = page.next_cursor
             if cursor is None:
@@ -205,6 +208,7 @@ def requests_list(
             "approval_scope": r.request.approval_scope.value,
             "asked_by": r.request.asked_by,
             "model_text": r.request.model_text,
+            "reconciles": None if r.request.reconciles is None else r.request.reconciles.model_dump(mode="json"),
             "expires_at": None if r.request.expires_at is None else r.request.expires_at.isoformat(),
             "tenant": r.tenant,
             "created_at": r.request.created_at.isoformat(),
@@ -268,7 +272,9 @@ def approve(
     no_drive: NoDriveOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Approve a pending request and resume the run to its next stop."""
+    """Approve a pending request and resume the run to its next stop.
+
+    For a reconciliation this says "it happened": the call is recorded as succeeded, confirmed by you."""
     from stateward.cli.answers import AnswerChecks, answer
 
     checks = AnswerChecks(role or [], tenant, digest, not no_drive)
@@ -288,7 +294,9 @@ def reject(
     no_drive: NoDriveOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Reject a pending request (with a comment) and resume the run to its next stop."""
+    """Reject a pending request (with a comment) and resume the run to its next stop.
+
+    For a reconciliation this says "it did not happen": NOT_EXECUTED, then the tool's retry policy decides."""
     from stateward.cli.answers import AnswerChecks, answer
 
     checks = AnswerChecks(role or [], tenant, digest, not no_drive)
@@ -494,6 +502,21 @@ def serve(
             help="Also serve Prometheus text at /metrics (otel extra); bearer STATEWARD_METRICS_TOKEN if set.",
         ),
     ] = False,
+    webhook_allow_http: Annotated[
+        bool,
+        typer.Option(
+            "--webhook-allow-http",
+            help="Let webhooks use http:// (else https only; or STATEWARD_WEBHOOK_ALLOW_HTTP=1).",
+        ),
+    ] = False,
+    webhook_allow_network: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--webhook-allow-network",
+            help="A network (CIDR) webhooks may reach despite the target rules; repeatable"
+            " (or STATEWARD_WEBHOOK_ALLOW_NETWORKS, comma-separated).",
+        ),
+    ] = None,
 ) -> None:
     """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
 
@@ -509,7 +532,15 @@ def serve(
                 f"the HTTP service needs FastAPI and uvicorn ({exc}); pip install 'stateward[serve]'",
                 code=ErrorCode.CONFIGURATION_ERROR,
             ) from None
-        run_service(db, host=host, port=port, metrics=metrics)
+        from stateward.api.webhook_targets import ALLOW_HTTP_ENV, ALLOW_NETWORKS_ENV, TargetPolicy
+
+        env = dict(os.environ)
+        if webhook_allow_http:
+            env[ALLOW_HTTP_ENV] = "1"
+        if webhook_allow_network:
+            env[ALLOW_NETWORKS_ENV] = ",".join([env.get(ALLOW_NETWORKS_ENV, ""), *webhook_allow_network])
+        targets = TargetPolicy.from_env(env)
+        run_service(db, host=host, port=port, metrics=metrics, targets=targets)
 
 
 @app.command("chaos")

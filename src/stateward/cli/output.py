@@ -94,12 +94,13 @@ def pending_lines(pending: dict[str, Any], indent: str = "  ") -> list[str]:
     ``pending`` has the keys of ``requests list --json`` / ``runs show --json``'s pending object.
     """
     guarded = pending.get("guarded_action")
+    reconciling = pending.get("kind") == "reconciliation"
     lines = [f"request {inert(pending.get('request_id'))} ({inert(pending.get('kind'))})"]
     if isinstance(guarded, dict):
         args = json.dumps(guarded.get("args") or {}, ensure_ascii=False, sort_keys=True)
         plan_version = guarded.get("plan_version")
         lines += [
-            f"  guarded action: {inert(guarded.get('tool'))}",
+            f"  {'unknown call:  ' if reconciling else 'guarded action:'} {inert(guarded.get('tool'))}",
             f"    arguments:    {inert(args, ARGS_CHARS)}",
             f"    digest:       {inert(guarded.get('digest'))}",
             f"    plan version: {'none' if plan_version is None else inert(str(plan_version))}",
@@ -108,14 +109,18 @@ def pending_lines(pending: dict[str, Any], indent: str = "  ") -> list[str]:
         lines.append("  guarded action: none (an answer admits no tool call by itself)")
     role, expires = pending.get("approver_role"), pending.get("expires_at")
     scope = pending.get("approval_scope") or "once"
+    if reconciling:
+        lines += _reconciliation_lines(pending)
     lines += [
-        f"  admits:         {'this call for the rest of the run' if scope == 'run' else 'this call, once'}"
+        "  admits:         nothing (an answer records what became of this call)"
+        if reconciling
+        else f"  admits:         {'this call for the rest of the run' if scope == 'run' else 'this call, once'}"
         if isinstance(guarded, dict)
         else "  admits:         nothing by itself",
         f"  approver role:  {'any' if role is None else inert(role)}",
         f"  expires:        {'never' if expires is None else inert(str(expires))}",
     ]
-    if pending.get("asked_by") == "runtime":
+    if pending.get("asked_by") == "runtime" or reconciling:  # a reconciliation's question is always the Runtime's
         # The Runtime wrote this question from the proposed call; the model's words, if any, come apart.
         lines.append(f"  stateward asks: {inert(pending.get('question'))}")
         if pending.get("model_text"):
@@ -123,6 +128,19 @@ def pending_lines(pending: dict[str, Any], indent: str = "  ") -> list[str]:
     else:
         lines.append(f"  model says:     {inert(pending.get('question'))}")
     return [indent + line for line in lines]
+
+
+def _reconciliation_lines(pending: dict[str, Any]) -> list[str]:
+    """What each answer to a reconciliation does, in the words of the command that gives it."""
+    target = pending.get("reconciles")
+    key = target.get("idempotency_key") if isinstance(target, dict) else None
+    retry = isinstance(target, dict) and not target.get("retry_spent")
+    no = "NOT_EXECUTED, retried once under the same key" if retry else "NOT_EXECUTED, the step fails (no retry)"
+    return [
+        f"  idempotency key: {'unknown' if key is None else inert(str(key))}",
+        "  approve:        it happened: recorded as succeeded, confirmed by you; the run goes on",
+        f"  reject:         it did not happen: {no}",
+    ]
 
 
 def print_summary(summary: dict[str, object]) -> None:

@@ -15,6 +15,7 @@ from stateward.core.contract import DecisionContext, Proposal, SignalFailure
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import ErrorCode
 from stateward.core.events import EventType, NewEvent
+from stateward.core.state import RequestKind
 from stateward.models.base import AnyModel, Usage, complete
 
 PLAN_INSTRUCTIONS = (
@@ -108,8 +109,13 @@ class PlanAndExecuteController:
         """Plan once (again after a rejected plan), then propose the plan's next step."""
         memo = PlanExecuteMemo.model_validate(ctx.state.memo)
         answer = ctx.state.last_answer
+        # A rejected approval asks for a new plan; a reconciliation's "it did not happen" is the call's recorded
+        # outcome (the gateway's), never a verdict on the plan.
         needs_plan = memo.plan is None or (
-            answer is not None and answer.verdict == "rejected" and memo.planned_after != answer.request_id
+            answer is not None
+            and answer.verdict == "rejected"
+            and answer.kind is not RequestKind.RECONCILIATION
+            and memo.planned_after != answer.request_id
         )
         usage: tuple[Usage, ...] = ()
         notes: list[NewEvent] = []

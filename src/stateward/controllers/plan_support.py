@@ -4,14 +4,15 @@ the finish policy over recorded facts, and how observations are read as progress
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.canonical import sha256_hex
 from stateward.core.contract import FinishCheck, Observation
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import RunError
+from stateward.core.model_io import ModelRequest
 from stateward.core.state import RunState
 from stateward.planning.delivery import PartialDelivery
 from stateward.planning.plan import Plan
@@ -24,6 +25,7 @@ OUTPUT_TOOL = "record_output"
 READINESS_TOOL = "submit_readiness"
 PARTIAL_TOOL = "record_partial_delivery"
 PARTIAL_ARTIFACT = "partial-delivery"
+MAX_EVIDENCE_REFS = 500  # refs one artifact may cite
 
 
 def plan_run_tools() -> list[ToolSpec]:
@@ -32,8 +34,19 @@ def plan_run_tools() -> list[ToolSpec]:
     Both only emit artifacts, which the Runtime commits with the step: nothing outside the store changes.
     """
 
-    @tool(description="Write this work item's output artifact (JSON text) under its declared artifact type.")
-    def record_output(artifact_type: str, content: str, ctx: ToolContext) -> dict[str, Any]:
+    @tool(
+        description=(
+            "Write this work item's output artifact (JSON text) under its declared artifact type, citing the "
+            "evidence it rests on: evidence_id values of this run's observations (or ids their results name), "
+            "refs of verified input artifacts, or the goal_ref. The item succeeds only once its checks pass."
+        )
+    )
+    def record_output(
+        artifact_type: str,
+        content: str,
+        ctx: ToolContext,
+        evidence: Annotated[list[Annotated[str, Field(max_length=200)]], Field(max_length=MAX_EVIDENCE_REFS)] = [],  # noqa: B006
+    ) -> dict[str, Any]:
         try:
             json.loads(content)
         except ValueError as exc:
@@ -78,6 +91,18 @@ def plan_finish_policy(decision: ControlDecision, state: RunState) -> FinishChec
     if missing:
         return FinishCheck(rejected="finish_without_outputs")
     return FinishCheck()
+
+
+def cite_evidence(request: ModelRequest) -> list[str]:
+    """What an honest worker cites for the running item's output: the evidence ids of its attempt's successful
+    observations and the refs of its dependencies' verified outputs; an item resting on neither (a restatement
+    of the goal) cites the goal. For scripted workers and tests; a model is told the same in its instructions."""
+    own = [o["evidence_id"] for o in request.observations if o.get("status") == "SUCCESS" and o.get("evidence_id")]
+    outputs = request.facts.get("outputs") or {}
+    deps = (request.facts.get("work_item") or {}).get("dependencies") or ()
+    inputs = [outputs[d] for d in deps if d in outputs]
+    goal_ref = request.facts.get("goal_ref")
+    return [*own, *inputs] or ([str(goal_ref)] if goal_ref else [])
 
 
 def content_of(obs: Observation) -> str:

@@ -38,8 +38,12 @@ class Observation(BaseModel):
     result: Any = None
     error_code: str | None = None
     artifacts: list[str] = Field(default_factory=list)
+    # Run-unique: what an artifact cites to say it rests on this observation. Given by the run's log (see
+    # ObservationLog.record), never stored with the event: it is the observation's place in the log.
+    evidence_id: str | None = None
 
 
+EVIDENCE_PREFIX = "obs_"  # an observation's evidence id: its place in the run's log, from 1
 DEFAULT_WINDOW = 256  # the most recent observations a log keeps as objects; older ones stay bytes
 
 
@@ -75,7 +79,16 @@ class ObservationLog(Sequence[Observation]):
     def record(self, observation: Observation, json_form: dict[str, Any] | None = None) -> None:
         """Append ``observation``. ``json_form``: its ``model_dump(mode="json")``, when the caller has made it
         already (the runtime has, for the step's event): it is then serialized from that, never dumped again,
-        and kept as the recent observation's JSON dict."""
+        and kept as the recent observation's JSON dict.
+
+        An observation without an evidence id gets its place in the log: ``obs_<n>`` for the run's n-th one.
+        A log rebuilt from the run's events (in their order) names each observation the same way, so the id
+        is never stored and stays unique for the run (forks share the prefix, and its ids)."""
+        if observation.evidence_id is None:
+            evidence_id = f"{EVIDENCE_PREFIX}{len(self._ends) + 1}"
+            observation = observation.model_copy(update={"evidence_id": evidence_id})
+            if json_form is not None:
+                json_form = {**json_form, "evidence_id": evidence_id}
         text = observation.model_dump_json() if json_form is None else compact_json(json_form)
         self._buffer += text.encode()
         self._ends.append(len(self._buffer))

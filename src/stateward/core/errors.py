@@ -7,6 +7,7 @@ checks it)::
 
     StatewardError                          base; ``code`` + ``message`` + ``details``
     ├── UserError                           a developer mistake: bad agent definition or configuration
+    │   └── WebhookTargetError [api.webhook_targets]  a webhook URL refused (WEBHOOK_URL_INVALID, ...)
     ├── AuthError [api.identity]            no or bad credentials (UNAUTHENTICATED), a missing role (FORBIDDEN)
     ├── RunError                            something about a run or a request to it is not acceptable
     │   ├── DecisionParseError              raw model text is not exactly one decision (NOT_JSON,
@@ -167,6 +168,10 @@ class ErrorCode(StrEnum):
     PERMISSION_DENIED = "PERMISSION_DENIED"
     OUT_OF_SCOPE = "OUT_OF_SCOPE"
     OUT_OF_SCOPE_ARGUMENT = "OUT_OF_SCOPE_ARGUMENT"
+    # A work item's artifact cites a ref this run never recorded (no observation, no verified input), or none.
+    EVIDENCE_UNRESOLVED = "EVIDENCE_UNRESOLVED"
+    EVIDENCE_MISSING = "EVIDENCE_MISSING"
+    CHECK_FAILED = "CHECK_FAILED"  # a work item's artifact failed (or could not pass) a check before success
     NOT_VISIBLE = "NOT_VISIBLE"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
     BLOCKED_BY_ACTION_GATEWAY = "BLOCKED_BY_ACTION_GATEWAY"
@@ -176,6 +181,10 @@ class ErrorCode(StrEnum):
     RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
     EXECUTION_ERROR = "EXECUTION_ERROR"
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+    # a person said a call of unknown outcome did not happen, and its retry policy allows no (further) retry
+    NOT_EXECUTED = "NOT_EXECUTED"
+    # a reconciled call no longer names the journalled call its answer was about
+    RECONCILIATION_MISMATCH = "RECONCILIATION_MISMATCH"
     DUPLICATE_TOOL = "DUPLICATE_TOOL"
     INVALID_MCP_SERVER = "INVALID_MCP_SERVER"
     MCP_SERVER_CLOSED = "MCP_SERVER_CLOSED"
@@ -234,6 +243,18 @@ class ErrorCode(StrEnum):
     CSRF_REJECTED = "CSRF_REJECTED"
     WEBHOOK_NOT_FOUND = "WEBHOOK_NOT_FOUND"
     WEBHOOK_LIMIT = "WEBHOOK_LIMIT"
+    INVALID_TEXT = "INVALID_TEXT"  # a lone surrogate or a NUL in a text, an id or a header
+    INVALID_ENCODING = "INVALID_ENCODING"  # a request body that is not UTF-8
+    # Webhook targets: refused at subscription (422) and the reasons a delivery records
+    WEBHOOK_URL_INVALID = "WEBHOOK_URL_INVALID"
+    WEBHOOK_TARGET_FORBIDDEN = "WEBHOOK_TARGET_FORBIDDEN"
+    WEBHOOK_DNS_FAILED = "WEBHOOK_DNS_FAILED"
+    WEBHOOK_CONNECT_FAILED = "WEBHOOK_CONNECT_FAILED"
+    WEBHOOK_TIMEOUT = "WEBHOOK_TIMEOUT"
+    WEBHOOK_TLS_FAILED = "WEBHOOK_TLS_FAILED"
+    WEBHOOK_REDIRECT_REFUSED = "WEBHOOK_REDIRECT_REFUSED"
+    WEBHOOK_HTTP_STATUS = "WEBHOOK_HTTP_STATUS"
+    WEBHOOK_DELIVERY_ERROR = "WEBHOOK_DELIVERY_ERROR"
 
     @classmethod
     def parse(cls, value: object) -> ErrorCode | None:

@@ -41,12 +41,14 @@ class SideEffectStatus(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+    NOT_EXECUTED = "NOT_EXECUTED"  # a person said it did not happen (their answer is the record's result)
 
 
 class SideEffectRecord(BaseModel):
     """Write-ahead record of one side-effecting handler call, keyed by idempotency key.
 
-    ``status`` is STARTED before the handler runs, then SUCCEEDED / FAILED / UNKNOWN_OUTCOME.
+    ``status`` is STARTED before the handler runs, then SUCCEEDED / FAILED / UNKNOWN_OUTCOME; a person's answer to a
+    reconciliation makes an UNKNOWN_OUTCOME SUCCEEDED (confirmed by them) or NOT_EXECUTED.
     A STARTED record found later means a process died mid-call: the outcome is unknown.
     """
 

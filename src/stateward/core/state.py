@@ -110,14 +110,56 @@ class Grant(BaseModel):
         return self.action.digest
 
 
+class Reconciles(BaseModel):
+    """The call of unknown outcome a reconciliation request is about: the idempotency key its side effect was
+    journalled under, the step that key was made at, and whether the single retry under it was already spent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    idempotency_key: str
+    key_step: int
+    retry_spent: bool = False
+
+
+class PersonOutcome(BaseModel):
+    """A person's answer to a reconciliation, as the gateway records it: the call under ``idempotency_key``
+    happened (a success confirmed by that person) or did not (NOT_EXECUTED). Evidence, with who and when."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    happened: bool
+    by: str
+    at: datetime
+    comment: str | None = None
+    request_id: str
+    idempotency_key: str
+    key_step: int
+    retry_spent: bool = False
+
+    def evidence(self) -> dict[str, Any]:
+        """What the observation and the journal keep of the answer: the result is the person's word, nothing more."""
+        return {
+            "confirmed_by_person": {
+                "evidence_id": f"person:{self.request_id}",  # run-unique: a claim may cite the person's word
+                "outcome": "SUCCEEDED" if self.happened else "NOT_EXECUTED",
+                "by": self.by,
+                "at": self.at.isoformat(),
+                "comment": self.comment,
+                "request_id": self.request_id,
+            }
+        }
+
+
 class DeferredCall(BaseModel):
-    """A guarded call the Runtime asked a person about; once approved it runs before any model call."""
+    """A call the Runtime runs before any model call: a guarded call a person approved, or a call of unknown
+    outcome a person reconciled (``reconciled``: their answer, which the gateway records instead of guessing)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     request_id: str
     action: GuardedAction
     step: int  # the step that proposed it: its observation carries this step, as if it ran then
+    reconciled: PersonOutcome | None = None
 
 
 class PendingRequest(BaseModel):
@@ -140,6 +182,7 @@ class PendingRequest(BaseModel):
     created_at: datetime
     expires_at: datetime | None = None
     replaces: str | None = None  # an escalation's new request: the id of the one first asked (kept on re-escalation)
+    reconciles: Reconciles | None = None  # a reconciliation: the journalled call its answer decides
 
 
 class Answer(BaseModel):

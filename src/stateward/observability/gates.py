@@ -15,8 +15,9 @@ records, never the code that wrote them, so it catches a protection that was swi
   duplicates a domain witnessed (a campaign's ledger and refund book count what was really performed,
   which no runtime record can hide) (opportunities: side-effecting attempts);
 - high-risk delivered without evidence: a verification that accepted a version with a claim lacking
-  evidence, or a run that ended COMPLETED after a verification found such a claim and none passed since
-  (opportunities: verifications);
+  evidence, a run that ended COMPLETED after a verification found such a claim and none passed since, or
+  a work item's artifact accepted citing no evidence where it backs a high-risk conclusion (its item's own
+  risk, or that of an item built on it) (opportunities: verifications and accepted work-item artifacts);
 - budget resets: usage that goes down between two events, or fewer steps than decisions (opportunities:
   runs and resumes);
 - double executions: an event written under a lease older than one already seen (opportunities: events
@@ -180,9 +181,20 @@ class _Audit:
     def _evidence(self, state: RunState, events: list[Event]) -> None:
         bare = False
         for ev in events:
+            if ev.type is EventType.WORK_ITEM_ENDED and "evidence" in ev.payload:
+                # A work item's artifact accepted at once: how many evidence refs it cites, and (when none)
+                # the highest risk of a conclusion built on it.
+                self.chances["high_risk_without_evidence"] += 1
+                self.counts["high_risk_without_evidence"] += _accepted_bare(ev.payload, ev.payload.get("evidence"))
+                continue
             if ev.type is not EventType.VERIFICATION_RECORDED:
                 continue
             self.chances["high_risk_without_evidence"] += 1
+            if "evidence_refs" in ev.payload and ev.payload.get("outcome") == "ACCEPT":
+                refs = ev.payload.get("evidence_refs")
+                self.counts["high_risk_without_evidence"] += _accepted_bare(
+                    ev.payload, len(refs) if isinstance(refs, list) else 0
+                )
             checks = ev.payload.get("checks")
             failed = isinstance(checks, list) and any(
                 isinstance(c, dict) and c.get("name") == "claims_have_evidence" and c.get("verdict") == "FAIL"
@@ -194,6 +206,12 @@ class _Audit:
             bare = failed or (bare and not accepted)
         if bare and state.status is RunStatus.COMPLETED:
             self.counts["high_risk_without_evidence"] += 1
+
+
+def _accepted_bare(payload: dict[str, object], cited: object) -> bool:
+    """An artifact accepted citing no evidence while it backs a high-risk conclusion (its own item's or one
+    built on it): delivered as sound with nothing under it."""
+    return cited == 0 and payload.get("backs_risk") == "high"
 
 
 def audit(

@@ -141,7 +141,7 @@ if TYPE_CHECKING:
         PlanRunMemo,
         start_item_guard,
     )
-    from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
+    from stateward.controllers.plan_support import cite_evidence, plan_finish_policy, plan_run_tools
 
 # The plan-run engine is a controller: it imports this package, so it is resolved lazily.
 _ENGINE: dict[str, str] = {
@@ -149,6 +149,7 @@ _ENGINE: dict[str, str] = {
     "ApprovalAction": "stateward.controllers.plan_run",
     "PlanRunConfig": "stateward.controllers.plan_run",
     "PlanRunController": "stateward.controllers.plan_run",
+    "cite_evidence": "stateward.controllers.plan_support",
     "plan_finish_policy": "stateward.controllers.plan_support",
     "plan_run_tools": "stateward.controllers.plan_support",
     "start_item_guard": "stateward.controllers.plan_run",
@@ -254,6 +255,7 @@ __all__ = [
     "assess_goal",
     "check_constraints",
     "choose_rung",
+    "cite_evidence",
     "completion_mode",
     "dependency_cycles",
     "derive_states",

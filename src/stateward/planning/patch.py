@@ -158,10 +158,14 @@ class AttemptOutcome(StrEnum):
 
 
 class AttemptFact(_Frozen):
-    """One recorded attempt of a work item: its outcome and, when it failed, the error class."""
+    """One recorded attempt of a work item: its id, the hash of what it was given, the tool calls it made (by
+    their evidence ids), its outcome and, when it failed, the error class."""
 
     outcome: AttemptOutcome
     error_class: str | None = None  # e.g. TIMEOUT, RATE_LIMITED, VERIFICATION_FAILED
+    attempt_id: str | None = None  # ``W06#2``: the item's second attempt (None on records older than ids)
+    input_hash: str | None = None  # the item, plan version, inputs and correction it started from
+    tool_calls: tuple[str, ...] = ()  # evidence ids of the observations this attempt made
 
 
 class ExecutionFacts(_Frozen):

@@ -11,6 +11,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+from jsonschema.exceptions import SchemaError
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -106,10 +108,26 @@ class RetryPolicy(_Frozen):
 
 
 class OutputSpec(_Frozen):
-    """The typed artifact a work item must produce."""
+    """The typed artifact a work item must produce: its type, the JSON Schema its content must meet (if any,
+    named ``schema`` in a plan document) at which version, and whether it must cite evidence (it must, unless
+    the item declares it rests on none, e.g. a restatement of the goal)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, serialize_by_alias=True)
 
     artifact_type: str = Field(min_length=1)
     schema_version: str = "1.0"
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    evidence_required: bool = True
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why ``schema`` is not a well-formed JSON Schema (checked against its own draft's meta-schema), or None."""
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path) or "(root)"
+        return f"{exc.message[:300]} at {where}"
+    return None
 
 
 class Milestone(_Frozen):

@@ -23,7 +23,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from stateward.planning.goal import GoalContract, Scope
-from stateward.planning.plan import OUTSIDE_TASK_TYPES, Plan, RemainingBudget, RiskLevel, total_cost
+from stateward.planning.plan import (
+    OUTSIDE_TASK_TYPES,
+    Plan,
+    RemainingBudget,
+    RiskLevel,
+    schema_problem,
+    total_cost,
+)
 
 
 class Verdict(StrEnum):
@@ -48,6 +55,7 @@ class IssueCode(StrEnum):
     NO_COMPLETION_CRITERIA = "NO_COMPLETION_CRITERIA"
     MISSING_APPROVAL = "MISSING_APPROVAL"
     BUDGET_INFEASIBLE = "BUDGET_INFEASIBLE"
+    INVALID_OUTPUT_SCHEMA = "INVALID_OUTPUT_SCHEMA"  # an output_spec schema no artifact could be checked against
 
 
 REJECT_CODES: frozenset[IssueCode] = frozenset(
@@ -126,6 +134,7 @@ def validate_plan(
     issues += _check_dependencies(plan)
     issues += _check_cycles(plan)
     issues += _check_completion_criteria(plan)
+    issues += _check_output_schemas(plan)
     issues += _check_capabilities(plan, capabilities)
     issues += _check_scope(plan, scope if scope is not None else (goal.scope if goal else None), forbidden)
     issues += _check_approvals(plan)
@@ -191,6 +200,19 @@ def _check_cycles(plan: Plan) -> list[Issue]:
         Issue(code=IssueCode.CYCLE, work_item_id=cycle[0], message=f"dependency cycle: {' -> '.join(cycle)}")
         for cycle in dependency_cycles(plan)
     ]
+
+
+def _check_output_schemas(plan: Plan) -> list[Issue]:
+    """A declared output schema must be a well-formed JSON Schema: an artifact is checked against it before
+    its item succeeds, and a malformed one could never say yes or no."""
+    out: list[Issue] = []
+    for w in plan.work_items:
+        schema = w.output_spec.json_schema
+        problem = None if schema is None else schema_problem(schema)
+        if problem is not None:
+            msg = f"{w.work_item_id} declares a malformed output schema: {problem}"
+            out.append(Issue(code=IssueCode.INVALID_OUTPUT_SCHEMA, work_item_id=w.work_item_id, message=msg))
+    return out
 
 
 def _check_completion_criteria(plan: Plan) -> list[Issue]:

@@ -82,6 +82,14 @@ class Agent:
         if self.on_request_expiry == "escalate" and not self.escalation_role:
             raise UserError("escalating expired requests needs an escalation_role", code=ErrorCode.INVALID_AGENT)
 
+    def approver_role_for(self, tool: str | None) -> str | None:
+        """Who may answer a request about ``tool``: the tool's own ``approver_role``, else the agent's (a tool a
+        communications team approves needs no finance role)."""
+        spec = None if tool is None else self.tools.get(tool)
+        if spec is not None and spec.approver_role is not None:
+            return spec.approver_role
+        return self.approver_role
+
     @property
     def agent_ref(self) -> AgentRef:
         """The stored reference (always set after construction)."""

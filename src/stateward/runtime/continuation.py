@@ -49,6 +49,7 @@ class Answerer:
     roles: frozenset[str] = frozenset()
     digest: str | None = None  # the guarded action's digest as shown to the answerer
     drive: bool = True  # resume the run in this process after answering
+    expects: RequestKind | None = None  # the kind of request the answerer means to answer (``reconcile``'s)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,13 @@ class _Asked:
 Refusal = tuple[ErrorCode, str]  # (code, message)
 
 
+def _kind_expected(a: _Asked) -> Refusal | None:
+    expected = a.who.expects
+    if expected is None or a.pending.kind is expected:
+        return None
+    return ErrorCode.WRONG_ANSWER_KIND, f"{a.request_id} is a {a.pending.kind} request, not a {expected}"
+
+
 def _verdict_fits_kind(a: _Asked) -> Refusal | None:
     allowed = _VERDICTS_BY_KIND[a.pending.kind]
     if a.verdict in allowed:
@@ -163,7 +171,15 @@ def _answerer_named(a: _Asked) -> Refusal | None:
 
 
 # The checks an answer to the open request passes, in order, like the gateway's admission stages.
-ANSWER_CHECKS = (_verdict_fits_kind, _names_an_option, _digest_matches, _role_held, _not_expired, _answerer_named)
+ANSWER_CHECKS = (
+    _kind_expected,
+    _verdict_fits_kind,
+    _names_an_option,
+    _digest_matches,
+    _role_held,
+    _not_expired,
+    _answerer_named,
+)
 
 
 def _earlier_answer(first: RequestAnswer, verdict: str, text: str | None, run_id: str) -> None:
@@ -273,7 +289,9 @@ def answer_request(
 def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[str, Any] | None:
     """A refused call the Runtime asked about is an outcome the controller sees, with the comment."""
     action = pending.guarded_action
-    if answer.verdict is not AnswerVerdict.REJECTED or pending.asked_by is not AskedBy.RUNTIME or action is None:
+    if pending.kind is not RequestKind.APPROVAL or answer.verdict is not AnswerVerdict.REJECTED:
+        return None  # a reconciliation's answer is recorded by the gateway, as the call's own outcome
+    if pending.asked_by is not AskedBy.RUNTIME or action is None:
         return None
     return {
         "step": pending.call_step or 0,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from stateward.core.contract import DecisionContext, Observation, ObservationLog, Proposal
+from stateward.core.contract import DecisionContext, ObservationLog, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import ErrorCode, IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
@@ -24,12 +24,13 @@ from stateward.core.status import RunStatus, TransitionKind
 from stateward.models.base import ActionSpec, model_attempt_sink, model_call_sink
 from stateward.models.errors import ModelCallError
 from stateward.observability.payloads import DEFAULT_THRESHOLD as DEFAULT_PAYLOAD_THRESHOLD
-from stateward.observability.payloads import MEDIA_TYPE, Offloader, artifact_name, resolve
+from stateward.observability.payloads import MEDIA_TYPE, Offloader, artifact_name
 from stateward.observability.tracing import Telemetry
 from stateward.runtime.agent import Agent
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.leases import LeaseKeeper, LeasePolicy
+from stateward.runtime.observed import observations_of
 from stateward.runtime.pause_watch import DEFAULT_POLL_S, PauseWatch
 from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
 from stateward.runtime.tool_step import ToolStep, execute_tool
@@ -232,7 +233,10 @@ class Driver:
         """One decision: budget check, decide, handle, act, persist — one transaction. A pause asked while a
         model call or a read-only tool call is in flight cancels that call and pauses the run instead."""
         state = run.state
-        exhausted = state.budget.exhausted_by(state.usage)
+        # A person's reconciliation answer is recorded whatever the budget says (recording it spends nothing; a
+        # retry it allows reserves its own call): the run then ends budget_exhausted on the recorded outcome.
+        settling = state.next_call is not None and state.next_call.reconciled is not None
+        exhausted = None if settling else state.budget.exhausted_by(state.usage)
         if exhausted is not None:
             self._exhaust(run, lease, exhausted)
             return
@@ -541,25 +545,8 @@ class Driver:
         raise exc
 
     def _observations(self, state: RunState) -> ObservationLog:
-        """Read once per drive; each step then records its own observation. A run that has taken no step
-        has observed nothing (an observation comes from a step, or from an answer to a step's wait), so
-        a freshly submitted run's drive reads no events."""
-        if state.usage.steps == 0:
-            return ObservationLog()
-        run_id = state.run_id
-
-        def fetch(name: str) -> str | None:
-            found = self.store.get_artifact(run_id, name, 1)
-            return None if found is None else found.content
-
-        return ObservationLog(
-            Observation.model_validate(resolve(ev.payload["observation"], fetch))
-            for ev in self.store.read_events(run_id)
-            if ev.type in _OBSERVED
-        )
-
-
-_OBSERVED = (EventType.TOOL_ATTEMPTED, EventType.ACTION_REFUSED)
+        """Read once per drive; each step then records its own observation (see runtime/observed.py)."""
+        return observations_of(self.store, state)
 
 
 _DEFAULT: list[Telemetry] = []

@@ -25,7 +25,7 @@ from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.journal import SideEffectStatus
 from stateward.core.run_inputs import check_goal, check_run_id, check_tenant
 from stateward.core.setback import without_retry
-from stateward.core.state import RunState
+from stateward.core.state import RequestKind, RunState
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import is_payload_artifact, resolve
 from stateward.observability.tracing import Telemetry
@@ -269,14 +269,20 @@ class Runtime:
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
         """Pending requests (open ones unless ``open_only=False``) in (run_id, request_id) order, a page at a time.
 
         Naming a run that does not exist (or is another tenant's) is RUN_NOT_FOUND, not an empty inbox.
+        ``role``: only the requests that role answers (their tool's or agent's ``approver_role``); a page may then
+        hold fewer than ``limit`` rows, and ``next_cursor`` still leads on.
         """
         if run_id is not None:
             self._visible(run_id, tenant)
-        return self.store.page_requests(run_id=run_id, tenant=tenant, open_only=open_only, limit=limit, cursor=cursor)
+        page = self.store.page_requests(run_id=run_id, tenant=tenant, open_only=open_only, limit=limit, cursor=cursor)
+        if role is None:
+            return page
+        return page.model_copy(update={"items": [r for r in page.items if r.request.approver_role == role]})
 
     def events(
         self,
@@ -410,6 +416,24 @@ class Runtime:
         """Reject the request; the run resumes knowing the action was refused, and the grant is never issued."""
         who = Answerer(by=by, tenant=tenant, roles=roles, digest=digest, drive=drive)
         return self._answer(run_id, request_id, "rejected", who, comment)
+
+    def reconcile(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        happened: bool,
+        by: str,
+        comment: str | None = None,
+        tenant: str | None = None,
+        roles: frozenset[str] = frozenset(),
+        drive: bool = True,
+    ) -> AnswerResult:
+        """Answer a reconciliation, and only that (WRONG_ANSWER_KIND for any other request): ``happened=True``
+        records the call as succeeded by ``by``'s confirmation, ``False`` as NOT_EXECUTED (the tool's retry
+        policy then decides). The same answer as ``approve`` / ``reject``, said for what it means."""
+        who = Answerer(by=by, tenant=tenant, roles=roles, drive=drive, expects=RequestKind.RECONCILIATION)
+        return self._answer(run_id, request_id, "approved" if happened else "rejected", who, comment)
 
     def reply(
         self,
@@ -592,6 +616,7 @@ class Runtime:
     adrive_leased = counterpart(drive_leased)
     aapprove = counterpart(approve)
     areject = counterpart(reject)
+    areconcile = counterpart(reconcile)
     areply = counterpart(reply)
     apause = counterpart(pause)
     acancel = counterpart(cancel)

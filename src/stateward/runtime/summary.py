@@ -35,6 +35,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             "approval_scope": pending.approval_scope.value,
             "asked_by": pending.asked_by,
             "model_text": pending.model_text,
+            **({} if pending.reconciles is None else {"reconciles": pending.reconciles.model_dump(mode="json")}),
         },
         "counters": {
             "steps": usage.steps,

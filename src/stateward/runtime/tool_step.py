@@ -11,7 +11,7 @@ from stateward.core.contract import Observation
 from stateward.core.decision import ControlDecision
 from stateward.core.events import EventType, NewEvent
 from stateward.core.journal import AttemptRecord
-from stateward.core.state import PendingRequest, RequestKind, RunState
+from stateward.core.state import AskedBy, PendingRequest, Reconciles, RequestKind, RunState
 from stateward.runtime.agent import Agent, guard
 from stateward.runtime.transition import mint_request_id, suspend
 from stateward.store.records import NewArtifact
@@ -32,14 +32,18 @@ class ToolStep:
 
 
 def call_context(agent: Agent, state: RunState, fencing_token: int | None = None) -> CallContext:
+    """What the gateway is told about the run's next call. A call a person reconciled carries their answer and
+    the step its idempotency key was made at, so the gateway records the answer under that very key."""
     limit = state.budget.max_tool_calls
+    said = None if state.next_call is None else state.next_call.reconciled
     return CallContext(
         run_id=state.run_id,
-        step=state.usage.steps,
+        step=state.usage.steps if said is None else said.key_step,
         permissions=agent.permissions,
         grants=state.approvals,
         remaining_tool_calls=None if limit is None else max(0, limit - state.usage.tool_attempts),
         fencing_token=fencing_token,
+        reconciliation=said,
     )
 
 
@@ -56,7 +60,8 @@ def execute_tool(
     assert decision.action is not None
     args = decision.args or {}
     deferred = state.next_call
-    outcome = gateway.invoke(ToolCall(tool=decision.action, args=args), call_context(agent, state, fencing_token))
+    ctx = call_context(agent, state, fencing_token)
+    outcome = gateway.invoke(ToolCall(tool=decision.action, args=args), ctx)
     blocked = outcome.status is OutcomeStatus.BLOCKED
     consumed = outcome.consumed_grant
     usage = state.usage.model_copy(
@@ -101,7 +106,7 @@ def execute_tool(
             )
         )
     if outcome.status is OutcomeStatus.PENDING_VERIFICATION:
-        _await_reconciliation(step, decision, outcome, now)
+        _await_reconciliation(step, agent, decision, outcome, ctx.step, now)
     return step
 
 
@@ -142,26 +147,50 @@ def _artifacts(state: RunState, outcome: ToolOutcome) -> tuple[list[NewArtifact]
     return artifacts, events, versions
 
 
-def _await_reconciliation(step: ToolStep, decision: ControlDecision, outcome: ToolOutcome, now: datetime) -> None:
-    """Nobody can say whether the side effect happened: no retry, no claimed success — the run waits."""
+def _await_reconciliation(
+    step: ToolStep, agent: Agent, decision: ControlDecision, outcome: ToolOutcome, key_step: int, now: datetime
+) -> None:
+    """Nobody can say whether the side effect happened: no retry, no claimed success — the run waits for a person
+    who may answer for the tool (its approver role, else the agent's), within the agent's request TTL."""
     state = step.state
+    tool = decision.action or ""
+    key = outcome.idempotency_key or ""
+    spec = agent.tools.get(tool)
+    may_retry = spec is not None and spec.retry.max_attempts > 1 and not outcome.retried_once
     pending = PendingRequest(
         request_id=mint_request_id(state),
         kind=RequestKind.RECONCILIATION,
-        question=(
-            f"The outcome of {decision.action} (idempotency key {outcome.idempotency_key}) is unknown. "
-            "Approve once you have confirmed it happened; reject if it did not."
-        ),
+        question=reconciliation_question(tool, key, may_retry=may_retry),
         state_before=state.status,
-        guarded_action=guard(decision.action or "", decision.args or {}),
+        guarded_action=guard(tool, decision.args or {}),
+        asked_by=AskedBy.RUNTIME,
+        call_step=step.observation.step,
+        approver_role=agent.approver_role_for(tool),
         created_at=now,
+        expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
+        reconciles=Reconciles(idempotency_key=key, key_step=key_step, retry_spent=not may_retry),
     )
     step.state, events = suspend(state, pending, "awaiting_reconciliation")
     step.pending = pending
     step.events.extend(events)
 
 
-_LEFT_OUT_EMPTY = frozenset({"error_code", "artifacts"})
+def reconciliation_question(tool: str, key: str, *, may_retry: bool) -> str:
+    """The Runtime's own question (no model wrote it), saying what each answer does."""
+    not_happened = (
+        "the call is retried once under the same key"
+        if may_retry
+        else "the step fails with NOT_EXECUTED (no retry is allowed)"
+    )
+    return (
+        f"The outcome of {tool} (idempotency key {key}) is unknown: the call did not report back and the tool has "
+        "no lookup that can say. Check the system it acts on. 'It happened' records the call as succeeded, "
+        "confirmed by you, and the run goes on as after a success; 'It did not happen' records NOT_EXECUTED and "
+        f"{not_happened}."
+    )
+
+
+_LEFT_OUT_EMPTY = frozenset({"error_code", "artifacts", "evidence_id"})  # evidence_id: given by the log
 
 
 def _attempted(observed: dict[str, Any], outcome: ToolOutcome) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from stateward.core.state import (
     Grant,
     GuardedAction,
     PendingRequest,
+    PersonOutcome,
     RequestKind,
     RunState,
     WaitSnapshot,
@@ -136,7 +137,7 @@ def handle(
         # A person refused what the run needed and nobody approved anything since: that is no success.
         kind = TransitionKind.CANCEL if agent.on_refusal == "cancel" else TransitionKind.FAIL
         decision = decision.model_copy(update={"reason": REJECTED_BY_APPROVER})
-    if kind is TransitionKind.CONTINUE:
+    if kind is TransitionKind.CONTINUE and not reconciling(decision, state):
         unapproved = unapproved_action(decision, state, agent)
         if unapproved is not None:
             return _ask_approval(state, agent, decision, unapproved, received, model_usage, now)
@@ -172,7 +173,7 @@ def handle(
         state_before=state.status,
         guarded_action=guarded,
         options=() if wait is None else wait.options,
-        approver_role=agent.approver_role,
+        approver_role=agent.approver_role_for(None if guarded is None else guarded.tool),
         created_at=now,
         expires_at=_expiry(agent, wait, now),
     )
@@ -221,6 +222,18 @@ def suspend(
         },
     )
     return Moved(new_state, [_moved(state, new_state), recorded])
+
+
+def reconciling(decision: ControlDecision, state: RunState) -> bool:
+    """Whether ``decision`` is the call a person just reconciled, which the Runtime runs next: it needs no new
+    approval (the gateway records the person's answer under the call's journalled key, or retries it there)."""
+    call = state.next_call
+    return (
+        call is not None
+        and call.reconciled is not None
+        and decision.action == call.action.tool
+        and (decision.args or {}) == call.action.args
+    )
 
 
 def unapproved_action(decision: ControlDecision, state: RunState, agent: Agent) -> GuardedAction | None:
@@ -290,7 +303,7 @@ def _ask_approval(
         asked_by=AskedBy.RUNTIME,
         model_text=(decision.reason or "")[:_SHOWN_CHARS] or None,
         call_step=usage.steps,
-        approver_role=agent.approver_role,
+        approver_role=agent.approver_role_for(action.tool),
         created_at=now,
         expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
     )
@@ -502,6 +515,22 @@ def resume_on_answer(state: RunState, answer: RequestAnswer, reason: str) -> Mov
         approvals, granted = (*approvals, grant), (*granted, action.digest)
         if pending.asked_by is AskedBy.RUNTIME:
             next_call = DeferredCall(request_id=answer.request_id, action=action, step=pending.call_step or 0)
+    target = pending.reconciles
+    if pending.kind is RequestKind.RECONCILIATION and action is not None and target is not None:
+        # The person's word decides the call's outcome: the Runtime has the gateway record it before anything else.
+        said = PersonOutcome(
+            happened=answer.verdict is AnswerVerdict.APPROVED,
+            by=answer.by,
+            at=answer.at,
+            comment=answer.text,
+            request_id=answer.request_id,
+            idempotency_key=target.idempotency_key,
+            key_step=target.key_step,
+            retry_spent=target.retry_spent,
+        )
+        next_call = DeferredCall(
+            request_id=answer.request_id, action=action, step=pending.call_step or 0, reconciled=said
+        )
     new = state.model_copy(
         update={
             "status": next_status(state.status, TransitionKind.RESUME),

@@ -185,7 +185,14 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN parts TEXT",
         "ALTER TABLE checkpoints ADD COLUMN parts TEXT",
     ],
-    # 7: a run's agent version beside its name, so a worker claims only runs its build may drive
+    # 7: browser sessions signed out (their ids, until they would have expired), so a sign-out holds
+    # across restarts and processes (store/sessions.py).
+    [
+        """CREATE TABLE revoked_sessions (
+            session_id TEXT PRIMARY KEY,
+            expires_at REAL NOT NULL)""",
+    ],
+    # 8: a run's agent version beside its name, so a worker claims only runs its build may drive
     # (runtime/agent_registry.py); runs recorded before have theirs copied from their snapshot.
     [
         "ALTER TABLE runs ADD COLUMN agent_version TEXT",
@@ -370,7 +377,13 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             FROM event_batches AS b
                 CROSS JOIN LATERAL json_array_elements(b.events::json) WITH ORDINALITY AS e(item, n)""",
     ],
-    # 8: a run's agent version beside its name, as in SQLite (7).
+    # 8: signed-out browser sessions, as in SQLite.
+    [
+        """CREATE TABLE revoked_sessions (
+            session_id TEXT COLLATE "C" PRIMARY KEY,
+            expires_at DOUBLE PRECISION NOT NULL)""",
+    ],
+    # 9: a run's agent version beside its name, as in SQLite (8).
     [
         "ALTER TABLE runs ADD COLUMN agent_version TEXT",
         # A snapshot that is no JSON leaves every version unknown (NULL: built as before versions existed).

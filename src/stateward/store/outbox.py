@@ -100,6 +100,11 @@ def notices_of(state: RunState, expected_seq: int, events: Sequence[NewEvent]) -
                 else NoticeKind.WAITING
             )
             extra: dict[str, Any] = {"request_id": event.payload.get("pending_request_id")}
+            asked = state.pending
+            if asked is not None and asked.request_id == extra["request_id"]:
+                # Who may answer, and until when: a receiver routes the request to that role.
+                extra["approver_role"] = asked.approver_role
+                extra["expires_at"] = None if asked.expires_at is None else asked.expires_at.isoformat()
         elif event.type is EventType.STATE_TRANSITION and RunStatus(event.payload["state_after"]).is_terminal:
             kind, extra = NoticeKind.ENDED, {"terminal_reason": event.payload.get("reason")}
         else:

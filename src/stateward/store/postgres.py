@@ -60,6 +60,7 @@ from stateward.store.records import (
     RunRow,
     StepWrite,
 )
+from stateward.store.sessions import SessionMethods
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, PoolClosed)
@@ -124,7 +125,7 @@ def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[Any]:
     return conn.pipeline() if psycopg.Pipeline.is_supported() else contextlib.nullcontext()
 
 
-class PostgresStore(OutboxMethods):
+class PostgresStore(OutboxMethods, SessionMethods):
     """Thread-safe: each call borrows a connection (the one it last used, from the store's own stack in front of
     its pool: store/_pg_conns.py); every write is one transaction."""
 

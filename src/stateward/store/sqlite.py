@@ -52,6 +52,7 @@ from stateward.store.records import (
     RunRow,
     StepWrite,
 )
+from stateward.store.sessions import SessionMethods
 
 
 def _now() -> str:
@@ -199,7 +200,7 @@ def _forget_threads_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
-class SQLiteStore(OutboxMethods):
+class SQLiteStore(OutboxMethods, SessionMethods):
     """Thread-safe through one lock; every write is a ``BEGIN IMMEDIATE`` transaction."""
 
     def __init__(

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from stateward.core.errors import StatewardError
 from stateward.core.interrupt import pause_token
 from stateward.core.journal import AttemptRecord, SideEffectRecord, SideEffectStatus
+from stateward.core.state import PersonOutcome
 
 from .breaker import CircuitBreaker
 from .execution import call_handler
@@ -39,6 +40,11 @@ from .types import (
 
 # The handler finished (its effect happened) but its result broke the output contract: never re-run.
 COMPLETED_INVALID = "COMPLETED_INVALID"
+# Entries that keep the call's note (the retry a person's NOT_EXECUTED allowed): a crash never makes it a first try.
+_NOTED = frozenset(
+    {SideEffectStatus.STARTED, SideEffectStatus.UNKNOWN_OUTCOME, SideEffectStatus.FAILED, COMPLETED_INVALID}
+)
+_IN_FLIGHT = frozenset({SideEffectStatus.STARTED, SideEffectStatus.UNKNOWN_OUTCOME})
 # The store's refusal of a second journalled start under one ONCE approval.
 APPROVAL_CONSUMED = "APPROVAL_CONSUMED"
 
@@ -61,6 +67,8 @@ class Executor:
 
     # -- entry ---------------------------------------------------------------------------------
     def run(self, st: CallState) -> ToolOutcome:
+        if st.tool_spec.side_effect and st.ctx.reconciliation is not None:
+            return self._person_said(st, st.ctx.reconciliation)
         if st.tool_spec.side_effect:
             record = self._store.get_side_effect(self._key(st))
             if record is not None:
@@ -89,6 +97,61 @@ class Executor:
             st.note_failure(ToolErrorCode.UNKNOWN_OUTCOME)
             return self._reconcile(st, "an earlier attempt did not report its outcome")
         return None  # FAILED: nothing happened, run it normally
+
+    # -- a person's answer to a reconciliation -------------------------------------------------
+    def _person_said(self, st: CallState, said: PersonOutcome) -> ToolOutcome:
+        """Record what a person said became of the call under its journalled key; the handler runs again only
+        for the single retry a clear NOT_EXECUTED allows. Safe to repeat after a crash: the journal says how far
+        it got (a confirmation replays, a retry already started is reconciled, never started twice)."""
+        record = self._store.get_side_effect(self._key(st))
+        if record is not None and record.status == SideEffectStatus.SUCCEEDED:
+            replayed = self._from_journal(st, record)  # recorded already (a crash after it, or a real success)
+            assert replayed is not None
+            return replayed
+        note = record.result if record is not None and isinstance(record.result, dict) else {}
+        if record is not None and note.get("retry_after") == said.request_id:
+            return self._retried(st, record, note)
+        evidence = said.evidence()
+        if said.happened:
+            shaped = shape_result(st.tool_spec, evidence)
+            self._journal(st, SideEffectStatus.SUCCEEDED, _envelope(shaped, []))
+            self._note(st, "CONFIRMED_BY_PERSON", None, f"{said.by} confirmed it happened ({said.request_id})")
+            st.idempotency_status = LookupStatus.SUCCEEDED
+            return self._success(st, evidence, RuntimeAction.CONFIRMED_BY_PERSON, [], shaped)
+        self._journal(st, SideEffectStatus.NOT_EXECUTED, evidence)
+        self._note(st, "NOT_EXECUTED_BY_PERSON", None, f"{said.by} said it did not happen ({said.request_id})")
+        st.idempotency_status = LookupStatus.NOT_EXECUTED
+        reason = f"{said.by} said {st.tool_spec.name} did not happen"
+        if said.retry_spent or st.tool_spec.retry.max_attempts < 2:
+            why = "its single retry was spent" if said.retry_spent else "its retry policy allows no retry"
+            st.note_failure(ToolErrorCode.NOT_EXECUTED)
+            return self._outcome(
+                st,
+                OutcomeStatus.FAILED,
+                RuntimeAction.NOT_EXECUTED_BY_PERSON,
+                ToolErrorCode.NOT_EXECUTED,
+                f"{reason}, and {why}",
+                result=evidence,
+            )
+        st.journal_note = {"retry_after": said.request_id, **evidence}
+        return self._retry_once(st, reason)
+
+    def _retried(self, st: CallState, record: SideEffectRecord, note: dict[str, Any]) -> ToolOutcome:
+        """The retry a person's answer allowed was already made (the step recording it was lost): its journalled
+        outcome stands, and it is never made a second time."""
+        st.retried_once, st.journal_note = True, note
+        if record.status in _IN_FLIGHT:
+            st.note_failure(ToolErrorCode.UNKNOWN_OUTCOME)
+            return self._reconcile(st, "the retry after a person's NOT_EXECUTED did not report its outcome")
+        replayed = self._from_journal(st, record)  # a result that broke its contract stays that failure
+        if replayed is not None:
+            return replayed
+        return self._failure(
+            st,
+            ToolErrorCode.EXECUTION_ERROR,
+            "the retry after a person's NOT_EXECUTED failed",
+            RuntimeAction.RETRY_ONCE,
+        )
 
     # -- attempts and retries ------------------------------------------------------------------
     def _attempt_loop(self, st: CallState) -> ToolOutcome:
@@ -307,6 +370,7 @@ class Executor:
             action_digest=st.digest,
             budget_used=st.budget_used,
             consumed_grant=st.once_grant,
+            retried_once=st.retried_once,
         )
 
     # -- bookkeeping ---------------------------------------------------------------------------------
@@ -316,6 +380,8 @@ class Executor:
         return st.key
 
     def _journal(self, st: CallState, status: str, result: Any = None) -> None:
+        if result is None and status in _NOTED:
+            result = st.journal_note  # a retry a person allowed stays marked as that retry, whatever befalls it
         self._store.put_side_effect(
             SideEffectRecord(
                 idempotency_key=self._key(st),

@@ -54,6 +54,7 @@ class McpTool(BaseModel):
     side_effect: bool = True
     requires_approval: bool = False
     approval_scope: ApprovalScope = ApprovalScope.ONCE
+    approver_role: str | None = None  # who may answer this tool's requests, over the agent's approver_role
     permission: str | None = None
     timeout_s: float = Field(default=30.0, gt=0)
     retry: RetryPolicy = RetryPolicy()
@@ -129,6 +130,7 @@ def _spec(server: McpServer, remote: Tool, decl: McpTool, prefix: str, max_schem
             side_effect=decl.side_effect,
             requires_approval=decl.requires_approval,
             approval_scope=decl.approval_scope,
+            approver_role=decl.approver_role,
             timeout_s=decl.timeout_s,
             retry=decl.retry,
             max_result_bytes=decl.max_result_bytes,

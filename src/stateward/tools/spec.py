@@ -136,6 +136,8 @@ class ToolSpec(BaseModel):
     side_effect: bool = False
     requires_approval: bool = False
     approval_scope: ApprovalScope = ApprovalScope.ONCE  # RUN: one approval admits the action for the run
+    # Who may answer this tool's requests (its approvals and reconciliations), over the agent's approver_role.
+    approver_role: str | None = Field(default=None, min_length=1, max_length=200)
     timeout_s: float = Field(default=30.0, gt=0)
     retry: RetryPolicy = RetryPolicy()
     breaker: BreakerPolicy = BreakerPolicy()
@@ -250,6 +252,7 @@ def tool(
     side_effect: bool = False,
     requires_approval: bool = False,
     approval_scope: ApprovalScope = ApprovalScope.ONCE,
+    approver_role: str | None = None,
     timeout_s: float = 30.0,
     retry: RetryPolicy | None = None,
     breaker: BreakerPolicy | None = None,
@@ -272,6 +275,7 @@ def tool(
     side_effect: bool = False,
     requires_approval: bool = False,
     approval_scope: ApprovalScope = ApprovalScope.ONCE,
+    approver_role: str | None = None,
     timeout_s: float = 30.0,
     retry: RetryPolicy | None = None,
     breaker: BreakerPolicy | None = None,
@@ -284,7 +288,8 @@ def tool(
 ) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
     """Declare a tool: ``@tool`` or ``@tool(side_effect=True, ...)``. ``redact`` accepts a list whose
     identifier-like entries are field names and the rest regexes. Results are cut at 64 KiB unless
-    ``max_result_bytes`` says otherwise (``None``: unbounded)."""
+    ``max_result_bytes`` says otherwise (``None``: unbounded). ``approver_role``: the role a person must hold
+    to answer this tool's approvals and reconciliations (over the agent's ``approver_role``)."""
 
     def build(handler: Callable[..., Any]) -> ToolSpec:
         doc = inspect.getdoc(handler) or ""
@@ -296,6 +301,7 @@ def tool(
             side_effect=side_effect,
             requires_approval=requires_approval,
             approval_scope=approval_scope,
+            approver_role=approver_role,
             timeout_s=timeout_s,
             retry=retry or RetryPolicy(),
             breaker=breaker or BreakerPolicy(),

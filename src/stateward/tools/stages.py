@@ -43,6 +43,7 @@ class CallState:
     first_error: ToolErrorCode | None = None
     idempotency_status: LookupStatus | None = None
     retried_once: bool = False
+    journal_note: dict[str, Any] | None = None  # kept on this call's STARTED / UNKNOWN_OUTCOME journal entries
     grant: Grant | None = None  # the approval that admitted this call
     breaker_admitted: BreakerState | None = None  # the circuit as admission read it, until an attempt is recorded
     _input_hash: str | None = field(default=None, repr=False)  # the arguments' digest, made once per call
@@ -114,6 +115,8 @@ def available(breaker: CircuitBreaker) -> Stage:
 
     def stage(st: CallState) -> Refusal | None:
         spec = st.tool_spec
+        if recorded_only(st):
+            return None  # a person's "it happened" is recorded, the service not called: its health is beside the point
         if not spec.available:
             return Refusal(ToolErrorCode.TOOL_UNAVAILABLE, f"{spec.name!r} is offline")
         check = spec.health_check
@@ -167,6 +170,10 @@ def action_gate(st: CallState) -> Refusal | None:
     if not spec.requires_approval:
         return None
     st.digest = action_digest(spec.name, st.args, st.ctx.plan_version)
+    if st.ctx.reconciliation is not None:
+        # The call its approval admitted, reconciled by a person: recorded (or retried once) under its own
+        # journalled key, which ``assign_idempotency_key`` checks; no second approval is asked for it.
+        return None
     digests = {st.digest, _raw_digest(st)}
     st.grant = next((g for g in st.ctx.grants if g.digest in digests), None)
     if st.grant is not None or not digests.isdisjoint(st.ctx.approved_digests):
@@ -186,7 +193,17 @@ def _raw_digest(st: CallState) -> str | None:
         return None
 
 
+def recorded_only(st: CallState) -> bool:
+    """A person said this call happened: the gateway records their word and calls nothing."""
+    said = st.ctx.reconciliation
+    return said is not None and said.happened
+
+
 def reserve_budget(st: CallState) -> Refusal | None:
+    if st.ctx.reconciliation is not None:
+        # A person's answer is recorded even when the budget has run out; the one retry "it did not happen"
+        # may allow reserves its own call (the executor's ``_retry_once``), or fails for want of budget.
+        return None
     if not has_budget(st):
         return Refusal(ToolErrorCode.BUDGET_EXCEEDED, "no tool calls left in the run's budget")
     st.budget_used += 1
@@ -203,4 +220,10 @@ def assign_idempotency_key(st: CallState) -> Refusal | None:
     args_json = canonical_json(st.args or {})  # one serialization for the key and the attempts' input hash
     st._input_hash = sha256_hex(args_json)
     st.key = idempotency_key_of(st.ctx.run_id, st.ctx.step, st.tool_spec.name, args_json)
+    said = st.ctx.reconciliation
+    if said is not None and said.idempotency_key != st.key:
+        return Refusal(
+            ToolErrorCode.RECONCILIATION_MISMATCH,
+            f"a person's answer about {said.idempotency_key} cannot settle another call ({st.key})",
+        )
     return None

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.errors import ErrorCode
 from stateward.core.journal import AttemptRecord
-from stateward.core.state import Grant
+from stateward.core.state import Grant, PersonOutcome
 
 
 class ToolErrorCode(StrEnum):
@@ -31,6 +31,8 @@ class ToolErrorCode(StrEnum):
     RESULT_TOO_LARGE = ErrorCode.RESULT_TOO_LARGE.value
     EXECUTION_ERROR = ErrorCode.EXECUTION_ERROR.value
     UNKNOWN_OUTCOME = ErrorCode.UNKNOWN_OUTCOME.value
+    NOT_EXECUTED = ErrorCode.NOT_EXECUTED.value
+    RECONCILIATION_MISMATCH = ErrorCode.RECONCILIATION_MISMATCH.value
 
 
 class LookupStatus(StrEnum):
@@ -51,6 +53,8 @@ class RuntimeAction(StrEnum):
     REPLAY_SUCCESS = "REPLAY_SUCCESS"
     RETRY_ONCE = "RETRY_ONCE"
     AWAIT_RECONCILIATION = "AWAIT_RECONCILIATION"
+    CONFIRMED_BY_PERSON = "CONFIRMED_BY_PERSON"  # a person said the call happened: recorded, the handler not run
+    NOT_EXECUTED_BY_PERSON = "NOT_EXECUTED_BY_PERSON"  # a person said it did not, and no retry is allowed
 
 
 class OutcomeStatus(StrEnum):
@@ -99,6 +103,8 @@ class CallContext(BaseModel):
     plan_version: int | None = None
     remaining_tool_calls: int | None = None  # None: unbounded
     fencing_token: int | None = None  # the caller's lease version; handlers pass it to systems that check it
+    # A person's answer to the reconciliation of this very call (its journalled key): recorded, not guessed.
+    reconciliation: PersonOutcome | None = None
 
 
 class ToolOutcome(BaseModel):
@@ -125,6 +131,7 @@ class ToolOutcome(BaseModel):
     action_digest: str | None = None  # what an approval must be bound to (set for gated tools)
     consumed_grant: str | None = None  # the request id of the ONCE approval this call used up
     budget_used: int = 0  # tool-call reservations consumed (first call + every retry)
+    retried_once: bool = False  # the single retry a clear NOT_EXECUTED allows was spent on this key
 
     @property
     def handler_calls(self) -> int:

@@ -2,6 +2,8 @@
 
 :func:`run_reflection` verifies an artifact with a :class:`CheckSuite`, lets :func:`decide` choose
 ACCEPT / REPAIR_ONCE / DEGRADED_DELIVERY / HUMAN_HANDOFF, and makes every repair a new artifact version.
+A plan run's work items pass the checks of :mod:`stateward.verify.item_checks` (output schema, resolvable
+evidence, the program checks registered per artifact type) before their item succeeds.
 """
 
 from stateward.verify.checks import (
@@ -27,6 +29,19 @@ from stateward.verify.checks import (
     failures,
     run_model_check,
 )
+from stateward.verify.item_checks import (
+    ArtifactCheck,
+    ArtifactCheckInput,
+    EvidenceIndex,
+    EvidenceKind,
+    ResolvedEvidence,
+    check_evidence,
+    check_output_schema,
+    named_evidence,
+    reply_judgement,
+    run_checks,
+    verdict_of,
+)
 from stateward.verify.policy import PolicyDecision, VerificationOutcome, decide
 from stateward.verify.reflection import ReflectionOutcome, ReflectionRound, RepairFn, run_reflection
 from stateward.verify.report import (
@@ -45,6 +60,8 @@ from stateward.verify.report import (
 __all__ = [
     "DEFAULT_CHECKS",
     "DEFAULT_SENSITIVE_PATTERNS",
+    "ArtifactCheck",
+    "ArtifactCheckInput",
     "ArtifactVersion",
     "BreakingChange",
     "CallSite",
@@ -55,6 +72,8 @@ __all__ = [
     "CheckVerdict",
     "Claim",
     "CoverageStatus",
+    "EvidenceIndex",
+    "EvidenceKind",
     "ModelCheck",
     "ModelJudgement",
     "ModuleRisk",
@@ -65,6 +84,7 @@ __all__ = [
     "Report",
     "ReportSection",
     "RepositoryCoverage",
+    "ResolvedEvidence",
     "SensitivePattern",
     "StatedCounts",
     "VerificationOutcome",
@@ -73,12 +93,18 @@ __all__ = [
     "check_counts",
     "check_coverage",
     "check_duplicate_ids",
+    "check_evidence",
     "check_evidence_exists",
+    "check_output_schema",
     "check_required_sections",
     "check_schema",
     "check_sensitive_content",
     "decide",
     "failures",
+    "named_evidence",
+    "reply_judgement",
+    "run_checks",
     "run_model_check",
     "run_reflection",
+    "verdict_of",
 ]

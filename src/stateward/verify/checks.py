@@ -45,6 +45,7 @@ class CheckResult(_Frozen):
     name: str
     verdict: CheckVerdict
     detail: str = ""
+    findings: tuple[str, ...] = ()  # what exactly failed, one entry each (shown to the next attempt)
     repairable: bool = True
     security: bool = False
     blocks_partial: bool = False

@@ -47,6 +47,7 @@ from stateward.planning import (
 )
 from stateward.verify import ArtifactVersion, CheckResult, CheckSuite, CheckVerdict, Report
 from stateward_demos.payment import faults, reports
+from stateward_demos.payment.checks import payment_checks
 from stateward_demos.payment.outcome import FACT_ARTIFACTS, final_summary, make_measure
 from stateward_demos.payment.scripts import (
     GOAL_RESOURCE,
@@ -167,6 +168,7 @@ def build_agent(
         **extra,
         deliverable=REPORT_ARTIFACT,
         evidence_verifier=evidence_verifier,
+        checks=payment_checks(),
         checker=checker,
         default_react_steps=DEFAULT_REACT_STEPS,
         approval_action=approval_action,

@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any, Final
 
 from stateward import ModelRequest
+from stateward.planning import cite_evidence
 from stateward_demos.payment import facts
 from stateward_demos.payment import fixtures as fx
 from stateward_demos.payment.drafting import draft_report
@@ -78,8 +79,15 @@ def call(action: str, **args: Any) -> Decision:
     return {"type": "EXECUTE_TOOL", "action": action, "args": args}
 
 
-def record(artifact_type: str, content: Any) -> Decision:
-    return call("record_output", artifact_type=artifact_type, content=json.dumps(content, sort_keys=True))
+def record(req: ModelRequest, artifact_type: str, content: Any) -> Decision:
+    """Write the item's output, citing what it rests on: the observations of this attempt (by evidence id) and
+    the verified outputs of the items it depends on; an item resting on neither cites the goal it restates."""
+    return call(
+        "record_output",
+        artifact_type=artifact_type,
+        content=json.dumps(content, sort_keys=True),
+        evidence=cite_evidence(req),
+    )
 
 
 def _done(req: ModelRequest, action: str) -> list[dict[str, Any]]:
@@ -121,6 +129,7 @@ def _scored_modules() -> tuple[str, ...]:
 
 def w01_normalise_goal(req: ModelRequest) -> Decision:
     return record(
+        req,
         "normalised-goal",
         {
             "objective": "Assess the impact of migrating from Payment SDK v1 to v2",
@@ -155,6 +164,7 @@ def w02_inventory(req: ModelRequest) -> Decision:
         for n in names
     ]
     return record(
+        req,
         "repository-inventory",
         {
             "group": listed[-1]["result"]["group"],
@@ -192,6 +202,7 @@ def w03_document_sources(req: ModelRequest) -> Decision:
     if "next" in found:
         return dict(found["next"])
     return record(
+        req,
         "document-sources",
         {
             space: [{k: h[k] for k in ("doc_id", "title", "authority", "version", "updated")} for h in out["hits"]]
@@ -202,6 +213,7 @@ def w03_document_sources(req: ModelRequest) -> Decision:
 
 def w04_effective_scope(req: ModelRequest) -> Decision:
     return record(
+        req,
         "effective-scope",
         {
             "in_scope": list(_accessible()),
@@ -242,6 +254,7 @@ def w05_migration_sources(req: ModelRequest) -> Decision:
     if todo:
         return call("get_document", doc_id=todo[0])
     return record(
+        req,
         "migration-sources",
         {
             "sources": [
@@ -265,7 +278,7 @@ def w06_breaking_changes(req: ModelRequest) -> Decision:
         for s in read[fx.GUIDE_ID]["sections"]
         if "change_id" in s["fields"]
     ]
-    return record("breaking-changes", {"count": len(changes), "changes": changes})
+    return record(req, "breaking-changes", {"count": len(changes), "changes": changes})
 
 
 def w07_breaking_changes_check(req: ModelRequest) -> Decision:
@@ -273,6 +286,7 @@ def w07_breaking_changes_check(req: ModelRequest) -> Decision:
     guide = facts.doc_evidence_id(fx.GUIDE_ID, "bc2")
     notes = facts.doc_evidence_id(fx.RELEASE_NOTES_ID, "removed")
     return record(
+        req,
         "breaking-changes-check",
         {
             "conflicts": [
@@ -299,6 +313,7 @@ def w08_dependency_usage(req: ModelRequest) -> Decision:
         for repo, out in searched.items()
     }
     return record(
+        req,
         "dependency-usage",
         {
             "searched": len(searched),
@@ -341,7 +356,7 @@ def w09_direct_call_sites(req: ModelRequest) -> Decision:
                         "evidence_id": line["evidence_id"],
                     }
                 )
-    return record("direct-call-sites", {"count": len(sites), "call_sites": sites})
+    return record(req, "direct-call-sites", {"count": len(sites), "call_sites": sites})
 
 
 def w10_indirect_usage(req: ModelRequest) -> Decision:
@@ -362,13 +377,14 @@ def w10_indirect_usage(req: ModelRequest) -> Decision:
         for m in searched[(repo, marker)]["matches"]
         if m["path"] == path
     ]
-    return record("indirect-api-usage", {"count": len(usages), "usages": usages, "searched": list(_accessible())})
+    return record(req, "indirect-api-usage", {"count": len(usages), "usages": usages, "searched": list(_accessible())})
 
 
 def w11_usage_inventory(req: ModelRequest) -> Decision:
     with_sites = {c.hit.repository for c in facts.direct_call_sites()}
     with_indirect = {u.hit.repository for u in facts.indirect_usages()}
     return record(
+        req,
         "api-usage-inventory",
         {
             "repositories": {
@@ -383,6 +399,7 @@ def w11_usage_inventory(req: ModelRequest) -> Decision:
 def w12_coverage_check(req: ModelRequest) -> Decision:
     analysed = len(_accessible())
     return record(
+        req,
         "coverage-check",
         {"analysed": analysed, "accessible": len(_accessible()), "ratio": 1.0, "not_accessible": [fx.NO_ACCESS_REPO]},
     )
@@ -406,7 +423,7 @@ def w13_test_gaps(req: ModelRequest) -> Decision:
                 "evidence_ids": [m["evidence_id"] for m in searched[module.partition("/")[0]]["matches"]],
             }
         )
-    return record("test-gaps", {"modules": rows})
+    return record(req, "test-gaps", {"modules": rows})
 
 
 def w14_risk_matrix(req: ModelRequest) -> Decision:
@@ -415,7 +432,7 @@ def w14_risk_matrix(req: ModelRequest) -> Decision:
     if todo:
         return call("compute_risk_score", module=todo[0])
     rows = [{k: scored[m][k] for k in ("module", "risk", "rule", "reason", "evidence_ids")} for m in _scored_modules()]
-    return record("risk-matrix", {"modules": rows})
+    return record(req, "risk-matrix", {"modules": rows})
 
 
 def w15_risk_review(req: ModelRequest) -> Decision:
@@ -423,6 +440,7 @@ def w15_risk_review(req: ModelRequest) -> Decision:
     matrix = json.loads(req.facts.get("inputs", {}).get("risk-matrix", "{}"))
     high = [m for m in matrix.get("modules", []) if m.get("risk") == "high"]
     return record(
+        req,
         "risk-review",
         {"reviewed": [{"module": m["module"], "reason": m["reason"], "evidence_ids": m["evidence_ids"]} for m in high]},
     )
@@ -437,7 +455,7 @@ def w16_report(req: ModelRequest) -> Decision:
 def w17_report_verification(req: ModelRequest) -> Decision:
     """Record which report version is the verified one; the checks themselves are the runtime's."""
     ref = req.facts["outputs"].get("W16", f"{REPORT_ARTIFACT}:v?")
-    return record("report-verification", {"report": ref, "verified_by": "verification_recorded events"})
+    return record(req, "report-verification", {"report": ref, "verified_by": "verification_recorded events"})
 
 
 def w18_deliver(req: ModelRequest) -> Decision:

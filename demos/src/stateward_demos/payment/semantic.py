@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from stateward import Model, ModelRequest
 from stateward.models import complete
-from stateward.verify import ArtifactVersion, CheckContext, ModelJudgement
+from stateward.verify import ArtifactVersion, CheckContext, ModelJudgement, reply_judgement
 
 CHECK_NAME: Final = "migration_order_not_overcertain"
 INSTRUCTIONS: Final = (
@@ -59,10 +59,4 @@ class OrderCertaintyCheck:
                 instructions=INSTRUCTIONS,
             ),
         )
-        if reply.rejection_code is not None:
-            return "UNKNOWN"
-        try:
-            parsed = json.loads(reply.text)
-        except ValueError:
-            return "UNKNOWN"
-        return parsed if isinstance(parsed, dict) else "UNKNOWN"
+        return reply_judgement(reply)

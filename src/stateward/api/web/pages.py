@@ -98,12 +98,17 @@ class InboxPages:
         )
 
     def sign_in_page(self, request: Request, failed: str | None = None, status: int = 200) -> HTMLResponse:
-        """The sign-in form on a new anonymous session (its CSRF token)."""
-        session = new_session(None)
+        """The sign-in form on the browser's session if it has one (signed in or not: showing the form, or
+        a refused sign-in, never signs anyone out), else on a new anonymous session (its CSRF token)."""
+        kept = self.sessions.read(request)
+        if kept is not None and kept.key_id is not None and self.sessions.principal(kept) is None:
+            kept = None  # its key was revoked: start over
+        session = kept or new_session(None)
         response = self.render(
             "login.html", who=None, session=session, status=status, failed=failed, next_url=_safe_next(request)
         )
-        self.sessions.issue(response, None, session)
+        if kept is None:
+            self.sessions.issue(response, None, session)
         return response
 
     def viewer_page(self, request: Request, build: Callable[[Principal], tuple[str, dict[str, Any]]]) -> Response:
@@ -186,6 +191,8 @@ def _session_routes(router: APIRouter, pages: InboxPages) -> None:
         session = sessions.read(request)
         if not csrf_ok(session, csrf_token):
             return pages.error(_csrf_refused(), sessions.principal(session), session)
+        if session is not None and session.key_id is not None:
+            sessions.revoke(session)  # in the store: a copy of this cookie is signed out too
         response = RedirectResponse(f"{PREFIX}/login", status_code=303)
         sessions.clear(response)
         return response
@@ -195,9 +202,15 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
     runtime, sessions = pages.runtime, pages.sessions
 
     @router.get("")
-    def inbox(request: Request, cursor: Annotated[str | None, Query(max_length=2048)] = None) -> Response:
+    def inbox(
+        request: Request,
+        cursor: Annotated[str | None, Query(max_length=2048)] = None,
+        role: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> Response:
+        wanted = role or None  # the filter form's empty choice: every role
+
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            page = runtime.list_requests(tenant=who.tenant, limit=DEFAULT_PAGE_SIZE, cursor=cursor)
+            page = runtime.list_requests(tenant=who.tenant, limit=DEFAULT_PAGE_SIZE, cursor=cursor, role=wanted)
             rows = [
                 row
                 for row in page.items
@@ -207,6 +220,7 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
                 "rows": rows,
                 "next_cursor": page.next_cursor,
                 "may_answer_any": who.has(Role.APPROVER),
+                "role": wanted,
             }
 
         return pages.viewer_page(request, build)

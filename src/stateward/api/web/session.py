@@ -1,10 +1,14 @@
 """Browser sessions of the inbox: a signed, expiring cookie naming the key, never the key itself.
 
-The cookie holds ``{"k": key_id, "c": csrf}`` signed with the service's secret (itsdangerous, HMAC
-SHA-1 over a timestamped payload): a client cannot forge or alter it, and it ends after ``max_age_s``.
-Each request looks the key up again, so a revoked key signs its sessions out at once. A cookie
-without ``k`` is the anonymous session of the sign-in form: it carries the CSRF token that form
-needs. Signing in replaces it (a new token), so a token planted before sign-in is worth nothing.
+The cookie holds ``{"k": key_id, "c": csrf, "s": session_id}`` signed with the service's secret
+(itsdangerous, HMAC SHA-1 over a timestamped payload): a client cannot forge or alter it, and it ends
+after ``max_age_s``. Each request looks the key up again, so a revoked key signs its sessions out at
+once; signing out records the session's id in the store (:mod:`stateward.store.sessions`) until the
+cookie would have expired, so a copied cookie stops working too, across restarts and processes. A
+cookie without ``k`` is the anonymous session of the sign-in form: it carries the CSRF token that
+form needs. Signing in replaces it (a new token), so a token planted before sign-in is worth nothing;
+showing the form keeps a session the browser already has, so no other site can sign a user out by
+sending them to it.
 
 Cookies are HttpOnly, SameSite=Lax and, by default, Secure with the ``__Host-`` prefix (no Domain,
 Path=/, HTTPS only). ``secure_cookies=False`` is for plain-HTTP development behind nothing.
@@ -15,8 +19,9 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
@@ -25,6 +30,7 @@ from starlette.responses import Response
 from stateward.api.identity import Principal
 from stateward.core.errors import ErrorCode, UserError
 from stateward.store.keys import KeyStore
+from stateward.store.sessions import SessionStore
 
 SESSION_SECRET_ENV = "STATEWARD_SESSION_SECRET"
 MIN_SECRET_CHARS = 32
@@ -68,18 +74,23 @@ class SessionSettings:
 
 @dataclass(frozen=True)
 class Session:
-    """One browser's session: the key it signed in with (None before sign-in) and its CSRF token."""
+    """One browser's session: the key it signed in with (None before sign-in), its CSRF token, its id
+    (what a sign-out revokes) and when its cookie was signed (epoch seconds; 0 before it was)."""
 
     key_id: str | None
     csrf: str
+    session_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    issued_at: float = 0.0
 
 
 class Sessions:
     """Reads, issues and clears session cookies; checks CSRF tokens."""
 
-    def __init__(self, settings: SessionSettings, keys: KeyStore):
+    def __init__(self, settings: SessionSettings, keys: KeyStore, clock: Callable[[], float] = time.time):
         self.settings = settings
         self.keys = keys
+        self.revocations: SessionStore | None = keys if isinstance(keys, SessionStore) else None
+        self.clock = clock
         self._signer = URLSafeTimedSerializer(settings.secret, salt="stateward.inbox.session")
 
     def read(self, request: Request) -> Session | None:
@@ -88,13 +99,28 @@ class Sessions:
         if not raw or len(raw) > 1024:
             return None
         try:
-            data: Any = self._signer.loads(raw, max_age=self.settings.max_age_s)
+            data, signed_at = self._signer.loads(raw, max_age=self.settings.max_age_s, return_timestamp=True)
         except BadSignature:
             return None
-        if not isinstance(data, dict) or not isinstance(data.get("c"), str):
+        if not isinstance(data, dict) or not isinstance(data.get("c"), str) or not isinstance(data.get("s"), str):
             return None
         key_id = data.get("k")
-        return Session(key_id=key_id if isinstance(key_id, str) else None, csrf=data["c"])
+        if isinstance(key_id, str) and self.revocations is not None and self.revocations.session_revoked(data["s"]):
+            return None  # signed out: this cookie, however copied, is worth nothing
+        return Session(
+            key_id=key_id if isinstance(key_id, str) else None,
+            csrf=data["c"],
+            session_id=data["s"],
+            issued_at=signed_at.timestamp(),
+        )
+
+    def revoke(self, session: Session) -> None:
+        """Sign ``session`` out in the store, until its cookie would have expired anyway."""
+        if self.revocations is None:
+            return
+        now = self.clock()
+        expires = (session.issued_at or now) + self.settings.max_age_s
+        self.revocations.revoke_session(session.session_id, expires, now)
 
     def principal(self, session: Session | None) -> Principal | None:
         """Who a signed-in session is, from the key as stored now (None once it is revoked)."""
@@ -108,7 +134,7 @@ class Sessions:
     def issue(self, response: Response, key_id: str | None, session: Session | None = None) -> Session:
         """Set a session on ``response``: ``session`` if given, else a new one (a fresh CSRF token)."""
         session = session or new_session(key_id)
-        payload: dict[str, str] = {"c": session.csrf}
+        payload: dict[str, str] = {"c": session.csrf, "s": session.session_id}
         if session.key_id is not None:
             payload["k"] = session.key_id
         response.set_cookie(

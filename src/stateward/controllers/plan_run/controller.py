@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from stateward.controllers.plan_run.acceptance import AcceptanceChecks
 from stateward.controllers.plan_run.delivery import DeliverySteps
 from stateward.controllers.plan_run.facts import RunView
+from stateward.controllers.plan_run.handover import Handover
 from stateward.controllers.plan_run.items import ItemSteps
 from stateward.controllers.plan_run.memo import (
     UNAVAILABLE,
@@ -45,6 +47,8 @@ class PlanRunController:
         self.view = RunView(self)
         self.planning = PlanningSteps(self)
         self.items = ItemSteps(self)
+        self.acceptance = AcceptanceChecks(self)
+        self.handover = Handover(self)
         self.delivery = DeliverySteps(self)
 
     def decide(self, ctx: DecisionContext) -> Proposal:

@@ -69,6 +69,8 @@ class DeliverySteps(Part):
         missing = tuple(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
         rung = choose_rung(self.delivery_facts(memo, states))
         to_continue = self.estimate(plan, missing)
+        handover = self.owner.handover
+        conclusions, bare = handover.conclusions(memo)
         delivery = PartialDelivery(
             original_goal=self.config.goal.objective,
             rung=rung,
@@ -76,10 +78,13 @@ class DeliverySteps(Part):
             reason=detail or code,
             done_scope=done,
             missing_scope=missing,
-            undecidable=(*undecidable, *memo.measurement.unresolved),
+            verified_conclusions=conclusions,
+            undecidable=(*undecidable, *memo.measurement.unresolved, *bare),
             needed_to_continue=(
                 *(f"complete {w}" for w in missing),
                 *([f"budget to continue: {amount_text(to_continue)}"] if missing else []),
+                *handover.exhausted(self.owner.view.live_ledger(memo), to_continue if missing else None),
+                *handover.reflections_spent(memo, missing),
             ),
             budget_used=memo.ledger.used,
             artifact_refs=tuple(self.owner.view.outputs(memo).values()),
@@ -185,11 +190,13 @@ class DeliverySteps(Part):
         memo.enter(RunStage.HUMAN_APPROVAL, ctx.state.usage.steps + 1)
         plan = memo.plan
         assert plan is not None
+        missing = tuple(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
         package = HandoffPackage(
             reason_code=code,
             reason=detail or code,
             goal=self.config.goal.objective,
             plan_version=plan.version,
+            impact=self.owner.handover.impact(memo, states, self.estimate(plan, missing) if missing else None),
             completed_items=tuple(w for w, s in states.items() if s is WorkItemState.SUCCEEDED),
             blocked_items=tuple(w for w, s in states.items() if s in (WorkItemState.BLOCKED, WorkItemState.FAILED)),
             artifact_refs=tuple(self.owner.view.outputs(memo).values()),

@@ -136,15 +136,7 @@ class RunView(Part):
     def inputs(self, ctx: DecisionContext, memo: PlanRunMemo, item: WorkItem) -> dict[str, str]:
         """What a work item is handed to work from: the recorded outputs of the items it depends on, directly
         or not, up to MAX_INPUT_CHARS in all (what does not fit is left out, never cut mid-document)."""
-        assert memo.plan is not None
-        deps = {w.work_item_id: w.dependencies for w in memo.plan.work_items}
-        upstream: set[str] = set()
-        todo = list(item.dependencies)
-        while todo:
-            wid = todo.pop()
-            if wid not in upstream:
-                upstream.add(wid)
-                todo.extend(deps.get(wid, ()))
+        upstream = self.owner.acceptance.upstream(memo, item)
         out: dict[str, str] = {}
         used = 0
         for name, content in self.verified_contents(ctx, memo, upstream).items():

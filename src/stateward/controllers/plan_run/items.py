@@ -7,8 +7,10 @@ import json
 from typing import Any
 
 from stateward.controllers.base import provider_rejection
+from stateward.controllers.plan_run.acceptance import findings_text
 from stateward.controllers.plan_run.memo import (
     ITEM_INSTRUCTIONS,
+    ArtifactFact,
     ItemRun,
     PlanRunMemo,
     start_item_guard,
@@ -24,6 +26,7 @@ from stateward.controllers.plan_support import (
     output_ref,
     step_record,
 )
+from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.core.contract import DecisionContext, Observation, Proposal, SignalFailure, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode
@@ -31,6 +34,7 @@ from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RequestKind
 from stateward.models.base import ModelRequest, Usage, complete
 from stateward.planning.budget import BudgetAmount, BudgetError
+from stateward.planning.delivery import Confidence, FindingRisk
 from stateward.planning.patch import (
     AttemptFact,
     AttemptOutcome,
@@ -41,7 +45,9 @@ from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
     FailureFact,
 )
-from stateward.verify.policy import VerificationOutcome
+from stateward.verify.checks import CheckResult, CheckVerdict
+from stateward.verify.item_checks import GOAL_REF_PREFIX
+from stateward.verify.policy import PolicyDecision, VerificationOutcome
 from stateward.verify.policy import decide as verification_decision
 
 
@@ -73,8 +79,11 @@ class ItemSteps(Part):
                 ctx, memo, notes, "BUDGET_EXHAUSTED", exc.message, self.owner.view.states(ctx, memo)
             )
         run = memo.items.setdefault(wid, ItemRun())
-        run.attempts.append(AttemptFact(outcome=AttemptOutcome.RUNNING))
-        run.steps, run.absorbed = [], 0  # a new attempt: none of its observations has been seen yet
+        attempt_id = f"{wid}#{len(run.attempts) + 1}"
+        run.attempts.append(
+            AttemptFact(outcome=AttemptOutcome.RUNNING, attempt_id=attempt_id, input_hash=self.input_hash(memo, item))
+        )
+        run.steps, run.absorbed, run.calls = [], 0, []  # a new attempt: none of its observations has been seen yet
         run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
         memo.running.append(wid)
         notes.append(
@@ -88,6 +97,19 @@ class ItemSteps(Part):
             )
         )
         return None
+
+    def input_hash(self, memo: PlanRunMemo, item: WorkItem) -> str:
+        """What an attempt starts from, hashed: the item, the plan version, the refs of the verified inputs it is
+        handed and the findings it is told to fix. Two attempts with one hash were given the same thing."""
+        upstream = sorted(self.owner.acceptance.upstream(memo, item))
+        run = memo.items.get(item.work_item_id)
+        given = {
+            "work_item": item.model_dump(mode="json"),
+            "plan_version": memo.plan.version if memo.plan else None,
+            "inputs": [memo.items[w].output for w in upstream if w in memo.verified and w in memo.items],
+            "correction": None if run is None else run.correction,
+        }
+        return sha256_hex(canonical_json(given))
 
     def item_step(self, ctx: DecisionContext, memo: PlanRunMemo, wid: str, notes: list[NewEvent]) -> Proposal:
         memo.enter(RunStage.EXECUTE, ctx.state.usage.steps + 1)
@@ -111,6 +133,7 @@ class ItemSteps(Part):
                 "outputs": self.owner.view.outputs(memo),
                 "inputs": self.owner.view.inputs(ctx, memo, item),
                 "correction": run.correction,
+                "goal_ref": f"{GOAL_REF_PREFIX}{self.config.goal.goal_id}",
                 "remaining_steps": run.tracker.remaining_steps(),
             },
             instructions=ITEM_INSTRUCTIONS,
@@ -202,6 +225,8 @@ class ItemSteps(Part):
         mine = [o for o in ctx.observations if o.step in run.steps]
         for obs in mine[run.absorbed :]:
             run.absorbed += 1
+            if obs.evidence_id is not None:
+                run.calls.append(obs.evidence_id)
             run.tracker, verdict = run.tracker.observe(step_record(obs), remaining=memo.ledger.remaining())
             if obs.status != "SUCCESS" and obs.error_code:
                 memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
@@ -230,15 +255,16 @@ class ItemSteps(Part):
         notes: list[NewEvent],
         charged: list[Usage],
     ) -> None:
-        run = memo.items[item.work_item_id]
-        has_verifier = self.config.verifier is not None or self.config.evidence_verifier is not None
-        checked = item.output_spec.artifact_type == self.config.deliverable and has_verifier
-        if checked and not self.verify_deliverable(ctx, memo, item, ref, obs, notes, charged):
+        """The item's artifact was written: it succeeds only if it passes every check (see ``verify_output``)."""
+        verdict = self.verify_output(ctx, memo, item, ref, obs, notes, charged)
+        if verdict is None:
             return
-        run.output = ref
+        accepted, summary = verdict
+        run = memo.items[item.work_item_id]
+        run.output, run.artifact = ref, accepted
         memo.verified.append(item.work_item_id)
         memo.no_progress_streak = 0
-        self.end_attempt(memo, item, AttemptOutcome.COMPLETED, None, notes)
+        self.end_attempt(memo, item, AttemptOutcome.COMPLETED, None, notes, verification=summary)
 
     def metered_checker(self, memo: PlanRunMemo) -> MeteredModel | None:
         """The configured checker, allowed only what the budget has left (running attempts settled as spent)."""
@@ -246,7 +272,38 @@ class ItemSteps(Part):
             return None
         return MeteredModel.within(self.config.checker, self.owner.view.live_ledger(memo).remaining())
 
-    def verify_deliverable(
+    @staticmethod
+    def charge_checks(memo: PlanRunMemo, item: WorkItem, checker: MeteredModel, charged: list[Usage]) -> None:
+        """A check's model calls are the item's, like its worker's: counted on its attempt and reported with
+        the step (``charged``)."""
+        run = memo.items[item.work_item_id]
+        run.model_calls += len(checker.usages)
+        run.tokens += sum(tokens_of(u) for u in checker.usages)
+        charged.extend(checker.usages)
+
+    def deliverable_results(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        item: WorkItem,
+        obs: Observation,
+        charged: list[Usage],
+    ) -> list[CheckResult]:
+        """The deliverable's own verifier. An evidence verifier checks the cited evidence against what the run
+        recorded, not against what exists."""
+        content = content_of(obs)
+        if self.config.evidence_verifier is not None:
+            recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
+            checker = self.metered_checker(memo)
+            results = list(self.config.evidence_verifier(content, recorded, checker))
+            if checker is not None:
+                self.charge_checks(memo, item, checker, charged)
+            return results
+        if self.config.verifier is not None:
+            return list(self.config.verifier(content))
+        return []
+
+    def verify_output(
         self,
         ctx: DecisionContext,
         memo: PlanRunMemo,
@@ -255,59 +312,81 @@ class ItemSteps(Part):
         obs: Observation,
         notes: list[NewEvent],
         charged: list[Usage],
-    ) -> bool:
-        """Every check on every version; at most the budgeted repairs; UNKNOWN never passes. An evidence
-        verifier checks the cited evidence against what the run recorded, not against what exists."""
-        memo.enter(RunStage.VERIFY, ctx.state.usage.steps + 1)
-        content = content_of(obs)
-        if self.config.evidence_verifier is not None:
-            recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
-            checker = self.metered_checker(memo)
-            results = list(self.config.evidence_verifier(content, recorded, checker))
-            if checker is not None:  # the check's model calls are the item's, like its worker's
-                run = memo.items[item.work_item_id]
-                run.model_calls += len(checker.usages)
-                run.tokens += sum(tokens_of(u) for u in checker.usages)
-                charged.extend(checker.usages)
-        else:
-            assert self.config.verifier is not None
-            results = list(self.config.verifier(content))
+    ) -> tuple[ArtifactFact, dict[str, Any] | None] | None:
+        """Every check on every version of every item's artifact: its schema, its evidence, the checks registered
+        for its type (and the deliverable's verifier); at most the budgeted repairs; UNKNOWN never passes. The
+        accepted artifact's record, or None (repairing, or the attempt failed with the findings).
+
+        A verification that did not pass, the one after it and the deliverable's are ``verification_recorded``
+        events with every check; an intermediate artifact that passed everything at once is said so on its item's
+        ``work_item_ended`` (how many checks passed, how many evidence refs it cites, the risk it backs),
+        which is returned with the record: the trace stays within its bound however many items a plan has."""
+        results, fact = self.owner.acceptance.judge(ctx, memo, item, ref, obs, charged)
+        deliverable = item.output_spec.artifact_type == self.config.deliverable
+        if deliverable:  # the run's VERIFY stage is the deliverable's; an item's own checks are part of its work
+            memo.enter(RunStage.VERIFY, ctx.state.usage.steps + 1)
+            results += self.deliverable_results(ctx, memo, item, obs, charged)
         name = item.output_spec.artifact_type
         used = memo.ledger.reflections.get(name, 0)
         limit = memo.ledger.limits.max_reflections_per_artifact
-        policy = verification_decision(
-            results,
-            used,
-            1 if limit is None else limit,
-            self.config.deliverable_risk,
-            self.config.deliverable_confidence,
+        risk, confidence = (
+            (self.config.deliverable_risk, self.config.deliverable_confidence)
+            if deliverable
+            else (FindingRisk.LOW, Confidence.HIGH)  # an intermediate artifact is judged on its checks alone
         )
+        policy = verification_decision(results, used, 1 if limit is None else limit, risk, confidence)
+        run = memo.items[item.work_item_id]
+        backs = self.owner.acceptance.backs_risk(memo, item).value
+        if policy.outcome is VerificationOutcome.ACCEPT and not deliverable and run.correction is None:
+            run.correction = None
+            summary: dict[str, Any] = {"evidence": len(fact.evidence_refs)}  # every check passed
+            if not fact.evidence_refs:  # the audit's question: does an artifact resting on nothing back high risk?
+                summary["backs_risk"] = backs
+            return fact, summary
         notes.append(
             NewEvent(
                 type=EventType.VERIFICATION_RECORDED,
                 payload={
                     "artifact": ref,
+                    "work_item_id": item.work_item_id,
                     "outcome": policy.outcome.value,
                     "reason_code": policy.reason_code,
-                    "checks": [{"name": r.name, "verdict": r.verdict.value, "detail": r.detail} for r in results],
+                    "checks": [check_record(r) for r in results],
+                    "evidence_refs": list(fact.evidence_refs),
+                    "schema_version": fact.schema_version,
+                    "source_attempt": fact.source_attempt,
+                    "backs_risk": backs,
                 },
             )
         )
         if policy.outcome is VerificationOutcome.ACCEPT:
-            return True
-        run = memo.items[item.work_item_id]
+            run.correction = None
+            return fact, None
+        run.correction = findings_text(results) or "; ".join(policy.reasons)
         if policy.outcome is VerificationOutcome.REPAIR_ONCE:
             memo.ledger = memo.ledger.record_reflection(name)
             # The fresh tracker below restarts the step count: charge the drafting loop's tool calls now, or
             # settling the item would record only the repair's calls and the ledger would under-count.
             spent = run.tracker.steps_taken if run.tracker else 0
             memo.ledger = memo.ledger.charge(BudgetAmount(tool_calls=spent))
-            run.correction = "; ".join(policy.reasons)
             run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
             run.steps, run.absorbed = [], 0  # the repair is a fresh local loop that must write a new version
-            return False
-        self.end_attempt(memo, item, AttemptOutcome.FAILED, f"VERIFICATION_{policy.outcome.value}", notes)
-        return False
+            return None
+        self.end_attempt(memo, item, AttemptOutcome.FAILED, self.failure_code(results, policy, deliverable), notes)
+        return None
+
+    @staticmethod
+    def failure_code(results: list[CheckResult], policy: PolicyDecision, deliverable: bool) -> str:
+        """The error class of an attempt whose artifact was refused: a named evidence error if that is what
+        failed, else CHECK_FAILED for an intermediate artifact (the deliverable keeps the policy's outcome)."""
+        if deliverable:
+            return f"VERIFICATION_{policy.outcome.value}"
+        for r in results:
+            for finding in r.findings:
+                for code in (ErrorCode.EVIDENCE_UNRESOLVED, ErrorCode.EVIDENCE_MISSING):
+                    if finding.startswith(code.value):
+                        return code.value
+        return ErrorCode.CHECK_FAILED.value
 
     def end_attempt(
         self,
@@ -317,13 +396,18 @@ class ItemSteps(Part):
         error: str | None,
         notes: list[NewEvent],
         partial: dict[str, Any] | None = None,
+        verification: dict[str, Any] | None = None,
     ) -> None:
+        """End the item's attempt with ``outcome``; ``verification``: how its accepted artifact passed."""
         run = memo.items[item.work_item_id]
-        run.attempts[-1] = AttemptFact(outcome=outcome, error_class=error)
+        last = run.attempts[-1]
+        run.attempts[-1] = last.model_copy(
+            update={"outcome": outcome, "error_class": error, "tool_calls": tuple(run.calls)}
+        )
         memo.ledger = memo.ledger.settle(item.work_item_id, self.owner.view.spent(run))
         run.model_calls = run.tokens = 0
         # The attempt's loop state is spent: keeping it would make every later step rewrite it.
-        run.tracker, run.steps, run.absorbed = None, [], 0
+        run.tracker, run.steps, run.absorbed, run.calls = None, [], 0, []
         if error == "NO_PROGRESS":
             memo.no_progress_streak += 1
         memo.running = [w for w in memo.running if w != item.work_item_id]
@@ -336,6 +420,18 @@ class ItemSteps(Part):
                     "error": error,
                     "partial": partial,
                     "output": run.output,
+                    **(verification or {}),
                 },
             )
         )
+
+
+def check_record(result: CheckResult) -> dict[str, Any]:
+    """A check's result as a verification event keeps it: a PASS by its name and verdict, anything else with
+    its detail and findings (what the next attempt is told to fix)."""
+    record: dict[str, Any] = {"name": result.name, "verdict": result.verdict.value}
+    if result.verdict is not CheckVerdict.PASS or result.detail:
+        record["detail"] = result.detail
+    if result.findings:
+        record["findings"] = list(result.findings)
+    return record

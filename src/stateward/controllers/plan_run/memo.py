@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from stateward.core.canonical import action_digest
+from stateward.core.errors import ErrorCode, UserError
 from stateward.core.sealed import Sealed
 from stateward.core.state import GuardedAction
 from stateward.models.base import AnyModel, Model, Usage
@@ -37,12 +38,14 @@ from stateward.planning.termination import (
     FailureFact,
 )
 from stateward.verify.checks import CheckResult
+from stateward.verify.item_checks import ArtifactCheck
 
 PLAN_INSTRUCTIONS = "Reply with one JSON plan document: plan_id, version, goal_id, milestones, work_items."
 ITEM_INSTRUCTIONS = (
     "Work on this one work item only, with its tools. Reply with exactly one JSON decision: "
-    '{"type": "EXECUTE_TOOL", "action": ..., "args": {...}}. The item is done when its output artifact is '
-    "written; saying so does not make it done."
+    '{"type": "EXECUTE_TOOL", "action": ..., "args": {...}}. Record the output with record_output, citing in '
+    "`evidence` the evidence_id of each observation (or verified input ref) it rests on. The item is done when "
+    "its output passes its checks; saying so does not make it done."
 )
 Verifier = Callable[[str], Sequence[CheckResult]]
 PLAN_REVISIONS = 1  # a plan the validator says to REVISE goes back to the planner this many times
@@ -62,6 +65,19 @@ UNAVAILABLE = frozenset({"TIMEOUT", "CIRCUIT_OPEN", "TOOL_UNAVAILABLE", "SERVICE
 ApprovalAction = Callable[[WorkItem, "PlanRunMemo"], GuardedAction]
 
 
+class ArtifactFact(BaseModel):
+    """An accepted work-item artifact as the run keeps it: its ref, the schema version it met, the attempt that
+    wrote it, the evidence refs it cites and its content hash."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ref: str
+    schema_version: str
+    source_attempt: str | None = None
+    evidence_refs: tuple[str, ...] = ()
+    sha256: str = ""
+
+
 class ItemRun(BaseModel):
     """What the controller recorded about one work item."""
 
@@ -72,6 +88,8 @@ class ItemRun(BaseModel):
     absorbed: int = 0  # how many of those observations the tracker has seen
     tracker: ProgressTracker | None = None
     output: str | None = None  # artifact ref of the accepted output
+    artifact: ArtifactFact | None = None  # the accepted output's record (evidence, schema version, attempt)
+    calls: list[str] = Field(default_factory=list)  # evidence ids of this attempt's observations, repairs included
     correction: str | None = None  # what the last verification asked the worker to fix
     model_calls: int = 0
     tokens: int = 0  # tokens of this attempt's model calls, settled with the attempt
@@ -203,6 +221,16 @@ class PlanRunConfig:
     measure: Measure | None = None  # the goal's metrics, measured from verified outputs and recorded evidence
     fact_artifacts: frozenset[str] = frozenset()  # verified outputs that are confirmed fact lists (a rung)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # charges elapsed time
+    # Program checks per artifact type: an item's artifact must pass every one before the item succeeds.
+    checks: Mapping[str, Sequence[ArtifactCheck]] = field(default_factory=dict)
+    model_checked: frozenset[str] = frozenset()  # artifact types the checker model also judges (metered)
+
+    def __post_init__(self) -> None:
+        """A model check with no checker model could never pass: refuse the configuration, not every item."""
+        if self.model_checked and self.checker is None:
+            raise UserError(
+                f"model_checked {sorted(self.model_checked)} needs a checker model", code=ErrorCode.INVALID_AGENT
+            )
 
 
 def tokens_of(usage: Usage) -> int:
