@@ -184,9 +184,10 @@ def test_the_blog_demo_and_a_builtin_by_name_accept_a_model(tmp_path: Path) -> N
         "--no-drive", "--db", db, cwd=tmp_path, env=local,
     )  # fmt: skip
     assert code == 0, named
+    assert named["agent_ref"]["version"].startswith("fp-")  # the blog agent names no version: its fingerprint
     assert named["agent_ref"] == {
         "name": "blog",
-        "version": None,
+        "version": named["agent_ref"]["version"],
         "params": {"controller": "workflow", "model_spec": "openai:local"},
     }
     runtime = Runtime.open(db, create=False)

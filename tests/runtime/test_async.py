@@ -483,9 +483,11 @@ def test_an_async_worker_fills_its_free_slots_with_one_claim(tmp_path: Path) -> 
     asked: list[int] = []
 
     class Counted(SQLiteStore):
-        def claim_batch(self, owner: str, ttl_s: float, limit: int, statuses: tuple[str, ...] = ("RUNNING",)) -> Any:
+        def claim_batch(
+            self, owner: str, ttl_s: float, limit: int, statuses: tuple[str, ...] = ("RUNNING",), **kw: Any
+        ) -> Any:
             asked.append(limit)
-            return super().claim_batch(owner, ttl_s, limit)
+            return super().claim_batch(owner, ttl_s, limit, **kw)
 
     runtime = Runtime(Counted(tmp_path / "runs.db"), agents=agents)
     try:

@@ -19,17 +19,19 @@ stores exactly those params, so every process rebuilds the same agent.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import inspect
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import AgentRef
 from stateward.runtime.agent import Agent
+from stateward.runtime.agent_version import FINGERPRINT_PREFIX, fingerprint
 
 ENTRY_POINT_GROUP = "stateward.agents"
 ENV_VAR = "STATEWARD_AGENTS"
@@ -40,13 +42,20 @@ MODEL_PARAM = "model_spec"  # the param a model spec (``--model``) reaches a fac
 
 @dataclass(frozen=True)
 class RegisteredAgent:
-    """One name a process may build: its factory, version and where it was registered from."""
+    """One name a process may build: its factory, version and where it was registered from.
+
+    ``version`` is the one the operator gave, else (``None``) a fingerprint of the agent's definition
+    (:mod:`stateward.runtime.agent_version`), worked out once per process. ``compatible_with`` names the
+    earlier versions this build may also drive (runs started under them keep their recorded version).
+    """
 
     name: str
     factory: AgentFactory
     version: str | None = None
     source: str = "code"
     description: str = ""
+    compatible_with: tuple[str, ...] = ()
+    _resolved: list[str] = field(default_factory=list, compare=False, repr=False)  # the fingerprint, once
 
     def build(self, params: Mapping[str, Any]) -> Agent:
         """Call the factory with the run's JSON parameters (``factory(**params)``, or ``factory(params)``
@@ -54,6 +63,24 @@ class RegisteredAgent:
         if _takes_params_dict(self.factory):
             return self.factory(dict(params))
         return self.factory(**params)
+
+    def resolved_version(self, built: Agent | None = None, built_params: Mapping[str, Any] | None = None) -> str:
+        """The version runs of this build record: the given one, else the fingerprint of the agent its
+        factory builds with its default params (``built`` is used when it was built with none), else of
+        the factory's own module source when the factory needs params."""
+        if self.version is not None:
+            return self.version
+        if not self._resolved:
+            if built is not None and not built_params:
+                self._resolved.append(fingerprint(built))
+            else:
+                self._resolved.append(_default_fingerprint(self))
+        return self._resolved[0]
+
+    def accepted_versions(self) -> tuple[str, ...]:
+        """The recorded versions this build may drive: its own and those it declared compatible."""
+        own = self.resolved_version()
+        return (own, *(v for v in self.compatible_with if v != own))
 
     def accepts(self, param: str) -> bool:
         """Whether the factory can be given ``param``: by name, through ``**params``, or in its ``params`` dict."""
@@ -125,13 +152,26 @@ class AgentRegistry:
         version: str | None = None,
         description: str = "",
         source: str = "code",
+        compatible_with: Iterable[str] = (),
     ) -> None:
-        """Let this process build ``name`` with ``factory``. Registering a name twice is a mistake."""
+        """Let this process build ``name`` with ``factory``. Registering a name twice is a mistake.
+
+        ``version``: what runs started here record (default: a fingerprint of the definition);
+        ``compatible_with``: earlier versions whose runs this build may also drive.
+        """
         if not name or len(name) > 200:
             raise UserError(f"an agent name must be 1-200 characters, not {name!r}", code=ErrorCode.INVALID_AGENT)
         if not callable(factory):
             raise UserError(f"the factory of agent {name!r} is not callable", code=ErrorCode.INVALID_AGENT)
-        self._add(RegisteredAgent(name, factory, version, source, description))
+        compatible = tuple(compatible_with)
+        for given in (*(() if version is None else (version,)), *compatible):
+            check_version(given)
+        if version is not None and version.startswith(FINGERPRINT_PREFIX):
+            raise UserError(
+                f"version {version!r} of agent {name!r}: the {FINGERPRINT_PREFIX!r} prefix is the fingerprint's",
+                code=ErrorCode.INVALID_AGENT_VERSION,
+            )
+        self._add(RegisteredAgent(name, factory, version, source, description, compatible))
 
     def register_lazy(
         self,
@@ -141,6 +181,7 @@ class AgentRegistry:
         version: str | None = None,
         description: str = "",
         source: str = "code",
+        compatible_with: Iterable[str] = (),
     ) -> None:
         """Register the factory at ``target`` (``"module:attr"``) without importing it: the module loads
         when a run of ``name`` is first built or its parameters inspected, so a registry of many agents
@@ -148,13 +189,28 @@ class AgentRegistry:
         module, sep, attr = target.partition(":")
         if not sep or not module or not attr:
             raise UserError(f"a lazy factory must be 'module:attr', not {target!r}"[:300], code=ErrorCode.INVALID_AGENT)
-        self.register(name, _LazyFactory(module, attr), version=version, description=description, source=source)
+        self.register(
+            name,
+            _LazyFactory(module, attr),
+            version=version,
+            description=description,
+            source=source,
+            compatible_with=compatible_with,
+        )
 
-    def agent(self, name: str, *, version: str | None = None) -> Callable[[AgentFactory], AgentFactory]:
+    def agent(
+        self, name: str, *, version: str | None = None, compatible_with: Iterable[str] = ()
+    ) -> Callable[[AgentFactory], AgentFactory]:
         """Decorator form of :meth:`register`."""
 
         def decorate(factory: AgentFactory) -> AgentFactory:
-            self.register(name, factory, version=version, description=(factory.__doc__ or "").strip())
+            self.register(
+                name,
+                factory,
+                version=version,
+                description=(factory.__doc__ or "").strip(),
+                compatible_with=compatible_with,
+            )
             return factory
 
         return decorate
@@ -190,7 +246,7 @@ class AgentRegistry:
     def ref(self, name: str, params: Mapping[str, Any] | None = None) -> AgentRef:
         """The reference a run of ``name`` stores (refused if the name is not registered here)."""
         entry = self._entry(name)
-        return AgentRef(name=name, version=entry.version, params=dict(params or {}))
+        return AgentRef(name=name, version=entry.resolved_version(), params=dict(params or {}))
 
     def create(self, name: str, params: Mapping[str, Any] | None = None, *, model_spec: str | None = None) -> Agent:
         """A new run's agent: ``name`` built from JSON ``params`` exactly as any process will rebuild it.
@@ -235,12 +291,17 @@ class AgentRegistry:
                 code=ErrorCode.AGENT_UNAVAILABLE,
                 details={"agent": name},
             )
-        agent.ref = AgentRef(name=name, version=entry.version, params=given)
+        agent.ref = AgentRef(name=name, version=entry.resolved_version(agent, given), params=given)
         return agent
 
     def build(self, ref: AgentRef) -> Agent:
-        """Rebuild a run's agent from its stored reference; only registered names are ever built."""
+        """Rebuild a run's agent from its stored reference; only registered names are ever built, and only
+        under the version the run recorded or one this build declared compatible with it
+        (``AGENT_VERSION_UNAVAILABLE`` otherwise: nothing about the run is changed). The agent keeps the
+        run's recorded version. A run recorded before versions existed (no version) is built as it is."""
         entry = self._entry(ref.name)
+        if ref.version is not None and (entry.version is not None or entry.compatible_with):
+            self._check_version(entry, ref)  # known without building: refuse before the factory runs
         try:
             agent = entry.build(ref.params)
         except Exception as exc:
@@ -255,8 +316,39 @@ class AgentRegistry:
                 code=ErrorCode.AGENT_UNAVAILABLE,
                 details={"agent": ref.name},
             )
-        agent.ref = AgentRef(name=ref.name, version=entry.version, params=ref.params)
+        if ref.version is not None:
+            self._check_version(entry, ref, agent)
+        agent.ref = ref
         return agent
+
+    def accepted_versions(self, name: str) -> tuple[str, ...]:
+        """The recorded versions of ``name``'s runs this process may drive (its own first)."""
+        return self._entry(name).accepted_versions()
+
+    def claimable(self) -> dict[str, tuple[str, ...]]:
+        """Per registered name, the versions whose runs a worker of this process may claim. A name whose
+        version cannot be worked out here (its factory does not import) is left out: its runs are claimed
+        and refused at build, as any run of an agent this process cannot build."""
+        found: dict[str, tuple[str, ...]] = {}
+        for entry in self:
+            try:
+                found[entry.name] = entry.accepted_versions()
+            except StatewardError:
+                continue
+        return found
+
+    @staticmethod
+    def _check_version(entry: RegisteredAgent, ref: AgentRef, built: Agent | None = None) -> None:
+        own = entry.resolved_version(built, ref.params if built is not None else None)
+        accepted = (own, *entry.compatible_with)
+        if ref.version not in accepted:
+            raise RunError(
+                f"run of agent {ref.name!r} was started under version {ref.version!r}; this process builds "
+                f"{own!r}"
+                + (f" (compatible with {', '.join(entry.compatible_with)})" if entry.compatible_with else ""),
+                code=ErrorCode.AGENT_VERSION_UNAVAILABLE,
+                details={"agent": ref.name, "run_version": ref.version, "available": list(accepted)},
+            )
 
     def _entry(self, name: str) -> RegisteredAgent:
         entry = self._agents.get(name)
@@ -267,6 +359,44 @@ class AgentRegistry:
                 details={"agent": name},
             )
         return entry
+
+
+MAX_VERSION_CHARS = 100
+
+
+def check_version(version: object) -> str:
+    """A version is 1-100 printable characters without spaces (INVALID_AGENT_VERSION otherwise)."""
+    if not isinstance(version, str) or not 0 < len(version) <= MAX_VERSION_CHARS or not version.isprintable():
+        raise UserError(
+            f"an agent version must be 1-{MAX_VERSION_CHARS} printable characters, not {version!r}"[:300],
+            code=ErrorCode.INVALID_AGENT_VERSION,
+        )
+    if any(c.isspace() for c in version):
+        raise UserError(f"an agent version has no spaces: {version!r}"[:300], code=ErrorCode.INVALID_AGENT_VERSION)
+    return version
+
+
+def _default_fingerprint(entry: RegisteredAgent) -> str:
+    """The fingerprint of the agent the factory builds with no params, or, for a factory that needs
+    params, of its module's source (so a changed definition still changes the version)."""
+    if entry.refusal({}) is None:
+        try:
+            agent = entry.build({})
+        except Exception:
+            agent = None
+        if isinstance(agent, Agent):
+            return fingerprint(agent)
+    return _source_fingerprint(entry.factory)
+
+
+def _source_fingerprint(factory: AgentFactory) -> str:
+    target = factory._target() if isinstance(factory, _LazyFactory) else factory
+    module = inspect.getmodule(target)
+    try:
+        text = inspect.getsource(module) if module is not None else repr(target)
+    except (OSError, TypeError):
+        text = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}"
+    return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _invalid_params(name: str, why: str) -> RunError:
@@ -339,7 +469,9 @@ def load_spec(spec: str) -> AgentRegistry:
 
 def _sourced(registry: AgentRegistry, source: str) -> AgentRegistry:
     return AgentRegistry(
-        RegisteredAgent(e.name, e.factory, e.version, source if e.source == "code" else e.source, e.description)
+        RegisteredAgent(
+            e.name, e.factory, e.version, source if e.source == "code" else e.source, e.description, e.compatible_with
+        )
         for e in registry
     )
 

@@ -122,7 +122,7 @@ class AsyncWorker(Worker):
     def _claim_batch(self, owner: str, limit: int) -> list[Lease]:
         """Lease up to ``limit`` runnable runs in one transaction (counted); none when the store refused (counted)."""
         try:
-            leases = self.runtime.store.claim_batch(owner, self.runtime.lease_policy.ttl_s, limit)
+            leases = self.runtime.store.claim_batch(owner, self.runtime.lease_policy.ttl_s, limit, builds=self.builds)
         except StatewardError as exc:
             log.warning("claim failed: %s", exc)
             self.stats.add("errors")

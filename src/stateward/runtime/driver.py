@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from stateward.core.contract import DecisionContext, ObservationLog, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
-from stateward.core.errors import IllegalTransitionError, StatewardError
+from stateward.core.errors import ErrorCode, IllegalTransitionError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.interrupt import CallCancelled, pause_token
 from stateward.core.setback import Setback, SetbackKind, next_setback
@@ -166,6 +166,10 @@ class Driver:
             except Exception as exc:
                 if not claimed or is_store_refusal(exc):
                     raise
+                if error_code(exc) == ErrorCode.AGENT_VERSION_UNAVAILABLE:
+                    # Another build's run (claims skip them; this one slipped past): left exactly as it is.
+                    log.warning("run %s: not this build's: %s", head.state.run_id, exc)
+                    return head.state
                 self._agent_unavailable(head, keeper.lease, exc)
                 return head.state
             agent = run.agent

@@ -227,6 +227,20 @@ class Runtime:
             agent = self._agents[state.run_id] = self.agents.build(state.agent)
         return agent
 
+    def _check_version(self, run_id: str) -> None:
+        """Refuse (AGENT_VERSION_UNAVAILABLE, nothing written) to act on a run whose agent this process
+        registers only under versions incompatible with the one the run recorded. A process that does not
+        register the agent at all records answers for a worker that does, as before."""
+        if run_id in self._agents:
+            return
+        state = self.store.load_run(run_id)
+        ref = state.agent
+        if ref.version is None or ref.name not in self.agents:
+            return
+        accepted = self.agents.accepted_versions(ref.name)
+        if ref.version not in accepted:
+            self.agents.build(ref)  # raises the named refusal, with what this process can build
+
     # -- inspection -----------------------------------------------------------------------------
     # Every listing is a bounded page. ``tenant`` scopes a read the way the service does: another
     # tenant's run looks exactly like an unknown one (RUN_NOT_FOUND).
@@ -437,6 +451,7 @@ class Runtime:
         return self._answer(run_id, request_id, "replied", who, text)
 
     def _answer(self, run_id: str, request_id: str, verdict: str, who: Answerer, text: str | None) -> AnswerResult:
+        self._check_version(run_id)
         result = answer_request(
             self.store, run_id, request_id, verdict, who, text=text, now=self.clock(), faults=self.faults
         )

@@ -106,6 +106,15 @@ class Worker:
         self.stop = threading.Event()
         self.stats = WorkerStats()
         self._observe = observer or (lambda kind, run_id: None)
+        self._builds: dict[str, tuple[str, ...]] | None = None
+
+    @property
+    def builds(self) -> dict[str, tuple[str, ...]]:
+        """The agent versions this worker can build, worked out once: its claims skip runs of those agents
+        recorded under any other version, so workers of two builds side by side each drive their own."""
+        if self._builds is None:
+            self._builds = self.runtime.agents.claimable()
+        return self._builds
 
     def run(self, *, idle_exit_s: float | None = None) -> WorkerStats:
         """Work until ``stop`` is set (e.g. by SIGTERM) or, with ``idle_exit_s``, until idle that long."""
@@ -155,7 +164,7 @@ class Worker:
     def _claim(self, owner: str) -> Lease | None:
         """Lease one runnable run (counted), or None: there was none, or the store refused (counted)."""
         try:
-            lease = self.runtime.store.claim_next(owner, self.runtime.lease_policy.ttl_s)
+            lease = self.runtime.store.claim_next(owner, self.runtime.lease_policy.ttl_s, builds=self.builds)
         except StatewardError as exc:
             log.warning("claim failed: %s", exc)
             self.stats.add("errors")

@@ -30,8 +30,10 @@ SCHEMA_VERSION = "SELECT coalesce(max(version), 0) FROM stateward_schema"
 SCHEMA_RECORD = "INSERT INTO stateward_schema(version) VALUES (%s)"
 
 # -- runs -------------------------------------------------------------------------------------------
-CREATE_RUN = """INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, parts, last_seq)
-    VALUES (%(run_id)s, %(tenant)s, %(agent)s, %(status)s, %(reason)s, %(snapshot)s, %(parts)s, %(new_seq)s)
+CREATE_RUN = """INSERT INTO runs(run_id, tenant, agent, agent_version, status, terminal_reason, snapshot, parts,
+        last_seq)
+    VALUES (%(run_id)s, %(tenant)s, %(agent)s, %(agent_version)s, %(status)s, %(reason)s, %(snapshot)s, %(parts)s,
+        %(new_seq)s)
     ON CONFLICT (run_id) DO NOTHING RETURNING created_at AS at"""
 SNAPSHOT = "SELECT snapshot, last_seq, parts FROM runs WHERE run_id=%s"
 # Large memo entries stored apart (store/parts.py): immutable, so read outside the row's transaction.
@@ -219,16 +221,29 @@ ACQUIRE_LEASE = f"""UPDATE runs SET lease_owner=%(owner)s, lease_version=lease_v
     RETURNING lease_version, lease_expires_at"""
 LEASE_ROW = "SELECT lease_owner, lease_version, lease_expires_at FROM runs WHERE run_id=%s"
 # The claim of up to %(limit)s runs; RETURNING's order is the update's, so the caller sorts by queue order.
-CLAIM_RUNS = f"""WITH candidate AS (
+# A worker that names the versions it can build skips runs of those agents recorded under another
+# version (a run of an agent it does not know is still claimed: its setback is recorded as before).
+_BUILDABLE = """ AND NOT (agent = ANY(%(agents)s) AND agent_version IS NOT NULL
+            AND (agent, agent_version) NOT IN (
+                SELECT * FROM unnest(%(build_agents)s::text[], %(build_versions)s::text[])))"""
+
+
+def claim_runs(filtered: bool) -> str:
+    """The claim statement, with the version filter when the worker names what it can build."""
+    return f"""WITH candidate AS (
         SELECT run_id FROM runs
         WHERE status = ANY(%(statuses)s) AND (lease_owner IS NULL OR lease_expires_at < {DB_EPOCH})
-            AND (not_before IS NULL OR not_before <= {DB_EPOCH})
+            AND (not_before IS NULL OR not_before <= {DB_EPOCH}){_BUILDABLE if filtered else ""}
         ORDER BY queued_at, run_id LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED)
     UPDATE runs SET lease_owner=%(owner)s, lease_version=runs.lease_version+1,
         lease_expires_at={DB_EPOCH} + %(ttl)s
     FROM candidate WHERE runs.run_id=candidate.run_id
     RETURNING runs.run_id, runs.lease_version, runs.lease_expires_at, runs.queued_at"""
+
+
+CLAIM_RUNS = claim_runs(False)
+CLAIM_BUILDABLE_RUNS = claim_runs(True)
 DUE_RUNS = """SELECT run_id FROM runs WHERE status=%s AND not_before IS NOT NULL AND not_before <= %s
     ORDER BY not_before, run_id LIMIT %s"""
 RENEW_LEASE = f"""UPDATE runs SET lease_expires_at={DB_EPOCH} + %s

@@ -55,13 +55,27 @@ class Store(Protocol):
         """A new fencing token for ``owner``; LEASE_HELD while another owner's lease is live."""
         ...
 
-    def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
-        """Lease the oldest runnable run nobody holds, skipping rows other claimers have locked and runs
-        held back by a ``not_before`` still in the future (by the store's clock, as lease expiry is)."""
+    def claim_next(
+        self,
+        owner: str,
+        ttl_s: float,
+        statuses: tuple[str, ...] = ("RUNNING", "PAUSING"),
+        *,
+        builds: Buildable | None = None,
+    ) -> Lease | None:
+        """Lease the oldest runnable run nobody holds, skipping rows other claimers have locked, runs
+        held back by a ``not_before`` still in the future (by the store's clock, as lease expiry is) and,
+        when ``builds`` is given, runs recorded under an agent version the claimer cannot build."""
         ...
 
     def claim_batch(
-        self, owner: str, ttl_s: float, limit: int, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int,
+        statuses: tuple[str, ...] = ("RUNNING", "PAUSING"),
+        *,
+        builds: Buildable | None = None,
     ) -> list[Lease]:
         """Lease up to ``limit`` runnable runs in one transaction, oldest first (``claim_next``'s order and
         rules), each with its own fencing token: a worker with many free slots fills them in one round trip.
@@ -186,6 +200,25 @@ def sqlite_path(url: str) -> str:
 
 
 MAX_CLAIM_BATCH = 500  # runs leased by one claim_batch (SQLite binds one parameter per run)
+
+
+Buildable = Mapping[str, Sequence[str]]
+"""Per agent name, the recorded versions a claimer can build: it is leased no run of those agents that
+was recorded under another version (runs of agents it does not name, and runs recorded before versions
+existed, are claimed as before)."""
+
+MAX_BUILDS = 1000  # (agent, version) pairs one claim may name
+
+
+def build_pairs(builds: Buildable) -> list[tuple[str, str]]:
+    """The (agent, version) pairs of ``builds``, sorted; INVALID_ARGUMENT past MAX_BUILDS."""
+    pairs = sorted({(str(agent), str(version)) for agent, versions in builds.items() for version in versions})
+    if len(pairs) > MAX_BUILDS or len(builds) > MAX_BUILDS:
+        raise UserError(
+            f"a claim names at most {MAX_BUILDS} agent versions (asked with {len(pairs)})",
+            code=ErrorCode.INVALID_ARGUMENT,
+        )
+    return pairs
 
 
 def claim_limit(limit: int) -> int:

@@ -192,6 +192,12 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             session_id TEXT PRIMARY KEY,
             expires_at REAL NOT NULL)""",
     ],
+    # 8: a run's agent version beside its name, so a worker claims only runs its build may drive
+    # (runtime/agent_registry.py); runs recorded before have theirs copied from their snapshot.
+    [
+        "ALTER TABLE runs ADD COLUMN agent_version TEXT",
+        "UPDATE runs SET agent_version = json_extract(snapshot, '$.agent.version') WHERE json_valid(snapshot)",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -376,5 +382,14 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         """CREATE TABLE revoked_sessions (
             session_id TEXT COLLATE "C" PRIMARY KEY,
             expires_at DOUBLE PRECISION NOT NULL)""",
+    ],
+    # 9: a run's agent version beside its name, as in SQLite (8).
+    [
+        "ALTER TABLE runs ADD COLUMN agent_version TEXT",
+        # A snapshot that is no JSON leaves every version unknown (NULL: built as before versions existed).
+        """DO $$ BEGIN
+            UPDATE runs SET agent_version = (snapshot::json -> 'agent' ->> 'version');
+        EXCEPTION WHEN others THEN NULL;
+        END $$""",
     ],
 ]

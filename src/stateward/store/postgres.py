@@ -34,7 +34,7 @@ from stateward.store import _pg_direct
 from stateward.store import _pg_sql as q
 from stateward.store._pg_check import DEFAULT_IDLE_S, IdleCheck
 from stateward.store._pg_conns import Connections, Lent
-from stateward.store.base import PayloadLimits, claim_limit, event_batch, refused_write
+from stateward.store.base import Buildable, PayloadLimits, build_pairs, claim_limit, event_batch, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import POSTGRES_MIGRATIONS
 from stateward.store.outbox import Notice, OutboxMethods, enqueue, notices_of
@@ -265,6 +265,7 @@ class PostgresStore(OutboxMethods, SessionMethods):
             "run_id": state.run_id,
             "tenant": state.tenant,
             "agent": state.agent.name,
+            "agent_version": state.agent.version,
             "status": state.status.value,
             "reason": state.terminal_reason,
             "snapshot": split.snapshot,
@@ -550,20 +551,42 @@ class PostgresStore(OutboxMethods, SessionMethods):
             details={"run_id": run_id, "holder": holder},
         )
 
-    def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
+    def claim_next(
+        self,
+        owner: str,
+        ttl_s: float,
+        statuses: tuple[str, ...] = ("RUNNING", "PAUSING"),
+        *,
+        builds: Buildable | None = None,
+    ) -> Lease | None:
         """The runnable run nobody holds a live lease on that has waited longest since a write left it without
         a lease (``queued_at``: its creation, an unleased step, a lease given back); rows other claimers have
         locked are skipped. A worker's own steps do not move it, so they stay heap-only updates (migration 7)."""
-        claimed = self.claim_batch(owner, ttl_s, 1, statuses)
+        claimed = self.claim_batch(owner, ttl_s, 1, statuses, builds=builds)
         return claimed[0] if claimed else None
 
     def claim_batch(
-        self, owner: str, ttl_s: float, limit: int, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int,
+        statuses: tuple[str, ...] = ("RUNNING", "PAUSING"),
+        *,
+        builds: Buildable | None = None,
     ) -> list[Lease]:
         """Up to ``limit`` of them in one statement, in queue order."""
-        params = {"statuses": list(statuses), "owner": owner, "ttl": ttl_s, "limit": claim_limit(limit)}
+        params: dict[str, Any] = {"statuses": list(statuses), "owner": owner, "ttl": ttl_s, "limit": claim_limit(limit)}
+        sql = q.CLAIM_RUNS
+        if builds is not None:
+            pairs = build_pairs(builds)
+            params |= {
+                "agents": list(builds),
+                "build_agents": [a for a, _ in pairs],
+                "build_versions": [v for _, v in pairs],
+            }
+            sql = q.CLAIM_BUILDABLE_RUNS
         with self._conn() as conn:
-            rows = conn.execute(q.CLAIM_RUNS, params).fetchall()
+            rows = conn.execute(sql, params).fetchall()
         rows.sort(key=lambda row: (row[3], row[0]))
         return [Lease(run_id=row[0], owner=owner, version=row[1], expires_at=row[2]) for row in rows]
 

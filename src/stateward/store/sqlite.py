@@ -26,7 +26,7 @@ from stateward.core.journal import (
     superseded,
 )
 from stateward.core.state import PendingRequest, RunState
-from stateward.store.base import PayloadLimits, claim_limit, event_batch, refused_write
+from stateward.store.base import Buildable, PayloadLimits, build_pairs, claim_limit, event_batch, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
 from stateward.store.migrations import SQLITE_MIGRATIONS
 from stateward.store.outbox import OutboxMethods, enqueue, notices_of
@@ -359,12 +359,13 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         with self._tx() as db:
             try:
                 cur = db.execute(
-                    "INSERT INTO runs(run_id, tenant, agent, status, terminal_reason, snapshot, parts, last_seq,"
-                    " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO runs(run_id, tenant, agent, agent_version, status, terminal_reason, snapshot, parts,"
+                    " last_seq, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         state.run_id,
                         state.tenant,
                         state.agent.name,
+                        state.agent.version,
                         state.status.value,
                         state.terminal_reason,
                         split.snapshot,
@@ -581,24 +582,38 @@ class SQLiteStore(OutboxMethods, SessionMethods):
                 )
             return self._grant(db, run_id, owner, int(version) + 1, now + ttl_s)
 
-    def claim_next(self, owner: str, ttl_s: float, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")) -> Lease | None:
+    def claim_next(
+        self,
+        owner: str,
+        ttl_s: float,
+        statuses: tuple[str, ...] = ("RUNNING", "PAUSING"),
+        *,
+        builds: Buildable | None = None,
+    ) -> Lease | None:
         """The oldest runnable run nobody holds a live lease on, leased to ``owner``."""
-        claimed = self.claim_batch(owner, ttl_s, 1, statuses)
+        claimed = self.claim_batch(owner, ttl_s, 1, statuses, builds=builds)
         return claimed[0] if claimed else None
 
     def claim_batch(
-        self, owner: str, ttl_s: float, limit: int, statuses: tuple[str, ...] = ("RUNNING", "PAUSING")
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int,
+        statuses: tuple[str, ...] = ("RUNNING", "PAUSING"),
+        *,
+        builds: Buildable | None = None,
     ) -> list[Lease]:
         """Up to ``limit`` of them, oldest first, in one transaction of two statements whatever their number."""
         claim_limit(limit)
         marks = ",".join("?" * len(statuses))
+        version_clause, version_args = _buildable_clause(builds)
         with self._tx() as db:
             now = time.time()
             rows = db.execute(
                 f"SELECT run_key, run_id, lease_version, status FROM runs WHERE status IN ({marks})"
                 " AND (lease_owner IS NULL OR lease_expires_at < ?) AND (not_before IS NULL OR not_before <= ?)"
-                " ORDER BY updated_at, run_id LIMIT ?",
-                (*statuses, now, now, limit),
+                f"{version_clause} ORDER BY updated_at, run_id LIMIT ?",
+                (*statuses, now, now, *version_args, limit),
             ).fetchall()
             if not rows:
                 return []
@@ -1030,3 +1045,15 @@ def _key(r: tuple[Any, ...]) -> ApiKeyRecord:
         created_at=datetime.fromisoformat(r[5]),
         revoked_at=None if r[6] is None else datetime.fromisoformat(r[6]),
     )
+
+
+def _buildable_clause(builds: Buildable | None) -> tuple[str, tuple[str, ...]]:
+    """The claim's version filter (see ``Buildable``) and its parameters; nothing without ``builds``."""
+    if builds is None or not builds:
+        return "", ()
+    pairs = build_pairs(builds)
+    names = ",".join("?" * len(builds))
+    clause = f" AND NOT (agent IN ({names}) AND agent_version IS NOT NULL"
+    if pairs:
+        clause += f" AND (agent, agent_version) NOT IN (VALUES {','.join(['(?,?)'] * len(pairs))})"
+    return clause + ")", (*builds, *(item for pair in pairs for item in pair))
