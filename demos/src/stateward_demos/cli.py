@@ -20,7 +20,7 @@ from stateward.cli.plugins import (
     reported_errors,
 )
 
-app = typer.Typer(no_args_is_help=True, help="Runnable demonstrations on offline fixtures.")
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Runnable demonstrations on offline fixtures.")
 
 
 @app.command("stop-signal")

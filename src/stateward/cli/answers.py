@@ -16,8 +16,8 @@ from typing import NoReturn
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import EXIT_NOT_DRIVEN, emit_json, print_summary, reported_errors
+from stateward.cli.plugins import open_runtime
 from stateward.core.errors import StatewardError
-from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 
 VERDICTS = {"approve": "approved", "reject": "rejected", "reply": "replied"}
@@ -38,7 +38,7 @@ def answer(
 ) -> None:
     """Record the answer, resume the run to its next stop (unless told not to) and print its summary."""
     with reported_errors(as_json):
-        runtime = Runtime.open(db, create=False)
+        runtime = open_runtime(db, writes=True)
         roles = frozenset(check.roles)
         if verdict == "replied":
             result = runtime.reply(

@@ -18,6 +18,7 @@ from stateward.cli.prefork import MAX_PROCESSES
 from stateward.core.errors import ErrorCode, UserError
 
 app = typer.Typer(
+    rich_markup_mode=None,  # help texts are plain text: "[serve]" must print as written
     no_args_is_help=True,
     add_completion=False,
     help=(
@@ -27,11 +28,11 @@ app = typer.Typer(
         " `stateward.agents` entry points. A run whose agent is not registered is refused, never imported."
     ),
 )
-runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
-requests_app = typer.Typer(no_args_is_help=True, help="Pending requests waiting for a person.")
+runs_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Inspect runs.")
+requests_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Pending requests waiting for a person.")
 app.add_typer(runs_app, name="runs")
 app.add_typer(requests_app, name="requests")
-agents_app = typer.Typer(no_args_is_help=True, help="Agents this process may build (by registered name).")
+agents_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Agents this process may build (by registered name).")
 app.add_typer(agents_app, name="agents")
 
 
@@ -110,13 +111,12 @@ def run_agent(
     """
     from stateward.cli.run_cmd import parse_params
     from stateward.runtime.agent_registry import process_agents
-    from stateward.runtime.runtime import Runtime
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
         registry = process_agents()
         agent = registry.create(name, parse_params(param or []), model_spec=model)
-        runtime = Runtime.open(db, create=True, agents=registry)
+        runtime = open_runtime(db, create=True, writes=True, agents=registry)
         state = runtime.submit(agent, goal, tenant=tenant) if no_drive else runtime.start(agent, goal, tenant=tenant)
         out = run_summary(runtime.store, state)
     out["pending_request_id"] = None if state.pending is None else state.pending.request_id
@@ -319,7 +319,7 @@ def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> Non
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
-        runtime = open_runtime(db)
+        runtime = open_runtime(db, writes=True)
         if action == "pause":
             state = runtime.pause(run_id, by=by)
         elif action == "resume":
@@ -596,7 +596,7 @@ def gates(
     liveness: list[dict[str, object]] = []
     witnessed = 0
     with reported_errors(as_json):
-        agents = process_agents()
+        agents = process_agents(with_test_agents=True)
         if db is None:
             import tempfile
 
@@ -667,7 +667,7 @@ def gates(
 def requests_expire(db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
     """Apply each agent's expiry policy (fail / cancel / escalate) to expired requests."""
     with reported_errors(as_json):
-        expired = open_runtime(db).expire_requests()
+        expired = open_runtime(db, writes=True).expire_requests()
     if as_json:
         emit_json({"expired": expired})
     else:

@@ -12,7 +12,7 @@ The helpers below are what a plugin command needs to behave like the built-in on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -61,12 +61,21 @@ ModelOpt = Annotated[
 """``--model``: a model spec (see :func:`stateward.models.parse_spec`), passed to agents as ``model_spec``."""
 
 
-def open_runtime(db: str, *, create: bool = False) -> Runtime:
+def open_runtime(db: str, *, create: bool = False, writes: bool = False, **kwargs: Any) -> Runtime:
     """A Runtime on ``db``. Only commands that start runs create a database; the rest refuse a path
-    that holds none (``STORE_NOT_FOUND``), so a typo never leaves an empty store behind."""
+    that holds none (``STORE_NOT_FOUND``), so a typo never leaves an empty store behind. A command that
+    ``writes`` first runs the store's integrity check: nothing is written into a damaged store
+    (``STORE_CORRUPT``)."""
     from stateward.runtime.runtime import Runtime
 
-    return Runtime.open(db, create=create)
+    runtime = Runtime.open(db, create=create, **kwargs)
+    if writes:
+        try:
+            runtime.store.check_integrity()
+        except BaseException:
+            runtime.close()
+            raise
+    return runtime
 
 
 def plugin_groups(taken: set[str]) -> dict[str, EntryPoint]:

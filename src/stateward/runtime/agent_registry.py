@@ -3,17 +3,24 @@
 A run's row names its agent (``AgentRef``: name, version, JSON parameters), never code. The code that
 builds an agent comes from the process's own configuration, in this order:
 
-1. the agents the library ships (the ledger agent of ``stateward chaos``),
+1. the agents the library ships for serving (none today),
 2. Python entry points in the group ``stateward.agents`` (an installed package registers its agents),
 3. ``STATEWARD_AGENTS`` / ``--agents``: comma-separated ``module:attr`` of :class:`AgentRegistry` objects.
 
-A name that none of them registered is refused (``AGENT_NOT_REGISTERED``) and nothing is imported.
+The agents that exist for tests and fault campaigns (``chaos-ledger``: its params name a store path)
+are in none of these: a process builds them only when its operator asks, with ``STATEWARD_TEST_AGENTS=1``
+or ``--agents stateward.chaos.agent:registry`` (``stateward chaos`` and ``stateward gates`` ask for
+themselves). A name that none of them registered is refused (``AGENT_NOT_REGISTERED``) and nothing is imported.
 
 A new run's agent is made by :meth:`AgentRegistry.create` (``stateward run NAME --param k=v --model
 SPEC``): its params must be JSON the factory accepts (``INVALID_AGENT_PARAMS``), and a model spec
 becomes the reserved param ``model_spec`` — passed only to a factory that declares it (or takes
 ``**params`` or one ``params`` dict); any other factory refuses it (``MODEL_NOT_SUPPORTED``). The run
 stores exactly those params, so every process rebuilds the same agent.
+
+An agent may declare its params' schema at registration (``params_schema``: a pydantic model); its
+params are then validated against it (types, bounds, no unknown key) before the factory is called, and
+a refused param is INVALID_AGENT_PARAMS naming it.
 """
 
 from __future__ import annotations
@@ -27,12 +34,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import AgentRef
 from stateward.runtime.agent import Agent
 
 ENTRY_POINT_GROUP = "stateward.agents"
 ENV_VAR = "STATEWARD_AGENTS"
+CAMPAIGN_AGENTS_ENV = "STATEWARD_TEST_AGENTS"  # "1": this process may build the agents made for tests and campaigns
+CAMPAIGN_AGENTS_SPEC = "stateward.chaos.agent:registry"
 
 AgentFactory = Callable[..., Agent]
 MODEL_PARAM = "model_spec"  # the param a model spec (``--model``) reaches a factory as
@@ -47,6 +58,22 @@ class RegisteredAgent:
     version: str | None = None
     source: str = "code"
     description: str = ""
+    params_schema: type[BaseModel] | None = None
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        """Validate ``params`` against the declared schema (INVALID_AGENT_PARAMS naming each refused param)."""
+        if self.params_schema is None:
+            return
+        try:
+            self.params_schema.model_validate(dict(params))
+        except ValidationError as exc:
+            fields = [".".join(str(part) for part in err["loc"]) or "params" for err in exc.errors()]
+            why = "; ".join(f"{field}: {err['msg']}" for field, err in zip(fields, exc.errors(), strict=True))
+            raise RunError(
+                f"agent {self.name!r} does not take these params: {why}"[:1000],
+                code=ErrorCode.INVALID_AGENT_PARAMS,
+                details={"agent": self.name, "params": sorted(set(fields))[:20]},
+            ) from None
 
     def build(self, params: Mapping[str, Any]) -> Agent:
         """Call the factory with the run's JSON parameters (``factory(**params)``, or ``factory(params)``
@@ -125,13 +152,19 @@ class AgentRegistry:
         version: str | None = None,
         description: str = "",
         source: str = "code",
+        params_schema: type[BaseModel] | None = None,
     ) -> None:
-        """Let this process build ``name`` with ``factory``. Registering a name twice is a mistake."""
+        """Let this process build ``name`` with ``factory`` (its params checked against ``params_schema``
+        when given). Registering a name twice is a mistake."""
         if not name or len(name) > 200:
             raise UserError(f"an agent name must be 1-200 characters, not {name!r}", code=ErrorCode.INVALID_AGENT)
         if not callable(factory):
             raise UserError(f"the factory of agent {name!r} is not callable", code=ErrorCode.INVALID_AGENT)
-        self._add(RegisteredAgent(name, factory, version, source, description))
+        if params_schema is not None and not (isinstance(params_schema, type) and issubclass(params_schema, BaseModel)):
+            raise UserError(
+                f"the params_schema of agent {name!r} is not a pydantic model", code=ErrorCode.INVALID_AGENT
+            )
+        self._add(RegisteredAgent(name, factory, version, source, description, params_schema))
 
     def register_lazy(
         self,
@@ -220,6 +253,7 @@ class AgentRegistry:
             given = json.loads(json.dumps(given, allow_nan=False, ensure_ascii=False))
         except (TypeError, ValueError) as exc:
             raise _invalid_params(name, f"params must be JSON values: {exc}") from None
+        entry.check(given)
         why = entry.refusal(given)
         if why is not None:
             raise _invalid_params(name, why)
@@ -241,6 +275,7 @@ class AgentRegistry:
     def build(self, ref: AgentRef) -> Agent:
         """Rebuild a run's agent from its stored reference; only registered names are ever built."""
         entry = self._entry(ref.name)
+        entry.check(ref.params)  # a stored run's params pass the same schema as a new run's
         try:
             agent = entry.build(ref.params)
         except Exception as exc:
@@ -267,6 +302,21 @@ class AgentRegistry:
                 details={"agent": name},
             )
         return entry
+
+
+OPERATOR_PARAMS = frozenset({MODEL_PARAM})  # params only the operator sets (CLI --model), never a tenant
+
+
+def refuse_operator_params(params: Mapping[str, Any]) -> None:
+    """Refuse, by name, params a tenant may not send (``POST /v1/runs``): the model a run uses is the
+    operator's choice (``stateward run NAME --model SPEC``, an agent's own default), never a request's."""
+    refused = sorted(OPERATOR_PARAMS.intersection(params))
+    if refused:
+        raise RunError(
+            f"param {refused[0]!r} is chosen by the operator, not by a request",
+            code=ErrorCode.PARAM_NOT_ALLOWED,
+            details={"params": refused},
+        )
 
 
 def _invalid_params(name: str, why: str) -> RunError:
@@ -304,19 +354,21 @@ class _LazyFactory:
 
 
 def builtin_agents() -> AgentRegistry:
-    """The agents the library itself ships: the ledger agent `stateward chaos` drives.
-
-    The demos' agents (blog, payment-migration, expenses) come from the ``stateward-demos`` package's
-    ``stateward.agents`` entry point, like any installed package's.
+    """The agents the library ships for serving: none. The ledger agent `stateward chaos` drives is a
+    test agent (:func:`campaign_agents`); the demos' agents (blog, payment-migration, expenses) come from the
+    ``stateward-demos`` package's ``stateward.agents`` entry point, like any installed package's.
     """
-    registry = AgentRegistry()
-    registry.register_lazy(
-        "chaos-ledger",
-        "stateward.chaos.agent:build_agent",
-        description="the ledger agent `stateward chaos` drives",
-        source="builtin",
-    )
-    return registry
+    return AgentRegistry()
+
+
+def campaign_agents() -> AgentRegistry:
+    """The agents made for tests and fault campaigns (``chaos-ledger``): registered only on request."""
+    return load_spec(CAMPAIGN_AGENTS_SPEC)
+
+
+def campaign_agents_requested(env: Mapping[str, str]) -> bool:
+    """Whether the operator asked for the test agents through ``STATEWARD_TEST_AGENTS``."""
+    return env.get(CAMPAIGN_AGENTS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def load_spec(spec: str) -> AgentRegistry:
@@ -339,7 +391,9 @@ def load_spec(spec: str) -> AgentRegistry:
 
 def _sourced(registry: AgentRegistry, source: str) -> AgentRegistry:
     return AgentRegistry(
-        RegisteredAgent(e.name, e.factory, e.version, source if e.source == "code" else e.source, e.description)
+        RegisteredAgent(
+            e.name, e.factory, e.version, source if e.source == "code" else e.source, e.description, e.params_schema
+        )
         for e in registry
     )
 
@@ -371,13 +425,20 @@ def split_specs(text: str | None) -> list[str]:
 
 
 def process_agents(
-    specs: Iterable[str] = (), *, env: Mapping[str, str] | None = None, use_entry_points: bool = True
+    specs: Iterable[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    use_entry_points: bool = True,
+    with_test_agents: bool = False,
 ) -> AgentRegistry:
-    """Every agent this process may build: built-ins, entry points, ``STATEWARD_AGENTS`` and ``specs``."""
+    """Every agent this process may build: built-ins, entry points, ``STATEWARD_AGENTS`` and ``specs``;
+    the test agents too when ``with_test_agents`` or ``STATEWARD_TEST_AGENTS=1``."""
     registry = builtin_agents()
     if use_entry_points:
         registry.merge(_from_entry_points())
     environment = os.environ if env is None else env
+    if with_test_agents or campaign_agents_requested(environment):
+        registry.merge(campaign_agents())
     for spec in [*split_specs(environment.get(ENV_VAR)), *specs]:
         registry.merge(load_spec(spec))
     return registry
