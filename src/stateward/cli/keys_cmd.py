@@ -10,7 +10,11 @@ import typer
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_table, reported_errors
 
-app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="API keys of the HTTP service (stored hashed; secrets shown once).")
+app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="API keys of the HTTP service (stored hashed; secrets shown once).",
+)
 
 DbOpt = Annotated[
     str, typer.Option("--db", envvar="STATEWARD_DB", help="SQLite path or postgresql:// URL (default ./stateward.db).")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from stateward.cli import DEFAULT_DB
-from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
+from stateward.cli.output import answer_hint, emit_json, print_summary, print_table, reported_errors
 from stateward.core.errors import ErrorCode, UserError
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ __all__ = [
     "DbOpt",
     "JsonOpt",
     "ModelOpt",
+    "answer_hint",
     "emit_json",
     "load_group",
     "open_runtime",
