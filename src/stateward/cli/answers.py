@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import EXIT_NOT_DRIVEN, answer_hint, emit_json, print_summary, reported_errors
-from stateward.cli.plugins import open_runtime
+from stateward.cli.stores import open_runtime
 from stateward.core.errors import StatewardError
 from stateward.runtime.summary import run_summary
 

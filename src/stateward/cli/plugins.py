@@ -63,20 +63,11 @@ ModelOpt = Annotated[
 
 
 def open_runtime(db: str, *, create: bool = False, writes: bool = False, **kwargs: Any) -> Runtime:
-    """A Runtime on ``db``. Only commands that start runs create a database; the rest refuse a path
-    that holds none (``STORE_NOT_FOUND``), so a typo never leaves an empty store behind. A command that
-    ``writes`` first runs the store's integrity check: nothing is written into a damaged store
-    (``STORE_CORRUPT``)."""
-    from stateward.runtime.runtime import Runtime
+    """A Runtime on ``db`` (see :func:`stateward.cli.stores.open_runtime`): only commands that start
+    runs create a database (``STORE_NOT_FOUND`` otherwise); one that ``writes`` refuses a damaged store."""
+    from stateward.cli import stores
 
-    runtime = Runtime.open(db, create=create, **kwargs)
-    if writes:
-        try:
-            runtime.store.check_integrity()
-        except BaseException:
-            runtime.close()
-            raise
-    return runtime
+    return stores.open_runtime(db, create=create, writes=writes, **kwargs)
 
 
 def plugin_groups(taken: set[str]) -> dict[str, EntryPoint]:

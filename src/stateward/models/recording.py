@@ -113,15 +113,16 @@ def _read_recording(path: Path, root: str | Path | None, max_bytes: int) -> str:
         raise UserError(
             f"cannot read the recording {path.name}: {exc.strerror}", code=ErrorCode.INVALID_RECORDING
         ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+        os.close(fd)
+        raise _refused(
+            path, "is not a regular file" if not stat.S_ISREG(info.st_mode) else f"is over {max_bytes} bytes"
+        )
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise _refused(path, "is not a regular file")
-        if info.st_size > max_bytes:
-            raise _refused(path, f"is larger than {max_bytes} bytes")
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise _refused(path, f"is larger than {max_bytes} bytes")
+        raise _refused(path, f"is over {max_bytes} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

@@ -61,11 +61,13 @@ class RegisteredAgent:
     params_schema: type[BaseModel] | None = None
 
     def check(self, params: Mapping[str, Any]) -> None:
-        """Validate ``params`` against the declared schema (INVALID_AGENT_PARAMS naming each refused param)."""
+        """Validate ``params`` against the declared schema, strictly as JSON (INVALID_AGENT_PARAMS naming
+        each refused param)."""
         if self.params_schema is None:
             return
         try:
-            self.params_schema.model_validate(dict(params))
+            # As JSON, strictly: a run's params are JSON, and "100" is no int (a JSON enum value is its member).
+            self.params_schema.model_validate_json(json.dumps(dict(params)), strict=True)
         except ValidationError as exc:
             fields = [".".join(str(part) for part in err["loc"]) or "params" for err in exc.errors()]
             why = "; ".join(f"{field}: {err['msg']}" for field, err in zip(fields, exc.errors(), strict=True))
