@@ -168,7 +168,7 @@ def test_text_trace_says_what_it_left_out(project: Path) -> None:
 
 def test_environment_and_flags_override_the_project_file(project: Path) -> None:
     other = project / "other.db"
-    code, ran, _ = sw(project, "run", "payer", "--goal", "g", env=_env({"STATEWARD_DB": str(other)}))
+    code, _, _ = sw(project, "run", "payer", "--goal", "g", env=_env({"STATEWARD_DB": str(other)}))
     assert code == 0 and other.exists() and not (project / "runs.db").exists()
     flag = project / "flag.db"
     code, _ran, _ = sw(
