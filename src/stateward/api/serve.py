@@ -23,10 +23,12 @@ def serve(
     settings: ApiSettings | None = None,
     webhooks: DeliveryPolicy | None = None,
     metrics: bool = False,
+    docs: bool = False,
 ) -> None:
     """Serve the HTTP API and the inbox on ``db`` (an existing store: the service never creates one), and
     deliver its webhook outbox, until stopped. ``metrics``: also ``/metrics`` (Prometheus; the otel extra,
-    METRICS_UNAVAILABLE without it), behind ``STATEWARD_METRICS_TOKEN`` when that is set."""
+    METRICS_UNAVAILABLE without it), behind ``STATEWARD_METRICS_TOKEN`` when that is set. ``docs``: also
+    Swagger UI at ``/docs`` (local assets, strict CSP; see api/docs_route.py)."""
     import uvicorn
 
     exposed, telemetry = _prometheus(db) if metrics else (None, None)
@@ -37,6 +39,7 @@ def serve(
             sessions=SessionSettings.from_env(),
             oidc=OidcSettings.from_env(),
             metrics_token=os.environ.get(METRICS_TOKEN_ENV) or None,
+            docs=docs,
         )
         app = create_app(runtime, settings, metrics=None if exposed is None else exposed.text)
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.

@@ -531,6 +531,10 @@ def serve(
             help="Also serve Prometheus text at /metrics (otel extra); bearer STATEWARD_METRICS_TOKEN if set.",
         ),
     ] = False,
+    docs: Annotated[
+        bool,
+        typer.Option("--docs", help="Also serve Swagger UI at /docs (local files, strict CSP); off by default."),
+    ] = False,
 ) -> None:
     """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
 
@@ -546,7 +550,7 @@ def serve(
                 f"the HTTP service needs FastAPI and uvicorn ({exc}); pip install 'stateward[serve]'",
                 code=ErrorCode.CONFIGURATION_ERROR,
             ) from None
-        run_service(db, host=host, port=port, metrics=metrics)
+        run_service(db, host=host, port=port, metrics=metrics, docs=docs)
 
 
 @app.command("chaos")
