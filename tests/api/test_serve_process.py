@@ -71,7 +71,7 @@ def free_port() -> int:
 def served(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
     env, db = environment(tmp_path), tmp_path / "svc.db"
     code, made = sw(env, tmp_path, "keys", "create", "--tenant", "acme", "--role", "submitter", "--role", "approver",
-                    "--name", "alice", "--db", str(db))  # fmt: skip
+                    "--name", "alice", "--db", str(db), "--new-store")  # fmt: skip
     assert code == 0, made
     port = free_port()
     server = subprocess.Popen(

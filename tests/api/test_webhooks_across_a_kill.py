@@ -56,8 +56,9 @@ def test_every_notification_arrives_at_least_once_across_a_killed_service(tmp_pa
     }
     db = tmp_path / "hooks.db"
     code, made = sw(
-        env, tmp_path, "keys", "create", "--tenant", "acme", "--role", "admin", "--name", "root", "--db", str(db)
-    )
+        env, tmp_path, "keys", "create", "--tenant", "acme", "--role", "admin", "--name", "root", "--db", str(db),
+        "--new-store",
+    )  # fmt: skip
     assert code == 0, made
     auth = {"Authorization": f"Bearer {made['key']}"}
     receiver = Receiver()

@@ -130,7 +130,7 @@ def test_a_hung_driver_is_a_liveness_failure_of_its_cell_and_the_campaign_stops_
     from stateward.chaos.campaign import Campaign, Coverage, SourceFault
     from stateward.runtime.agent_registry import process_agents
 
-    agents = process_agents()
+    agents = process_agents(with_test_agents=True)
     assert "refund" in agents, "the demos' agents are not registered: ./scripts/dev setup installs demos/"
     parent, original = os.getpid(), campaign._finish
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("demos_installed")
 def demos_installed() -> None:
     from stateward.runtime.agent_registry import process_agents
 
-    agents = process_agents()
+    agents = process_agents(with_test_agents=True)
     missing = {"refund", "payment-migration"} - set(agents.names())
     assert not missing, f"the demos' agents {sorted(missing)} are not registered: ./scripts/dev setup installs demos/"
 

@@ -204,7 +204,7 @@ def test_a_quick_campaign_keeps_every_cell_and_meets_every_boundary() -> None:
     from stateward.runtime.agent_registry import process_agents
     from stateward.runtime.faults import BOUNDARIES
 
-    agents = process_agents()
+    agents = process_agents(with_test_agents=True)
     assert "payment-migration" in agents, "the demos' agents are not registered: ./scripts/dev setup installs demos/"
     for seed in (1, 2, 5):
         full = Campaign("unused.db", agents, seed=seed, size=3).scenarios()
@@ -265,10 +265,10 @@ def test_the_campaign_meets_every_gate() -> None:
 def test_agents_not_installed_are_skipped_not_passed(tmp_path: Path) -> None:
     """Without the demos' agents, their cells are ``skipped``; only the ledger storm runs."""
     from stateward.chaos.campaign import Campaign, Coverage
-    from stateward.runtime.agent_registry import AgentRegistry, builtin_agents
+    from stateward.runtime.agent_registry import AgentRegistry, campaign_agents
 
     registry = AgentRegistry()
-    registry.merge(builtin_agents())
+    registry.merge(campaign_agents())
     ran = Campaign(str(tmp_path / "c.db"), registry, storm_kills=2).run()
     by = {(c.agent, c.fault.value): c.coverage for c in ran.cells}
     assert by[("blog", "sigkill-at-persistence-boundary")] is Coverage.SKIPPED
@@ -288,7 +288,7 @@ def test_the_campaign_on_postgres_meets_every_gate(pg_url: str) -> None:
     from stateward.runtime.agent_registry import process_agents
     from stateward.store.base import open_store
 
-    agents = process_agents()
+    agents = process_agents(with_test_agents=True)
     ran = Campaign(pg_url, agents, seed=5, quick=True).run()
     store = open_store(pg_url)
     try:

@@ -1656,3 +1656,8 @@ def test_spent_attempts_fail_a_delivery_and_removing_a_subscription_cancels_its_
     }
     assert hooks.claim_deliveries(now=3e9, limit=10, lease_s=1) == []
     assert second.subscription_id == "wh_b"
+
+
+def test_a_sound_store_passes_its_integrity_check(store: Store) -> None:
+    store.create_run(make_state(), [ev(0, EventType.RUN_STARTED), ev(1)])
+    store.check_integrity()  # returns without a finding; a damaged SQLite file: tests/cli/test_damaged_store.py

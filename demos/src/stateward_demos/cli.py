@@ -14,13 +14,14 @@ from stateward.cli.plugins import (
     DbOpt,
     JsonOpt,
     ModelOpt,
+    answer_hint,
     emit_json,
     open_runtime,
     print_table,
     reported_errors,
 )
 
-app = typer.Typer(no_args_is_help=True, help="Runnable demonstrations on offline fixtures.")
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Runnable demonstrations on offline fixtures.")
 
 
 @app.command("stop-signal")
@@ -70,7 +71,7 @@ def demo_blog(
     if state.pending is not None:
         who = "stateward asks" if state.pending.asked_by == "runtime" else "model says"
         typer.echo(f"  {state.pending.request_id}: {who}: {inert(state.pending.question)}")
-        typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
+        typer.echo(f"  answer with: {answer_hint(state.run_id, state.pending, db, state.tenant)}")
 
 
 @app.command("payment-migration")

@@ -14,7 +14,9 @@ import typer
 
 from stateward.cli.plugins import emit_json, print_table, reported_errors
 
-app = typer.Typer(no_args_is_help=True, help="Live evaluation of controllers driven by a real model.")
+app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Live evaluation of controllers driven by a real model."
+)
 
 
 @app.callback()

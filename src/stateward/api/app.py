@@ -23,12 +23,16 @@ from starlette.routing import Match
 from stateward.api.answers import Asked, answerable_role, may_answer, record_answer, visible_run
 from stateward.api.answers import key_store as key_store  # re-exported: the CLI and tests import it from here
 from stateward.api.caller import Caller
+from stateward.api.docs_route import PREFIX as DOCS_PREFIX
+from stateward.api.docs_route import docs_route
 from stateward.api.errors import error_body, status_of
 from stateward.api.identity import Principal, Role, require
 from stateward.api.input_guard import MAX_SQL_INTEGER, InputGuard
 from stateward.api.limits import BodyLimit
 from stateward.api.metrics_route import metrics_route
 from stateward.api.oidc import OidcSettings, OidcVerifier
+from stateward.api.readiness import DEFAULT_INTERVAL_S as DEFAULT_READY_CHECK_S
+from stateward.api.readiness import Readiness
 from stateward.api.schemas import (
     AnswerOutcome,
     ApproveOrReject,
@@ -52,6 +56,7 @@ from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import RequestKind, RunState
 from stateward.core.status import RunStatus
+from stateward.runtime.agent_registry import refuse_operator_params
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 from stateward.store.keys import KeyStore, StoredResponse
@@ -90,6 +95,8 @@ class ApiSettings:
     oidc: OidcSettings | None = None  # accept an issuer's JWTs besides API keys
     metrics_token: str | None = None  # required as a bearer token on /metrics when set (see metrics_route)
     webhook_targets: TargetPolicy = field(default_factory=TargetPolicy)  # where webhooks may go
+    ready_check_s: float = DEFAULT_READY_CHECK_S  # /readyz runs the store's integrity check at most this often
+    docs: bool = False  # serve /docs (Swagger UI, local assets, strict CSP); off unless the operator asks
 
 
 def _utcnow() -> datetime:
@@ -107,11 +114,17 @@ def create_app(
     ``/inbox``, ``/healthz``, ``/readyz``, and ``/metrics`` when ``metrics`` (the Prometheus text) is given."""
     settings = settings or ApiSettings()
     keys = key_store(runtime)
-    app = FastAPI(title="stateward", version="1", summary="The model proposes, the runtime decides.")
+    app = FastAPI(
+        title="stateward",
+        version="1",
+        summary="The model proposes, the runtime decides.",
+        docs_url=None,  # FastAPI's pages load CDN scripts: /docs only when asked for, from local files
+        redoc_url=None,
+    )
     app.state.keys = keys
     app.state.oidc = None if settings.oidc is None else OidcVerifier(settings.oidc)
     _error_handlers(app)
-    _health_routes(app, runtime)
+    _health_routes(app, runtime, settings.ready_check_s)
     if metrics is not None:
         metrics_route(app, metrics, token=settings.metrics_token)
     v1 = APIRouter(prefix="/v1", responses=_ERRORS)
@@ -121,7 +134,9 @@ def create_app(
     webhook_routes(v1, runtime, settings.webhook_targets)
     app.include_router(v1)
     mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
-    app.add_middleware(SecurityHeaders, prefix=INBOX_PREFIX)
+    if settings.docs:
+        docs_route(app)
+    app.add_middleware(SecurityHeaders, prefix=(INBOX_PREFIX, DOCS_PREFIX))
     app.add_middleware(InputGuard)  # inside BodyLimit: what it reads is bounded
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
@@ -186,7 +201,7 @@ def allowed_methods(app: FastAPI, request: Request) -> str:
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
-def _health_routes(app: FastAPI, runtime: Runtime) -> None:
+def _health_routes(app: FastAPI, runtime: Runtime, ready_check_s: float) -> None:
     """Liveness and readiness, without a key."""
 
     @app.get("/healthz", response_model=Health, tags=["health"])
@@ -194,14 +209,15 @@ def _health_routes(app: FastAPI, runtime: Runtime) -> None:
         """The process is up."""
         return Health(status="ok")
 
+    readiness = Readiness(runtime.store, interval_s=ready_check_s)
+
     @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": ErrorBody}})
     def readyz() -> Response:
-        """The store answers (a listing of one run); 503 STORE_UNAVAILABLE otherwise."""
-        try:
-            runtime.list_runs(limit=1)
-        except Exception as exc:  # any failure of the store means "not ready", never a 500
-            message = f"the store does not answer: {type(exc).__name__}"
-            return JSONResponse(error_body("STORE_UNAVAILABLE", message), status_code=503)
+        """The store passes its integrity check (at most once per interval) and answers; 503
+        STORE_CORRUPT or STORE_UNAVAILABLE otherwise."""
+        problem = readiness.problem()
+        if problem is not None:
+            return JSONResponse(error_body(*problem), status_code=503)
         return JSONResponse(Health(status="ready").model_dump())
 
 
@@ -217,6 +233,7 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
     def start_run(body: StartRun, who: Caller) -> RunSummary:
         """Start a registered agent by name; returns at once (a worker drives it) unless ``drive``."""
         require(who, Role.SUBMITTER)
+        refuse_operator_params(body.params)
         agent = runtime.agents.create(body.agent, body.params)
         state = runtime.submit(agent, body.goal, tenant=who.tenant)
         if body.drive:

@@ -25,12 +25,14 @@ def serve(
     webhooks: DeliveryPolicy | None = None,
     metrics: bool = False,
     targets: TargetPolicy | None = None,
+    docs: bool = False,
 ) -> None:
     """Serve the HTTP API and the inbox on ``db`` (an existing store: the service never creates one), and
     deliver its webhook outbox, until stopped. ``targets``: where webhooks may go (default: from the
     environment, ``STATEWARD_WEBHOOK_ALLOW_HTTP`` and ``STATEWARD_WEBHOOK_ALLOW_NETWORKS``). ``metrics``:
     also ``/metrics`` (Prometheus; the otel extra, METRICS_UNAVAILABLE without it), behind
-    ``STATEWARD_METRICS_TOKEN`` when that is set."""
+    ``STATEWARD_METRICS_TOKEN`` when that is set. ``docs``: also Swagger UI at ``/docs`` (local assets,
+    strict CSP; see api/docs_route.py)."""
     import uvicorn
 
     exposed, telemetry = _prometheus(db) if metrics else (None, None)
@@ -42,6 +44,7 @@ def serve(
             oidc=OidcSettings.from_env(),
             metrics_token=os.environ.get(METRICS_TOKEN_ENV) or None,
             webhook_targets=targets or TargetPolicy.from_env(),
+            docs=docs,
         )
         app = create_app(runtime, settings, metrics=None if exposed is None else exposed.text)
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.

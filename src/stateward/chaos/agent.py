@@ -20,17 +20,20 @@ import time
 from enum import StrEnum
 from typing import Final
 
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
 from stateward.controllers.workflow import FinishNode, HumanNode, Node, ToolNode, WorkflowController
 from stateward.core.budget import Budget
 from stateward.core.errors import ErrorCode, UserError
 from stateward.core.state import AgentRef
 from stateward.runtime.agent import Agent
+from stateward.runtime.agent_registry import AgentRegistry
 from stateward.tools.errors import ServiceUnavailable
 from stateward.tools.registry import ToolRegistry
 from stateward.tools.retry import RetryPolicy
 from stateward.tools.spec import ToolContext, ToolSpec, tool
 
-NAME = "chaos-ledger"  # registered by stateward.runtime.agent_registry.builtin_agents
+NAME = "chaos-ledger"  # registered only on request: ``registry`` below (STATEWARD_TEST_AGENTS=1)
 POST_PERMISSION: Final = "ledger:post"
 LOST_ANSWER_TIMEOUT_S: Final = 0.25
 
@@ -120,3 +123,27 @@ def build_agent(db: str, seed: int, index: int, fault: str | None = None, max_st
         budget=Budget(max_steps=max_steps),
         permissions=frozenset() if injected is LedgerFault.PERMISSION_DENIED else frozenset({POST_PERMISSION}),
     )
+
+
+class LedgerParams(BaseModel):
+    """The ledger agent's params: a store path (this is a test agent: its operator names the store), the
+    seed and index its amounts come from, an optional fault, a step bound."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    db: StrictStr = Field(min_length=1, max_length=4096)
+    seed: StrictInt = Field(ge=0, le=2**53)
+    index: StrictInt = Field(ge=0, le=10**9)
+    fault: LedgerFault | None = None
+    max_steps: StrictInt = Field(default=30, ge=1, le=10_000)
+
+
+registry = AgentRegistry()
+"""The agents made for fault campaigns; a process registers them only when its operator asks."""
+registry.register(
+    NAME,
+    build_agent,
+    description="the ledger agent `stateward chaos` drives (a test agent)",
+    source="test agents (stateward.chaos.agent:registry)",
+    params_schema=LedgerParams,
+)

@@ -34,6 +34,7 @@ from stateward.chaos.ledger import ledger_for
 from stateward.chaos.verify import Reference, verify
 from stateward.core.errors import ErrorCode, UserError
 from stateward.core.status import RunStatus
+from stateward.runtime.agent_registry import process_agents
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
 from stateward.store.base import Store, open_store
@@ -85,6 +86,7 @@ def _worker_main(cfg: ChaosConfig, slot: int, generation: int, kill_log: str) ->
     faults = RandomKill(f"{cfg.seed}:w{slot}:{generation}", cfg.boundary_kill_probability, log_path=kill_log)
     runtime = Runtime(
         open_store(cfg.db),
+        agents=process_agents(with_test_agents=True),
         lease=LeasePolicy(ttl_s=cfg.lease_ttl_s, heartbeat_s=cfg.heartbeat_s),
         owner=f"chaos-w{slot}-g{generation}-{os.getpid()}",
         faults=faults,
@@ -104,7 +106,12 @@ def _worker_main(cfg: ChaosConfig, slot: int, generation: int, kill_log: str) ->
 
 def _approver_main(cfg: ChaosConfig, generation: int, kill_log: str) -> None:
     faults = RandomKill(f"{cfg.seed}:a:{generation}", cfg.boundary_kill_probability * 3, log_path=kill_log)
-    runtime = Runtime(open_store(cfg.db), owner=f"chaos-approver-{generation}", faults=faults)
+    runtime = Runtime(
+        open_store(cfg.db),
+        agents=process_agents(with_test_agents=True),
+        owner=f"chaos-approver-{generation}",
+        faults=faults,
+    )
     for record in runtime.store.list_requests(None, open_only=True):
         try:
             runtime.approve(record.run_id, record.request.request_id, by="chaos-approver", drive=False)
@@ -203,7 +210,7 @@ class Harness:
         ledger = ledger_for(self.cfg.db)
         ledger.setup(reset=True)
         ledger.close()
-        runtime = Runtime(open_store(self.cfg.db))
+        runtime = Runtime(open_store(self.cfg.db), agents=process_agents(with_test_agents=True))
         ids = []
         for i in range(self.cfg.runs):
             run_id = f"chaos-{self.cfg.seed}-{i:04d}-{self.rng.randrange(16**6):06x}"

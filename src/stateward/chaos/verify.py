@@ -12,6 +12,7 @@ from stateward.chaos.agent import build_agent
 from stateward.chaos.ledger import ledger_for
 from stateward.core.events import EventType
 from stateward.core.status import TRANSITIONS, RunStatus
+from stateward.runtime.agent_registry import process_agents
 from stateward.runtime.runtime import Runtime
 from stateward.store.base import open_store
 
@@ -55,7 +56,9 @@ class Reference:
     def build(cls, cfg: ChaosConfig, run_ids: list[str]) -> Reference:
         with tempfile.TemporaryDirectory(prefix="stateward-chaos-ref-") as tmp:
             db = str(Path(tmp) / "reference.db")
-            runtime = Runtime(open_store(db))  # first: the store refuses a file that already has other tables
+            runtime = Runtime(
+                open_store(db), agents=process_agents(with_test_agents=True)
+            )  # first: the store refuses a file that already has other tables
             ledger = ledger_for(db)
             ledger.setup()
             for i, run_id in enumerate(run_ids):

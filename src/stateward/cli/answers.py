@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from stateward.cli import DEFAULT_DB
-from stateward.cli.output import EXIT_NOT_DRIVEN, emit_json, print_summary, reported_errors
+from stateward.cli.output import EXIT_NOT_DRIVEN, answer_hint, emit_json, print_summary, reported_errors
+from stateward.cli.stores import open_runtime
 from stateward.core.errors import StatewardError
-from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 
 VERDICTS = {"approve": "approved", "reject": "rejected", "reply": "replied"}
@@ -38,7 +38,7 @@ def answer(
 ) -> None:
     """Record the answer, resume the run to its next stop (unless told not to) and print its summary."""
     with reported_errors(as_json):
-        runtime = Runtime.open(db, create=False)
+        runtime = open_runtime(db, writes=True)
         roles = frozenset(check.roles)
         if verdict == "replied":
             result = runtime.reply(
@@ -57,6 +57,9 @@ def answer(
                 drive=check.drive,
             )
         summary = run_summary(runtime.store, result.state)
+    state = result.state
+    summary["pending_request_id"] = None if state.pending is None else state.pending.request_id  # as `run --json`
+    summary["agent_ref"] = state.agent.model_dump(mode="json")
     summary["already_answered"] = result.already_answered
     summary["answer"] = result.answer.model_dump(mode="json")
     summary["driven"] = result.not_driven is None
@@ -68,6 +71,8 @@ def answer(
         if result.already_answered:
             print(f"{request_id} was already {result.answer.verdict} by {result.answer.by}; nothing was done again")
         print_summary(summary)
+        if state.pending is not None and result.not_driven is None:
+            print(f"  answer with: {answer_hint(run_id, state.pending, db, state.tenant)}")
     if result.not_driven is not None:
         _not_driven(run_id, db, result.not_driven)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -12,12 +13,21 @@ if TYPE_CHECKING:
     pass
 
 from stateward.cli import DEFAULT_DB
-from stateward.cli.output import emit_json, emit_json_lines, print_summary, print_table, reported_errors
+from stateward.cli.output import (
+    CELL_CHARS,
+    answer_hint,
+    emit_json,
+    emit_json_lines,
+    print_summary,
+    print_table,
+    reported_errors,
+)
 from stateward.cli.plugins import DbOpt, JsonOpt, ModelOpt, load_group, open_runtime, plugin_groups
 from stateward.cli.prefork import MAX_PROCESSES
 from stateward.core.errors import ErrorCode, UserError
 
 app = typer.Typer(
+    rich_markup_mode=None,  # help texts are plain text: "[serve]" must print as written
     no_args_is_help=True,
     add_completion=False,
     help=(
@@ -27,11 +37,13 @@ app = typer.Typer(
         " `stateward.agents` entry points. A run whose agent is not registered is refused, never imported."
     ),
 )
-runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
-requests_app = typer.Typer(no_args_is_help=True, help="Pending requests waiting for a person.")
+runs_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Inspect runs.")
+requests_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Pending requests waiting for a person.")
 app.add_typer(runs_app, name="runs")
 app.add_typer(requests_app, name="requests")
-agents_app = typer.Typer(no_args_is_help=True, help="Agents this process may build (by registered name).")
+agents_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Agents this process may build (by registered name)."
+)
 app.add_typer(agents_app, name="agents")
 
 
@@ -110,13 +122,12 @@ def run_agent(
     """
     from stateward.cli.run_cmd import parse_params
     from stateward.runtime.agent_registry import process_agents
-    from stateward.runtime.runtime import Runtime
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
         registry = process_agents()
         agent = registry.create(name, parse_params(param or []), model_spec=model)
-        runtime = Runtime.open(db, create=True, agents=registry)
+        runtime = open_runtime(db, create=True, writes=True, agents=registry)
         state = runtime.submit(agent, goal, tenant=tenant) if no_drive else runtime.start(agent, goal, tenant=tenant)
         out = run_summary(runtime.store, state)
     out["pending_request_id"] = None if state.pending is None else state.pending.request_id
@@ -126,7 +137,7 @@ def run_agent(
         return
     print_summary(out)
     if state.pending is not None:
-        typer.echo(f"  answer with: stateward approve {state.run_id} {state.pending.request_id} --db {db}")
+        typer.echo(f"  answer with: {answer_hint(state.run_id, state.pending, db, state.tenant)}")
 
 
 # -- runs -----------------------------------------------------------------------------------------
@@ -233,9 +244,28 @@ def _trace_row(event: dict[str, Any]) -> dict[str, Any]:
     return {"seq": event["seq"], "type": event["type"], "at": event["at"], "payload": event["payload"]}
 
 
+TRACE_WIDTH = 120
+
+
+def _cut(payload: Any, width: int) -> tuple[str, bool]:
+    """The payload as text, cut at ``width`` characters (0: whole) with a marker saying how much is left out."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    if width <= 0 or len(text) <= width:
+        return text, False
+    return f"{text[:width]}…[{len(text) - width} more chars]", True
+
+
 @app.command("trace")
-def trace(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
-    """A run's events in order (``--json``: one event per line, as the API writes them)."""
+def trace(
+    run_id: str,
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+    width: Annotated[
+        int, typer.Option("--width", min=0, help="Characters of each payload shown (0: all of it).")
+    ] = TRACE_WIDTH,
+) -> None:
+    """A run's events in order (``--json``: one event per line, as the API writes them). Payloads longer
+    than --width are cut with a marker, and a last line says how many were cut and how to see them whole."""
     with reported_errors(as_json):
         runtime = open_runtime(db)
         runtime.get(run_id)
@@ -243,9 +273,16 @@ def trace(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None
     rows = [_trace_row(e.model_dump(mode="json", include=_TRACE_FIELDS)) for e in events]
     if as_json:
         emit_json_lines(rows)
-    else:
-        print_table(
-            f"trace of {run_id}", ("seq", "type", "payload"), [{**r, "payload": str(r["payload"])[:120]} for r in rows]
+        return
+    shown = [(r, *_cut(r["payload"], width)) for r in rows]
+    cells = [{**r, "payload": text} for r, text, _ in shown]
+    longest = max((len(text) for _, text, _ in shown), default=0)
+    print_table(f"trace of {run_id}", ("seq", "type", "payload"), cells, cell_chars=max(longest * 8, CELL_CHARS))
+    cut = sum(1 for _, _, was_cut in shown if was_cut)
+    if cut:
+        typer.echo(
+            f"{cut} of {len(rows)} payloads cut at {width} characters; see them whole with"
+            f" `stateward trace {run_id} --db {db} --width 0` or `--json`"
         )
 
 
@@ -327,7 +364,7 @@ def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> Non
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
-        runtime = open_runtime(db)
+        runtime = open_runtime(db, writes=True)
         if action == "pause":
             state = runtime.pause(run_id, by=by)
         elif action == "resume":
@@ -517,6 +554,10 @@ def serve(
             " (or STATEWARD_WEBHOOK_ALLOW_NETWORKS, comma-separated).",
         ),
     ] = None,
+    docs: Annotated[
+        bool,
+        typer.Option("--docs", help="Also serve Swagger UI at /docs (local files, strict CSP); off by default."),
+    ] = False,
 ) -> None:
     """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
 
@@ -540,7 +581,7 @@ def serve(
         if webhook_allow_network:
             env[ALLOW_NETWORKS_ENV] = ",".join([env.get(ALLOW_NETWORKS_ENV, ""), *webhook_allow_network])
         targets = TargetPolicy.from_env(env)
-        run_service(db, host=host, port=port, metrics=metrics, targets=targets)
+        run_service(db, host=host, port=port, metrics=metrics, targets=targets, docs=docs)
 
 
 @app.command("chaos")
@@ -627,7 +668,7 @@ def gates(
     liveness: list[dict[str, object]] = []
     witnessed = 0
     with reported_errors(as_json):
-        agents = process_agents()
+        agents = process_agents(with_test_agents=True)
         if db is None:
             import tempfile
 
@@ -698,7 +739,7 @@ def gates(
 def requests_expire(db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
     """Apply each agent's expiry policy (fail / cancel / escalate) to expired requests."""
     with reported_errors(as_json):
-        expired = open_runtime(db).expire_requests()
+        expired = open_runtime(db, writes=True).expire_requests()
     if as_json:
         emit_json({"expired": expired})
     else:

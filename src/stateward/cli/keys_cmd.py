@@ -10,7 +10,11 @@ import typer
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_table, reported_errors
 
-app = typer.Typer(no_args_is_help=True, help="API keys of the HTTP service (stored hashed; secrets shown once).")
+app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="API keys of the HTTP service (stored hashed; secrets shown once).",
+)
 
 DbOpt = Annotated[
     str, typer.Option("--db", envvar="STATEWARD_DB", help="SQLite path or postgresql:// URL (default ./stateward.db).")
@@ -18,11 +22,11 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def _keys(db: str, *, create: bool = False) -> Any:
+def _keys(db: str, *, create: bool = False, writes: bool = False) -> Any:
     from stateward.api.app import key_store
-    from stateward.runtime.runtime import Runtime
+    from stateward.cli.plugins import open_runtime
 
-    return key_store(Runtime.open(db, create=create))
+    return key_store(open_runtime(db, create=create, writes=writes))
 
 
 def _row(record: Any) -> dict[str, Any]:
@@ -49,13 +53,20 @@ def create(
         ),
     ],
     db: DbOpt = DEFAULT_DB,
+    new_store: Annotated[
+        bool,
+        typer.Option("--new-store", help="Create the store if there is none (the first key of a new deployment)."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Make a key and print its secret once (only its SHA-256 is stored)."""
+    """Make a key and print its secret once (only its SHA-256 is stored). A missing store is refused
+    (STORE_NOT_FOUND: a mistyped --db never becomes a new empty store) unless --new-store."""
     from stateward.api.identity import mint_key
 
     with reported_errors(as_json):
-        record, token = mint_key(_keys(db, create=True), tenant=tenant, name=name, roles=role, now=datetime.now(UTC))
+        record, token = mint_key(
+            _keys(db, create=new_store, writes=True), tenant=tenant, name=name, roles=role, now=datetime.now(UTC)
+        )
     out = {**_row(record), "key": token}
     if as_json:
         emit_json(out)
@@ -79,7 +90,7 @@ def list_keys(db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
 def revoke(key_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
     """Revoke a key: every later call with it is 401 (KEY_NOT_FOUND if there is no such key)."""
     with reported_errors(as_json):
-        record = _keys(db).revoke_api_key(key_id, datetime.now(UTC))
+        record = _keys(db, writes=True).revoke_api_key(key_id, datetime.now(UTC))
     if as_json:
         emit_json(_row(record))
     else:

@@ -83,6 +83,22 @@ def _take_agents_option(argv: list[str]) -> list[str]:
     return rest
 
 
+def _project_file(argv: list[str]) -> None:
+    """The nearest ``stateward.toml`` / ``[tool.stateward]`` fills STATEWARD_DB, STATEWARD_AGENTS and the
+    import path where the environment leaves them unset; a malformed one is INVALID_PROJECT_FILE, exit 3."""
+    from stateward.cli.project import apply_to_process
+    from stateward.core.errors import StatewardError
+
+    try:
+        apply_to_process()
+    except StatewardError as exc:
+        if "--json" in argv:
+            sys.stdout.write(json.dumps({"error": exc.to_dict()}) + "\n")
+        else:
+            sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
+        raise SystemExit(3) from None
+
+
 def _telemetry_from_env() -> None:
     """Every command honours the standard OTEL_* variables (nothing is imported unless one is set)."""
     if any(key.startswith("OTEL_") for key in os.environ):
@@ -96,6 +112,7 @@ def main() -> None:
     """Answers to pending requests and ``worker`` take a short path; every other command goes through Typer."""
     argv = sys.argv[1:]
     _refuse_undecodable(argv)
+    _project_file(argv)
     argv = _take_agents_option(argv)
     sys.argv[1:] = argv
     _telemetry_from_env()

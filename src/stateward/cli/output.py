@@ -69,8 +69,10 @@ def print_table(
     columns: Sequence[str],
     rows: Sequence[dict[str, Any]],
     fmt: Callable[[Any], str] = lambda v: "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v),
+    cell_chars: int | None = None,
 ) -> None:
-    """Print ``rows`` as a Rich table with these ``columns`` (booleans and None as JSON spells them)."""
+    """Print ``rows`` as a Rich table with these ``columns`` (booleans and None as JSON spells them); a cell
+    longer than ``cell_chars`` (default CELL_CHARS) is cut with a marker saying how much is left out."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -79,7 +81,7 @@ def print_table(
     for col in columns:
         table.add_column(col, overflow="fold")
     for row in rows:  # Text, not str: a cell is never read as markup
-        table.add_row(*(Text(inert(fmt(row.get(c)), CELL_CHARS)) for c in columns))
+        table.add_row(*(Text(inert(fmt(row.get(c)), cell_chars or CELL_CHARS)) for c in columns))
     # Piped output has no terminal width to fit: print the table whole rather than cut every cell.
     Console(width=None if sys.stdout.isatty() else 300).print(table)
 
@@ -158,3 +160,25 @@ def print_summary(summary: dict[str, object]) -> None:
         print(f"  setback: {setback['kind']} ({setback['error']}), {setback['counts']}; {retry}")
     print(f"  counters: {summary['counters']}")
     print(f"  artifacts: {inert(str(summary['artifacts']), CELL_CHARS)}")
+
+
+def answer_hint(run_id: str, pending: Any, db: str, tenant: str = "default") -> str:
+    """The command that answers ``pending`` (a PendingRequest), with every flag it needs: the verb its kind
+    takes (``reply --text`` for a question or a handoff, naming the options), ``--role`` when the request
+    names an approver role, ``--tenant`` outside the default tenant, and ``--db``."""
+    import shlex
+
+    kind = str(getattr(pending.kind, "value", pending.kind))
+    if kind == "handoff":
+        choices = "|".join(pending.options) or "OPTION"
+        verb = f"reply {shlex.quote(run_id)} {shlex.quote(pending.request_id)} --text {shlex.quote(choices)}"
+    elif kind == "input":
+        verb = f"reply {shlex.quote(run_id)} {shlex.quote(pending.request_id)} --text '...'"
+    else:
+        verb = f"approve {shlex.quote(run_id)} {shlex.quote(pending.request_id)}"
+    flags = [f"--db {shlex.quote(db)}"]
+    if pending.approver_role:
+        flags.append(f"--role {shlex.quote(pending.approver_role)}")
+    if tenant != "default":
+        flags.append(f"--tenant {shlex.quote(tenant)}")
+    return f"stateward {verb} {' '.join(flags)}"

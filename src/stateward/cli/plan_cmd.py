@@ -17,7 +17,7 @@ from stateward.planning.goal import GoalContract, Scope, read_goal_file
 from stateward.planning.plan import Plan, RemainingBudget, read_plan_file
 from stateward.planning.validator import ValidationReport, Verdict, validate_plan
 
-app = typer.Typer(help="Work with plan documents.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(help="Work with plan documents.", rich_markup_mode=None, no_args_is_help=True, add_completion=False)
 
 EXIT_FOR_VERDICT = {Verdict.ACCEPT: 0, Verdict.REVISE: 1, Verdict.REJECT: 2}
 EXIT_BAD_INPUT = 3

@@ -12,12 +12,12 @@ The helpers below are what a plugin command needs to behave like the built-in on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from stateward.cli import DEFAULT_DB
-from stateward.cli.output import emit_json, print_summary, print_table, reported_errors
+from stateward.cli.output import answer_hint, emit_json, print_summary, print_table, reported_errors
 from stateward.core.errors import ErrorCode, UserError
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ __all__ = [
     "DbOpt",
     "JsonOpt",
     "ModelOpt",
+    "answer_hint",
     "emit_json",
     "load_group",
     "open_runtime",
@@ -61,12 +62,12 @@ ModelOpt = Annotated[
 """``--model``: a model spec (see :func:`stateward.models.parse_spec`), passed to agents as ``model_spec``."""
 
 
-def open_runtime(db: str, *, create: bool = False) -> Runtime:
-    """A Runtime on ``db``. Only commands that start runs create a database; the rest refuse a path
-    that holds none (``STORE_NOT_FOUND``), so a typo never leaves an empty store behind."""
-    from stateward.runtime.runtime import Runtime
+def open_runtime(db: str, *, create: bool = False, writes: bool = False, **kwargs: Any) -> Runtime:
+    """A Runtime on ``db`` (see :func:`stateward.cli.stores.open_runtime`): only commands that start
+    runs create a database (``STORE_NOT_FOUND`` otherwise); one that ``writes`` refuses a damaged store."""
+    from stateward.cli import stores
 
-    return Runtime.open(db, create=create)
+    return stores.open_runtime(db, create=create, writes=writes, **kwargs)
 
 
 def plugin_groups(taken: set[str]) -> dict[str, EntryPoint]:

@@ -78,6 +78,7 @@ def run_worker(opts: WorkerOptions, agents: AgentRegistry | None = None) -> tupl
             telemetry = Telemetry(metrics=endpoint.metrics)
         lease = LeasePolicy(ttl_s=opts.lease_ttl, heartbeat_s=opts.heartbeat)
         runtime = Runtime.open(opts.db, lease=lease, recovery=recovery, telemetry=telemetry, agents=agents)
+        runtime.store.check_integrity()  # a damaged store: exit 1 STORE_CORRUPT before claiming anything
         kind = Worker
         if opts.use_async:  # asyncio and greenlet are loaded by an --async worker only
             from stateward.runtime.async_worker import AsyncWorker

@@ -25,6 +25,12 @@ else comes from keyword arguments or the environment. Keys are read from the env
                                              as REPLY_TOO_LARGE; 0 or less means no limit
     STATEWARD_MODEL_PRICES   JSON {"<model>": [usd_per_mtok_in, usd_per_mtok_out]} -> Usage.cost_usd
     STATEWARD_MODEL_RECORD   append every exchange to this JSONL file (replay it with replay:<path>)
+    STATEWARD_REPLAY_DIR     replay:<path> must resolve (symlinks followed) inside this directory
+    STATEWARD_REPLAY_MAX_BYTES (16 MiB)  a larger recording, or one that is no regular file, is refused
+                             unread (RECORDING_NOT_ALLOWED)
+
+A model spec is the operator's choice (``stateward run NAME --model SPEC``): a request to the HTTP
+service that names one is refused (PARAM_NOT_ALLOWED).
 
 With a base URL set and no key in the environment (a local llama.cpp / vLLM / Ollama server), a
 placeholder key is sent; without a base URL a missing key is a MISSING_API_KEY error naming the variable.
@@ -49,6 +55,7 @@ MODES: dict[str, tuple[str, ...]] = {
 }
 _ALIASES = {"openai": {"json": "json_schema"}, "anthropic": {}}
 LOCAL_PLACEHOLDER_KEY = "stateward-local-no-key"
+REPLAY_DIR_ENV = "STATEWARD_REPLAY_DIR"  # replay:<path> must resolve inside this directory when set
 
 
 def _spec_error(spec: str, why: str) -> UserError:
@@ -121,13 +128,15 @@ def model_from_spec(
     env: Mapping[str, str] | None = None,
 ) -> Model:
     """A ready Model for ``spec``: provider, wrapped in RetryingModel, and in RecordingModel if asked."""
-    from stateward.models.recording import RecordingModel, ReplayModel
+    from stateward.models.recording import MAX_RECORDING_BYTES, RecordingModel, ReplayModel
     from stateward.models.retrying import RetryingModel
 
     env = os.environ if env is None else env
     provider, spec_mode, name = parse_spec(spec)
     if provider == "replay":
-        return ReplayModel(name)
+        root = env.get(REPLAY_DIR_ENV) or None
+        limit = int(_number(env, "STATEWARD_REPLAY_MAX_BYTES", MAX_RECORDING_BYTES) or MAX_RECORDING_BYTES)
+        return ReplayModel(name, root=root, max_bytes=limit)
     upper = provider.upper()
     chosen_mode = spec_mode or mode or env.get(f"STATEWARD_{upper}_MODE") or "tools"
     chosen_mode = _ALIASES[provider].get(chosen_mode, chosen_mode)

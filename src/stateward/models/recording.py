@@ -8,6 +8,8 @@ on call order; a request the recording does not contain is a REPLAY_MISS, never 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -90,22 +92,61 @@ class RecordingModel:
         return reply
 
 
+MAX_RECORDING_BYTES = 16 * 1024 * 1024  # a recording is a few KiB per model call
+
+
+def _refused(path: Path, why: str) -> UserError:
+    return UserError(f"the recording {path.name!r} {why}"[:300], code=ErrorCode.RECORDING_NOT_ALLOWED)
+
+
+def _read_recording(path: Path, root: str | Path | None, max_bytes: int) -> str:
+    """The text of a recording the operator allowed: inside ``root``, a regular file, bounded in size."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise UserError(f"no recording at {path}", code=ErrorCode.RECORDING_NOT_FOUND) from None
+    if root is not None and not real.is_relative_to(Path(root).resolve()):
+        raise _refused(path, "is outside the recordings directory (STATEWARD_REPLAY_DIR)")
+    try:
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise UserError(
+            f"cannot read the recording {path.name}: {exc.strerror}", code=ErrorCode.INVALID_RECORDING
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+        os.close(fd)
+        raise _refused(
+            path, "is not a regular file" if not stat.S_ISREG(info.st_mode) else f"is over {max_bytes} bytes"
+        )
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise _refused(path, f"is over {max_bytes} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"the recording {path.name} is not UTF-8 text", code=ErrorCode.INVALID_RECORDING) from None
+
+
 class ReplayModel:
     """Plays a recording back. The n-th identical request gets the n-th recorded answer to it (the last
     one once they run out, so a recording of one run can be replayed many times)."""
 
-    def __init__(self, path: str | Path, *, name: str | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        root: str | Path | None = None,
+        max_bytes: int = MAX_RECORDING_BYTES,
+    ):
+        """``root``: the recording must resolve (symlinks followed) inside this directory; only a regular
+        file of at most ``max_bytes`` is read (RECORDING_NOT_ALLOWED otherwise, before any byte is read)."""
         self.path = Path(path)
         self._answers: dict[str, list[dict[str, Any]]] = defaultdict(list)
         recorded_name = None
-        if not self.path.is_file():
-            raise UserError(f"no recording at {self.path}", code=ErrorCode.RECORDING_NOT_FOUND)
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(
-                f"cannot read the recording {self.path.name}: {exc}", code=ErrorCode.INVALID_RECORDING
-            ) from None
+        text = _read_recording(self.path, root, max_bytes)
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue

@@ -3,17 +3,24 @@
 A run's row names its agent (``AgentRef``: name, version, JSON parameters), never code. The code that
 builds an agent comes from the process's own configuration, in this order:
 
-1. the agents the library ships (the ledger agent of ``stateward chaos``),
+1. the agents the library ships for serving (none today),
 2. Python entry points in the group ``stateward.agents`` (an installed package registers its agents),
 3. ``STATEWARD_AGENTS`` / ``--agents``: comma-separated ``module:attr`` of :class:`AgentRegistry` objects.
 
-A name that none of them registered is refused (``AGENT_NOT_REGISTERED``) and nothing is imported.
+The agents that exist for tests and fault campaigns (``chaos-ledger``: its params name a store path)
+are in none of these: a process builds them only when its operator asks, with ``STATEWARD_TEST_AGENTS=1``
+or ``--agents stateward.chaos.agent:registry`` (``stateward chaos`` and ``stateward gates`` ask for
+themselves). A name that none of them registered is refused (``AGENT_NOT_REGISTERED``) and nothing is imported.
 
 A new run's agent is made by :meth:`AgentRegistry.create` (``stateward run NAME --param k=v --model
 SPEC``): its params must be JSON the factory accepts (``INVALID_AGENT_PARAMS``), and a model spec
 becomes the reserved param ``model_spec`` — passed only to a factory that declares it (or takes
 ``**params`` or one ``params`` dict); any other factory refuses it (``MODEL_NOT_SUPPORTED``). The run
 stores exactly those params, so every process rebuilds the same agent.
+
+An agent may declare its params' schema at registration (``params_schema``: a pydantic model); its
+params are then validated against it (types, bounds, no unknown key) before the factory is called, and
+a refused param is INVALID_AGENT_PARAMS naming it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import AgentRef
 from stateward.runtime.agent import Agent
@@ -35,6 +44,8 @@ from stateward.runtime.agent_version import FINGERPRINT_PREFIX, fingerprint
 
 ENTRY_POINT_GROUP = "stateward.agents"
 ENV_VAR = "STATEWARD_AGENTS"
+CAMPAIGN_AGENTS_ENV = "STATEWARD_TEST_AGENTS"  # "1": this process may build the agents made for tests and campaigns
+CAMPAIGN_AGENTS_SPEC = "stateward.chaos.agent:registry"
 
 AgentFactory = Callable[..., Agent]
 MODEL_PARAM = "model_spec"  # the param a model spec (``--model``) reaches a factory as
@@ -55,7 +66,25 @@ class RegisteredAgent:
     source: str = "code"
     description: str = ""
     compatible_with: tuple[str, ...] = ()
+    params_schema: type[BaseModel] | None = None
     _resolved: list[str] = field(default_factory=list, compare=False, repr=False)  # the fingerprint, once
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        """Validate ``params`` against the declared schema, strictly as JSON (INVALID_AGENT_PARAMS naming
+        each refused param)."""
+        if self.params_schema is None:
+            return
+        try:
+            # As JSON, strictly: a run's params are JSON, and "100" is no int (a JSON enum value is its member).
+            self.params_schema.model_validate_json(json.dumps(dict(params)), strict=True)
+        except ValidationError as exc:
+            fields = [".".join(str(part) for part in err["loc"]) or "params" for err in exc.errors()]
+            why = "; ".join(f"{field}: {err['msg']}" for field, err in zip(fields, exc.errors(), strict=True))
+            raise RunError(
+                f"agent {self.name!r} does not take these params: {why}"[:1000],
+                code=ErrorCode.INVALID_AGENT_PARAMS,
+                details={"agent": self.name, "params": sorted(set(fields))[:20]},
+            ) from None
 
     def build(self, params: Mapping[str, Any]) -> Agent:
         """Call the factory with the run's JSON parameters (``factory(**params)``, or ``factory(params)``
@@ -153,8 +182,10 @@ class AgentRegistry:
         description: str = "",
         source: str = "code",
         compatible_with: Iterable[str] = (),
+        params_schema: type[BaseModel] | None = None,
     ) -> None:
-        """Let this process build ``name`` with ``factory``. Registering a name twice is a mistake.
+        """Let this process build ``name`` with ``factory`` (its params checked against ``params_schema``
+        when given). Registering a name twice is a mistake.
 
         ``version``: what runs started here record (default: a fingerprint of the definition);
         ``compatible_with``: earlier versions whose runs this build may also drive.
@@ -171,7 +202,11 @@ class AgentRegistry:
                 f"version {version!r} of agent {name!r}: the {FINGERPRINT_PREFIX!r} prefix is the fingerprint's",
                 code=ErrorCode.INVALID_AGENT_VERSION,
             )
-        self._add(RegisteredAgent(name, factory, version, source, description, compatible))
+        if params_schema is not None and not (isinstance(params_schema, type) and issubclass(params_schema, BaseModel)):
+            raise UserError(
+                f"the params_schema of agent {name!r} is not a pydantic model", code=ErrorCode.INVALID_AGENT
+            )
+        self._add(RegisteredAgent(name, factory, version, source, description, compatible, params_schema))
 
     def register_lazy(
         self,
@@ -199,7 +234,12 @@ class AgentRegistry:
         )
 
     def agent(
-        self, name: str, *, version: str | None = None, compatible_with: Iterable[str] = ()
+        self,
+        name: str,
+        *,
+        version: str | None = None,
+        compatible_with: Iterable[str] = (),
+        params_schema: type[BaseModel] | None = None,
     ) -> Callable[[AgentFactory], AgentFactory]:
         """Decorator form of :meth:`register`."""
 
@@ -210,6 +250,7 @@ class AgentRegistry:
                 version=version,
                 description=(factory.__doc__ or "").strip(),
                 compatible_with=compatible_with,
+                params_schema=params_schema,
             )
             return factory
 
@@ -276,6 +317,7 @@ class AgentRegistry:
             given = json.loads(json.dumps(given, allow_nan=False, ensure_ascii=False))
         except (TypeError, ValueError) as exc:
             raise _invalid_params(name, f"params must be JSON values: {exc}") from None
+        entry.check(given)
         why = entry.refusal(given)
         if why is not None:
             raise _invalid_params(name, why)
@@ -300,6 +342,7 @@ class AgentRegistry:
         (``AGENT_VERSION_UNAVAILABLE`` otherwise: nothing about the run is changed). The agent keeps the
         run's recorded version. A run recorded before versions existed (no version) is built as it is."""
         entry = self._entry(ref.name)
+        entry.check(ref.params)  # a stored run's params pass the same schema as a new run's
         if ref.version is not None and (entry.version is not None or entry.compatible_with):
             self._check_version(entry, ref)  # known without building: refuse before the factory runs
         try:
@@ -399,6 +442,21 @@ def _source_fingerprint(factory: AgentFactory) -> str:
     return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+OPERATOR_PARAMS = frozenset({MODEL_PARAM})  # params only the operator sets (CLI --model), never a tenant
+
+
+def refuse_operator_params(params: Mapping[str, Any]) -> None:
+    """Refuse, by name, params a tenant may not send (``POST /v1/runs``): the model a run uses is the
+    operator's choice (``stateward run NAME --model SPEC``, an agent's own default), never a request's."""
+    refused = sorted(OPERATOR_PARAMS.intersection(params))
+    if refused:
+        raise RunError(
+            f"param {refused[0]!r} is chosen by the operator, not by a request",
+            code=ErrorCode.PARAM_NOT_ALLOWED,
+            details={"params": refused},
+        )
+
+
 def _invalid_params(name: str, why: str) -> RunError:
     return RunError(
         f"agent {name!r} does not take these params: {why}"[:1000],
@@ -434,19 +492,21 @@ class _LazyFactory:
 
 
 def builtin_agents() -> AgentRegistry:
-    """The agents the library itself ships: the ledger agent `stateward chaos` drives.
-
-    The demos' agents (blog, payment-migration, expenses) come from the ``stateward-demos`` package's
-    ``stateward.agents`` entry point, like any installed package's.
+    """The agents the library ships for serving: none. The ledger agent `stateward chaos` drives is a
+    test agent (:func:`campaign_agents`); the demos' agents (blog, payment-migration, expenses) come from the
+    ``stateward-demos`` package's ``stateward.agents`` entry point, like any installed package's.
     """
-    registry = AgentRegistry()
-    registry.register_lazy(
-        "chaos-ledger",
-        "stateward.chaos.agent:build_agent",
-        description="the ledger agent `stateward chaos` drives",
-        source="builtin",
-    )
-    return registry
+    return AgentRegistry()
+
+
+def campaign_agents() -> AgentRegistry:
+    """The agents made for tests and fault campaigns (``chaos-ledger``): registered only on request."""
+    return load_spec(CAMPAIGN_AGENTS_SPEC)
+
+
+def campaign_agents_requested(env: Mapping[str, str]) -> bool:
+    """Whether the operator asked for the test agents through ``STATEWARD_TEST_AGENTS``."""
+    return env.get(CAMPAIGN_AGENTS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def load_spec(spec: str) -> AgentRegistry:
@@ -470,7 +530,13 @@ def load_spec(spec: str) -> AgentRegistry:
 def _sourced(registry: AgentRegistry, source: str) -> AgentRegistry:
     return AgentRegistry(
         RegisteredAgent(
-            e.name, e.factory, e.version, source if e.source == "code" else e.source, e.description, e.compatible_with
+            e.name,
+            e.factory,
+            e.version,
+            source if e.source == "code" else e.source,
+            e.description,
+            e.compatible_with,
+            e.params_schema,
         )
         for e in registry
     )
@@ -503,13 +569,20 @@ def split_specs(text: str | None) -> list[str]:
 
 
 def process_agents(
-    specs: Iterable[str] = (), *, env: Mapping[str, str] | None = None, use_entry_points: bool = True
+    specs: Iterable[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    use_entry_points: bool = True,
+    with_test_agents: bool = False,
 ) -> AgentRegistry:
-    """Every agent this process may build: built-ins, entry points, ``STATEWARD_AGENTS`` and ``specs``."""
+    """Every agent this process may build: built-ins, entry points, ``STATEWARD_AGENTS`` and ``specs``;
+    the test agents too when ``with_test_agents`` or ``STATEWARD_TEST_AGENTS=1``."""
     registry = builtin_agents()
     if use_entry_points:
         registry.merge(_from_entry_points())
     environment = os.environ if env is None else env
+    if with_test_agents or campaign_agents_requested(environment):
+        registry.merge(campaign_agents())
     for spec in [*split_specs(environment.get(ENV_VAR)), *specs]:
         registry.merge(load_spec(spec))
     return registry

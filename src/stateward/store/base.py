@@ -117,6 +117,11 @@ class Store(Protocol):
         """The run's events numbered above ``after_seq`` in order, at most ``limit`` of them (None: all)."""
         ...
 
+    def check_integrity(self) -> None:
+        """Refuse a damaged store (STORE_CORRUPT) before anyone writes to it or calls it ready: SQLite's
+        ``PRAGMA quick_check``; on PostgreSQL a read of every table (the server checks its own pages)."""
+        ...
+
     def list_runs(self, limit: int = 100) -> list[RunRow]:
         """The newest runs, unfiltered (see :meth:`page_runs` for filters and paging)."""
         ...

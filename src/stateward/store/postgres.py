@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql as pg_sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
@@ -473,6 +474,30 @@ class PostgresStore(OutboxMethods, SessionMethods):
                         )
                     )
         return out if limit is None else out[:limit]
+
+    def check_integrity(self) -> None:
+        """A read of one row of every table of the store's schema: a page the server cannot read (SQLSTATE
+        class XX, data_corrupted / index_corrupted) is STORE_CORRUPT; an unreachable server stays
+        STORE_UNAVAILABLE. The server checks its own pages (checksums) as it reads them."""
+        try:
+            with self._conn() as conn:
+                tables = [
+                    str(row[0])
+                    for row in conn.execute(
+                        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename"
+                    ).fetchall()
+                ]
+                for table in tables:
+                    conn.execute(pg_sql.SQL("SELECT 1 FROM {} LIMIT 1").format(pg_sql.Identifier(table)))
+        except StoreError as exc:
+            cause = exc.__cause__
+            state = getattr(cause, "sqlstate", None) or ""
+            if state.startswith("XX"):
+                raise StoreError(
+                    f"the PostgreSQL store is damaged ({_first_line(cause) if cause else exc.message})",
+                    code=ErrorCode.STORE_CORRUPT,
+                ) from None
+            raise
 
     def list_runs(self, limit: int = 100) -> list[RunRow]:
         with self._conn() as conn:

@@ -345,6 +345,23 @@ class SQLiteStore(OutboxMethods, SessionMethods):
                 code=ErrorCode.SCHEMA_MISMATCH,
             )
 
+    def check_integrity(self) -> None:
+        """``PRAGMA quick_check`` (every page and index of the file, without comparing index contents):
+        any answer but ``ok`` is STORE_CORRUPT, with SQLite's first findings."""
+        try:
+            with self._lock:
+                found = [str(row[0]) for row in self._db.execute("PRAGMA quick_check(20)").fetchall()]
+        except StoreError as exc:
+            if exc.code == ErrorCode.STORE_CORRUPT:
+                raise
+            raise StoreError(f"{self.path}: the integrity check failed: {exc.message}", code=exc.code) from None
+        if found != ["ok"]:
+            raise StoreError(
+                f"{self.path} is damaged (PRAGMA quick_check: {'; '.join(found)[:500]}); restore it from a backup",
+                code=ErrorCode.STORE_CORRUPT,
+                details={"findings": found[:20]},
+            )
+
     def close(self) -> None:
         self._checkpointer.stop()
         with self._lock:

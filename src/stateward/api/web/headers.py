@@ -24,15 +24,15 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 
 
 class SecurityHeaders:
-    """Pure ASGI middleware: adds :data:`SECURITY_HEADERS` to responses under ``prefix``."""
+    """Pure ASGI middleware: adds :data:`SECURITY_HEADERS` to responses under ``prefix`` (one or several)."""
 
-    def __init__(self, app: ASGIApp, prefix: str):
+    def __init__(self, app: ASGIApp, prefix: str | tuple[str, ...]):
         self.app = app
-        self.prefix = prefix
+        self.prefixes = (prefix,) if isinstance(prefix, str) else prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if not (path == self.prefix or path.startswith(f"{self.prefix}/")):
+        if not any(path == prefix or path.startswith(f"{prefix}/") for prefix in self.prefixes):
             await self.app(scope, receive, send)
             return
 
