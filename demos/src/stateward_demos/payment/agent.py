@@ -45,6 +45,7 @@ from stateward.planning import (
     plan_finish_policy,
     plan_run_tools,
 )
+from stateward.tools import ResourceScope
 from stateward.verify import ArtifactVersion, CheckResult, CheckSuite, CheckVerdict, Report
 from stateward_demos.payment import faults, reports
 from stateward_demos.payment.outcome import FACT_ARTIFACTS, final_summary, make_measure
@@ -189,6 +190,8 @@ def build_agent(
         budget=Budget(max_steps=max_steps),
         # A refused proposal (e.g. an injected call the item does not show) is named to the model once.
         on_rejected_signal="correct_once",
+        # A repository the contract puts out of scope is refused by the gateway (SCOPE_VIOLATION), not searched.
+        resource_scope=ResourceScope(denied=frozenset(the_goal.scope.out_of_scope)),
     )
 
 
