@@ -84,6 +84,7 @@ class ErrorCode(StrEnum):
     QUESTION_TOO_LARGE = "QUESTION_TOO_LARGE"
     INVALID_PLAN = "INVALID_PLAN"
     PLAN_UNKNOWN_ACTION = "PLAN_UNKNOWN_ACTION"
+    PLAN_APPROVAL_ORDER = "PLAN_APPROVAL_ORDER"
     INVALID_NODE_OUTPUT = "INVALID_NODE_OUTPUT"
     # Provider replies that arrived intact but are not one decision (RejectionCode)
     MULTIPLE_TOOL_CALLS = "MULTIPLE_TOOL_CALLS"
