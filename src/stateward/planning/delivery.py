@@ -394,6 +394,6 @@ def standard_options(continue_needs: str = "") -> tuple[DecisionOption, ...]:
         DecisionOption(
             option_id="cancel",
             label="Cancel the run",
-            consequence="the run ends CANCELLED; no further tool calls are made",
+            consequence="the run ends FAILED (cancelled_at_handoff), delivering nothing; no further tool calls",
         ),
     )

@@ -236,7 +236,10 @@ class DeliverySteps(Part):
             return None
         choice = (answer.text or "").strip().lower()
         memo.handoff_request, memo.awaiting_handoff = None, False
-        notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload={"option": choice, "by": answer.by}))
+        answered: dict[str, object] = {"option": choice, "by": answer.by}
+        if choice == "continue_authorized":
+            answered["grant"] = self.authorize_continue(ctx, memo)
+        notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload=answered))
         if choice == "cancel":
             return self.fail_safely(memo, notes, "CANCELLED_AT_HANDOFF", "cancelled_at_handoff")
         if choice == "accept_partial":
@@ -252,3 +255,18 @@ class DeliverySteps(Part):
         memo.no_progress_streak = 0
         memo.history.clear()
         return None
+
+    def authorize_continue(self, ctx: DecisionContext, memo: PlanRunMemo) -> dict[str, object]:
+        """continue_authorized: each failed item (the resume point's among them) may make one more attempt, a
+        grant by the person who answered, recorded with who and when. The budget already spent stays counted."""
+        answer = ctx.state.last_answer
+        assert answer is not None
+        states = self.owner.view.states(ctx, memo)
+        failed = [w for w, s in states.items() if s is WorkItemState.FAILED]
+        for wid in failed:
+            memo.authorized_attempts[wid] = len(memo.items[wid].attempts) + 1
+        return {
+            "by": answer.by,
+            "at": answer.at.isoformat(),
+            "reattempt": {w: memo.authorized_attempts[w] for w in failed},
+        }
