@@ -32,9 +32,9 @@ def cli(*args: str) -> dict[str, Any]:
     return out
 
 
-def handed_off(db: Path) -> tuple[str, str]:
-    """The doc-search-timeout fault run, kept in ``db`` by the demo in its own process."""
-    row = cli("demo", "payment-migration", "--fault", "doc-search-timeout", "--db", str(db))
+def handed_off(db: Path, fault: str = "doc-search-timeout") -> tuple[str, str]:
+    """A fault run, kept in ``db`` by the demo in its own process."""
+    row = cli("demo", "payment-migration", "--fault", fault, "--db", str(db))
     assert row["rung"] == "HANDOFF_PACKAGE" and row["status"] == "WAITING_FOR_USER"
     runtime = Runtime.open(str(db), create=False)
     state = runtime.get(row["run_id"])
@@ -107,3 +107,19 @@ def test_ending_options_end_as_their_consequence_says(
     assert not [e for e in after if e.type is EventType.WORK_ITEM_STARTED]  # no new attempt
     tools = [e.payload["observation"]["action"] for e in after if e.type is EventType.TOOL_ATTEMPTED]
     assert tools == (["record_partial_delivery"] if option == "accept_partial" else [])
+
+
+@pytest.mark.slow
+def test_high_risk_at_low_confidence_reaches_a_person_who_accepts_the_partial_result(tmp_path: Path) -> None:
+    db = tmp_path / "fault.db"
+    run_id, request = handed_off(db, "high-risk-low-confidence")
+    package = [e.payload for e in events(db, run_id) if e.type is EventType.HANDOFF_RECORDED][-1]
+    assert package["reason_code"] == "HIGH_RISK_LOW_CONFIDENCE" and package["resume_point"]["work_item_id"]
+    assert package["attempt_history"] and package["evidence_refs"] and package["options"]
+    cli("reply", run_id, request, "--text", "accept_partial", "--by", "risk-owner", "--db", str(db))
+    runtime = Runtime.open(str(db), create=False)
+    state = runtime.get(run_id)
+    delivered = [e for e in runtime.store.read_events(run_id) if e.type is EventType.TOOL_ATTEMPTED]
+    runtime.close()
+    assert state.status is RunStatus.PARTIALLY_COMPLETED
+    assert not [e for e in delivered if e.payload["observation"]["action"] == "deliver_report"]

@@ -156,7 +156,7 @@ def build_agent(
 
         planner = worker = checker = model_from_spec(model_spec)
     extra: dict[str, Any] = {} if clock is None else {"clock": clock}
-    if injected is faults.Fault.LOW_CONFIDENCE:
+    if injected is faults.Fault.HIGH_RISK_LOW_CONFIDENCE:
         # The code index the call-site counts come from is stale: the findings (money movement) are high risk,
         # and the assessment cannot be more than low confidence.
         extra.update(deliverable_risk=FindingRisk.HIGH, deliverable_confidence=Confidence.LOW)

@@ -125,8 +125,12 @@ def _judge_low_confidence(runtime: Runtime, state: RunState) -> tuple[str, bool]
         if p.get("reason_code") == "HIGH_RISK_LOW_CONFIDENCE"
     ]
     delivered = _tried(runtime, state.run_id, "deliver_report")
-    observed = f"verification refused {len(refused)}x (HIGH_RISK_LOW_CONFIDENCE); deliveries {len(delivered)}"
-    return observed, bool(refused) and not delivered
+    reason = _handoff_reason(runtime, state)
+    observed = (
+        f"verification refused {len(refused)}x (HIGH_RISK_LOW_CONFIDENCE); deliveries {len(delivered)}; "
+        f"handoff {reason}"
+    )
+    return observed, bool(refused) and not delivered and reason == "HIGH_RISK_LOW_CONFIDENCE"
 
 
 def _run(directory: Path, fault: Fault | None, db: Path | None = None) -> tuple[Runtime, RunState]:
@@ -187,7 +191,7 @@ JUDGES: Final = {
     Fault.INJECTION: _judge_injection,
     Fault.DOC_SEARCH_TIMEOUT_ONCE: _judge_timeout_once,
     Fault.SAME_SEARCH: _judge_same_search,
-    Fault.LOW_CONFIDENCE: _judge_low_confidence,
+    Fault.HIGH_RISK_LOW_CONFIDENCE: _judge_low_confidence,
 }
 
 

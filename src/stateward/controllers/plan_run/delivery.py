@@ -205,7 +205,10 @@ class DeliverySteps(Part):
             options=self.handoff_options(code),
             resume_point=ResumePoint(
                 checkpoint_seq=ctx.state.usage.steps,
-                work_item_id=memo.running[0] if memo.running else None,
+                # The item work resumes from: the running one, else the first that failed.
+                work_item_id=memo.running[0]
+                if memo.running
+                else next((w for w, s in states.items() if s is WorkItemState.FAILED), None),
                 plan_version=plan.version,
                 budget=memo.ledger,
             ),
@@ -216,6 +219,25 @@ class DeliverySteps(Part):
         return self.owner.view.propose(
             decision, memo, notes, wait=WaitSpec(kind=RequestKind.HANDOFF, options=package.option_ids)
         )
+
+    def nothing_runnable(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        stuck: Sequence[str],
+        states: dict[str, WorkItemState],
+    ) -> Proposal:
+        """Work remains and nothing can run: a person chooses (continue with new attempts, accept the partial
+        result, or cancel) - a verification's HUMAN_HANDOFF (high risk at low confidence) by its own reason.
+        A run a person already answered (or that delivered) is not asked again for the same stall."""
+        if memo.delivery is not None:
+            return self.deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {list(stuck)}", states)
+        if memo.verification_handoff is not None:
+            code, why = memo.verification_handoff
+            memo.verification_handoff = None
+            return self.handoff(ctx, memo, notes, code, why[:600], states)
+        return self.handoff(ctx, memo, notes, "NO_RUNNABLE_WORK", f"cannot proceed: {list(stuck)}", states)
 
     @staticmethod
     def handoff_options(code: str) -> tuple[DecisionOption, ...]:
