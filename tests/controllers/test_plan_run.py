@@ -149,6 +149,14 @@ def events(runtime: Runtime, run_id: str, kind: EventType) -> list[dict[str, Any
     return [e.payload for e in runtime.store.read_events(run_id) if e.type is kind]
 
 
+def accepted_partial(runtime: Runtime, state: Any) -> Any:
+    """Nothing runnable hands the run to a person (NO_RUNNABLE_WORK, or a verification's own reason): answer
+    accept_partial, as the person who takes what was verified would."""
+    assert state.status is RunStatus.WAITING_FOR_USER and state.pending is not None
+    assert state.pending.kind == "handoff"
+    return runtime.reply(state.run_id, state.pending.request_id, text="accept_partial", by="ops").state
+
+
 def test_plan_runs_to_completion_with_one_repair_and_a_bound_approval(runtime: Runtime) -> None:
     state = runtime.start(make_agent(THREE_ITEMS), GOAL.objective)
     assert state.status is RunStatus.WAITING_FOR_USER
@@ -260,6 +268,9 @@ def test_model_saying_done_never_completes_an_item(runtime: Runtime) -> None:
 
     plan = plan_doc([item("W1", [], ["search"], "findings")])
     state = runtime.start(make_agent(plan, worker=lazy), GOAL.objective)
+    handed = events(runtime, state.run_id, EventType.HANDOFF_RECORDED)
+    assert [h["reason_code"] for h in handed] == ["NO_RUNNABLE_WORK"]
+    state = accepted_partial(runtime, state)
     assert state.status is RunStatus.PARTIALLY_COMPLETED
     assert "findings" not in state.artifacts
     ended = events(runtime, state.run_id, EventType.WORK_ITEM_ENDED)
@@ -574,7 +585,7 @@ def test_a_transient_failure_is_no_reason_to_replan(runtime: Runtime) -> None:
 
 
 def test_replans_are_bounded(runtime: Runtime) -> None:
-    state = runtime.start(_replanning_agent(MOVE_TO_ARCHIVE, max_replans=0), GOAL.objective)
+    state = accepted_partial(runtime, runtime.start(_replanning_agent(MOVE_TO_ARCHIVE, max_replans=0), GOAL.objective))
     assert state.status is RunStatus.PARTIALLY_COMPLETED
     assert [p["plan_version"] for p in events(runtime, state.run_id, EventType.PLAN_RECORDED)] == [1]
 

@@ -12,7 +12,16 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.controllers.test_plan_run import GOAL, THREE_ITEMS, events, item, make_agent, plan_doc, worker_policy
+from tests.controllers.test_plan_run import (
+    GOAL,
+    THREE_ITEMS,
+    accepted_partial,
+    events,
+    item,
+    make_agent,
+    plan_doc,
+    worker_policy,
+)
 
 from stateward import RunStatus, Runtime
 from stateward.controllers.plan_run import PlanRunController
@@ -178,11 +187,11 @@ def test_the_rung_follows_what_was_verified(runtime: Runtime) -> None:
     # The summary is the deliverable; it never passes, so only the verified findings (a fact list) remain.
     never_repaired = BudgetLimits(max_reflections_per_artifact=0)
     agent = configured(make_agent(TWO_ITEMS, budget=never_repaired), fact_artifacts=frozenset({"findings"}))
-    state = runtime.start(agent, GOAL.objective)
+    state = accepted_partial(runtime, runtime.start(agent, GOAL.objective))
     assert state.status is RunStatus.PARTIALLY_COMPLETED
     assert state.memo["outcome"]["rung"] == DegradationRung.FACTS_AND_RISK_CANDIDATES
     plain = configured(make_agent(TWO_ITEMS, budget=BudgetLimits(max_reflections_per_artifact=0)))
-    other = runtime.start(plain, GOAL.objective)
+    other = accepted_partial(runtime, runtime.start(plain, GOAL.objective))
     assert other.memo["outcome"]["rung"] == DegradationRung.ARTIFACT_INDEX
 
 

@@ -180,6 +180,7 @@ def build_agent(
     signal_model = model or scripted_models()[controller]
     if injected is not None:
         signal_model = ScriptedModel(blog_faults.policy(injected), name=f"scripted-react-{injected.value}")
+    tools = make_tools(chosen, injected)
     # Only the chosen controller is imported: a process resuming one run pays for one.
     ctrl: Controller
     if controller == "react":
@@ -189,7 +190,9 @@ def build_agent(
     elif controller == "plan_and_execute":
         from stateward import PlanAndExecuteController
 
-        ctrl = PlanAndExecuteController(signal_model)
+        # The plan validator holds a plan to the approval order: a guarded tool only after its await step.
+        guarded = frozenset(n for n in tools.names() if (spec := tools.get(n)) is not None and spec.requires_approval)
+        ctrl = PlanAndExecuteController(signal_model, approval_before=guarded)
     else:
         ctrl = workflow_nodes(signal_model, inventory)
     params: dict[str, Any] = {
@@ -203,7 +206,7 @@ def build_agent(
     return Agent(
         name="blog",
         controller=ctrl,
-        tools=make_tools(chosen, injected),
+        tools=tools,
         ref=AgentRef(name=NAME, params=params),
         wait_policy=blog_faults.wait_policy(injected, blog_wait_policy) if injected else blog_wait_policy,
         finish_policy=blog_finish_policy,

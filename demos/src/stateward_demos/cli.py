@@ -85,7 +85,8 @@ def demo_payment_migration(
         str | None,
         typer.Option(
             help="Run under one of the case's faults (doc-search-timeout | authority-conflict | budget | "
-            "pause-resume | injection), or 'all' for the table of every fault."
+            "pause-resume | injection | doc-search-timeout-once | same-search | high-risk-low-confidence), "
+            "or 'all' for the table of every fault. The run is kept in --db; --approve approves its delivery."
         ),
     ] = None,
     as_json: JsonOpt = False,
@@ -94,7 +95,7 @@ def demo_payment_migration(
     from stateward_demos.payment.agent import build_agent, goal, summary
 
     if fault is not None:
-        _payment_faults(fault, as_json)
+        _payment_faults(fault, as_json, db, approve)
         return
     with reported_errors(as_json):
         agent = build_agent(model_spec=model)
@@ -109,23 +110,35 @@ def demo_payment_migration(
     _print_payment(out, db)
 
 
-def _payment_faults(name: str, as_json: bool) -> None:
-    """Each fault's run in a scratch store, judged against the source's expected outcome."""
+def _payment_faults(name: str, as_json: bool, db: str, approve: bool) -> None:
+    """Each fault's run, judged against the source's expected outcome, kept in ``--db`` (``all``: one store per
+    fault beside it, ``<db>.<fault>.db``) so another process can answer a pending request; ``--approve``
+    approves a pending delivery as demo-reviewer after judging (a handoff is left to a person)."""
     from stateward_demos.payment.fault_runs import COLUMNS, run_fault
     from stateward_demos.payment.faults import Fault, parse
 
+    by = "demo-reviewer" if approve else None
     with reported_errors(as_json), tempfile.TemporaryDirectory() as tmp:
         try:
             chosen = list(Fault) if name == "all" else [parse(name)]
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
-        rows = [run_fault(f, Path(tmp)) for f in chosen if f is not None]
+        path = Path(db)
+        stores = {f: path if name != "all" else path.with_name(f"{path.name}.{f}.db") for f in chosen if f}
+        rows = [run_fault(f, Path(tmp), db=stores[f], approve_as=by) for f in chosen if f is not None]
     if as_json:
         emit_json(rows if name == "all" else rows[0])
         return
     print_table("The payment case under its faults", COLUMNS, [{c: r[c] for c in COLUMNS} for r in rows])
     if name != "all":
-        _print_payment({"run_id": "-", **rows[0]["summary"], "delivery_receipt": None}, "-")
+        row = rows[0]
+        _print_payment({"run_id": row["run_id"], **row["summary"], "delivery_receipt": None}, db)
+        request = row["summary"].get("pending_request_id")
+        if row["rung"] == "HANDOFF_PACKAGE" and request is not None:
+            typer.echo(
+                f"  a handoff: stateward reply {row['run_id']} {request} "
+                f"--text continue_authorized|accept_partial|cancel --by <you> --db {db}"
+            )
 
 
 def _print_payment(out: dict[str, Any], db: str) -> None:
@@ -144,8 +157,8 @@ def _print_payment(out: dict[str, Any], db: str) -> None:
         typer.echo(f"  budget to continue: {out['budget_to_continue']}")
     typer.echo("  verification: " + " -> ".join(f"{v['artifact']} {v['outcome']}" for v in out["verifications"]))
     typer.echo("  budget used: " + ", ".join(f"{k}={v}" for k, v in out["budget_used"].items()))
-    if out["pending_request_id"] is not None:
-        action = out["pending_action"] or {}
+    if out["pending_request_id"] is not None and out["pending_action"] is not None:  # a handoff is no approval
+        action = out["pending_action"]
         typer.echo(f"  pending {out['pending_request_id']}: {action.get('tool')} {action.get('args')}")
         typer.echo(f"  answer with: stateward approve {out['run_id']} {out['pending_request_id']} --db {db}")
     if out["delivery_receipt"] is not None:

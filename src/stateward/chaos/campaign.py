@@ -140,7 +140,8 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
     Scenario(agent=PAYMENT, fault=_F.PLAN_CYCLE, goal=_PAY_GOAL, builder="payment-migration-plan-cycle"),
     Scenario(agent=PAYMENT, fault=_F.TIMEOUT_ONCE, goal=_PAY_GOAL, params={"fault": "doc-search-timeout-once"}),
     Scenario(agent=PAYMENT, fault=_F.SAME_SEARCH, goal=_PAY_GOAL, params={"fault": "same-search"}),
-    Scenario(agent=PAYMENT, fault=_F.HIGH_RISK_LOW_CONFIDENCE, goal=_PAY_GOAL, params={"fault": "low-confidence"}),
+    Scenario(agent=PAYMENT, fault=_F.HIGH_RISK_LOW_CONFIDENCE, goal=_PAY_GOAL,
+             params={"fault": "high-risk-low-confidence"}),
     # The ledger's table rows (its process faults run under the storm). The campaign adds db, seed and index.
     Scenario(agent=LEDGER, fault=_F.TIMEOUT_ONCE, goal=_LEDGER_GOAL, params={"fault": "timeout-once"}),
     Scenario(agent=LEDGER, fault=_F.PERMISSION_DENIED, goal=_LEDGER_GOAL, params={"fault": "permission-denied"}),

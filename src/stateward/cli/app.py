@@ -726,6 +726,7 @@ def gates(
         ]
         print_table(f"gates over {report.runs} runs ({db})", ("gate", "value", "opportunities", "holds"), rows)
         typer.echo(f"finished or waiting: {report.finished_or_waiting} (floor 0.95): {report.liveness_holds}")
+        typer.echo(f"scope violations refused: {report.scope_violations_refused}")
         if cells:
             columns = ("agent", "fault", "coverage", "runs", "unobserved", "kills", "hung", "reason")
             print_table("campaign", columns, cells)

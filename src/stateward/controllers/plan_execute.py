@@ -74,8 +74,26 @@ class PlanExecuteMemo(BaseModel):
         return self.model_dump(mode="json", include=set(self.model_fields_set))  # nested models whole
 
 
-def parse_step_plan(text: str, known_actions: set[str]) -> StepPlan | SignalFailure:
-    """A planner's reply as a plan, or a named failure; unknown actions are refused before anything runs."""
+def approval_order_issues(plan: StepPlan, approval_before: frozenset[str]) -> list[str]:
+    """Where ``plan`` puts a guarded step (an action of ``approval_before``) without an ``await_approval`` step
+    before it, since the previous guarded step: each guarded action needs its own approval, asked first."""
+    issues: list[str] = []
+    asked = False
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, AwaitStep):
+            asked = True
+        elif isinstance(step, ToolStep) and step.action in approval_before:
+            if not asked:
+                issues.append(f"step {i} {step.action!r} needs an await_approval step before it")
+            asked = False
+    return issues
+
+
+def parse_step_plan(
+    text: str, known_actions: set[str], approval_before: frozenset[str] = frozenset()
+) -> StepPlan | SignalFailure:
+    """A planner's reply as a plan, or a named failure; unknown actions are refused before anything runs, and
+    a guarded step (of ``approval_before``) the plan puts before its approval step is PLAN_APPROVAL_ORDER."""
     try:
         plan = _PLAN.validate_json(text)
     except ValidationError as exc:
@@ -85,6 +103,9 @@ def parse_step_plan(text: str, known_actions: set[str]) -> StepPlan | SignalFail
         return SignalFailure(
             code=ErrorCode.PLAN_UNKNOWN_ACTION, message=f"plan uses unknown actions {unknown}", raw=text[:2000]
         )
+    issues = approval_order_issues(plan, approval_before)
+    if issues:
+        return SignalFailure(code=ErrorCode.PLAN_APPROVAL_ORDER, message="; ".join(issues), raw=text[:2000])
     return plan
 
 
@@ -102,8 +123,13 @@ class PlanAndExecuteController:
 
     mode = "plan_and_execute"
 
-    def __init__(self, planner: AnyModel):
+    def __init__(self, planner: AnyModel, *, approval_before: frozenset[str] = frozenset(), max_revisions: int = 1):
+        """``approval_before``: actions a plan must put after an ``await_approval`` step (the source's approval
+        order); a plan that does not is answered REVISE (the planner is asked again, told why) up to
+        ``max_revisions`` times, then refused (PLAN_APPROVAL_ORDER). The validator never fixes a plan itself."""
         self.planner = planner
+        self.approval_before = approval_before
+        self.max_revisions = max_revisions
 
     def decide(self, ctx: DecisionContext) -> Proposal:
         """Plan once (again after a rejected plan), then propose the plan's next step."""
@@ -120,22 +146,14 @@ class PlanAndExecuteController:
         usage: tuple[Usage, ...] = ()
         notes: list[NewEvent] = []
         if needs_plan:
-            reply = complete(
-                self.planner,
-                ctx.request(
-                    purpose="plan",
-                    goal=ctx.state.goal,
-                    inventory=list(ctx.inventory),
-                    visible_actions=ctx.specs(tuple(ctx.actions)),
-                    facts=ctx.facts(),
-                    instructions=PLAN_INSTRUCTIONS,
-                ),
-            )
-            usage = (reply.usage,)
-            parsed = provider_rejection(reply) or parse_step_plan(reply.text, set(ctx.actions))
+            parsed, usage, notes = self._plan(ctx)
             if isinstance(parsed, SignalFailure):
                 return Proposal(
-                    signal=parsed, source=SignalSource.PLAN_STEP, visible_actions=frozenset(), model_usage=usage
+                    signal=parsed,
+                    source=SignalSource.PLAN_STEP,
+                    visible_actions=frozenset(),
+                    model_usage=usage,
+                    notes=notes,
                 )
             memo = PlanExecuteMemo(
                 plan=parsed,
@@ -146,7 +164,12 @@ class PlanAndExecuteController:
             notes.append(
                 NewEvent(
                     type=EventType.PLAN_RECORDED,
-                    payload={"plan_version": memo.plan_version, "steps": len(parsed.steps), "validator": "ACCEPT"},
+                    payload={
+                        "plan_version": memo.plan_version,
+                        "steps": len(parsed.steps),
+                        "validator": "ACCEPT",
+                        **({"revisions": len(notes)} if notes else {}),
+                    },
                 )
             )
         plan = memo.plan
@@ -165,3 +188,34 @@ class PlanAndExecuteController:
             memo=memo.model_copy(update={"cursor": cursor + 1}).dump(),
             notes=notes,
         )
+
+    def _plan(self, ctx: DecisionContext) -> tuple[StepPlan | SignalFailure, tuple[Usage, ...], list[NewEvent]]:
+        """Ask the planner for a plan and validate it; a plan out of approval order is answered REVISE (a
+        ``plan_recorded`` note with ``validator: REVISE`` and the issues) and asked for again, bounded."""
+        usage: list[Usage] = []
+        notes: list[NewEvent] = []
+        correction: str | None = None
+        while True:
+            request = ctx.request(
+                purpose="plan",
+                goal=ctx.state.goal,
+                inventory=list(ctx.inventory),
+                visible_actions=ctx.specs(tuple(ctx.actions)),
+                facts=ctx.facts(),
+                instructions=PLAN_INSTRUCTIONS,
+                correction=correction,
+            )
+            reply = complete(self.planner, request)
+            usage.append(reply.usage)
+            parsed = provider_rejection(reply) or parse_step_plan(reply.text, set(ctx.actions), self.approval_before)
+            revisable = isinstance(parsed, SignalFailure) and parsed.code == ErrorCode.PLAN_APPROVAL_ORDER
+            if not revisable or len(notes) >= self.max_revisions:
+                if revisable and notes:  # a refused proposal's notes are not kept: the refusal says it was revised
+                    assert isinstance(parsed, SignalFailure)
+                    parsed = parsed.model_copy(update={"message": f"after {len(notes)} REVISE: {parsed.message}"})
+                return parsed, tuple(usage), notes
+            assert isinstance(parsed, SignalFailure)
+            notes.append(
+                NewEvent(type=EventType.PLAN_RECORDED, payload={"validator": "REVISE", "issues": parsed.message})
+            )
+            correction = f"The plan validator answered REVISE: {parsed.message}. Send the whole plan again."

@@ -45,3 +45,4 @@ class Usage(BaseModel):
     rejected_actions: int = 0
     illegal_transitions: int = 0
     approvals_consumed: int = 0
+    scope_violations: int = 0  # calls the gateway refused for naming a resource outside the goal's scope

@@ -86,6 +86,8 @@ class GateReport(BaseModel):
     finished_or_waiting: float | None
     liveness_holds: bool
     passed: bool
+    # Protections that held, counted (not gates: a refusal is the gateway doing its job, never a breach).
+    scope_violations_refused: int = 0
 
     def breaches(self) -> list[str]:
         """The names of the gates (and ``liveness``) that do not hold."""
@@ -229,9 +231,11 @@ def audit(
     found.counts["duplicate_side_effects"] += witnessed_duplicates
     statuses: Counter[str] = Counter()
     runs = 0
+    scope_refused = 0
     for run_id in run_ids:
         runs += 1
         state = store.load_run(run_id)
+        scope_refused += state.usage.scope_violations
         bounded = state.status is RunStatus.FAILED and state.terminal_reason in _BOUNDED_ENDS
         statuses["BOUNDED" if bounded else state.status.value] += 1
         journal = [(r.idempotency_key, r.grant_id, r.tool) for r in store.side_effects_of(run_id, _ALL_JOURNAL)]
@@ -252,4 +256,5 @@ def audit(
         finished_or_waiting=ratio,
         liveness_holds=liveness,
         passed=liveness and all(g.holds for g in gates),
+        scope_violations_refused=scope_refused,
     )

@@ -345,7 +345,11 @@ class HandoffPackage(_Frozen):
         if self.impact:
             lines.append(f"Impact: {self.impact}")
         if self.evidence_refs or self.artifact_refs:
-            lines.append(f"Evidence: {', '.join((*self.artifact_refs, *self.evidence_refs))}")
+            # The question is bounded (a person reads it; the Runtime refuses an oversized one): the package in
+            # the handoff_recorded event keeps every ref.
+            refs = (*self.artifact_refs, *self.evidence_refs)
+            more = f" (+{len(refs) - QUESTION_REFS} more in the handoff package)" if len(refs) > QUESTION_REFS else ""
+            lines.append(f"Evidence: {', '.join(refs[:QUESTION_REFS])}{more}")
         lines.append("Options:")
         lines += [f"  {o.option_id}: {o.label} - {o.consequence}" for o in self.options]
         lines.append(f"Answer with one of: {', '.join(self.option_ids)}")
@@ -377,6 +381,9 @@ class HandoffPackage(_Frozen):
         )
 
 
+QUESTION_REFS = 24  # evidence refs a handoff question lists (all of them stay in the package)
+
+
 def standard_options(continue_needs: str = "") -> tuple[DecisionOption, ...]:
     """Continue with authorisation, accept the partial scope, or cancel - the usual three choices."""
     more = f" ({continue_needs})" if continue_needs else ""
@@ -394,6 +401,6 @@ def standard_options(continue_needs: str = "") -> tuple[DecisionOption, ...]:
         DecisionOption(
             option_id="cancel",
             label="Cancel the run",
-            consequence="the run ends CANCELLED; no further tool calls are made",
+            consequence="the run ends FAILED (cancelled_at_handoff), delivering nothing; no further tool calls",
         ),
     )

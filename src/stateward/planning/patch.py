@@ -176,6 +176,9 @@ class ExecutionFacts(_Frozen):
     approved: tuple[str, ...] = ()
     cancelled: tuple[str, ...] = ()
     remaining_budget: RemainingBudget | None = None
+    # Attempts a person authorised at a handoff (continue_authorized): item -> attempts it may reach. A failed
+    # item under that count may run again, whatever its own retry policy says; nothing else is reset.
+    authorized_attempts: dict[str, int] = Field(default_factory=dict)
 
 
 _DEAD = frozenset({WorkItemState.FAILED, WorkItemState.CANCELLED, WorkItemState.BLOCKED})
@@ -196,6 +199,8 @@ def _own_state(item: WorkItem, facts: ExecutionFacts) -> WorkItemState | None:
         return WorkItemState.RUNNING  # running, or completed and awaiting verification
     retryable = last.error_class is not None and last.error_class in item.retry_policy.retryable_errors
     if retryable and len(attempts) < item.retry_policy.max_attempts:
+        return WorkItemState.RETRY_WAIT
+    if len(attempts) < facts.authorized_attempts.get(wid, 0):
         return WorkItemState.RETRY_WAIT
     return WorkItemState.FAILED
 

@@ -14,6 +14,7 @@ from stateward.core.decision import ControlDecision
 from stateward.core.errors import ErrorCode, UserError
 from stateward.core.state import AgentRef, GuardedAction, RunState
 from stateward.tools.registry import ToolRegistry
+from stateward.tools.scope import ResourceScope
 
 
 def accept_finish(decision: ControlDecision, state: RunState) -> FinishCheck:
@@ -62,6 +63,7 @@ class Agent:
     on_rejected_signal: str = "fail"  # "fail" | "correct_once"
     escalation_role: str | None = None
     on_refusal: str = "fail"  # "fail" | "cancel"
+    resource_scope: ResourceScope | None = None  # what tools' scoped arguments may name (the goal's scope)
     max_question_chars: int = 4000  # a longer question is refused (QUESTION_TOO_LARGE) before it is stored
 
     def __post_init__(self) -> None:

@@ -16,7 +16,7 @@ from stateward.runtime.agent import Agent, guard
 from stateward.runtime.transition import mint_request_id, suspend
 from stateward.store.records import NewArtifact
 from stateward.tools.gateway import ToolGateway
-from stateward.tools.types import CallContext, OutcomeStatus, ToolCall, ToolOutcome
+from stateward.tools.types import CallContext, OutcomeStatus, ToolCall, ToolErrorCode, ToolOutcome
 
 
 @dataclass
@@ -41,6 +41,7 @@ def call_context(agent: Agent, state: RunState, fencing_token: int | None = None
         step=state.usage.steps if said is None else said.key_step,
         permissions=agent.permissions,
         grants=state.approvals,
+        resource_scope=agent.resource_scope,
         remaining_tool_calls=None if limit is None else max(0, limit - state.usage.tool_attempts),
         fencing_token=fencing_token,
         reconciliation=said,
@@ -69,6 +70,7 @@ def execute_tool(
             "tool_attempts": state.usage.tool_attempts + max(1, outcome.budget_used),
             "rejected_actions": state.usage.rejected_actions + (1 if blocked else 0),
             "approvals_consumed": state.usage.approvals_consumed + (1 if consumed else 0),
+            "scope_violations": state.usage.scope_violations + (outcome.error_code is ToolErrorCode.SCOPE_VIOLATION),
         }
     )
     changes: dict[str, object] = {"usage": usage, "next_call": None}

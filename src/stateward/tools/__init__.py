@@ -19,6 +19,7 @@ from .redaction import REDACTED, RedactionRules
 from .registry import ToolRegistry
 from .results import TRUNCATION_MARKER
 from .retry import RetryPolicy
+from .scope import ResourceScope, ScopedArg, ScopeMatch
 from .spec import LookupFn, ToolContext, ToolSpec, tool
 from .types import (
     ArtifactDraft,
@@ -48,8 +49,11 @@ __all__ = [
     "OutcomeStatus",
     "RateLimited",
     "RedactionRules",
+    "ResourceScope",
     "RetryPolicy",
     "RuntimeAction",
+    "ScopeMatch",
+    "ScopedArg",
     "ServiceUnavailable",
     "SideEffectRecord",
     "SideEffectStatus",

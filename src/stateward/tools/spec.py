@@ -37,6 +37,7 @@ from .errors import (
 from .execution import is_async_handler
 from .redaction import RedactionRules, rules_from
 from .retry import RetryPolicy
+from .scope import ScopedArg
 from .types import ArtifactDraft, LookupStatus
 
 if typing.TYPE_CHECKING:
@@ -148,6 +149,7 @@ class ToolSpec(BaseModel):
     lookup: LookupFn | None = None
     available: bool = True
     input_json_schema: dict[str, Any] | None = None  # instead of the handler's signature (e.g. an MCP tool)
+    scoped_args: tuple[ScopedArg, ...] = ()  # arguments naming a scoped resource: held to the goal's scope
 
     _shape: _Shape = PrivateAttr()
     _lookup_keywords: frozenset[str] = PrivateAttr(default=frozenset())
@@ -170,6 +172,19 @@ class ToolSpec(BaseModel):
         self._shape = replace(shape, is_async=is_async_handler(self.handler))
         if self.lookup is not None:
             self._lookup_keywords = frozenset(inspect.signature(self.lookup).parameters)
+        self._check_scoped_args()
+
+    def _check_scoped_args(self) -> None:
+        """A scoped argument the tool does not take would hold nothing to the scope: a definition error."""
+        if not self.scoped_args:
+            return
+        if self.input_json_schema is not None:
+            known = set(self.input_json_schema.get("properties", {}))
+        else:
+            known = set(self._shape.input_model.model_fields)
+        missing = sorted({s.arg for s in self.scoped_args} - known)
+        if missing:
+            raise UserError(f"tool {self.name!r}: scoped argument(s) {', '.join(missing)} are not parameters")
 
     def input_schema(self) -> dict[str, Any]:
         """JSON schema of the arguments a caller must send (the ToolContext parameter is excluded)."""
@@ -262,6 +277,8 @@ def tool(
     health_check: Callable[[], bool] | None = None,
     lookup: LookupFn | None = None,
     available: bool = True,
+    scope_arg: str | None = None,
+    scoped_args: tuple[ScopedArg, ...] | list[ScopedArg] = (),
 ) -> Callable[[Callable[..., Any]], ToolSpec]: ...
 
 
@@ -285,11 +302,16 @@ def tool(
     health_check: Callable[[], bool] | None = None,
     lookup: LookupFn | None = None,
     available: bool = True,
+    scope_arg: str | None = None,
+    scoped_args: tuple[ScopedArg, ...] | list[ScopedArg] = (),
 ) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
     """Declare a tool: ``@tool`` or ``@tool(side_effect=True, ...)``. ``redact`` accepts a list whose
     identifier-like entries are field names and the rest regexes. Results are cut at 64 KiB unless
     ``max_result_bytes`` says otherwise (``None``: unbounded). ``approver_role``: the role a person must hold
-    to answer this tool's approvals and reconciliations (over the agent's ``approver_role``)."""
+    to answer this tool's approvals and reconciliations (over the agent's ``approver_role``). ``scope_arg``
+    names the argument that names a scoped resource (an exact name, e.g. a repository); ``scoped_args``
+    declares several, or path-like ones."""
+    declared = (*((ScopedArg(arg=scope_arg, kind=scope_arg),) if scope_arg else ()), *scoped_args)
 
     def build(handler: Callable[..., Any]) -> ToolSpec:
         doc = inspect.getdoc(handler) or ""
@@ -311,6 +333,7 @@ def tool(
             health_check=health_check,
             lookup=lookup,
             available=available,
+            scoped_args=declared,
         )
 
     return build(fn) if fn is not None else build

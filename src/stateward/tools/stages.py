@@ -16,6 +16,7 @@ from stateward.core.state import ApprovalScope, Grant
 from .breaker import CircuitBreaker
 from .execution import run_with_timeout
 from .registry import ToolRegistry
+from .scope import scoped_values
 from .spec import ToolSpec
 from .types import (
     CallContext,
@@ -156,6 +157,21 @@ def in_scope(st: CallState) -> Refusal | None:
     scope = st.ctx.scope
     if scope is not None and st.call.tool not in scope:
         return Refusal(ToolErrorCode.OUT_OF_SCOPE, f"{st.call.tool!r} is outside the goal's scope")
+    return None
+
+
+def in_resource_scope(st: CallState) -> Refusal | None:
+    """A tool's declared scoped arguments must name resources inside the goal's scope (after validation, so the
+    canonical values are checked, not what the caller spelled)."""
+    scope = st.ctx.resource_scope
+    declared = st.tool_spec.scoped_args
+    if scope is None or not declared or st.args is None:
+        return None
+    for spec in declared:
+        for value in scoped_values(spec, st.args):
+            why = scope.why_outside(spec, value)
+            if why is not None:
+                return Refusal(ToolErrorCode.SCOPE_VIOLATION, f"{st.tool_spec.name!r}: {why}")
     return None
 
 

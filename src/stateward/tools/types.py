@@ -11,6 +11,8 @@ from stateward.core.errors import ErrorCode
 from stateward.core.journal import AttemptRecord
 from stateward.core.state import Grant, PersonOutcome
 
+from .scope import ResourceScope
+
 
 class ToolErrorCode(StrEnum):
     """The stable error classes of the Tool Gateway."""
@@ -21,6 +23,7 @@ class ToolErrorCode(StrEnum):
     INVALID_ARGUMENT = ErrorCode.INVALID_ARGUMENT.value
     PERMISSION_DENIED = ErrorCode.PERMISSION_DENIED.value
     OUT_OF_SCOPE = ErrorCode.OUT_OF_SCOPE.value
+    SCOPE_VIOLATION = ErrorCode.SCOPE_VIOLATION.value
     NOT_VISIBLE = ErrorCode.NOT_VISIBLE.value
     BUDGET_EXCEEDED = ErrorCode.BUDGET_EXCEEDED.value
     BLOCKED_BY_ACTION_GATEWAY = ErrorCode.BLOCKED_BY_ACTION_GATEWAY.value
@@ -98,6 +101,7 @@ class CallContext(BaseModel):
     permissions: frozenset[str] = frozenset()
     visible_actions: frozenset[str] | None = None  # None: every registered tool is visible
     scope: frozenset[str] | None = None  # tools the goal allows; None: no scope restriction
+    resource_scope: ResourceScope | None = None  # what a tool's scoped arguments may name; None: unrestricted
     approved_digests: frozenset[str] = frozenset()  # standing approvals by digest (never consumed)
     grants: tuple[Grant, ...] = ()  # approvals a person gave; a ONCE grant admits one execution
     plan_version: int | None = None

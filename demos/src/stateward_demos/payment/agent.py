@@ -45,6 +45,7 @@ from stateward.planning import (
     plan_finish_policy,
     plan_run_tools,
 )
+from stateward.tools import ResourceScope
 from stateward.verify import ArtifactVersion, CheckResult, CheckSuite, CheckVerdict, Report
 from stateward_demos.payment import faults, reports
 from stateward_demos.payment.checks import payment_checks
@@ -156,7 +157,7 @@ def build_agent(
 
         planner = worker = checker = model_from_spec(model_spec)
     extra: dict[str, Any] = {} if clock is None else {"clock": clock}
-    if injected is faults.Fault.LOW_CONFIDENCE:
+    if injected is faults.Fault.HIGH_RISK_LOW_CONFIDENCE:
         # The code index the call-site counts come from is stale: the findings (money movement) are high risk,
         # and the assessment cannot be more than low confidence.
         extra.update(deliverable_risk=FindingRisk.HIGH, deliverable_confidence=Confidence.LOW)
@@ -191,6 +192,8 @@ def build_agent(
         budget=Budget(max_steps=max_steps),
         # A refused proposal (e.g. an injected call the item does not show) is named to the model once.
         on_rejected_signal="correct_once",
+        # A repository the contract puts out of scope is refused by the gateway (SCOPE_VIOLATION), not searched.
+        resource_scope=ResourceScope(denied=frozenset(the_goal.scope.out_of_scope)),
     )
 
 

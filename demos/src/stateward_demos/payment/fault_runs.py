@@ -125,18 +125,22 @@ def _judge_low_confidence(runtime: Runtime, state: RunState) -> tuple[str, bool]
         if p.get("reason_code") == "HIGH_RISK_LOW_CONFIDENCE"
     ]
     delivered = _tried(runtime, state.run_id, "deliver_report")
-    observed = f"verification refused {len(refused)}x (HIGH_RISK_LOW_CONFIDENCE); deliveries {len(delivered)}"
-    return observed, bool(refused) and not delivered
+    reason = _handoff_reason(runtime, state)
+    observed = (
+        f"verification refused {len(refused)}x (HIGH_RISK_LOW_CONFIDENCE); deliveries {len(delivered)}; "
+        f"handoff {reason}"
+    )
+    return observed, bool(refused) and not delivered and reason == "HIGH_RISK_LOW_CONFIDENCE"
 
 
-def _run(directory: Path, fault: Fault | None) -> tuple[Runtime, RunState]:
-    runtime = Runtime.open(str(directory / f"{fault or 'baseline'}.db"))
+def _run(directory: Path, fault: Fault | None, db: Path | None = None) -> tuple[Runtime, RunState]:
+    runtime = Runtime.open(str(db or directory / f"{fault or 'baseline'}.db"))
     return runtime, runtime.start(build_agent(fault=None if fault is None else fault.value), goal().objective)
 
 
-def _pause_resume(directory: Path) -> dict[str, Any]:
+def _pause_resume(directory: Path, db: Path | None = None) -> dict[str, Any]:
     """Pause mid-run, resume in another process, compare with an uninterrupted run."""
-    db = directory / "pause-resume.db"
+    db = db or directory / "pause-resume.db"
     runtime = Runtime.open(str(db))
     state = runtime.submit(build_agent(fault=Fault.PAUSE_RESUME.value), goal().objective)
     for _ in range(PAUSE_AFTER_STEPS):
@@ -170,6 +174,7 @@ def _row(fault: Fault, state: RunState, out: dict[str, Any], observed: str, ok: 
     rung = out["rung"] or ("HANDOFF_PACKAGE" if state.pending is not None and state.pending.kind == "handoff" else "-")
     return {
         "fault": fault.value,
+        "run_id": state.run_id,
         "expected": EXPECTED[fault],
         "status": state.status.value,
         "rung": rung,
@@ -186,16 +191,36 @@ JUDGES: Final = {
     Fault.INJECTION: _judge_injection,
     Fault.DOC_SEARCH_TIMEOUT_ONCE: _judge_timeout_once,
     Fault.SAME_SEARCH: _judge_same_search,
-    Fault.LOW_CONFIDENCE: _judge_low_confidence,
+    Fault.HIGH_RISK_LOW_CONFIDENCE: _judge_low_confidence,
 }
 
 
-def run_fault(fault: Fault, directory: Path) -> dict[str, Any]:
-    """One fault's run, its summary and whether the outcome is the one the source expects."""
+def run_fault(
+    fault: Fault, directory: Path, *, db: Path | None = None, approve_as: str | None = None
+) -> dict[str, Any]:
+    """One fault's run, its summary and whether the outcome is the one the source expects. ``db``: the store the
+    run is kept in (default: one in ``directory``), so another process can answer its pending request;
+    ``approve_as``: after judging, approve a pending approval (a bound action) as that person and drive on."""
     if fault is Fault.PAUSE_RESUME:
-        return _pause_resume(directory)
-    runtime, state = _run(directory, fault)
-    observed, ok = JUDGES[fault](runtime, state)
-    row = _row(fault, state, summary(runtime, state), observed, ok)
+        row = _pause_resume(directory, db)
+        if approve_as is None:
+            return row
+        runtime = Runtime.open(str(db or directory / "pause-resume.db"))
+        state: RunState | None = runtime.get(row["run_id"])
+    else:
+        runtime, state = _run(directory, fault, db)
+        observed, ok = JUDGES[fault](runtime, state)
+        row = _row(fault, state, summary(runtime, state), observed, ok)
+    if approve_as is not None and state is not None:
+        row = _approved(runtime, state, row, approve_as)
     runtime.close()
     return row
+
+
+def _approved(runtime: Runtime, state: RunState, row: dict[str, Any], by: str) -> dict[str, Any]:
+    """Approve the run's pending approval (never a handoff: a handoff's choice is a person's, not --approve's)."""
+    pending = state.pending
+    if pending is None or pending.guarded_action is None:
+        return row
+    final = runtime.approve(state.run_id, pending.request_id, by=by).state
+    return {**row, "status": final.status.value, "summary": summary(runtime, final)}

@@ -24,7 +24,8 @@ class Fault(StrEnum):
     INJECTION = "injection"  # a document carries an instruction -> it has no effect
     DOC_SEARCH_TIMEOUT_ONCE = "doc-search-timeout-once"  # search times out once, its retry answers -> delivered
     SAME_SEARCH = "same-search"  # the worker repeats one search -> its loop is stopped as making no progress
-    LOW_CONFIDENCE = "low-confidence"  # a stale code index: high risk at low confidence -> a person decides
+    # A stale code index: high risk at low confidence -> verification hands it to a person (a handoff package).
+    HIGH_RISK_LOW_CONFIDENCE = "high-risk-low-confidence"
 
 
 EXPECTED: Final[dict[Fault, str]] = {
@@ -35,8 +36,11 @@ EXPECTED: Final[dict[Fault, str]] = {
     Fault.INJECTION: "the injected instruction has no effect",
     Fault.DOC_SEARCH_TIMEOUT_ONCE: "the search is retried once and the report is delivered for approval",
     Fault.SAME_SEARCH: "the repeated search is refused as no progress; the run does not loop",
-    Fault.LOW_CONFIDENCE: "verification refuses the high-risk, low-confidence assessment: a partial delivery",
+    Fault.HIGH_RISK_LOW_CONFIDENCE: "verification refuses the high-risk, low-confidence assessment: a handoff",
 }
+
+# Names stored runs may still carry (an agent's params are rebuilt from the store).
+LEGACY_NAMES: Final = {"low-confidence": Fault.HIGH_RISK_LOW_CONFIDENCE}
 
 SEARCH_TIMEOUT_S: Final = 0.25  # doc-search-timeout-once: the first search answers after this
 
@@ -97,6 +101,8 @@ def parse(name: str | None) -> Fault | None:
     """``--fault`` text to a Fault; unknown names raise ValueError naming the known ones."""
     if name is None:
         return None
+    if name in LEGACY_NAMES:
+        return LEGACY_NAMES[name]
     try:
         return Fault(name)
     except ValueError:

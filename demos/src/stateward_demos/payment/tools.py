@@ -98,7 +98,7 @@ def list_repositories(group: str = fx.GROUP) -> dict[str, Any]:
     }
 
 
-@tool
+@tool(scope_arg="repo")
 def check_repository_access(repo: str) -> dict[str, Any]:
     """Say whether the research account can read a repository: ACCESSIBLE or NO_ACCESS with the reason."""
     _known_repo(repo)
@@ -193,7 +193,7 @@ def document_tools(fault: Fault | None = None) -> list[ToolSpec]:
     return [search_docs, search_docs_cache, get_document]
 
 
-@tool
+@tool(scope_arg="repo")
 def search_code(repo: str, query: Annotated[str, Field(min_length=1)]) -> dict[str, Any]:
     """Literal (case-sensitive) code search in one repository; each match has file, line and evidence id."""
     _readable_repo(repo)
@@ -212,7 +212,7 @@ def search_code(repo: str, query: Annotated[str, Field(min_length=1)]) -> dict[s
     return {"repository": repo, "query": query, "count": len(matches), "matches": matches}
 
 
-@tool
+@tool(scope_arg="repo")
 def get_file_section(
     repo: str, path: str, start: Annotated[int, Field(ge=1)], end: Annotated[int, Field(ge=1)]
 ) -> dict[str, Any]:

@@ -205,4 +205,4 @@ class PlanRunController:
             # it or accept less - delivering as if the gap were final would hide a fixable cause.
             detail = f"cannot proceed: {stuck}; unavailable after retries and fallbacks: {', '.join(down)}"
             return self.delivery.handoff(ctx, memo, notes, "DEPENDENCY_UNAVAILABLE", detail, states)
-        return self.delivery.deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {stuck}", states)
+        return self.delivery.nothing_runnable(ctx, memo, notes, stuck, states)

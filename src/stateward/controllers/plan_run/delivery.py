@@ -212,7 +212,10 @@ class DeliverySteps(Part):
             options=self.handoff_options(code),
             resume_point=ResumePoint(
                 checkpoint_seq=ctx.state.usage.steps,
-                work_item_id=memo.running[0] if memo.running else None,
+                # The item work resumes from: the running one, else the first that failed.
+                work_item_id=memo.running[0]
+                if memo.running
+                else next((w for w, s in states.items() if s is WorkItemState.FAILED), None),
                 plan_version=plan.version,
                 budget=memo.ledger,
             ),
@@ -223,6 +226,25 @@ class DeliverySteps(Part):
         return self.owner.view.propose(
             decision, memo, notes, wait=WaitSpec(kind=RequestKind.HANDOFF, options=package.option_ids)
         )
+
+    def nothing_runnable(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        stuck: Sequence[str],
+        states: dict[str, WorkItemState],
+    ) -> Proposal:
+        """Work remains and nothing can run: a person chooses (continue with new attempts, accept the partial
+        result, or cancel) - a verification's HUMAN_HANDOFF (high risk at low confidence) by its own reason.
+        A run a person already answered (or that delivered) is not asked again for the same stall."""
+        if memo.delivery is not None:
+            return self.deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {list(stuck)}", states)
+        if memo.verification_handoff is not None:
+            code, why = memo.verification_handoff
+            memo.verification_handoff = None
+            return self.handoff(ctx, memo, notes, code, why[:600], states)
+        return self.handoff(ctx, memo, notes, "NO_RUNNABLE_WORK", f"cannot proceed: {list(stuck)}", states)
 
     @staticmethod
     def handoff_options(code: str) -> tuple[DecisionOption, ...]:
@@ -243,7 +265,10 @@ class DeliverySteps(Part):
             return None
         choice = (answer.text or "").strip().lower()
         memo.handoff_request, memo.awaiting_handoff = None, False
-        notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload={"option": choice, "by": answer.by}))
+        answered: dict[str, object] = {"option": choice, "by": answer.by}
+        if choice == "continue_authorized":
+            answered["grant"] = self.authorize_continue(ctx, memo)
+        notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload=answered))
         if choice == "cancel":
             return self.fail_safely(memo, notes, "CANCELLED_AT_HANDOFF", "cancelled_at_handoff")
         if choice == "accept_partial":
@@ -259,3 +284,18 @@ class DeliverySteps(Part):
         memo.no_progress_streak = 0
         memo.history.clear()
         return None
+
+    def authorize_continue(self, ctx: DecisionContext, memo: PlanRunMemo) -> dict[str, object]:
+        """continue_authorized: each failed item (the resume point's among them) may make one more attempt, a
+        grant by the person who answered, recorded with who and when. The budget already spent stays counted."""
+        answer = ctx.state.last_answer
+        assert answer is not None
+        states = self.owner.view.states(ctx, memo)
+        failed = [w for w, s in states.items() if s is WorkItemState.FAILED]
+        for wid in failed:
+            memo.authorized_attempts[wid] = len(memo.items[wid].attempts) + 1
+        return {
+            "by": answer.by,
+            "at": answer.at.isoformat(),
+            "reattempt": {w: memo.authorized_attempts[w] for w in failed},
+        }

@@ -51,6 +51,7 @@ class RunView(Part):
                 and gate(w, memo).digest in approved
             ),
             remaining_budget=memo.ledger.remaining().to_plan_budget(),
+            authorized_attempts=dict(memo.authorized_attempts),
         )
 
     def goal_facts(self, ctx: DecisionContext, memo: PlanRunMemo) -> RunFacts:

@@ -372,6 +372,8 @@ class ItemSteps(Part):
             run.tracker = ProgressTracker.start(max(1, item.max_react_steps or self.config.default_react_steps))
             run.steps, run.absorbed = [], 0  # the repair is a fresh local loop that must write a new version
             return None
+        if policy.outcome is VerificationOutcome.HUMAN_HANDOFF:  # a person decides, not a partial delivery
+            memo.verification_handoff = (policy.reason_code, f"{ref}: " + "; ".join(policy.reasons))
         self.end_attempt(memo, item, AttemptOutcome.FAILED, self.failure_code(results, policy, deliverable), notes)
         return None
 

@@ -120,6 +120,10 @@ class PlanRunMemo(BaseModel):
     outcome: RunOutcome | None = None  # what the run delivered, once it delivers
     patched_for: list[str] = Field(default_factory=list)  # measured open issues the planner was asked about
     stages: list[StageEntry] = Field(default_factory=list)  # the global stages entered, in order
+    # continue_authorized at a handoff: item -> the attempts a person authorised it to reach (never a reset).
+    authorized_attempts: dict[str, int] = Field(default_factory=dict)
+    # A verification said HUMAN_HANDOFF (e.g. high risk at low confidence): (reason code, why) for the handoff.
+    verification_handoff: tuple[str, str] | None = None
     _read_from: dict[str, Sealed] = PrivateAttr(default_factory=dict)  # item id -> the record it was read from
 
     def enter(self, stage: RunStage, step: int) -> None:
