@@ -404,7 +404,11 @@ def plan_run_agent(bank: Bank, seen: list[list[dict[str, Any]]]) -> Agent:
         return {
             "type": "EXECUTE_TOOL",
             "action": "record_output",
-            "args": {"artifact_type": "receipt", "content": '{"credited": true}'},
+            "args": {
+                "artifact_type": "receipt",
+                "content": '{"credited": true}',
+                "evidence": [credited[-1]["evidence_id"]],  # the person's confirmation is the evidence
+            },
         }
 
     config = PlanRunConfig(goal=goal, budget=BudgetLimits(max_reflections_per_artifact=1), deliverable="receipt")
