@@ -104,10 +104,18 @@ def agent_for(
 
 
 def drive(runtime: Runtime, agent: Agent) -> Any:
-    """Start the run and approve every high-risk item it asks about, as a reviewer would."""
+    """Start the run and approve every high-risk item it asks about, as a reviewer would; a handoff (the
+    plan stalled) is answered ``accept_partial``."""
     state = runtime.start(agent, GOAL.objective)
     while state.pending is not None and state.pending.kind.value == "approval":
         state = runtime.approve(state.run_id, state.pending.request_id, by="reviewer").state
+    return accept_partial(runtime, state)
+
+
+def accept_partial(runtime: Runtime, state: Any) -> Any:
+    """A handoff answered as a person who takes what was verified (the run then ends PARTIALLY_COMPLETED)."""
+    if state.pending is not None and state.pending.kind.value == "handoff":
+        state = runtime.reply(state.run_id, state.pending.request_id, by="lead", text="accept_partial").state
     return state
 
 
@@ -153,6 +161,7 @@ def _attempt(state: Any, wid: str) -> Any:
 def test_a_ref_the_run_never_recorded_is_refused_by_name(runtime: Runtime) -> None:
     invented = search_then_record({"ok": True}, evidence=lambda req: ["obs_999", "ev:nowhere"])
     state = runtime.start(agent_for(ONE, invented, budget=BudgetLimits(max_reflections_per_artifact=0)), "g")
+    state = accept_partial(runtime, state)
     [(ref, outcome, failed)] = verdicts(runtime, state.run_id)
     assert (ref, outcome) == ("findings:v1", "DEGRADED_DELIVERY")
     assert [f.split(":")[0] for f in failed["cites_evidence"]] == ["EVIDENCE_UNRESOLVED", "EVIDENCE_UNRESOLVED"]

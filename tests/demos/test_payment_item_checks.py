@@ -64,6 +64,8 @@ def run(runtime: Runtime, worker: Callable[[ModelRequest], Any] | None) -> RunSt
     state = runtime.start(agent, goal().objective)
     if state.pending is not None and state.pending.kind.value == "approval":
         state = runtime.approve(state.run_id, state.pending.request_id, by="reviewer").state
+    if state.pending is not None and state.pending.kind.value == "handoff":  # stalled: take what was verified
+        state = runtime.reply(state.run_id, state.pending.request_id, by="lead", text="accept_partial").state
     return state
 
 

@@ -11,8 +11,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-from jsonschema.exceptions import SchemaError
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -122,6 +120,9 @@ class OutputSpec(_Frozen):
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
     """Why ``schema`` is not a well-formed JSON Schema (checked against its own draft's meta-schema), or None."""
+    import jsonschema  # ~40 modules: only a plan that carries an output schema pays for them
+    from jsonschema.exceptions import SchemaError
+
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except SchemaError as exc:

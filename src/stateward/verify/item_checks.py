@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import jsonschema
-
 from stateward.core.contract import Observation
 from stateward.core.errors import ErrorCode
 from stateward.core.model_io import ModelReply
@@ -159,6 +157,8 @@ def check_output_schema(schema: dict[str, Any] | None, data: Any, parsed: bool) 
     problem = schema_problem(schema)
     if problem is not None:  # the validator refuses such a plan; an older one is not judged by it
         return CheckResult(name=name, verdict=CheckVerdict.UNKNOWN, detail=f"schema is malformed: {problem}")
+    import jsonschema  # ~40 modules: loaded by the first item whose output carries a schema
+
     validator = jsonschema.validators.validator_for(schema)(schema)
     found = [
         f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message[:200]}"
