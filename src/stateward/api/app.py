@@ -41,6 +41,7 @@ from stateward.api.schemas import (
     StartRun,
 )
 from stateward.api.stream import StreamLimits, event_stream
+from stateward.api.web.console import CONSOLE, mount_console
 from stateward.api.web.headers import SecurityHeaders
 from stateward.api.web.pages import PREFIX as INBOX_PREFIX
 from stateward.api.web.pages import mount_inbox
@@ -107,8 +108,9 @@ def create_app(
     _control_routes(v1, runtime, settings, clock)
     webhook_routes(v1, runtime)
     app.include_router(v1)
-    mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
-    app.add_middleware(SecurityHeaders, prefix=INBOX_PREFIX)
+    pages = mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
+    mount_console(app, pages)
+    app.add_middleware(SecurityHeaders, prefix=INBOX_PREFIX, also=(CONSOLE,))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 

@@ -24,15 +24,16 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 
 
 class SecurityHeaders:
-    """Pure ASGI middleware: adds :data:`SECURITY_HEADERS` to responses under ``prefix``."""
+    """Pure ASGI middleware: adds :data:`SECURITY_HEADERS` to responses under ``prefix`` (or any of
+    ``also``: the run console shares the inbox's policy)."""
 
-    def __init__(self, app: ASGIApp, prefix: str):
+    def __init__(self, app: ASGIApp, prefix: str, also: tuple[str, ...] = ()):
         self.app = app
-        self.prefix = prefix
+        self.prefixes = (prefix, *also)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if not (path == self.prefix or path.startswith(f"{self.prefix}/")):
+        if not any(path == p or path.startswith(f"{p}/") for p in self.prefixes):
             await self.app(scope, receive, send)
             return
 

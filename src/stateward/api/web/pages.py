@@ -33,6 +33,7 @@ from stateward.runtime.runtime import Runtime
 from stateward.store.paging import DEFAULT_PAGE_SIZE
 
 PREFIX = "/inbox"
+CONSOLE_PREFIX = "/runs"  # the run console (console.py) shares this sign-in
 RECENT_EVENTS = 20
 TIMELINE_EVENTS = 200
 MAX_COMMENT_CHARS = 8000
@@ -135,7 +136,7 @@ def _safe_next(request: Request) -> str:
 
 def _inside(target: str) -> str:
     """``target`` if it is a path of the inbox, else the inbox itself (no open redirect)."""
-    ok = target == PREFIX or target.startswith((f"{PREFIX}/", f"{PREFIX}?"))
+    ok = any(target == p or target.startswith((f"{p}/", f"{p}?")) for p in (PREFIX, CONSOLE_PREFIX))
     return target if ok and "\\" not in target and "//" not in target else PREFIX
 
 
@@ -144,8 +145,9 @@ def _to_sign_in(request: Request) -> RedirectResponse:
     return RedirectResponse(f"{PREFIX}/login?next={quote(target, safe='')}", status_code=303)
 
 
-def mount_inbox(app: FastAPI, runtime: Runtime, sessions: Sessions, *, poll_s: float = 1.0) -> None:
-    """Add the inbox's pages under ``/inbox`` and its static files under ``/inbox/static``."""
+def mount_inbox(app: FastAPI, runtime: Runtime, sessions: Sessions, *, poll_s: float = 1.0) -> InboxPages:
+    """Add the inbox's pages under ``/inbox`` and its static files under ``/inbox/static``; the renderer
+    is returned for the run console to share."""
     pages = InboxPages(runtime, sessions, poll_s=poll_s)
     router = APIRouter(prefix=PREFIX, include_in_schema=False)
     _session_routes(router, pages)
@@ -154,6 +156,7 @@ def mount_inbox(app: FastAPI, runtime: Runtime, sessions: Sessions, *, poll_s: f
     _answer_route(router, pages)
     app.include_router(router)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=str(_package_dir() / "static")), name="inbox-static")
+    return pages
 
 
 def _session_routes(router: APIRouter, pages: InboxPages) -> None:
@@ -185,7 +188,7 @@ def _session_routes(router: APIRouter, pages: InboxPages) -> None:
     def logout(request: Request, csrf_token: Annotated[str | None, Form(max_length=200)] = None) -> Response:
         session = sessions.read(request)
         if not csrf_ok(session, csrf_token):
-            return pages.error(_csrf_refused(), sessions.principal(session), session)
+            return pages.error(csrf_refused(), sessions.principal(session), session)
         response = RedirectResponse(f"{PREFIX}/login", status_code=303)
         sessions.clear(response)
         return response
@@ -275,7 +278,7 @@ def _answer_route(router: APIRouter, pages: InboxPages) -> None:
             return _to_sign_in(request)
         try:
             if not csrf_ok(session, csrf_token):
-                raise _csrf_refused()
+                raise csrf_refused()
             if verdict not in _VERDICTS:
                 raise RequestRefusedError("the verdict must be approve, reject or reply", code=ErrorCode.UNKNOWN_OPTION)
             text = option if verdict == "reply" and option else comment.strip() or None
@@ -288,7 +291,7 @@ def _answer_route(router: APIRouter, pages: InboxPages) -> None:
         return RedirectResponse(f"{PREFIX}/runs/{quote(run_id, safe='')}", status_code=303)
 
 
-def _csrf_refused() -> AuthError:
+def csrf_refused() -> AuthError:
     return AuthError("the form's CSRF token is missing or does not match this session", code=ErrorCode.CSRF_REJECTED)
 
 
@@ -300,4 +303,4 @@ def _unknown_request(run_id: str, request_id: str) -> RequestRefusedError:
     )
 
 
-__all__ = ["PREFIX", "InboxPages", "mount_inbox"]
+__all__ = ["CONSOLE_PREFIX", "PREFIX", "InboxPages", "csrf_refused", "mount_inbox"]
