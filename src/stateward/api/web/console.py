@@ -22,7 +22,7 @@ from fastapi.responses import RedirectResponse, Response
 from stateward.api.answers import visible_run
 from stateward.api.errors import status_of
 from stateward.api.identity import Principal, Role, require
-from stateward.api.web.dag import draw, plan_of
+from stateward.api.web.dag import BOX_H, BOX_W, draw, plan_of
 from stateward.api.web.pages import CONSOLE_PREFIX, PREFIX, InboxPages, csrf_refused
 from stateward.api.web.session import csrf_ok
 from stateward.core.errors import ErrorCode, StatewardError, UserError
@@ -187,6 +187,7 @@ def _helpers(pages: InboxPages) -> None:
     env.filters["stamp"] = stamp
     env.filters["event_line"] = event_line
     env.globals["console"] = CONSOLE
+    env.globals["box_w"], env.globals["box_h"] = BOX_W, BOX_H
 
 
 def mount_console(app: FastAPI, pages: InboxPages) -> None:

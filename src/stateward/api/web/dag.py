@@ -16,7 +16,7 @@ from stateward.core.inert import inert
 from stateward.planning.patch import ExecutionFacts, WorkItemState, derive_states
 from stateward.planning.plan import Plan
 
-BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 190, 44, 60, 16, 12
+BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 120, 40, 36, 14, 10
 
 
 @dataclass(frozen=True)
