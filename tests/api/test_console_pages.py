@@ -112,3 +112,16 @@ def test_a_plan_runs_page_draws_its_dag_with_each_items_state(tmp_path: Path) ->
         assert len(set(dict(items).values())) >= 2  # not every item in one state
     finally:
         runtime.close()
+
+
+def test_the_inbox_list_shows_agent_goal_age_and_short_arguments_in_full(inbox: Inbox) -> None:
+    invoice = "accounts-payable-" + "x" * 140 + "@example.com"  # longer than the old 120-character cut
+    run = inbox.waiting_run(tenant="acme", invoice=invoice)
+    token, _ = inbox.key("acme", "approver")
+    client, _ = signed_in(inbox, token)
+    page = client.get("/inbox").text
+    assert f"&#34;{invoice}&#34;" in page or f'"{invoice}"' in page
+    assert "not shown" not in page
+    assert "payer" in page and 'data-testid="goal"' in page and "goal</span>" in page
+    assert " ago</time>" in page and run in page
+    assert re.search(r"\d{2}:\d{2}:\d{2}\.\d{6}", page) is None  # no raw ISO with microseconds shown

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from stateward_demos.payment.agent import build_agent, goal
 from tests.browser.conftest import Deployment
 
 from stateward.api.web.dag import plan_of
+from stateward_demos.payment.agent import build_agent, goal
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -66,25 +66,6 @@ class ArtifactView:
     right: int | None
 
 
-def ago(at: datetime, now: datetime | None = None) -> str:
-    """``at`` relative to now, coarsely (``3 min ago``, ``in 2 h``)."""
-    now = now or datetime.now(UTC)
-    seconds = int((now - at).total_seconds())
-    future, seconds = seconds < 0, abs(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            text = f"{seconds // size} {unit}"
-            break
-    else:
-        text = f"{seconds} s"
-    return f"in {text}" if future else f"{text} ago"
-
-
-def stamp(at: datetime) -> str:
-    """A UTC time to the second, no microseconds (the page's script-free local time is this, labelled)."""
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def gauges(state: RunState) -> list[Gauge]:
     """Used / limit for every dimension the budget bounds."""
     b, u = state.budget, state.usage
@@ -183,8 +164,6 @@ class Console:
 
 def _helpers(pages: InboxPages) -> None:
     env = pages.env
-    env.filters["ago"] = ago
-    env.filters["stamp"] = stamp
     env.filters["event_line"] = event_line
     env.globals["console"] = CONSOLE
     env.globals["box_w"], env.globals["box_h"] = BOX_W, BOX_H
@@ -320,4 +299,4 @@ def _control_route(router: APIRouter, console: Console) -> None:
         return RedirectResponse(f"{CONSOLE}/{quote(run_id, safe='')}?did={action}", status_code=303)
 
 
-__all__ = ["CONSOLE", "Console", "Gauge", "ago", "event_line", "gauges", "mount_console", "stamp"]
+__all__ = ["CONSOLE", "Console", "Gauge", "event_line", "gauges", "mount_console"]

@@ -26,6 +26,7 @@ from stateward.api.answers import Asked, answerable_role, may_answer, record_ans
 from stateward.api.errors import status_of
 from stateward.api.identity import AuthError, Principal, Role, authenticate, require
 from stateward.api.web.session import Session, Sessions, csrf_ok, new_session
+from stateward.api.web.times import ago, stamp
 from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
 from stateward.core.inert import inert
 from stateward.core.state import RequestKind
@@ -58,6 +59,12 @@ def _inert_lines(text: str, max_chars: int = 4000) -> str:
     return "\n".join(out)
 
 
+def arg_pairs(args: dict[str, Any], short: int = 200) -> list[tuple[str, str]]:
+    """Each top-level argument as (name, JSON value), made inert: a value up to ``short`` characters in
+    full (an email's recipient is never cut), a longer one cut with a visible note of what is left out."""
+    return [(inert(str(k), 80), inert(_args_json(v), short)) for k, v in sorted(args.items())]
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_package_dir() / "templates")),
@@ -67,6 +74,9 @@ def _environment() -> jinja2.Environment:
     env.filters["inert"] = inert
     env.filters["inert_lines"] = _inert_lines
     env.filters["args_json"] = _args_json
+    env.filters["arg_pairs"] = arg_pairs
+    env.filters["ago"] = ago
+    env.filters["stamp"] = stamp
     return env
 
 
@@ -206,8 +216,10 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
                 for row in page.items
                 if row.request.kind is not RequestKind.TIMER and may_answer(who, row.request.approver_role)
             ]
+            runs = {row.run_id: runtime.store.load_run(row.run_id) for row in rows}  # agent and goal, one page
             return "inbox.html", {
                 "rows": rows,
+                "runs": runs,
                 "next_cursor": page.next_cursor,
                 "may_answer_any": who.has(Role.APPROVER),
             }
