@@ -3,6 +3,7 @@ the security headers, inert model text, and a plan run's DAG drawn with its item
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from tests.api.test_inbox_pages import Inbox, signed_in
 
 from stateward.api import ApiSettings
 from stateward.api.web.headers import CONTENT_SECURITY_POLICY
+from stateward.core.events import EventType
 from stateward.core.state import RunStatus
 from stateward.runtime.runtime import Runtime
 from stateward.store.sqlite import SQLiteStore
@@ -125,3 +127,25 @@ def test_the_inbox_list_shows_agent_goal_age_and_short_arguments_in_full(inbox: 
     assert "payer" in page and 'data-testid="goal"' in page and "goal</span>" in page
     assert " ago</time>" in page and run in page
     assert re.search(r"\d{2}:\d{2}:\d{2}\.\d{6}", page) is None  # no raw ISO with microseconds shown
+
+
+def test_a_request_page_explains_who_asks_what_it_saw_and_what_each_answer_does(tmp_path: Path) -> None:
+    runtime = Runtime(SQLiteStore(tmp_path / "plan.db"))
+    try:
+        state = runtime.start(build_agent(), goal().objective, tenant="acme")
+        assert state.pending is not None
+        raw = runtime.store.read_events(state.run_id)
+        assert any("$payload" in json.dumps(e.payload) for e in raw if e.type is EventType.TOOL_ATTEMPTED)
+        inbox = Inbox(runtime, ApiSettings())
+        token, _ = inbox.key("acme", "approver")
+        client, _ = signed_in(inbox, token)
+        page = client.get(f"/inbox/runs/{state.run_id}/requests/{state.pending.request_id}").text
+        assert "payment-migration" in page and goal().objective in page
+        assert "during plan item <code>W18</code>" in page
+        evidence = page.split('data-testid="evidence"')[1].split("</section>")[0]
+        assert evidence.count('data-testid="observation"') >= 1
+        assert "$payload" not in evidence  # offloaded results are shown resolved
+        assert 'data-testid="consequences"' in page and "The run resumes" in page
+        assert 'data-testid="answerers"' in page and "tenant acme" in page
+    finally:
+        runtime.close()

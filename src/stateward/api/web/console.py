@@ -10,7 +10,6 @@ Everything a run, a tool or a model wrote is rendered through :func:`~stateward.
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -39,11 +38,6 @@ TIMELINE_EVENTS = 200
 SCANNED_EVENTS = 5000  # the audit, verdicts and handoffs are read from at most this many recent events
 MAX_DIFF_LINES = 400
 _CONTROLS = ("pause", "resume", "cancel")
-# The payload fields an event's one-line summary names, when present.
-_LINE_KEYS = (
-    *("state_before", "state_after", "runtime_decision", "tool", "action", "work_item_id", "outcome"),
-    *("request_id", "pending_request_id", "verdict", "by", "error", "code", "reason", "plan_version"),
-)
 
 
 @dataclass(frozen=True)
@@ -76,18 +70,6 @@ def gauges(state: RunState) -> list[Gauge]:
         Gauge("input tokens", u.input_tokens, b.max_input_tokens),
         Gauge("output tokens", u.output_tokens, b.max_output_tokens),
     ]
-
-
-def event_line(event: Event) -> str:
-    """One readable line for an event: its type and the few fields that say what happened."""
-    p = event.payload
-    bits = [f"{k}={_short(p[k])}" for k in _LINE_KEYS if k in p and p[k] not in (None, "", [], {})]
-    return inert(f"{event.type.value}  " + "  ".join(bits), 300)
-
-
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def artifact_views(records: list[ArtifactRecord], pick: dict[str, tuple[int, int]]) -> list[ArtifactView]:
@@ -164,7 +146,6 @@ class Console:
 
 def _helpers(pages: InboxPages) -> None:
     env = pages.env
-    env.filters["event_line"] = event_line
     env.globals["console"] = CONSOLE
     env.globals["box_w"], env.globals["box_h"] = BOX_W, BOX_H
 
@@ -299,4 +280,4 @@ def _control_route(router: APIRouter, console: Console) -> None:
         return RedirectResponse(f"{CONSOLE}/{quote(run_id, safe='')}?did={action}", status_code=303)
 
 
-__all__ = ["CONSOLE", "Console", "Gauge", "event_line", "gauges", "mount_console"]
+__all__ = ["CONSOLE", "Console", "Gauge", "gauges", "mount_console"]

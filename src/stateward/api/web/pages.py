@@ -15,7 +15,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import jinja2
 from fastapi import APIRouter, FastAPI, Form, Query, Request
@@ -25,6 +25,8 @@ from fastapi.staticfiles import StaticFiles
 from stateward.api.answers import Asked, answerable_role, may_answer, record_answer, visible_run
 from stateward.api.errors import status_of
 from stateward.api.identity import AuthError, Principal, Role, authenticate, require
+from stateward.api.web.explain import explain
+from stateward.api.web.readable import event_line
 from stateward.api.web.session import Session, Sessions, csrf_ok, new_session
 from stateward.api.web.times import ago, stamp
 from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
@@ -76,6 +78,7 @@ def _environment() -> jinja2.Environment:
     env.filters["args_json"] = _args_json
     env.filters["arg_pairs"] = arg_pairs
     env.filters["ago"] = ago
+    env.filters["event_line"] = event_line
     env.filters["stamp"] = stamp
     return env
 
@@ -227,9 +230,20 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
         return pages.viewer_page(request, build)
 
     @router.get("/runs/{run_id}")
-    def run_page(request: Request, run_id: str) -> Response:
+    def run_page(
+        request: Request,
+        run_id: str,
+        answered: Annotated[str | None, Query(max_length=200)] = None,
+        verdict: Annotated[str | None, Query(max_length=16)] = None,
+    ) -> Response:
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            return "run.html", pages.timeline_context(run_id, who, TIMELINE_EVENTS)
+            context = pages.timeline_context(run_id, who, TIMELINE_EVENTS)
+            mine = None
+            if answered and verdict in _VERDICTS.values():
+                record = runtime.store.get_request(run_id, answered)
+                if record is not None and record.answer is not None:
+                    mine = record  # the confirmation names the recorded answer, never the query's words
+            return "run.html", {"confirmed": mine, **context}
 
         return pages.viewer_page(request, build)
 
@@ -260,6 +274,7 @@ def _request_route(router: APIRouter, pages: InboxPages) -> None:
                 raise _unknown_request(run_id, request_id)
             req = record.request
             return "request.html", {
+                "why": explain(runtime, context["run"], req, who.tenant),
                 "record": record,
                 "req": req,
                 "action": req.guarded_action,
@@ -300,7 +315,8 @@ def _answer_route(router: APIRouter, pages: InboxPages) -> None:
             record_answer(runtime, asked, answerable_role(runtime, asked))
         except StatewardError as exc:
             return pages.error(exc, who, session)
-        return RedirectResponse(f"{PREFIX}/runs/{quote(run_id, safe='')}", status_code=303)
+        done = urlencode({"answered": request_id, "verdict": _VERDICTS[verdict]})
+        return RedirectResponse(f"{PREFIX}/runs/{quote(run_id, safe='')}?{done}", status_code=303)
 
 
 def csrf_refused() -> AuthError:
