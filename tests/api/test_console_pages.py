@@ -149,3 +149,21 @@ def test_a_request_page_explains_who_asks_what_it_saw_and_what_each_answer_does(
         assert 'data-testid="answerers"' in page and "tenant acme" in page
     finally:
         runtime.close()
+
+
+def test_the_audit_names_who_answered_with_which_role_and_what(inbox: Inbox) -> None:
+    run = inbox.waiting_run(tenant="acme")
+    token, key_id = inbox.key("acme", "approver", "viewer", name="alice")
+    client, csrf = signed_in(inbox, token)
+    request = client.get(f"/inbox/runs/{run}/requests/approval_001").text
+    digest = re.search(r'name="digest" value="([^"]+)"', request)
+    assert digest is not None
+    client.post(
+        f"/inbox/runs/{run}/requests/approval_001/answer",
+        data={"verdict": "reject", "csrf_token": csrf, "digest": digest.group(1), "comment": "<b>not this one</b>"},
+    )
+    page = client.get(f"/runs/{run}").text
+    audit = page.split('data-testid="audit"')[1].split("</section>")[0]
+    assert audit.count('data-testid="answer"') == 1
+    assert "rejected" in audit and f"alice [{key_id}]" in audit and "approver" in audit
+    assert "&lt;b&gt;not this one&lt;/b&gt;" in audit and "<b>" not in audit

@@ -35,7 +35,7 @@ from stateward.store.records import ArtifactRecord, RunRow
 
 CONSOLE = CONSOLE_PREFIX
 TIMELINE_EVENTS = 200
-SCANNED_EVENTS = 5000  # the audit, verdicts and handoffs are read from at most this many recent events
+SCANNED_EVENTS = 400  # verdicts, handoffs and answerers' roles are read from this many recent events
 MAX_DIFF_LINES = 400
 _CONTROLS = ("pause", "resume", "cancel")
 
@@ -125,11 +125,13 @@ class Console:
         recent = runtime.store.read_events(run_id, max(0, last - SCANNED_EVENTS), limit=SCANNED_EVENTS)
         timeline = recent[-TIMELINE_EVENTS:]
         kinds = {EventType.REQUEST_ANSWERED: "answers", EventType.VERIFICATION_RECORDED: "verdicts"}
-        kinds |= {EventType.HANDOFF_RECORDED: "handoffs", EventType.HANDOFF_ANSWERED: "answers"}
+        kinds |= {EventType.HANDOFF_RECORDED: "handoffs"}
         picked: dict[str, list[Event]] = {"answers": [], "verdicts": [], "handoffs": []}
         for event in recent:
             if event.type in kinds:
                 picked[kinds[event.type]].append(event)
+        roles = {str(e.payload.get("request_id")): e.payload.get("roles") or [] for e in picked.pop("answers")}
+        answered = [r for r in runtime.store.list_requests(run_id, open_only=False) if r.answer is not None]
         plan = plan_of(state.memo)
         return {
             "run": state,
@@ -140,6 +142,8 @@ class Console:
             "artifacts": artifact_views(runtime.store.list_artifacts(run_id), _pick(diff)),
             "dag": None if plan is None else draw(*plan),
             "may_operate": who.has(Role.OPERATOR),
+            "answers": answered,  # every answer of the run, from the request records (not a window of events)
+            "answer_roles": roles,
             **picked,
         }
 
