@@ -64,4 +64,11 @@ def test_an_operator_sees_the_plan_runs_dag_with_its_items_states(deployment: De
         page.keyboard.press("Tab")
         reached.add(page.evaluate("document.activeElement && document.activeElement.textContent.trim()"))
     assert "Cancel run" in reached
+
+    # The pending approval's page explains it: the item waiting, what the decision saw, what answers do.
+    page.get_by_test_id("pending-link").click()
+    assert "W18" in page.get_by_test_id("asked-by").inner_text()
+    assert page.locator("[data-testid=observation]").count() >= 1
+    assert "$payload" not in page.get_by_test_id("evidence").inner_text()
+    page.screenshot(path=str(IMAGES / "request.png"))
     assert errors(deployment) == []
