@@ -167,3 +167,18 @@ def test_the_audit_names_who_answered_with_which_role_and_what(inbox: Inbox) -> 
     assert audit.count('data-testid="answer"') == 1
     assert "rejected" in audit and f"alice [{key_id}]" in audit and "approver" in audit
     assert "&lt;b&gt;not this one&lt;/b&gt;" in audit and "<b>" not in audit
+
+
+def test_bad_filters_and_cursors_are_named_refusals_and_markup_in_a_goal_stays_text(inbox: Inbox) -> None:
+    state = inbox.runtime.submit(
+        inbox.runtime.agents.create("payer", {}), "<script>alert(1)</script>\x1b[31m\u202e", tenant="acme"
+    )
+    token, _ = inbox.key("acme", "viewer")
+    client, _ = signed_in(inbox, token)
+    bogus = client.get("/runs", params={"status": "BOGUS"})
+    assert bogus.status_code in (400, 422) and "INVALID_FILTER" in bogus.text
+    garbage = client.get("/runs", params={"cursor": "not-a-cursor"})
+    assert garbage.status_code in (400, 422) and "INVALID_CURSOR" in garbage.text
+    page = client.get(f"/runs/{state.run_id}").text
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "\\x1b[31m" in page and "\\u202e" in page and "\u202e" not in page
