@@ -9,7 +9,11 @@
    (``GET /v1/inbox?limit=50``) at REQUESTS, against the same page when the store held 1% of them
    (flatness: the first page must not grow with the inbox), and against ``Runtime.list_requests`` in-process.
 
-Ratios are printed with their targets, never asserted. ``--requests 5000`` is a quick mode.
+3. The run console (``console_pages.py``): ``GET /runs/{id}`` for a 3,000-event run and an 18-item plan run,
+   and ``GET /runs`` over the same REQUESTS runs, each p99 against the JSON API's for the same data.
+
+Ratios are printed with their targets, never asserted. ``--requests 5000`` is a quick mode; ``--console``
+measures only part 3.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+import console_pages
 from benchkit import machine, machine_line, table
 from stateward import Agent, AgentRegistry, ReActController, Runtime, ToolRegistry, tool
 from stateward.api import ApiSettings, create_app, mint_key
@@ -72,11 +77,11 @@ class _Server(uvicorn.Server):
         pass
 
 
-def serve(runtime: Runtime) -> tuple[str, Callable[[], None]]:
+def serve(runtime: Runtime, settings: ApiSettings | None = None) -> tuple[str, Callable[[], None]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = create_app(runtime, ApiSettings())
+    app = create_app(runtime, settings or ApiSettings())
     server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -175,7 +180,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=REQUESTS)
     parser.add_argument("--tenants", type=int, default=TENANTS)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--console", action="store_true", help="measure only the run console's pages")
     args = parser.parse_args()
+    if args.console:
+        console(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         answers_rt = Runtime(SQLiteStore(Path(tmp) / "answers.db"), agents=AGENTS)
         base, stop = serve(answers_rt)
@@ -196,6 +205,46 @@ def main() -> None:
         seeded_s += time.perf_counter() - t0
         at_full, page_items = inbox_pages(path)
     report(args, answer, at_small, at_full, small, seeded_s, page_items)
+
+
+def console(args: argparse.Namespace) -> None:
+    """Part 3: the console's pages against the JSON API, over REQUESTS runs across TENANTS tenants."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "console.db"
+        seed_requests(path, 0, args.requests, args.tenants)
+        plan_run = console_pages.seed_plan_run(path, MEASURED)
+        store = SQLiteStore(path)
+        long_id = console_pages.long_run(store, MEASURED)
+        store.close()
+        runtime = Runtime(SQLiteStore(path), agents=AGENTS)
+        base, stop = serve(runtime, console_pages.settings())
+        try:
+            samples = console_pages.measure(runtime, base, MEASURED, plan_run, long_id, timed)
+        finally:
+            stop()
+            runtime.close()
+    ratios = {k: quantile(v["page"], 0.99) / quantile(v["json"], 0.99) for k, v in samples.items()}
+    if args.json:
+        out = {
+            k: {p: {"p50": quantile(x, 0.5), "p99": quantile(x, 0.99)} for p, x in v.items()}
+            for k, v in samples.items()
+        }
+        print(json.dumps({"runs": args.requests, "pages_us": out, "ratios": ratios, "target": console_pages.TARGET}))
+        return
+    rows = [
+        (k, p, f"{quantile(x, 0.5):.0f}", f"{quantile(x, 0.99):.0f}") for k, v in samples.items() for p, x in v.items()
+    ]
+    print(
+        table(
+            f"run console vs JSON API, {args.requests:,} runs / {args.tenants} tenants (µs)",
+            ("page", "path", "p50", "p99"),
+            rows,
+        )
+    )
+    target = console_pages.TARGET
+    rows = [(k, f"{v:.2f}x", f"<= {target:g}x", "ok" if v <= target else "MISSED") for k, v in ratios.items()]
+    print(table("console p99 page / JSON (same run)", ("page", "ratio", "target", ""), rows))
+    print(machine_line(machine()), end="")
 
 
 def report(

@@ -128,7 +128,8 @@ def test_an_answer_needs_the_sessions_csrf_token_and_records_the_keys_principal(
     done = client.post(
         answer_url(run), data={"verdict": "approve", "csrf_token": csrf, "digest": digest, "comment": " ok "}
     )
-    assert done.status_code == 200 and str(done.url).endswith(f"/inbox/runs/{run}")
+    assert done.status_code == 200 and done.url.path == f"/inbox/runs/{run}"
+    assert 'data-testid="confirmation"' in done.text and "<strong>approved</strong>" in done.text
     [event] = [e.payload for e in inbox.runtime.events(run) if e.type is EventType.REQUEST_ANSWERED]
     assert (event["by"], event["text"], event["roles"]) == (f"alice [{key_id}]", "ok", ["approver"])
 

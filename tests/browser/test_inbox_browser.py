@@ -55,7 +55,8 @@ def test_an_approver_signs_in_sees_the_exact_action_approves_and_watches_the_run
 
     page.fill("#comment", "matches the PO")
     page.get_by_test_id("approve").click()
-    page.wait_for_url(re.compile(rf"/inbox/runs/{run}$"))
+    page.wait_for_url(re.compile(rf"/inbox/runs/{run}\?answered=approval_001"))
+    assert "approved" in page.get_by_test_id("confirmation").inner_text()
     # The run page polls (htmx) until the worker has run the approved call and the run ended.
     page.get_by_test_id("run-status").filter(has_text="COMPLETED").wait_for(timeout=20_000)
     assert page.locator("[data-testid=event][data-type=tool_attempted]").count() >= 1

@@ -47,6 +47,7 @@ from stateward.api.schemas import (
     StartRun,
 )
 from stateward.api.stream import StreamLimits, event_stream
+from stateward.api.web.console import CONSOLE, mount_console
 from stateward.api.web.headers import SecurityHeaders
 from stateward.api.web.pages import PREFIX as INBOX_PREFIX
 from stateward.api.web.pages import mount_inbox
@@ -133,10 +134,11 @@ def create_app(
     _control_routes(v1, runtime, settings, clock)
     webhook_routes(v1, runtime, settings.webhook_targets)
     app.include_router(v1)
-    mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
+    pages = mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
+    mount_console(app, pages)
     if settings.docs:
         docs_route(app)
-    app.add_middleware(SecurityHeaders, prefix=(INBOX_PREFIX, DOCS_PREFIX))
+    app.add_middleware(SecurityHeaders, prefix=(INBOX_PREFIX, DOCS_PREFIX, CONSOLE))
     app.add_middleware(InputGuard)  # inside BodyLimit: what it reads is bounded
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -50,6 +50,10 @@ def inert(text: str | None, max_chars: int | None = DEFAULT_MAX_CHARS) -> str:
     cut to at most about ``max_chars`` characters with a marker naming how much was left out."""
     if text is None:
         return ""
+    if text.isascii() and text.isprintable():  # nothing to escape: one character each, cut the same way
+        if max_chars is None or len(text) <= max_chars:
+            return text
+        return f"{text[:max_chars]}…[{len(text) - max_chars} more chars not shown]"
     out: list[str] = []
     length = 0
     for index, ch in enumerate(text):

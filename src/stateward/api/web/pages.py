@@ -15,7 +15,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import jinja2
 from fastapi import APIRouter, FastAPI, Form, Query, Request
@@ -25,7 +25,10 @@ from fastapi.staticfiles import StaticFiles
 from stateward.api.answers import Asked, answerable_role, may_answer, record_answer, visible_run
 from stateward.api.errors import status_of
 from stateward.api.identity import AuthError, Principal, Role, authenticate, require
+from stateward.api.web.explain import explain
+from stateward.api.web.readable import event_line
 from stateward.api.web.session import Session, Sessions, csrf_ok, new_session
+from stateward.api.web.times import ago, stamp
 from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
 from stateward.core.inert import inert
 from stateward.core.state import RequestKind
@@ -33,6 +36,7 @@ from stateward.runtime.runtime import Runtime
 from stateward.store.paging import DEFAULT_PAGE_SIZE
 
 PREFIX = "/inbox"
+CONSOLE_PREFIX = "/runs"  # the run console (console.py) shares this sign-in
 RECENT_EVENTS = 20
 TIMELINE_EVENTS = 200
 MAX_COMMENT_CHARS = 8000
@@ -57,6 +61,12 @@ def _inert_lines(text: str, max_chars: int = 4000) -> str:
     return "\n".join(out)
 
 
+def arg_pairs(args: dict[str, Any], short: int = 200) -> list[tuple[str, str]]:
+    """Each top-level argument as (name, JSON value), made inert: a value up to ``short`` characters in
+    full (an email's recipient is never cut), a longer one cut with a visible note of what is left out."""
+    return [(inert(str(k), 80), inert(_args_json(v), short)) for k, v in sorted(args.items())]
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_package_dir() / "templates")),
@@ -66,6 +76,10 @@ def _environment() -> jinja2.Environment:
     env.filters["inert"] = inert
     env.filters["inert_lines"] = _inert_lines
     env.filters["args_json"] = _args_json
+    env.filters["arg_pairs"] = arg_pairs
+    env.filters["ago"] = ago
+    env.filters["event_line"] = event_line
+    env.filters["stamp"] = stamp
     return env
 
 
@@ -140,7 +154,7 @@ def _safe_next(request: Request) -> str:
 
 def _inside(target: str) -> str:
     """``target`` if it is a path of the inbox, else the inbox itself (no open redirect)."""
-    ok = target == PREFIX or target.startswith((f"{PREFIX}/", f"{PREFIX}?"))
+    ok = any(target == p or target.startswith((f"{p}/", f"{p}?")) for p in (PREFIX, CONSOLE_PREFIX))
     return target if ok and "\\" not in target and "//" not in target else PREFIX
 
 
@@ -149,8 +163,9 @@ def _to_sign_in(request: Request) -> RedirectResponse:
     return RedirectResponse(f"{PREFIX}/login?next={quote(target, safe='')}", status_code=303)
 
 
-def mount_inbox(app: FastAPI, runtime: Runtime, sessions: Sessions, *, poll_s: float = 1.0) -> None:
-    """Add the inbox's pages under ``/inbox`` and its static files under ``/inbox/static``."""
+def mount_inbox(app: FastAPI, runtime: Runtime, sessions: Sessions, *, poll_s: float = 1.0) -> InboxPages:
+    """Add the inbox's pages under ``/inbox`` and its static files under ``/inbox/static``; the renderer
+    is returned for the run console to share."""
     pages = InboxPages(runtime, sessions, poll_s=poll_s)
     router = APIRouter(prefix=PREFIX, include_in_schema=False)
     _session_routes(router, pages)
@@ -159,6 +174,7 @@ def mount_inbox(app: FastAPI, runtime: Runtime, sessions: Sessions, *, poll_s: f
     _answer_route(router, pages)
     app.include_router(router)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=str(_package_dir() / "static")), name="inbox-static")
+    return pages
 
 
 def _session_routes(router: APIRouter, pages: InboxPages) -> None:
@@ -190,7 +206,7 @@ def _session_routes(router: APIRouter, pages: InboxPages) -> None:
     def logout(request: Request, csrf_token: Annotated[str | None, Form(max_length=200)] = None) -> Response:
         session = sessions.read(request)
         if not csrf_ok(session, csrf_token):
-            return pages.error(_csrf_refused(), sessions.principal(session), session)
+            return pages.error(csrf_refused(), sessions.principal(session), session)
         if session is not None and session.key_id is not None:
             sessions.revoke(session)  # in the store: a copy of this cookie is signed out too
         response = RedirectResponse(f"{PREFIX}/login", status_code=303)
@@ -216,8 +232,10 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
                 for row in page.items
                 if row.request.kind is not RequestKind.TIMER and may_answer(who, row.request.approver_role)
             ]
+            runs = {row.run_id: runtime.store.load_run(row.run_id) for row in rows}  # agent and goal, one page
             return "inbox.html", {
                 "rows": rows,
+                "runs": runs,
                 "next_cursor": page.next_cursor,
                 "may_answer_any": who.has(Role.APPROVER),
                 "role": wanted,
@@ -226,9 +244,20 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
         return pages.viewer_page(request, build)
 
     @router.get("/runs/{run_id}")
-    def run_page(request: Request, run_id: str) -> Response:
+    def run_page(
+        request: Request,
+        run_id: str,
+        answered: Annotated[str | None, Query(max_length=200)] = None,
+        verdict: Annotated[str | None, Query(max_length=16)] = None,
+    ) -> Response:
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            return "run.html", pages.timeline_context(run_id, who, TIMELINE_EVENTS)
+            context = pages.timeline_context(run_id, who, TIMELINE_EVENTS)
+            mine = None
+            if answered and verdict in _VERDICTS.values():
+                record = runtime.store.get_request(run_id, answered)
+                if record is not None and record.answer is not None:
+                    mine = record  # the confirmation names the recorded answer, never the query's words
+            return "run.html", {"confirmed": mine, **context}
 
         return pages.viewer_page(request, build)
 
@@ -259,6 +288,7 @@ def _request_route(router: APIRouter, pages: InboxPages) -> None:
                 raise _unknown_request(run_id, request_id)
             req = record.request
             return "request.html", {
+                "why": explain(runtime, context["run"], req, who.tenant),
                 "record": record,
                 "req": req,
                 "action": req.guarded_action,
@@ -289,7 +319,7 @@ def _answer_route(router: APIRouter, pages: InboxPages) -> None:
             return _to_sign_in(request)
         try:
             if not csrf_ok(session, csrf_token):
-                raise _csrf_refused()
+                raise csrf_refused()
             if verdict not in _VERDICTS:
                 raise RequestRefusedError("the verdict must be approve, reject or reply", code=ErrorCode.UNKNOWN_OPTION)
             text = option if verdict == "reply" and option else comment.strip() or None
@@ -299,10 +329,11 @@ def _answer_route(router: APIRouter, pages: InboxPages) -> None:
             record_answer(runtime, asked, answerable_role(runtime, asked))
         except StatewardError as exc:
             return pages.error(exc, who, session)
-        return RedirectResponse(f"{PREFIX}/runs/{quote(run_id, safe='')}", status_code=303)
+        done = urlencode({"answered": request_id, "verdict": _VERDICTS[verdict]})
+        return RedirectResponse(f"{PREFIX}/runs/{quote(run_id, safe='')}?{done}", status_code=303)
 
 
-def _csrf_refused() -> AuthError:
+def csrf_refused() -> AuthError:
     return AuthError("the form's CSRF token is missing or does not match this session", code=ErrorCode.CSRF_REJECTED)
 
 
@@ -314,4 +345,4 @@ def _unknown_request(run_id: str, request_id: str) -> RequestRefusedError:
     )
 
 
-__all__ = ["PREFIX", "InboxPages", "mount_inbox"]
+__all__ = ["CONSOLE_PREFIX", "PREFIX", "InboxPages", "csrf_refused", "mount_inbox"]
