@@ -494,6 +494,20 @@ def serve(
             help="Also serve Prometheus text at /metrics (otel extra); bearer STATEWARD_METRICS_TOKEN if set.",
         ),
     ] = False,
+    max_streams: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams", min=1, help="Event streams open at once in all (default 200, STATEWARD_MAX_STREAMS)."
+        ),
+    ] = None,
+    max_streams_per_key: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams-per-key",
+            min=1,
+            help="Event streams open at once per key (default 20, STATEWARD_MAX_STREAMS_PER_KEY).",
+        ),
+    ] = None,
 ) -> None:
     """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
 
@@ -504,12 +518,13 @@ def serve(
     with reported_errors(False):
         try:
             from stateward.api.serve import serve as run_service
+            from stateward.api.serve import stream_limits
         except ImportError as exc:
             raise UserError(
                 f"the HTTP service needs FastAPI and uvicorn ({exc}); pip install 'stateward[serve]'",
                 code=ErrorCode.CONFIGURATION_ERROR,
             ) from None
-        run_service(db, host=host, port=port, metrics=metrics)
+        run_service(db, host=host, port=port, metrics=metrics, streams=stream_limits(max_streams, max_streams_per_key))
 
 
 @app.command("chaos")

@@ -232,6 +232,8 @@ class ErrorCode(StrEnum):
     CSRF_REJECTED = "CSRF_REJECTED"
     WEBHOOK_NOT_FOUND = "WEBHOOK_NOT_FOUND"
     WEBHOOK_LIMIT = "WEBHOOK_LIMIT"
+    STREAM_LIMIT = "STREAM_LIMIT"
+    STREAM_LIMIT_PER_KEY = "STREAM_LIMIT_PER_KEY"
 
     @classmethod
     def parse(cls, value: object) -> ErrorCode | None:
