@@ -46,7 +46,8 @@ from stateward.api.schemas import (
     RunSummary,
     StartRun,
 )
-from stateward.api.stream import StreamLimits, event_stream
+from stateward.api.stream import StreamLimits
+from stateward.api.stream_hub import StreamHub
 from stateward.api.web.console import CONSOLE, mount_console
 from stateward.api.web.headers import SecurityHeaders
 from stateward.api.web.pages import PREFIX as INBOX_PREFIX
@@ -229,6 +230,7 @@ def _summary(runtime: Runtime, state: RunState) -> RunSummary:
 
 def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: Callable[[], datetime]) -> None:
     """Start, list and show runs; their events, paged and streamed."""
+    streams = StreamHub(runtime, settings.stream)
 
     # -- runs ----------------------------------------------------------------------------------
     @v1.post("/runs", response_model=RunSummary, status_code=201, tags=["runs"])
@@ -280,15 +282,20 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
         "/runs/{run_id}/events/stream",
         tags=["runs"],
         response_class=StreamingResponse,
-        responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
+        responses={
+            200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"},
+            429: {"model": ErrorBody, "description": "STREAM_LIMIT / STREAM_LIMIT_PER_KEY; see Retry-After"},
+        },
     )
     def stream_events(
         run_id: str,
         who: Caller,
         after: Annotated[int, Query(ge=0, le=MAX_SQL_INTEGER)] = 0,
         last_event_id: Annotated[str | None, Header(max_length=20, pattern=r"^\s*[0-9]{1,19}\s*$")] = None,
-    ) -> StreamingResponse:
-        """The run's events as SSE from ``Last-Event-ID`` (else ``after``); ends when terminal or idle."""
+    ) -> Response:
+        """The run's events as SSE from ``Last-Event-ID`` (else ``after``); ends when terminal or idle.
+
+        429 past the per-key or the global cap on open streams (``ApiSettings.stream``)."""
         require(who, Role.VIEWER)
         start = after
         if last_event_id is not None:
@@ -296,8 +303,7 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
                 raise UserError("Last-Event-ID must be an event number", code=ErrorCode.INVALID_CURSOR)
             start = int(last_event_id)
         visible_run(runtime, run_id, who.tenant)
-        frames = event_stream(runtime, run_id, who.tenant, start, settings.stream)
-        return StreamingResponse(frames, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        return streams.response(run_id, who, start)
 
 
 def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: Callable[[], datetime]) -> None:

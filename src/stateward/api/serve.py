@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
 from stateward.api.app import ApiSettings, create_app
 from stateward.api.metrics_route import METRICS_TOKEN_ENV
 from stateward.api.oidc import OidcSettings
+from stateward.api.stream import StreamLimits
 from stateward.api.web.session import SessionSettings
 from stateward.api.webhook_routes import webhook_store
 from stateward.api.webhook_targets import TargetPolicy
@@ -26,13 +28,15 @@ def serve(
     metrics: bool = False,
     targets: TargetPolicy | None = None,
     docs: bool = False,
+    streams: StreamLimits | None = None,
 ) -> None:
     """Serve the HTTP API and the inbox on ``db`` (an existing store: the service never creates one), and
     deliver its webhook outbox, until stopped. ``targets``: where webhooks may go (default: from the
     environment, ``STATEWARD_WEBHOOK_ALLOW_HTTP`` and ``STATEWARD_WEBHOOK_ALLOW_NETWORKS``). ``metrics``:
     also ``/metrics`` (Prometheus; the otel extra, METRICS_UNAVAILABLE without it), behind
     ``STATEWARD_METRICS_TOKEN`` when that is set. ``docs``: also Swagger UI at ``/docs`` (local assets,
-    strict CSP; see api/docs_route.py)."""
+    strict CSP; see api/docs_route.py). ``streams``: the caps and bounds of event streams (else
+    ``StreamLimits.from_env()``)."""
     import uvicorn
 
     exposed, telemetry = _prometheus(db) if metrics else (None, None)
@@ -45,6 +49,7 @@ def serve(
             metrics_token=os.environ.get(METRICS_TOKEN_ENV) or None,
             webhook_targets=targets or TargetPolicy.from_env(),
             docs=docs,
+            stream=streams or StreamLimits.from_env(),
         )
         app = create_app(runtime, settings, metrics=None if exposed is None else exposed.text)
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.
@@ -59,6 +64,12 @@ def serve(
         runtime.close()
         if exposed is not None:
             exposed.close()
+
+
+def stream_limits(max_streams: int | None = None, max_streams_per_key: int | None = None) -> StreamLimits:
+    """The event streams' bounds from the environment (``StreamLimits.from_env``), with the serve options over it."""
+    given = {"max_streams": max_streams, "max_streams_per_key": max_streams_per_key}
+    return dataclasses.replace(StreamLimits.from_env(), **{k: v for k, v in given.items() if v is not None})
 
 
 def _prometheus(db: str) -> tuple[Any, Any]:

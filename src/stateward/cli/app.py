@@ -558,6 +558,20 @@ def serve(
         bool,
         typer.Option("--docs", help="Also serve Swagger UI at /docs (local files, strict CSP); off by default."),
     ] = False,
+    max_streams: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams", min=1, help="Event streams open at once in all (default 200, STATEWARD_MAX_STREAMS)."
+        ),
+    ] = None,
+    max_streams_per_key: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams-per-key",
+            min=1,
+            help="Event streams open at once per key (default 20, STATEWARD_MAX_STREAMS_PER_KEY).",
+        ),
+    ] = None,
 ) -> None:
     """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
 
@@ -568,6 +582,7 @@ def serve(
     with reported_errors(False):
         try:
             from stateward.api.serve import serve as run_service
+            from stateward.api.serve import stream_limits
         except ImportError as exc:
             raise UserError(
                 f"the HTTP service needs FastAPI and uvicorn ({exc}); pip install 'stateward[serve]'",
@@ -581,7 +596,15 @@ def serve(
         if webhook_allow_network:
             env[ALLOW_NETWORKS_ENV] = ",".join([env.get(ALLOW_NETWORKS_ENV, ""), *webhook_allow_network])
         targets = TargetPolicy.from_env(env)
-        run_service(db, host=host, port=port, metrics=metrics, targets=targets, docs=docs)
+        run_service(
+            db,
+            host=host,
+            port=port,
+            metrics=metrics,
+            targets=targets,
+            docs=docs,
+            streams=stream_limits(max_streams, max_streams_per_key),
+        )
 
 
 @app.command("chaos")
