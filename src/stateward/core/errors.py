@@ -7,7 +7,8 @@ checks it)::
 
     StatewardError                          base; ``code`` + ``message`` + ``details``
     ├── UserError                           a developer mistake: bad agent definition or configuration
-    │   └── WebhookTargetError [api.webhook_targets]  a webhook URL refused (WEBHOOK_URL_INVALID, ...)
+    │   ├── WebhookTargetError [api.webhook_targets]  a webhook URL refused (WEBHOOK_URL_INVALID, ...)
+    │   └── StreamRefused [api.stream_slots]  a stream past a cap (STREAM_LIMIT, STREAM_LIMIT_PER_KEY)
     ├── AuthError [api.identity]            no or bad credentials (UNAUTHENTICATED), a missing role (FORBIDDEN)
     ├── RunError                            something about a run or a request to it is not acceptable
     │   ├── DecisionParseError              raw model text is not exactly one decision (NOT_JSON,
