@@ -32,7 +32,7 @@ def item(wid: str, deps: list[str], caps: list[str], output: str, **extra: Any) 
         "work_item_id": wid,
         "milestone_id": "M1",
         "title": f"item {wid}",
-        "task_type": "TOOL",
+        "task_type": "LOCAL_REACT",
         "dependencies": deps,
         "required_capabilities": caps,
         "output_spec": {"artifact_type": output},
@@ -117,6 +117,7 @@ def make_agent(
     worker: Callable[[ModelRequest], Any] = worker_policy,
     budget: BudgetLimits | None = None,
     goal: GoalContract = GOAL,
+    procedures: dict[str, Callable[[ModelRequest], Any]] | None = None,
 ) -> Agent:
     @tool(description="Search the notes.")
     def search(query: str) -> dict[str, Any]:
@@ -133,6 +134,7 @@ def make_agent(
         deliverable="summary",
         verifier=two_sections,
         approval_action=publish_guard,
+        procedures=procedures or {},
     )
     controller = PlanRunController(ScriptedModel(lambda req: plan), ScriptedModel(worker), config)
     return Agent(
@@ -579,6 +581,9 @@ def test_a_changed_capability_replans_once_and_the_run_completes(runtime: Runtim
 def test_a_transient_failure_is_no_reason_to_replan(runtime: Runtime) -> None:
     timeout_patch = {**MOVE_TO_ARCHIVE, "reason": "TIMEOUT"}
     state = runtime.start(_replanning_agent(timeout_patch), GOAL.objective)
+    # The refused patch did not help: the stuck plan goes to a person (never a delivery the planner decided).
+    assert state.pending is not None and state.pending.kind == "handoff"
+    state = accepted_partial(runtime, state)
     assert state.status is RunStatus.PARTIALLY_COMPLETED
     refused = [p for p in events(runtime, state.run_id, EventType.PLAN_RECORDED) if "refused_patch" in p]
     assert refused and refused[0]["refused_patch"] == "INVALID_PLAN_PATCH"
@@ -673,8 +678,8 @@ def test_a_worker_may_only_use_its_items_tools(runtime: Runtime) -> None:
 
 
 def test_the_seeds_node_names_run_like_the_items_they_describe(runtime: Runtime) -> None:
-    """VALIDATION and COMPENSATION items are worked like any other; a WAIT/TIMER item, like HUMAN,
-    stops the run for its approval before anything of it runs."""
+    """A COMPENSATION item is worked like any other, a VALIDATION item by its procedure; a WAIT/TIMER item,
+    like HUMAN, stops the run for its approval before anything of it runs."""
     seed_plan = plan_doc(
         [
             item("W1", [], ["search"], "findings", task_type="COMPENSATION"),
@@ -682,9 +687,87 @@ def test_the_seeds_node_names_run_like_the_items_they_describe(runtime: Runtime)
             item("W3", ["W2"], ["publish"], "receipt", task_type="WAIT/TIMER", approval_required=True),
         ]
     )
-    state = runtime.start(make_agent(seed_plan), GOAL.objective)
+    state = runtime.start(make_agent(seed_plan, procedures={"summary": worker_policy}), GOAL.objective)
     assert state.status is RunStatus.WAITING_FOR_USER and state.pending is not None
     started = [e["work_item_id"] for e in events(runtime, state.run_id, EventType.WORK_ITEM_STARTED)]
     assert started == ["W1", "W2"]
     done = runtime.approve(state.run_id, state.pending.request_id, by="editor")
     assert done.state.status is RunStatus.COMPLETED and done.state.artifacts["receipt"] == 1
+
+
+# --------------------------------------------------------------------------- items run by their type
+
+
+def counting(policy: Callable[[ModelRequest], Any], asked: list[str]) -> Callable[[ModelRequest], Any]:
+    """``policy``, noting which work item each model request was about."""
+
+    def step(req: ModelRequest) -> Any:
+        asked.append(req.facts["work_item"]["work_item_id"])
+        return policy(req)
+
+    return step
+
+
+def typed_plan(w1: str = "TOOL", w2: str = "RULE") -> dict[str, Any]:
+    return plan_doc(
+        [
+            item("W1", [], ["search"], "findings", task_type=w1),
+            item("W2", ["W1"], [], "summary", task_type=w2),
+            item("W3", ["W2"], ["publish"], "receipt", task_type="HUMAN", risk_level="high", approval_required=True),
+        ]
+    )
+
+
+def test_rule_and_tool_items_run_as_code_through_the_runtime_with_no_model_call(runtime: Runtime) -> None:
+    asked: list[str] = []
+    procedures = {"findings": worker_policy, "summary": worker_policy}
+    agent = make_agent(typed_plan(), worker=counting(worker_policy, asked), procedures=procedures)
+    state = runtime.start(agent, GOAL.objective)
+    assert state.status is RunStatus.WAITING_FOR_USER and state.artifacts == {"findings": 1, "summary": 2}
+    assert asked == []  # the TOOL and RULE items never asked the worker
+    assert state.usage.model_calls == 1  # the planner's call, nothing else
+    log = runtime.store.read_events(state.run_id)
+    sources = [e.payload["signal_source"] for e in log if e.type is EventType.SIGNAL_RECEIVED]
+    assert sources == ["rule"] * 4 + ["plan_step"]  # search, findings, summary v1, its repair; the approval ask
+    assert events(runtime, state.run_id, EventType.REACT_DECISION) == []  # no model decided anything
+    # The rule's output is checked like a model's: the deliverable's verifier asked for one repair.
+    verdicts = [(v["artifact"], v["outcome"]) for v in events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)]
+    assert verdicts == [("summary:v1", "REPAIR_ONCE"), ("summary:v2", "ACCEPT")]
+    # The HUMAN item, approved, is the worker's as before (no procedure registered for it).
+    done = runtime.approve(state.run_id, state.pending.request_id, by="editor").state  # type: ignore[union-attr]
+    assert done.status is RunStatus.COMPLETED and asked == ["W3"]
+
+
+def test_only_model_and_local_react_items_ask_the_model(runtime: Runtime) -> None:
+    asked: list[str] = []
+    procedures = {"findings": worker_policy, "summary": worker_policy}  # registered, but not for model items
+    agent = make_agent(typed_plan("LOCAL_REACT", "MODEL"), worker=counting(worker_policy, asked), procedures=procedures)
+    state = runtime.start(agent, GOAL.objective)
+    assert state.status is RunStatus.WAITING_FOR_USER
+    assert asked == ["W1", "W1", "W2", "W2"]
+    sources = [e["signal_source"] for e in events(runtime, state.run_id, EventType.SIGNAL_RECEIVED)]
+    assert "rule" not in sources
+
+
+def test_a_rule_item_with_no_procedure_fails_by_name_and_never_asks_the_model(runtime: Runtime) -> None:
+    asked: list[str] = []
+    agent = make_agent(typed_plan(), worker=counting(worker_policy, asked), procedures={"findings": worker_policy})
+    state = runtime.start(agent, GOAL.objective)
+    ended = [(e["work_item_id"], e["error"]) for e in events(runtime, state.run_id, EventType.WORK_ITEM_ENDED)]
+    assert ended == [("W1", None), ("W2", "NO_PROCEDURE")] and asked == []
+    assert state.pending is not None and state.pending.kind == "handoff"  # nothing else can run: a person decides
+
+
+def test_a_procedures_call_is_validated_by_the_runtime_like_a_models(runtime: Runtime) -> None:
+    """The controller only proposes: a procedure proposing a tool its item does not show is refused."""
+
+    def publishes(req: ModelRequest) -> dict[str, Any]:
+        return {"type": "EXECUTE_TOOL", "action": "publish", "args": {"ref": "summary:v9"}}
+
+    agent = make_agent(typed_plan(), procedures={"findings": publishes, "summary": worker_policy})
+    state = runtime.start(agent, GOAL.objective)
+    refused = [e for e in events(runtime, state.run_id, EventType.RUNTIME_VALIDATED) if e.get("code")]
+    assert refused and refused[0]["code"] == "action_not_visible"
+    assert [
+        o for o in events(runtime, state.run_id, EventType.TOOL_ATTEMPTED) if o["observation"]["action"] == "publish"
+    ] == []

@@ -383,7 +383,7 @@ def plan_run_agent(bank: Bank, seen: list[list[dict[str, Any]]]) -> Agent:
                 "work_item_id": "W1",
                 "milestone_id": "M1",
                 "title": "credit",
-                "task_type": "TOOL",
+                "task_type": "LOCAL_REACT",
                 "dependencies": [],
                 "required_capabilities": ["credit"],
                 "output_spec": {"artifact_type": "receipt"},

@@ -175,6 +175,8 @@ class ErrorCode(StrEnum):
     EVIDENCE_UNRESOLVED = "EVIDENCE_UNRESOLVED"
     EVIDENCE_MISSING = "EVIDENCE_MISSING"
     CHECK_FAILED = "CHECK_FAILED"  # a work item's artifact failed (or could not pass) a check before success
+    NO_PROCEDURE = "NO_PROCEDURE"  # a RULE / TOOL / VALIDATION item with no registered procedure (never a model's)
+    PROCEDURE_FAILED = "PROCEDURE_FAILED"  # an item's procedure raised, or proposed something other than a call
     SCOPE_VIOLATION = "SCOPE_VIOLATION"
     NOT_VISIBLE = "NOT_VISIBLE"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"

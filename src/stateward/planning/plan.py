@@ -60,6 +60,10 @@ class TaskType(StrEnum):
     COMPENSATION = "COMPENSATION"  # undo a reservation, mark something invalid
 
 
+# Items a model carries out (its bounded local ReAct); every other item is run as code when a procedure is
+# registered for its artifact type, and these must be (source 5: a RULE or TOOL node is not the model's to decide).
+MODEL_TASK_TYPES = frozenset({TaskType.MODEL, TaskType.LOCAL_REACT})
+CODE_TASK_TYPES = frozenset({TaskType.RULE, TaskType.TOOL, TaskType.VALIDATION, TaskType.VERIFICATION})
 # Items no model may carry out on its own: the run must stop for a trusted answer before they start.
 OUTSIDE_TASK_TYPES = frozenset({TaskType.HUMAN, TaskType.WAIT, TaskType.TIMER})
 _TASK_TYPE_ALIASES = {"WAIT/TIMER": TaskType.WAIT.value, "WAIT_TIMER": TaskType.WAIT.value}

@@ -196,9 +196,21 @@ class PlanRunController:
         if all(s is WorkItemState.SUCCEEDED for s in states.values()):
             return self.delivery.finish(ctx, memo, notes, states)
         stuck = sorted(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
-        replanned = self.planning.replan(ctx, memo, notes, states)
-        if replanned is not None:
-            return replanned
+        patched = self.planning.replan(ctx, memo, notes, states)
+        if isinstance(patched, Proposal):
+            return patched
+        stuck_step = self._stuck(ctx, memo, notes, stuck, states)
+        return stuck_step if patched is None else self.view.with_usage(stuck_step, patched)
+
+    def _stuck(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        stuck: list[str],
+        states: dict[str, WorkItemState],
+    ) -> Proposal:
+        """Nothing can run and no patch helped: a person decides (a source that is down, or nothing runnable)."""
         down = sorted({f.action for f in memo.failures if f.error_code in UNAVAILABLE})
         if down and memo.delivery is None:
             # A source the plan needs is down and the fallbacks did not replace it: a person has to restore

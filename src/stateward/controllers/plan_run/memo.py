@@ -11,10 +11,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from stateward.core.canonical import action_digest
+from stateward.core.decision import ControlDecision
 from stateward.core.errors import ErrorCode, UserError
 from stateward.core.sealed import Sealed
 from stateward.core.state import GuardedAction
-from stateward.models.base import AnyModel, Model, Usage
+from stateward.models.base import AnyModel, Model, ModelRequest, Usage
 from stateward.planning.budget import BudgetAmount, BudgetLedger, BudgetLimits
 from stateward.planning.delivery import (
     Confidence,
@@ -48,6 +49,10 @@ ITEM_INSTRUCTIONS = (
     "its output passes its checks; saying so does not make it done."
 )
 Verifier = Callable[[str], Sequence[CheckResult]]
+# A work item run as code (RULE, TOOL, VALIDATION): from the item's facts - the request a worker would be sent
+# (the item, its attempt's observations, its verified inputs, the outputs so far), never sent to a model - the
+# next call as a ControlDecision or its JSON form (a record_output call writes the item's artifact).
+ItemProcedure = Callable[[ModelRequest], "ControlDecision | Mapping[str, Any]"]
 PLAN_REVISIONS = 1  # a plan the validator says to REVISE goes back to the planner this many times
 MAX_INPUT_CHARS = 200_000  # recorded outputs handed to one work item's model request, in all
 
@@ -228,6 +233,9 @@ class PlanRunConfig:
     # Program checks per artifact type: an item's artifact must pass every one before the item succeeds.
     checks: Mapping[str, Sequence[ArtifactCheck]] = field(default_factory=dict)
     model_checked: frozenset[str] = frozenset()  # artifact types the checker model also judges (metered)
+    # Procedures per artifact type: RULE, TOOL and VALIDATION items (and any other with one registered, a
+    # MODEL or LOCAL_REACT item excepted) run as this code through the Runtime and the gateway, no model call.
+    procedures: Mapping[str, ItemProcedure] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """A model check with no checker model could never pass: refuse the configuration, not every item."""
