@@ -138,7 +138,14 @@ def test_work_items_start_strictly_in_dependency_order(runtime: Runtime, waiting
         elif event.type is EventType.WORK_ITEM_ENDED:
             assert event.payload["outcome"] == "COMPLETED", event.payload
             ended_at[event.payload["work_item_id"]] = event.seq
-    assert started == [f"W{i:02d}" for i in range(1, 18)]  # one attempt each; W18 waits for its approval
+    # One attempt each, in batches of ready items (max_parallel 4, by id); W18 waits for its approval.
+    batches = [["W01"], ["W02", "W03"], ["W04", "W05"], ["W06", "W08"], ["W07", "W09"]]
+    assert started == [*(w for b in batches for w in b), *(f"W{i}" for i in range(10, 18))]
+    by_batch: dict[int, list[str]] = {}
+    for event in runtime.store.read_events(waiting.run_id):
+        if event.type is EventType.WORK_ITEM_STARTED:
+            by_batch.setdefault(event.payload["batch"], []).append(event.payload["work_item_id"])
+    assert list(by_batch.values())[:5] == batches
 
 
 def test_approving_delivers_exactly_once(

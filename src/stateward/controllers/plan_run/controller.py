@@ -8,7 +8,6 @@ from stateward.controllers.plan_run.facts import RunView
 from stateward.controllers.plan_run.handover import Handover
 from stateward.controllers.plan_run.items import ItemSteps
 from stateward.controllers.plan_run.memo import (
-    UNAVAILABLE,
     MemoSeals,
     PlanRunConfig,
     PlanRunMemo,
@@ -22,7 +21,6 @@ from stateward.planning.budget import BudgetLedger
 from stateward.planning.patch import (
     WorkItemState,
 )
-from stateward.planning.plan import WorkItem
 from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
     TerminationDecision,
@@ -175,17 +173,13 @@ class PlanRunController:
             return replanned
         plan = memo.plan
         assert plan is not None
-        waiting: WorkItem | None = None
-        for item in plan.work_items:  # plan order: the oldest ready item goes first, none starves
-            if len(memo.running) >= max(1, self.config.max_parallel):
-                break
-            state = states[item.work_item_id]
-            if state is WorkItemState.WAITING_FOR_APPROVAL and waiting is None:
-                waiting = item
-            elif state in (WorkItemState.READY, WorkItemState.RETRY_WAIT) and item.work_item_id not in memo.running:
-                refused = self.items.start(ctx, memo, notes, item)
-                if refused is not None:
-                    return refused
+        waiting = next(
+            (w for w in plan.work_items if states[w.work_item_id] is WorkItemState.WAITING_FOR_APPROVAL), None
+        )
+        if not memo.running:
+            refused = self.start_batch(ctx, memo, notes, states)
+            if refused is not None:
+                return refused
         if memo.running:
             wid = memo.running[memo.turn % len(memo.running)]
             memo.turn += 1
@@ -202,6 +196,32 @@ class PlanRunController:
         stuck_step = self._stuck(ctx, memo, notes, stuck, states)
         return stuck_step if patched is None else self.view.with_usage(stuck_step, patched)
 
+    def start_batch(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
+    ) -> Proposal | None:
+        """Start the next batch (source 12: ``get_ready_items(limit=4)``): up to ``max_parallel`` ready items,
+        in work-item id order, each reserved and its attempt recorded in this one step. The batch's items then
+        take turns, one call per step and each step one transaction, and no new item starts until all of them
+        ended: the same items in the same order on every run, and a crash between two of its calls loses or
+        repeats nothing (the step that journalled a call is the one that recorded it). A partial delivery if
+        not even the first ready item fits the budget; one that does not fit after others started waits for the
+        next batch."""
+        plan = memo.plan
+        assert plan is not None
+        ready = sorted(
+            (w for w in plan.work_items if states[w.work_item_id] in (WorkItemState.READY, WorkItemState.RETRY_WAIT)),
+            key=lambda w: w.work_item_id,
+        )[: max(1, self.config.max_parallel)]
+        if not ready:
+            return None
+        memo.batches += 1
+        memo.turn = 0
+        for item in ready:
+            refused = self.items.start(ctx, memo, notes, item, batch=memo.batches, first=not memo.running)
+            if refused is not None:
+                return refused
+        return None
+
     def _stuck(
         self,
         ctx: DecisionContext,
@@ -211,7 +231,7 @@ class PlanRunController:
         states: dict[str, WorkItemState],
     ) -> Proposal:
         """Nothing can run and no patch helped: a person decides (a source that is down, or nothing runnable)."""
-        down = sorted({f.action for f in memo.failures if f.error_code in UNAVAILABLE})
+        down = memo.unavailable
         if down and memo.delivery is None:
             # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
             # it or accept less - delivering as if the gap were final would hide a fixable cause.

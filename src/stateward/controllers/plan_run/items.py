@@ -12,6 +12,7 @@ from stateward.controllers.base import provider_rejection
 from stateward.controllers.plan_run.acceptance import findings_text
 from stateward.controllers.plan_run.memo import (
     ITEM_INSTRUCTIONS,
+    UNAVAILABLE,
     ArtifactFact,
     ItemRun,
     PlanRunMemo,
@@ -65,12 +66,23 @@ class ItemSteps(Part):
         decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
         return self.owner.view.propose(decision, memo, notes, wait=WaitSpec(guard=guard, kind=RequestKind.APPROVAL))
 
-    def start(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], item: WorkItem) -> Proposal | None:
-        """Reserve the item's budget and put it in flight; a partial delivery if the budget cannot carry it."""
+    def start(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        item: WorkItem,
+        batch: int | None = None,
+        first: bool = True,
+    ) -> Proposal | None:
+        """Reserve the item's budget and put it in flight (in ``batch``); a partial delivery if the budget cannot
+        carry it and it is its batch's ``first`` item (a later one just waits for the next batch)."""
         wid = item.work_item_id
         try:
             memo.ledger = memo.ledger.reserve(wid, BudgetAmount.from_estimate(item.estimated_cost))
         except BudgetError as exc:  # an item estimated above what is left never starts
+            if not first:
+                return None
             notes.append(
                 NewEvent(
                     type=EventType.WORK_ITEM_BLOCKED,
@@ -95,6 +107,7 @@ class ItemSteps(Part):
                     "work_item_id": wid,
                     "attempt": len(run.attempts),
                     "reserved": memo.ledger.reserved[wid].model_dump(),
+                    **({} if batch is None else {"batch": batch}),
                 },
             )
         )
@@ -305,6 +318,8 @@ class ItemSteps(Part):
             run.tracker, verdict = run.tracker.observe(step_record(obs), remaining=memo.ledger.remaining())
             if obs.status != "SUCCESS" and obs.error_code:
                 memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
+                if obs.error_code in UNAVAILABLE and obs.action not in memo.unavailable:
+                    memo.unavailable = sorted({*memo.unavailable, obs.action})
             output = output_ref(obs, item.output_spec.artifact_type)
             if output is not None:
                 self.complete(ctx, memo, item, output, obs, notes, charged)

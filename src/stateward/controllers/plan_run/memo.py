@@ -107,11 +107,15 @@ class PlanRunMemo(BaseModel):
 
     plan: Plan | None = None
     items: dict[str, ItemRun] = Field(default_factory=dict)
-    running: list[str] = Field(default_factory=list)  # items in flight, at most max_parallel
-    turn: int = 0  # round robin over running items, so none starves
+    running: list[str] = Field(default_factory=list)  # the current batch's items in flight, at most max_parallel
+    turn: int = 0  # round robin over the batch's running items, so none starves
+    batches: int = 0  # batches started so far (each ``work_item_started`` names its batch)
     verified: list[str] = Field(default_factory=list)
     ledger: BudgetLedger = BudgetLedger()
     failures: list[FailureFact] = Field(default_factory=list)
+    # Tools that failed as down (UNAVAILABLE codes): a fact about the world, kept across plan patches (which
+    # clear ``failures``), so a stuck plan names the source a person has to restore.
+    unavailable: list[str] = Field(default_factory=list)
     no_progress_streak: int = 0
     history: list[dict[str, WorkItemState]] = Field(default_factory=list)
     delivery: str | None = None  # "accepted" | "partial"
@@ -226,7 +230,7 @@ class PlanRunConfig:
     readiness: ReadinessContract | None = None  # research must satisfy it before a plan is made
     research_tools: tuple[str, ...] = ()
     max_research_steps: int = 8
-    max_parallel: int = 1  # work items in flight at once; their steps interleave, each one transaction
+    max_parallel: int = 4  # ready items per batch (the source's figure); their steps interleave, each one transaction
     measure: Measure | None = None  # the goal's metrics, measured from verified outputs and recorded evidence
     fact_artifacts: frozenset[str] = frozenset()  # verified outputs that are confirmed fact lists (a rung)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # charges elapsed time
