@@ -19,7 +19,7 @@ from stateward.core.events import EventType
 from stateward.core.state import AgentRef, GuardedAction
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
-from stateward.planning.budget import BudgetLimits
+from stateward.planning.budget import BudgetAmount, BudgetLimits
 from stateward.planning.goal import GoalContract
 from stateward.store.sqlite import SQLiteStore
 from stateward.verify.checks import CheckResult, CheckVerdict
@@ -338,7 +338,7 @@ def test_a_retried_item_sees_every_observation_of_its_new_attempt(runtime: Runti
     assert len(calls) == 4  # the second attempt's first observation completed it
 
 
-def _stuck_search_agent() -> Agent:
+def _stuck_search_agent(budget: BudgetLimits | None = None, max_grant: BudgetAmount | None = None) -> Agent:
     """One work item whose only tool is down: it fails until the plan run hands off to a person."""
 
     def failing(req: ModelRequest) -> dict[str, Any]:
@@ -359,8 +359,10 @@ def _stuck_search_agent() -> Agent:
         max_react_steps=5,
         retry_policy={"max_attempts": 3, "retryable_errors": ["NO_PROGRESS"]},
     )
-    agent = make_agent(plan_doc([retried]), worker=failing)
+    agent = make_agent(plan_doc([retried]), worker=failing, budget=budget)
     agent.tools = ToolRegistry([search, *plan_run_tools()])
+    assert isinstance(agent.controller, PlanRunController)
+    agent.controller.config = dataclasses.replace(agent.controller.config, max_budget_grant=max_grant)
     return agent
 
 
@@ -392,6 +394,69 @@ def test_continue_authorized_clears_the_failures_and_the_run_works_on(runtime: R
     assert after.usage.tool_attempts > attempts
     reasons = [h["reason_code"] for h in events(runtime, state.run_id, EventType.HANDOFF_RECORDED)]
     assert reasons == ["REPEATED_FAILURE", "DEPENDENCY_UNAVAILABLE"]
+
+
+LIMITS = BudgetLimits(max_model_calls=40, max_tool_calls=40, max_reflections_per_artifact=1)
+
+
+def _continue_with(extra: dict[str, Any]) -> str:
+    return json.dumps({"option": "continue_authorized", "extra_budget": extra})
+
+
+def test_continue_authorized_may_grant_extra_budget_recorded_as_that_persons_grant(runtime: Runtime) -> None:
+    state = runtime.start(_stuck_search_agent(LIMITS), GOAL.objective)
+    assert state.pending is not None and state.pending.kind == "handoff"
+    used_before = state.memo["ledger"]["used"]
+    request_id = state.pending.request_id
+    after = runtime.reply(state.run_id, request_id, by="lead", text=_continue_with({"model_calls": 10})).state
+    ledger = after.memo["ledger"]
+    assert ledger["limits"]["max_model_calls"] == 50 and ledger["limits"]["max_tool_calls"] == 40
+    assert all(ledger["used"][d] >= used_before[d] for d in used_before)  # a grant, never a reset
+    assert after.usage.tool_attempts > state.usage.tool_attempts  # and the item was tried again
+    [grant] = after.memo["grants"]
+    assert (grant["by"], grant["request_id"], grant["extra"]["model_calls"]) == ("lead", request_id, 10)
+    assert grant["at"]  # when
+    [answered] = events(runtime, state.run_id, EventType.HANDOFF_ANSWERED)
+    assert answered["option"] == "continue_authorized" and answered["by"] == "lead"
+    assert answered["grant"]["extra_budget"] == {"model_calls": 10} and answered["grant"]["by"] == "lead"
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ({"model_calls": 41}, "past their maximum: model_calls 41 of at most 40"),  # more than the limit again
+        ({"tokens": 5}, "tokens has no limit to raise"),
+        ({"wishes": 3}, "extra_budget is not a budget amount"),
+    ],
+)
+def test_a_grant_past_its_bound_is_refused_by_name_and_the_person_asked_again(
+    runtime: Runtime, extra: dict[str, Any], why: str
+) -> None:
+    state = runtime.start(_stuck_search_agent(LIMITS), GOAL.objective)
+    assert state.pending is not None
+    after = runtime.reply(state.run_id, state.pending.request_id, by="lead", text=_continue_with(extra)).state
+    assert after.memo["ledger"]["limits"] == state.memo["ledger"]["limits"] and after.memo["grants"] == []
+    assert after.usage.tool_attempts == state.usage.tool_attempts  # nothing re-attempted on a refused grant
+    assert after.pending is not None and after.pending.kind == "handoff"  # asked again
+    [answered] = events(runtime, state.run_id, EventType.HANDOFF_ANSWERED)
+    assert answered["refused"]["code"] == "BUDGET_GRANT_REFUSED" and why in answered["refused"]["message"]
+    handoffs = events(runtime, state.run_id, EventType.HANDOFF_RECORDED)
+    assert handoffs[-1]["reason_code"] == "BUDGET_GRANT_REFUSED" and why in handoffs[-1]["reason"]
+
+
+def test_grants_together_are_bounded_by_the_configured_maximum(runtime: Runtime) -> None:
+    state = runtime.start(_stuck_search_agent(LIMITS, max_grant=BudgetAmount(model_calls=12)), GOAL.objective)
+    assert state.pending is not None
+    state = runtime.reply(
+        state.run_id, state.pending.request_id, by="lead", text=_continue_with({"model_calls": 8})
+    ).state
+    assert state.memo["ledger"]["limits"]["max_model_calls"] == 48
+    assert state.pending is not None and state.pending.kind == "handoff"  # still stuck: asked again
+    state = runtime.reply(
+        state.run_id, state.pending.request_id, by="cto", text=_continue_with({"model_calls": 8})
+    ).state
+    assert state.memo["ledger"]["limits"]["max_model_calls"] == 48  # 8 + 8 > 12: the second is refused
+    assert [g["by"] for g in state.memo["grants"]] == ["lead"]
 
 
 def test_an_escalated_handoff_is_answered_by_whoever_it_was_escalated_to(db_path: Path) -> None:

@@ -83,6 +83,18 @@ class ArtifactFact(BaseModel):
     sha256: str = ""
 
 
+class BudgetGrant(BaseModel):
+    """Extra budget a person granted with continue_authorized: who, when, in answer to which request, how much.
+    It raises the limits; what was spent stays spent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    by: str
+    at: datetime
+    request_id: str
+    extra: BudgetAmount
+
+
 class ItemRun(BaseModel):
     """What the controller recorded about one work item."""
 
@@ -131,6 +143,7 @@ class PlanRunMemo(BaseModel):
     stages: list[StageEntry] = Field(default_factory=list)  # the global stages entered, in order
     # continue_authorized at a handoff: item -> the attempts a person authorised it to reach (never a reset).
     authorized_attempts: dict[str, int] = Field(default_factory=dict)
+    grants: list[BudgetGrant] = Field(default_factory=list)  # extra budget people granted, who, when, how much
     # A verification said HUMAN_HANDOFF (e.g. high risk at low confidence): (reason code, why) for the handoff.
     verification_handoff: tuple[str, str] | None = None
     _read_from: dict[str, Sealed] = PrivateAttr(default_factory=dict)  # item id -> the record it was read from
@@ -240,6 +253,9 @@ class PlanRunConfig:
     # Procedures per artifact type: RULE, TOOL and VALIDATION items (and any other with one registered, a
     # MODEL or LOCAL_REACT item excepted) run as this code through the Runtime and the gateway, no model call.
     procedures: Mapping[str, ItemProcedure] = field(default_factory=dict)
+    # What every continue_authorized grant together may add to the budget (None: at most the configured limits
+    # again, i.e. the budget can at most double): a grant past it is refused by name and the person asked again.
+    max_budget_grant: BudgetAmount | None = None
 
     def __post_init__(self) -> None:
         """A model check with no checker model could never pass: refuse the configuration, not every item."""
