@@ -836,3 +836,35 @@ def test_a_procedures_call_is_validated_by_the_runtime_like_a_models(runtime: Ru
     assert [
         o for o in events(runtime, state.run_id, EventType.TOOL_ATTEMPTED) if o["observation"]["action"] == "publish"
     ] == []
+
+
+def test_a_permission_refusal_that_leaves_the_scope_short_hands_off_with_the_package(runtime: Runtime) -> None:
+    @tool(description="Read the vault (no grant).")
+    def vault(path: str) -> dict[str, Any]:
+        from stateward.tools.errors import ToolPermissionDenied
+
+        raise ToolPermissionDenied("403: the service account has no read grant on the vault")
+
+    def tries_once(req: ModelRequest) -> dict[str, Any]:
+        if not req.observations:
+            return {"type": "EXECUTE_TOOL", "action": "vault", "args": {"path": "secrets/ledger"}}
+        return {"type": "FAIL", "reason": "no access"}
+
+    agent = make_agent(plan_doc([item("W1", [], ["vault"], "findings")]), worker=tries_once)
+    agent.tools = ToolRegistry([vault, *plan_run_tools()])
+    state = runtime.start(agent, GOAL.objective)
+    assert state.pending is not None and state.pending.kind == "handoff"
+    [package] = events(runtime, state.run_id, EventType.HANDOFF_RECORDED)
+    assert package["reason_code"] == "SCOPE_SHORTFALL"
+    assert "vault" in package["reason"] and "secrets/ledger" in package["reason"]
+    assert {o["option_id"] for o in package["options"]} == {"continue_authorized", "accept_partial", "cancel"}
+    assert package["impact"] and package["resume_point"]["work_item_id"] == "W1"
+    assert package["attempt_history"] == [
+        {
+            "work_item_id": "W1",
+            "attempts": 1,
+            "last_error_code": "MODEL_DECLARED_STOP",
+            "last_error": None,
+            "parameter_changes": [],
+        }
+    ]

@@ -13,9 +13,10 @@ from stateward.controllers.plan_run.memo import (
     PlanRunMemo,
 )
 from stateward.controllers.plan_run.planning import PlanningSteps
-from stateward.core.contract import DecisionContext, Proposal
+from stateward.core.contract import DecisionContext, Observation, Proposal
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.events import EventType, NewEvent
+from stateward.core.state import RunState
 from stateward.models.base import AnyModel, Usage
 from stateward.planning.budget import BudgetLedger
 from stateward.planning.patch import (
@@ -144,6 +145,19 @@ class PlanRunController:
         notes = [NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json"))]
         return self.delivery.fail_safely(memo, notes, verdict.reason.value, verdict.reason.value.lower())
 
+    def reconciliation_notes(self, state: RunState, observation: Observation, pending_question: str) -> list[NewEvent]:
+        """The Runtime stops the run because nobody can say whether a side effect happened (source 14: a
+        non-idempotent call's outcome unknown): the person who answers gets the source's handoff package with it
+        (UNKNOWN_OUTCOME: the state reached, attempts, evidence, the impact, what each answer does, the resume
+        point). It decides nothing; the reconciliation's answer does."""
+        if not state.memo:
+            return []
+        memo = self.seals.read(state.memo)
+        if memo.plan is None:
+            return []
+        ctx = DecisionContext(state=state, observations=(observation,), inventory=(), actions={})
+        return [self.delivery.unknown_outcome_package(ctx, memo, observation, pending_question)]
+
     def decide_with(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
         """Continue deciding in the same step once a plan was recorded."""
         inner = self.decide(
@@ -230,7 +244,12 @@ class PlanRunController:
         stuck: list[str],
         states: dict[str, WorkItemState],
     ) -> Proposal:
-        """Nothing can run and no patch helped: a person decides (a source that is down, or nothing runnable)."""
+        """Nothing can run and no patch helped: a person decides - to grant the access whose lack left the scope
+        short, to restore a source that is down, or what to do when nothing is runnable."""
+        if memo.denied and memo.delivery is None:
+            # Source 14: missing permission left the scope short; a person can grant it or accept less.
+            detail = f"cannot proceed: {stuck}; refused for missing permission: {'; '.join(memo.denied)}"
+            return self.delivery.handoff(ctx, memo, notes, "SCOPE_SHORTFALL", detail[:600], states)
         down = memo.unavailable
         if down and memo.delivery is None:
             # A source the plan needs is down and the fallbacks did not replace it: a person has to restore

@@ -20,7 +20,7 @@ from stateward.controllers.plan_support import (
     PARTIAL_TOOL,
     evidence_ids,
 )
-from stateward.core.contract import DecisionContext, Proposal, WaitSpec
+from stateward.core.contract import DecisionContext, Observation, Proposal, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.errors import ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
@@ -194,10 +194,54 @@ class DeliverySteps(Part):
         states: dict[str, WorkItemState],
     ) -> Proposal:
         memo.enter(RunStage.HUMAN_APPROVAL, ctx.state.usage.steps + 1)
+        package = self.package(ctx, memo, code, detail, states, self.handoff_options(code))
+        memo.awaiting_handoff = True  # the Runtime mints the request id; the answer says its kind
+        notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
+        decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
+        return self.owner.view.propose(
+            decision, memo, notes, wait=WaitSpec(kind=RequestKind.HANDOFF, options=package.option_ids)
+        )
+
+    def unknown_outcome_package(
+        self, ctx: DecisionContext, memo: PlanRunMemo, observation: Observation, question: str
+    ) -> NewEvent:
+        """The handoff package recorded with the Runtime's reconciliation request (see the controller's
+        ``reconciliation_notes``): its options are the request's two answers, with what each does."""
+        states = self.owner.view.states(ctx, memo)
+        item = next((w for w in memo.running if observation.step in memo.items[w].steps), None)
+        detail = f"the outcome of {observation.action} is unknown" + (f" (work item {item})" if item else "")
+        options = (
+            DecisionOption(
+                option_id="approve",
+                label="It happened",
+                consequence="the call is recorded as succeeded, confirmed by you (your confirmation is its evidence); "
+                "the item goes on from the resume point",
+            ),
+            DecisionOption(
+                option_id="reject",
+                label="It did not happen",
+                consequence=question.rpartition("'It did not happen' ")[2] or "the call is recorded NOT_EXECUTED",
+            ),
+        )
+        package = self.package(ctx, memo, "UNKNOWN_OUTCOME", detail, states, options, item)
+        return NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json"))
+
+    def package(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        code: str,
+        detail: str,
+        states: dict[str, WorkItemState],
+        options: tuple[DecisionOption, ...],
+        resume_item: str | None = None,
+    ) -> HandoffPackage:
+        """The source's handoff package (14.1): why, the state reached, attempts, evidence, options with their
+        consequences, the impact of stopping here and where work resumes."""
         plan = memo.plan
         assert plan is not None
         missing = tuple(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
-        package = HandoffPackage(
+        return HandoffPackage(
             reason_code=code,
             reason=detail or code,
             goal=self.config.goal.objective,
@@ -215,22 +259,19 @@ class DeliverySteps(Part):
                 for wid, run in memo.items.items()
             ),
             evidence_refs=tuple(dict.fromkeys(e for o in ctx.observations for e in evidence_ids(o.result))),
-            options=self.handoff_options(code),
+            options=options,
             resume_point=ResumePoint(
                 checkpoint_seq=ctx.state.usage.steps,
-                # The item work resumes from: the running one, else the first that failed.
-                work_item_id=memo.running[0]
-                if memo.running
-                else next((w for w, s in states.items() if s is WorkItemState.FAILED), None),
+                # The item work resumes from: the one named, the running one, else the first that failed.
+                work_item_id=resume_item
+                or (
+                    memo.running[0]
+                    if memo.running
+                    else next((w for w, s in states.items() if s is WorkItemState.FAILED), None)
+                ),
                 plan_version=plan.version,
                 budget=memo.ledger,
             ),
-        )
-        memo.awaiting_handoff = True  # the Runtime mints the request id; the answer says its kind
-        notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
-        decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
-        return self.owner.view.propose(
-            decision, memo, notes, wait=WaitSpec(kind=RequestKind.HANDOFF, options=package.option_ids)
         )
 
     def nothing_runnable(

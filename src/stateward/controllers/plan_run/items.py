@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from stateward.controllers.base import provider_rejection
 from stateward.controllers.plan_run.acceptance import findings_text
 from stateward.controllers.plan_run.memo import (
+    DENIED,
     ITEM_INSTRUCTIONS,
     UNAVAILABLE,
     ArtifactFact,
@@ -320,6 +321,9 @@ class ItemSteps(Part):
                 memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
                 if obs.error_code in UNAVAILABLE and obs.action not in memo.unavailable:
                     memo.unavailable = sorted({*memo.unavailable, obs.action})
+                if obs.error_code in DENIED:
+                    what = f"{obs.action} {json.dumps(obs.args, sort_keys=True)[:200]}"
+                    memo.denied = sorted({*memo.denied, what})[:20]
             output = output_ref(obs, item.output_spec.artifact_type)
             if output is not None:
                 self.complete(ctx, memo, item, output, obs, notes, charged)

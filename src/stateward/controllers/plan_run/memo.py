@@ -67,6 +67,8 @@ class EvidenceVerifier(Protocol):
 
 # Error codes saying a tool or its service is down (not that the call was wrong): a person can fix these.
 UNAVAILABLE = frozenset({"TIMEOUT", "CIRCUIT_OPEN", "TOOL_UNAVAILABLE", "SERVICE_UNAVAILABLE", "RATE_LIMITED"})
+# Error codes saying the run may not reach what it needs (source 14: missing permission leaves the scope short).
+DENIED = frozenset({"PERMISSION_DENIED"})
 ApprovalAction = Callable[[WorkItem, "PlanRunMemo"], GuardedAction]
 
 
@@ -128,6 +130,7 @@ class PlanRunMemo(BaseModel):
     # Tools that failed as down (UNAVAILABLE codes): a fact about the world, kept across plan patches (which
     # clear ``failures``), so a stuck plan names the source a person has to restore.
     unavailable: list[str] = Field(default_factory=list)
+    denied: list[str] = Field(default_factory=list)  # "tool: what it was refused" for permission refusals, kept alike
     no_progress_streak: int = 0
     history: list[dict[str, WorkItemState]] = Field(default_factory=list)
     delivery: str | None = None  # "accepted" | "partial"
