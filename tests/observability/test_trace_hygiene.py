@@ -105,7 +105,7 @@ def test_the_payment_runs_trace_fits_in_100_kb_and_keeps_ids_and_hashes(tmp_path
     biggest = max(len(compact_json(r["payload"])) for r in rows)
     print(f"payment trace: waiting {waiting} B, completed {done} B ({len(rows)} events), largest payload {biggest} B")
     # 379 KB at first, 122 KB (compact; 179 KB as printed) with references and the call recorded once; 99.8 KB
-    # before the code-run items (no react_decision notes for them), 87.5 KB after.
+    # before the code-run items (no react_decision notes for them), 87.7 KB after (batches included).
     assert waiting <= TRACE_LIMIT and done <= TRACE_LIMIT
     assert biggest <= 1200  # was 20 KB: single payloads over the threshold are references now
     assert rows[-1]["payload"]["status"] == "COMPLETED"
