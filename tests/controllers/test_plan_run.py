@@ -134,7 +134,8 @@ def make_agent(
         deliverable="summary",
         verifier=two_sections,
         approval_action=publish_guard,
-        procedures=procedures or {},
+        # What follows the HUMAN item's approval (W3 publishes the summary) is code, not a model's choice.
+        procedures={"receipt": worker_policy, **(procedures or {})},
     )
     controller = PlanRunController(ScriptedModel(lambda req: plan), ScriptedModel(worker), config)
     return Agent(
@@ -743,8 +744,8 @@ def test_a_worker_may_only_use_its_items_tools(runtime: Runtime) -> None:
 
 
 def test_the_seeds_node_names_run_like_the_items_they_describe(runtime: Runtime) -> None:
-    """A COMPENSATION item is worked like any other, a VALIDATION item by its procedure; a WAIT/TIMER item,
-    like HUMAN, stops the run for its approval before anything of it runs."""
+    """COMPENSATION and VALIDATION items run their procedures; a WAIT/TIMER item, like HUMAN, stops the run for
+    its approval before anything of it runs."""
     seed_plan = plan_doc(
         [
             item("W1", [], ["search"], "findings", task_type="COMPENSATION"),
@@ -752,7 +753,8 @@ def test_the_seeds_node_names_run_like_the_items_they_describe(runtime: Runtime)
             item("W3", ["W2"], ["publish"], "receipt", task_type="WAIT/TIMER", approval_required=True),
         ]
     )
-    state = runtime.start(make_agent(seed_plan, procedures={"summary": worker_policy}), GOAL.objective)
+    procedures = {"findings": worker_policy, "summary": worker_policy}
+    state = runtime.start(make_agent(seed_plan, procedures=procedures), GOAL.objective)
     assert state.status is RunStatus.WAITING_FOR_USER and state.pending is not None
     started = [e["work_item_id"] for e in events(runtime, state.run_id, EventType.WORK_ITEM_STARTED)]
     assert started == ["W1", "W2"]
@@ -798,9 +800,9 @@ def test_rule_and_tool_items_run_as_code_through_the_runtime_with_no_model_call(
     # The rule's output is checked like a model's: the deliverable's verifier asked for one repair.
     verdicts = [(v["artifact"], v["outcome"]) for v in events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)]
     assert verdicts == [("summary:v1", "REPAIR_ONCE"), ("summary:v2", "ACCEPT")]
-    # The HUMAN item, approved, is the worker's as before (no procedure registered for it).
+    # The HUMAN item, approved, runs its procedure too: the approved action is not a model's to choose.
     done = runtime.approve(state.run_id, state.pending.request_id, by="editor").state  # type: ignore[union-attr]
-    assert done.status is RunStatus.COMPLETED and asked == ["W3"]
+    assert done.status is RunStatus.COMPLETED and asked == []
 
 
 def test_only_model_and_local_react_items_ask_the_model(runtime: Runtime) -> None:

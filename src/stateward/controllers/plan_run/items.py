@@ -43,7 +43,7 @@ from stateward.planning.patch import (
     AttemptFact,
     AttemptOutcome,
 )
-from stateward.planning.plan import CODE_TASK_TYPES, MODEL_TASK_TYPES, WorkItem
+from stateward.planning.plan import MODEL_TASK_TYPES, WorkItem
 from stateward.planning.progress import ProgressTracker, ReactDecisionSummary
 from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
@@ -234,12 +234,11 @@ class ItemSteps(Part):
             correction=ctx.state.correction,  # the Runtime refused the last proposal: say why, once
         )
 
-    def runs_as_code(self, item: WorkItem) -> bool:
-        """Whether code runs the item, not a model: every RULE, TOOL and VALIDATION item, and any other but a
-        MODEL or LOCAL_REACT one that has a procedure registered for its artifact type."""
-        if item.task_type in MODEL_TASK_TYPES:
-            return False
-        return item.task_type in CODE_TASK_TYPES or item.output_spec.artifact_type in self.config.procedures
+    @staticmethod
+    def runs_as_code(item: WorkItem) -> bool:
+        """Whether code runs the item, not a model: every item but a MODEL or LOCAL_REACT one (RULE, TOOL,
+        VALIDATION, and what follows a person's or an event's answer: HUMAN, WAIT, TIMER, COMPENSATION)."""
+        return item.task_type not in MODEL_TASK_TYPES
 
     def code_step(
         self,
