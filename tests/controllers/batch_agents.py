@@ -60,8 +60,7 @@ def worker(req: ModelRequest) -> dict[str, Any]:
     return {"type": "EXECUTE_TOOL", "action": "record_output", "args": args}
 
 
-@tool(description="Stamp one ledger line.")
-def stamp(item: str, n: int) -> dict[str, Any]:
+def _stamp(item: str, n: int) -> dict[str, Any]:
     log = Path(os.environ["BATCH_LOG"])
     ran = log.read_text().splitlines() if log.exists() else []
     crash_at = os.environ.get("BATCH_CRASH_AT")
@@ -72,15 +71,30 @@ def stamp(item: str, n: int) -> dict[str, Any]:
     return {"stamp": f"{item}#{n}", "evidence_id": f"ev:{item}:{n}"}
 
 
-def build(max_parallel: int | None = None) -> Agent:
+@tool(description="Stamp one ledger line.")
+def stamp(item: str, n: int) -> dict[str, Any]:
+    return _stamp(item, n)
+
+
+@tool(
+    name="stamp",
+    description="Stamp one ledger line (a side effect: journalled under its idempotency key).",
+    side_effect=True,
+)
+def stamp_once(item: str, n: int) -> dict[str, Any]:
+    return _stamp(item, n)
+
+
+def build(max_parallel: int | None = None, side_effect: bool = False) -> Agent:
+    """The agent; ``side_effect``: its ``stamp`` is a side effect (journalled, run once per key)."""
     extra = {} if max_parallel is None else {"max_parallel": max_parallel}
     config = PlanRunConfig(goal=GOAL, **extra)  # max_parallel: the default (4) unless given
     controller = PlanRunController(ScriptedModel(lambda req: PLAN), ScriptedModel(worker), config)
     return Agent(
         name="batches",
         controller=controller,
-        tools=ToolRegistry([stamp, *plan_run_tools()]),
-        ref=AgentRef(name="batches"),
+        tools=ToolRegistry([stamp_once if side_effect else stamp, *plan_run_tools()]),
+        ref=AgentRef(name="batches", params={"side_effect": side_effect}),
         finish_policy=plan_finish_policy,
         budget=Budget(max_steps=60),
     )

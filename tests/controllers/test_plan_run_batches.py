@@ -90,7 +90,7 @@ CHILD = textwrap.dedent("""
     from stateward.runtime.leases import LeasePolicy
 
     runtime = Runtime.open({db!r}, agents=batch_agents.AGENTS, lease=LeasePolicy(ttl_s=0.3, heartbeat_s=0.1))
-    state = runtime.submit(batch_agents.build(), batch_agents.GOAL.objective)
+    state = runtime.submit(batch_agents.build(side_effect={side_effect}), batch_agents.GOAL.objective)
     print(state.run_id, flush=True)
     for _ in range({steps}):
         state = runtime.step(state.run_id)
@@ -99,11 +99,11 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _killed_run(tmp_path: Path, db: Path, *, steps: int, crash_at: int | None) -> str:
+def _killed_run(tmp_path: Path, db: Path, *, steps: int, crash_at: int | None, side_effect: bool) -> str:
     env = {**os.environ}
     if crash_at is not None:
         env["BATCH_CRASH_AT"] = str(crash_at)
-    script = CHILD.format(here=str(Path(__file__).parent), db=str(db), steps=steps)
+    script = CHILD.format(here=str(Path(__file__).parent), db=str(db), steps=steps, side_effect=side_effect)
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert child.returncode == 9, child.stderr
     return child.stdout.split()[0]
@@ -116,24 +116,25 @@ def _recovered(db: Path, run_id: str) -> tuple[Runtime, Any]:
 
 
 @pytest.mark.parametrize(
-    ("steps", "crash_at"),
+    ("steps", "crash_at", "side_effect"),
     [
-        (3, None),  # killed after W2's first call committed, before W3's began
-        (20, 6),  # dies inside the step of W2's second call, as the call starts: that step never committed
+        (3, None, False),  # killed after W2's first call committed, before W3's began
+        (3, None, True),  # the same with a journalled side effect: its calls ran once each, none is in doubt
+        (20, 6, False),  # dies inside the step of W2's second call, as the call starts: that step never committed
     ],
 )
 def test_a_process_killed_mid_batch_loses_and_repeats_no_call(
-    tmp_path: Path, _log: Path, monkeypatch: pytest.MonkeyPatch, steps: int, crash_at: int | None
+    tmp_path: Path, _log: Path, steps: int, crash_at: int | None, side_effect: bool
 ) -> None:
     reference_rt = Runtime.open(str(tmp_path / "ref.db"), agents=batch_agents.AGENTS)
-    reference = reference_rt.start(batch_agents.build(), batch_agents.GOAL.objective)
+    reference = reference_rt.start(batch_agents.build(side_effect=side_effect), batch_agents.GOAL.objective)
     expected_calls = _log.read_text().splitlines()
     expected = shape(reference_rt, reference.run_id)
     reference_rt.close()
     _log.unlink()
 
     db = tmp_path / "killed.db"
-    run_id = _killed_run(tmp_path, db, steps=steps, crash_at=crash_at)
+    run_id = _killed_run(tmp_path, db, steps=steps, crash_at=crash_at, side_effect=side_effect)
     before = _log.read_text().splitlines()
     assert 0 < len(before) < len(expected_calls)  # it died mid-batch, with calls of the batch done
     started = [r[1:] for r in shape(Runtime.open(str(db), agents=batch_agents.AGENTS), run_id) if r[0] == "started"]
