@@ -30,7 +30,7 @@ def item(wid: str, title: str, deps: list[str], tool_name: str, output: str, **e
         "work_item_id": wid,
         "milestone_id": "M1",
         "title": title,
-        "task_type": "TOOL",
+        "task_type": "LOCAL_REACT",
         "dependencies": deps,
         "required_capabilities": [tool_name],
         "output_spec": {"artifact_type": output},

@@ -19,7 +19,7 @@ from stateward.core.events import EventType
 from stateward.core.state import AgentRef, GuardedAction
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
-from stateward.planning.budget import BudgetLimits
+from stateward.planning.budget import BudgetAmount, BudgetLimits
 from stateward.planning.goal import GoalContract
 from stateward.store.sqlite import SQLiteStore
 from stateward.verify.checks import CheckResult, CheckVerdict
@@ -32,7 +32,7 @@ def item(wid: str, deps: list[str], caps: list[str], output: str, **extra: Any) 
         "work_item_id": wid,
         "milestone_id": "M1",
         "title": f"item {wid}",
-        "task_type": "TOOL",
+        "task_type": "LOCAL_REACT",
         "dependencies": deps,
         "required_capabilities": caps,
         "output_spec": {"artifact_type": output},
@@ -117,6 +117,7 @@ def make_agent(
     worker: Callable[[ModelRequest], Any] = worker_policy,
     budget: BudgetLimits | None = None,
     goal: GoalContract = GOAL,
+    procedures: dict[str, Callable[[ModelRequest], Any]] | None = None,
 ) -> Agent:
     @tool(description="Search the notes.")
     def search(query: str) -> dict[str, Any]:
@@ -133,6 +134,8 @@ def make_agent(
         deliverable="summary",
         verifier=two_sections,
         approval_action=publish_guard,
+        # What follows the HUMAN item's approval (W3 publishes the summary) is code, not a model's choice.
+        procedures={"receipt": worker_policy, **(procedures or {})},
     )
     controller = PlanRunController(ScriptedModel(lambda req: plan), ScriptedModel(worker), config)
     return Agent(
@@ -336,7 +339,7 @@ def test_a_retried_item_sees_every_observation_of_its_new_attempt(runtime: Runti
     assert len(calls) == 4  # the second attempt's first observation completed it
 
 
-def _stuck_search_agent() -> Agent:
+def _stuck_search_agent(budget: BudgetLimits | None = None, max_grant: BudgetAmount | None = None) -> Agent:
     """One work item whose only tool is down: it fails until the plan run hands off to a person."""
 
     def failing(req: ModelRequest) -> dict[str, Any]:
@@ -357,8 +360,10 @@ def _stuck_search_agent() -> Agent:
         max_react_steps=5,
         retry_policy={"max_attempts": 3, "retryable_errors": ["NO_PROGRESS"]},
     )
-    agent = make_agent(plan_doc([retried]), worker=failing)
+    agent = make_agent(plan_doc([retried]), worker=failing, budget=budget)
     agent.tools = ToolRegistry([search, *plan_run_tools()])
+    assert isinstance(agent.controller, PlanRunController)
+    agent.controller.config = dataclasses.replace(agent.controller.config, max_budget_grant=max_grant)
     return agent
 
 
@@ -390,6 +395,69 @@ def test_continue_authorized_clears_the_failures_and_the_run_works_on(runtime: R
     assert after.usage.tool_attempts > attempts
     reasons = [h["reason_code"] for h in events(runtime, state.run_id, EventType.HANDOFF_RECORDED)]
     assert reasons == ["REPEATED_FAILURE", "DEPENDENCY_UNAVAILABLE"]
+
+
+LIMITS = BudgetLimits(max_model_calls=40, max_tool_calls=40, max_reflections_per_artifact=1)
+
+
+def _continue_with(extra: dict[str, Any]) -> str:
+    return json.dumps({"option": "continue_authorized", "extra_budget": extra})
+
+
+def test_continue_authorized_may_grant_extra_budget_recorded_as_that_persons_grant(runtime: Runtime) -> None:
+    state = runtime.start(_stuck_search_agent(LIMITS), GOAL.objective)
+    assert state.pending is not None and state.pending.kind == "handoff"
+    used_before = state.memo["ledger"]["used"]
+    request_id = state.pending.request_id
+    after = runtime.reply(state.run_id, request_id, by="lead", text=_continue_with({"model_calls": 10})).state
+    ledger = after.memo["ledger"]
+    assert ledger["limits"]["max_model_calls"] == 50 and ledger["limits"]["max_tool_calls"] == 40
+    assert all(ledger["used"][d] >= used_before[d] for d in used_before)  # a grant, never a reset
+    assert after.usage.tool_attempts > state.usage.tool_attempts  # and the item was tried again
+    [grant] = after.memo["grants"]
+    assert (grant["by"], grant["request_id"], grant["extra"]["model_calls"]) == ("lead", request_id, 10)
+    assert grant["at"]  # when
+    [answered] = events(runtime, state.run_id, EventType.HANDOFF_ANSWERED)
+    assert answered["option"] == "continue_authorized" and answered["by"] == "lead"
+    assert answered["grant"]["extra_budget"] == {"model_calls": 10} and answered["grant"]["by"] == "lead"
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ({"model_calls": 41}, "past their maximum: model_calls 41 of at most 40"),  # more than the limit again
+        ({"tokens": 5}, "tokens has no limit to raise"),
+        ({"wishes": 3}, "extra_budget is not a budget amount"),
+    ],
+)
+def test_a_grant_past_its_bound_is_refused_by_name_and_the_person_asked_again(
+    runtime: Runtime, extra: dict[str, Any], why: str
+) -> None:
+    state = runtime.start(_stuck_search_agent(LIMITS), GOAL.objective)
+    assert state.pending is not None
+    after = runtime.reply(state.run_id, state.pending.request_id, by="lead", text=_continue_with(extra)).state
+    assert after.memo["ledger"]["limits"] == state.memo["ledger"]["limits"] and after.memo["grants"] == []
+    assert after.usage.tool_attempts == state.usage.tool_attempts  # nothing re-attempted on a refused grant
+    assert after.pending is not None and after.pending.kind == "handoff"  # asked again
+    [answered] = events(runtime, state.run_id, EventType.HANDOFF_ANSWERED)
+    assert answered["refused"]["code"] == "BUDGET_GRANT_REFUSED" and why in answered["refused"]["message"]
+    handoffs = events(runtime, state.run_id, EventType.HANDOFF_RECORDED)
+    assert handoffs[-1]["reason_code"] == "BUDGET_GRANT_REFUSED" and why in handoffs[-1]["reason"]
+
+
+def test_grants_together_are_bounded_by_the_configured_maximum(runtime: Runtime) -> None:
+    state = runtime.start(_stuck_search_agent(LIMITS, max_grant=BudgetAmount(model_calls=12)), GOAL.objective)
+    assert state.pending is not None
+    state = runtime.reply(
+        state.run_id, state.pending.request_id, by="lead", text=_continue_with({"model_calls": 8})
+    ).state
+    assert state.memo["ledger"]["limits"]["max_model_calls"] == 48
+    assert state.pending is not None and state.pending.kind == "handoff"  # still stuck: asked again
+    state = runtime.reply(
+        state.run_id, state.pending.request_id, by="cto", text=_continue_with({"model_calls": 8})
+    ).state
+    assert state.memo["ledger"]["limits"]["max_model_calls"] == 48  # 8 + 8 > 12: the second is refused
+    assert [g["by"] for g in state.memo["grants"]] == ["lead"]
 
 
 def test_an_escalated_handoff_is_answered_by_whoever_it_was_escalated_to(db_path: Path) -> None:
@@ -579,6 +647,9 @@ def test_a_changed_capability_replans_once_and_the_run_completes(runtime: Runtim
 def test_a_transient_failure_is_no_reason_to_replan(runtime: Runtime) -> None:
     timeout_patch = {**MOVE_TO_ARCHIVE, "reason": "TIMEOUT"}
     state = runtime.start(_replanning_agent(timeout_patch), GOAL.objective)
+    # The refused patch did not help: the stuck plan goes to a person (never a delivery the planner decided).
+    assert state.pending is not None and state.pending.kind == "handoff"
+    state = accepted_partial(runtime, state)
     assert state.status is RunStatus.PARTIALLY_COMPLETED
     refused = [p for p in events(runtime, state.run_id, EventType.PLAN_RECORDED) if "refused_patch" in p]
     assert refused and refused[0]["refused_patch"] == "INVALID_PLAN_PATCH"
@@ -673,8 +744,8 @@ def test_a_worker_may_only_use_its_items_tools(runtime: Runtime) -> None:
 
 
 def test_the_seeds_node_names_run_like_the_items_they_describe(runtime: Runtime) -> None:
-    """VALIDATION and COMPENSATION items are worked like any other; a WAIT/TIMER item, like HUMAN,
-    stops the run for its approval before anything of it runs."""
+    """COMPENSATION and VALIDATION items run their procedures; a WAIT/TIMER item, like HUMAN, stops the run for
+    its approval before anything of it runs."""
     seed_plan = plan_doc(
         [
             item("W1", [], ["search"], "findings", task_type="COMPENSATION"),
@@ -682,9 +753,120 @@ def test_the_seeds_node_names_run_like_the_items_they_describe(runtime: Runtime)
             item("W3", ["W2"], ["publish"], "receipt", task_type="WAIT/TIMER", approval_required=True),
         ]
     )
-    state = runtime.start(make_agent(seed_plan), GOAL.objective)
+    procedures = {"findings": worker_policy, "summary": worker_policy}
+    state = runtime.start(make_agent(seed_plan, procedures=procedures), GOAL.objective)
     assert state.status is RunStatus.WAITING_FOR_USER and state.pending is not None
     started = [e["work_item_id"] for e in events(runtime, state.run_id, EventType.WORK_ITEM_STARTED)]
     assert started == ["W1", "W2"]
     done = runtime.approve(state.run_id, state.pending.request_id, by="editor")
     assert done.state.status is RunStatus.COMPLETED and done.state.artifacts["receipt"] == 1
+
+
+# --------------------------------------------------------------------------- items run by their type
+
+
+def counting(policy: Callable[[ModelRequest], Any], asked: list[str]) -> Callable[[ModelRequest], Any]:
+    """``policy``, noting which work item each model request was about."""
+
+    def step(req: ModelRequest) -> Any:
+        asked.append(req.facts["work_item"]["work_item_id"])
+        return policy(req)
+
+    return step
+
+
+def typed_plan(w1: str = "TOOL", w2: str = "RULE") -> dict[str, Any]:
+    return plan_doc(
+        [
+            item("W1", [], ["search"], "findings", task_type=w1),
+            item("W2", ["W1"], [], "summary", task_type=w2),
+            item("W3", ["W2"], ["publish"], "receipt", task_type="HUMAN", risk_level="high", approval_required=True),
+        ]
+    )
+
+
+def test_rule_and_tool_items_run_as_code_through_the_runtime_with_no_model_call(runtime: Runtime) -> None:
+    asked: list[str] = []
+    procedures = {"findings": worker_policy, "summary": worker_policy}
+    agent = make_agent(typed_plan(), worker=counting(worker_policy, asked), procedures=procedures)
+    state = runtime.start(agent, GOAL.objective)
+    assert state.status is RunStatus.WAITING_FOR_USER and state.artifacts == {"findings": 1, "summary": 2}
+    assert asked == []  # the TOOL and RULE items never asked the worker
+    assert state.usage.model_calls == 1  # the planner's call, nothing else
+    log = runtime.store.read_events(state.run_id)
+    sources = [e.payload["signal_source"] for e in log if e.type is EventType.SIGNAL_RECEIVED]
+    assert sources == ["rule"] * 4 + ["plan_step"]  # search, findings, summary v1, its repair; the approval ask
+    assert events(runtime, state.run_id, EventType.REACT_DECISION) == []  # no model decided anything
+    # The rule's output is checked like a model's: the deliverable's verifier asked for one repair.
+    verdicts = [(v["artifact"], v["outcome"]) for v in events(runtime, state.run_id, EventType.VERIFICATION_RECORDED)]
+    assert verdicts == [("summary:v1", "REPAIR_ONCE"), ("summary:v2", "ACCEPT")]
+    # The HUMAN item, approved, runs its procedure too: the approved action is not a model's to choose.
+    done = runtime.approve(state.run_id, state.pending.request_id, by="editor").state  # type: ignore[union-attr]
+    assert done.status is RunStatus.COMPLETED and asked == []
+
+
+def test_only_model_and_local_react_items_ask_the_model(runtime: Runtime) -> None:
+    asked: list[str] = []
+    procedures = {"findings": worker_policy, "summary": worker_policy}  # registered, but not for model items
+    agent = make_agent(typed_plan("LOCAL_REACT", "MODEL"), worker=counting(worker_policy, asked), procedures=procedures)
+    state = runtime.start(agent, GOAL.objective)
+    assert state.status is RunStatus.WAITING_FOR_USER
+    assert asked == ["W1", "W1", "W2", "W2"]
+    sources = [e["signal_source"] for e in events(runtime, state.run_id, EventType.SIGNAL_RECEIVED)]
+    assert "rule" not in sources
+
+
+def test_a_rule_item_with_no_procedure_fails_by_name_and_never_asks_the_model(runtime: Runtime) -> None:
+    asked: list[str] = []
+    agent = make_agent(typed_plan(), worker=counting(worker_policy, asked), procedures={"findings": worker_policy})
+    state = runtime.start(agent, GOAL.objective)
+    ended = [(e["work_item_id"], e["error"]) for e in events(runtime, state.run_id, EventType.WORK_ITEM_ENDED)]
+    assert ended == [("W1", None), ("W2", "NO_PROCEDURE")] and asked == []
+    assert state.pending is not None and state.pending.kind == "handoff"  # nothing else can run: a person decides
+
+
+def test_a_procedures_call_is_validated_by_the_runtime_like_a_models(runtime: Runtime) -> None:
+    """The controller only proposes: a procedure proposing a tool its item does not show is refused."""
+
+    def publishes(req: ModelRequest) -> dict[str, Any]:
+        return {"type": "EXECUTE_TOOL", "action": "publish", "args": {"ref": "summary:v9"}}
+
+    agent = make_agent(typed_plan(), procedures={"findings": publishes, "summary": worker_policy})
+    state = runtime.start(agent, GOAL.objective)
+    refused = [e for e in events(runtime, state.run_id, EventType.RUNTIME_VALIDATED) if e.get("code")]
+    assert refused and refused[0]["code"] == "action_not_visible"
+    assert [
+        o for o in events(runtime, state.run_id, EventType.TOOL_ATTEMPTED) if o["observation"]["action"] == "publish"
+    ] == []
+
+
+def test_a_permission_refusal_that_leaves_the_scope_short_hands_off_with_the_package(runtime: Runtime) -> None:
+    @tool(description="Read the vault (no grant).")
+    def vault(path: str) -> dict[str, Any]:
+        from stateward.tools.errors import ToolPermissionDenied
+
+        raise ToolPermissionDenied("403: the service account has no read grant on the vault")
+
+    def tries_once(req: ModelRequest) -> dict[str, Any]:
+        if not req.observations:
+            return {"type": "EXECUTE_TOOL", "action": "vault", "args": {"path": "secrets/ledger"}}
+        return {"type": "FAIL", "reason": "no access"}
+
+    agent = make_agent(plan_doc([item("W1", [], ["vault"], "findings")]), worker=tries_once)
+    agent.tools = ToolRegistry([vault, *plan_run_tools()])
+    state = runtime.start(agent, GOAL.objective)
+    assert state.pending is not None and state.pending.kind == "handoff"
+    [package] = events(runtime, state.run_id, EventType.HANDOFF_RECORDED)
+    assert package["reason_code"] == "SCOPE_SHORTFALL"
+    assert "vault" in package["reason"] and "secrets/ledger" in package["reason"]
+    assert {o["option_id"] for o in package["options"]} == {"continue_authorized", "accept_partial", "cancel"}
+    assert package["impact"] and package["resume_point"]["work_item_id"] == "W1"
+    assert package["attempt_history"] == [
+        {
+            "work_item_id": "W1",
+            "attempts": 1,
+            "last_error_code": "MODEL_DECLARED_STOP",
+            "last_error": None,
+            "parameter_changes": [],
+        }
+    ]

@@ -17,7 +17,7 @@ def plan(version: int = 1) -> Plan:
             "work_item_id": wid,
             "milestone_id": "M1",
             "title": f"item {wid}",
-            "task_type": "TOOL",
+            "task_type": "LOCAL_REACT",
             "output_spec": {"artifact_type": f"out_{wid}"},
         }
         for wid in ("W1", "W2", "W3")

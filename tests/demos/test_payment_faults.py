@@ -91,8 +91,9 @@ def test_a_search_that_times_out_once_is_retried_and_the_report_waits_for_approv
 def test_a_repeated_search_is_stopped_as_no_progress_and_the_run_ends(tmp_path: Path) -> None:
     row = run_fault(Fault.SAME_SEARCH, tmp_path)
     assert row["as_expected"], row["observed"]
-    # Nothing else can run without W03: a person is asked (nothing runnable hands off, it does not degrade).
-    assert row["status"] == "WAITING_FOR_USER" and row["rung"] == "HANDOFF_PACKAGE" and "W03" in row["observed"]
+    # Nothing else can run without W05 (a LOCAL_REACT item: the model's loop is stopped): a person is asked
+    # (nothing runnable hands off, it does not degrade).
+    assert row["status"] == "WAITING_FOR_USER" and row["rung"] == "HANDOFF_PACKAGE" and "W05" in row["observed"]
 
 
 def test_a_high_risk_assessment_at_low_confidence_is_never_delivered_and_goes_to_a_person(tmp_path: Path) -> None:

@@ -2,12 +2,14 @@
 succeed: a worker that fabricates ``breaking-changes`` without reading the guide, or a coverage check
 claiming 12 of 12 repositories accessible, is refused; the honest run still delivers.
 
-The fabricating worker is the scripted worker with two items replaced; everything else is the real demo
-agent on the real engine, read back from the events and the memo it recorded.
+The fabricating worker is the scripted worker with W06 (a MODEL item) replaced, and W12 (a VERIFICATION item,
+run as code) gets a faulty procedure; everything else is the real demo agent on the real engine, read back from
+the events and the memo it recorded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +23,7 @@ from stateward.models import ScriptedModel
 from stateward.planning import cite_evidence
 from stateward_demos.payment import tools as payment_tools
 from stateward_demos.payment.agent import build_agent, goal
-from stateward_demos.payment.scripts import worker_policy
+from stateward_demos.payment.scripts import PROCEDURES, worker_policy
 
 INVENTED = {
     "change_id": "BC-99",
@@ -51,7 +53,7 @@ def fabricating(always: bool) -> Callable[[ModelRequest], Any]:
                 return record(req, "breaking-changes", {"count": 99, "changes": [INVENTED]})
             if wid == "W12":
                 return record(req, "coverage-check", FALSE_COVERAGE)
-        return worker_policy(req)
+        return PROCEDURES["coverage-check"](req) if wid == "W12" else worker_policy(req)
 
     return step
 
@@ -61,6 +63,9 @@ def run(runtime: Runtime, worker: Callable[[ModelRequest], Any] | None) -> RunSt
     if worker is not None:
         assert isinstance(agent.controller, PlanRunController)
         agent.controller.worker = ScriptedModel(worker, name="fabricating-worker")
+        # The same fabrication as W12's procedure: code run as a RULE is checked like a model's output.
+        procedures = {**PROCEDURES, "coverage-check": worker}
+        agent.controller.config = dataclasses.replace(agent.controller.config, procedures=procedures)
     state = runtime.start(agent, goal().objective)
     if state.pending is not None and state.pending.kind.value == "approval":
         state = runtime.approve(state.run_id, state.pending.request_id, by="reviewer").state

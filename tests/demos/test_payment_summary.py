@@ -71,16 +71,17 @@ def test_the_cli_prints_the_sources_final_summary(tmp_path: Path) -> None:
 
 
 def test_a_token_budget_is_charged_and_stops_the_run_with_a_budget_estimate(runtime: Runtime) -> None:
-    # The plan estimates 202,000 tokens; the scripted run needs a little more. The run must count every token,
-    # stop before going past the limit, deliver only verified facts, and say what continuing would cost.
-    state = runtime.start(build_agent(budget={"max_tokens": 202_000}), goal().objective)
+    # The plan estimates 90,000 tokens for its model items; the scripted run needs ~102,000 with its planner
+    # calls. The run must count every token, stop before going past the limit, deliver only verified facts, and
+    # say what continuing would cost.
+    state = runtime.start(build_agent(budget={"max_tokens": 96_000}), goal().objective)
     out = summary(runtime, state)
     used = state.memo["ledger"]["used"]
     assert state.status is RunStatus.PARTIALLY_COMPLETED
-    assert 0 < used["tokens"] <= 202_000 and used["tokens"] == state.usage.input_tokens + state.usage.output_tokens
+    assert 0 < used["tokens"] <= 96_000 and used["tokens"] == state.usage.input_tokens + state.usage.output_tokens
     assert (out["completion_mode"], out["rung"]) == ("DEGRADED", "FACTS_AND_RISK_CANDIDATES")
     assert out["report_versions"] == [] and out["final_artifact"] == "partial-delivery:v1"
-    assert out["budget_to_continue"]["tokens"] > 202_000 - used["tokens"]
+    assert out["budget_to_continue"]["tokens"] > 96_000 - used["tokens"]
     delivered = runtime.store.get_artifact(state.run_id, "partial-delivery")
     assert delivered is not None
     partial = json.loads(delivered.content)

@@ -104,7 +104,8 @@ def test_the_payment_runs_trace_fits_in_100_kb_and_keeps_ids_and_hashes(tmp_path
     done, rows = _trace(db, run_id)
     biggest = max(len(compact_json(r["payload"])) for r in rows)
     print(f"payment trace: waiting {waiting} B, completed {done} B ({len(rows)} events), largest payload {biggest} B")
-    # 379 KB at first, 122 KB (compact; 179 KB as printed) with references and the call recorded once.
+    # 379 KB at first, 122 KB (compact; 179 KB as printed) with references and the call recorded once; 99.8 KB
+    # before the code-run items (no react_decision notes for them), 87.7 KB after (batches included).
     assert waiting <= TRACE_LIMIT and done <= TRACE_LIMIT
     assert biggest <= 1200  # was 20 KB: single payloads over the threshold are references now
     assert rows[-1]["payload"]["status"] == "COMPLETED"
@@ -116,7 +117,7 @@ def test_the_payment_runs_trace_fits_in_100_kb_and_keeps_ids_and_hashes(tmp_path
             step = row["payload"]["step"]
         by_step.setdefault(step + (row["type"] == "react_decision"), {})[row["type"]] = row["payload"]
     decisions = [(s, e["react_decision"]) for s, e in by_step.items() if "react_decision" in e]
-    assert len(decisions) > 50
+    assert len(decisions) >= 15  # the model items' decisions (RULE, TOOL and VERIFICATION items run as code)
     observed = {p["observation"]["step"] for r in rows if r["type"] == "tool_attempted" for p in [r["payload"]]}
     for s, decision in decisions:
         assert "selected_action" not in decision and "decision_id" not in decision  # their step holds them

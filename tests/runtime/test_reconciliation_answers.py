@@ -383,7 +383,7 @@ def plan_run_agent(bank: Bank, seen: list[list[dict[str, Any]]]) -> Agent:
                 "work_item_id": "W1",
                 "milestone_id": "M1",
                 "title": "credit",
-                "task_type": "TOOL",
+                "task_type": "LOCAL_REACT",
                 "dependencies": [],
                 "required_capabilities": ["credit"],
                 "output_spec": {"artifact_type": "receipt"},
@@ -624,3 +624,24 @@ def test_an_unguarded_side_effect_is_reconciled_the_same_way(runtime: Runtime, b
     assert state.pending.approver_role == "ops"  # the agent's role: the tool names none
     done = runtime.reconcile(state.run_id, state.pending.request_id, happened=True, by="op", roles=frozenset({"ops"}))
     assert done.state.status is RunStatus.COMPLETED and len(bank.calls) == 1 and bank.notified == ["credited"]
+
+
+def test_a_plan_runs_unknown_outcome_comes_with_the_sources_handoff_package(runtime: Runtime, bank: Bank) -> None:
+    """Source 14: a non-idempotent call's outcome unknown is a handoff - the reconciliation request is the
+    Runtime's, and the plan run records the package the person answering it reads (it decides nothing)."""
+    seen: list[list[dict[str, Any]]] = []
+    run_id = _to_reconciliation(runtime, plan_run_agent(bank, seen))
+    state = runtime.get(run_id)
+    log = runtime.store.read_events(run_id)
+    [package] = [e.payload for e in log if e.type is EventType.HANDOFF_RECORDED]
+    assert package["reason_code"] == "UNKNOWN_OUTCOME" and "credit" in package["reason"]
+    assert [o["option_id"] for o in package["options"]] == ["approve", "reject"]
+    assert all(o["consequence"] for o in package["options"])
+    assert "NOT_EXECUTED" in package["options"][1]["consequence"] or "retried" in package["options"][1]["consequence"]
+    assert package["resume_point"]["work_item_id"] == "W1" and package["resume_point"]["plan_version"] == 1
+    assert package["attempt_history"][0]["work_item_id"] == "W1" and package["impact"]
+    # Recorded with the wait, before it: the wait's own events keep their order.
+    kinds = [e.type for e in log]
+    at = kinds.index(EventType.HANDOFF_RECORDED)
+    assert kinds[at + 1 : at + 3] == [EventType.STATE_TRANSITION, EventType.PENDING_RECORDED]
+    assert state.pending is not None and state.pending.kind is RequestKind.RECONCILIATION  # the answer decides

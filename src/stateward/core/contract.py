@@ -310,6 +310,16 @@ class Controller(Protocol):
         """Propose the next step for the run in ``ctx``; the Runtime validates it and alone changes state."""
 
 
+class DescribesUnknownOutcomes(Protocol):
+    """A controller that says more when the Runtime itself stops its run for a person: a call whose side effect
+    may or may not have happened (a reconciliation). Its events (e.g. a handoff package: the state reached, the
+    attempts, the impact, what each answer does) are recorded with the wait; they decide nothing."""
+
+    def reconciliation_notes(
+        self, state: RunState, observation: Observation, pending_question: str
+    ) -> Sequence[NewEvent]: ...
+
+
 WaitPolicy = Callable[[ControlDecision, RunState], WaitCheck]
 """An agent's precondition on a wait it is asked to enter."""
 

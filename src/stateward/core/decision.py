@@ -38,6 +38,7 @@ class SignalSource(StrEnum):
     OPERATOR = "operator"
     RUNTIME = "runtime"  # the Runtime itself: an approved guarded call it runs before deciding again
     CONTROLLER = "controller"  # the controller's own code, not a model (e.g. a loop guard ending the run)
+    RULE = "rule"  # a plan item's registered procedure: a RULE, TOOL or VALIDATION item run as code, not by a model
 
 
 class ControlDecision(BaseModel):

@@ -175,6 +175,11 @@ class ErrorCode(StrEnum):
     EVIDENCE_UNRESOLVED = "EVIDENCE_UNRESOLVED"
     EVIDENCE_MISSING = "EVIDENCE_MISSING"
     CHECK_FAILED = "CHECK_FAILED"  # a work item's artifact failed (or could not pass) a check before success
+    # continue_authorized named an extra budget the run may not grant (past its configured maximum, unknown or
+    # unlimited dimension): recorded, nothing granted, the person is asked again.
+    BUDGET_GRANT_REFUSED = "BUDGET_GRANT_REFUSED"
+    NO_PROCEDURE = "NO_PROCEDURE"  # a RULE / TOOL / VALIDATION item with no registered procedure (never a model's)
+    PROCEDURE_FAILED = "PROCEDURE_FAILED"  # an item's procedure raised, or proposed something other than a call
     SCOPE_VIOLATION = "SCOPE_VIOLATION"
     NOT_VISIBLE = "NOT_VISIBLE"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"

@@ -6,6 +6,7 @@ all. It carries only what the next decision needs: observation history lives in 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -202,6 +203,21 @@ class Answer(BaseModel):
     def answers(self, request_id: str | None) -> bool:
         """Whether this answers ``request_id``, directly or through an escalation that replaced it."""
         return request_id is not None and request_id in (self.request_id, self.replaces)
+
+
+def chosen_option(text: str | None) -> str:
+    """The option an answer to a handoff names: its text, or the ``option`` of an answer written as a JSON
+    object (which may say more, e.g. ``{"option": "continue_authorized", "extra_budget": {"model_calls": 10}}``).
+    Lower case, trimmed; "" when it names none."""
+    raw = (text or "").strip()
+    if raw.startswith("{"):
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return raw.lower()
+        option = data.get("option") if isinstance(data, dict) else None
+        return option.strip().lower() if isinstance(option, str) else ""
+    return raw.lower()
 
 
 class WaitSnapshot(BaseModel):

@@ -136,6 +136,7 @@ from stateward.planning.validator import (
 if TYPE_CHECKING:
     from stateward.controllers.plan_run import (
         ApprovalAction,
+        ItemProcedure,
         PlanRunConfig,
         PlanRunController,
         PlanRunMemo,
@@ -147,6 +148,7 @@ if TYPE_CHECKING:
 _ENGINE: dict[str, str] = {
     "PlanRunMemo": "stateward.controllers.plan_run",
     "ApprovalAction": "stateward.controllers.plan_run",
+    "ItemProcedure": "stateward.controllers.plan_run",
     "PlanRunConfig": "stateward.controllers.plan_run",
     "PlanRunController": "stateward.controllers.plan_run",
     "cite_evidence": "stateward.controllers.plan_support",
@@ -202,6 +204,7 @@ __all__ = [
     "InvalidPlanDocumentError",
     "Issue",
     "IssueCode",
+    "ItemProcedure",
     "LimitPredicate",
     "Measure",
     "MeasureInput",

@@ -223,6 +223,22 @@ class BudgetLedger(_Frozen):
             update={"reflections": {**self.reflections, artifact: self.reflections.get(artifact, 0) + 1}}
         )
 
+    def granted(self, extra: BudgetAmount) -> BudgetLedger:
+        """A person granted ``extra``: each limited dimension's limit rises by it, what was spent stays (never a
+        reset). Granting in a dimension that has no limit is refused (BUDGET_GRANT_REFUSED): it would mean
+        nothing, and saying so is better than recording a grant that changed nothing."""
+        update: dict[str, float] = {}
+        for d in DIMENSIONS:
+            amount = getattr(extra, d)
+            if not amount:
+                continue
+            limit = self.limits.limit(d)
+            if limit is None:
+                raise BudgetError(f"{d} has no limit to raise", code=ErrorCode.BUDGET_GRANT_REFUSED)
+            name = "max_total_attempts" if d == "attempts" else f"max_{d}"
+            update[name] = type(limit)(limit + amount)
+        return self.raise_limits(self.limits.model_copy(update=update))
+
     def raise_limits(self, limits: BudgetLimits) -> BudgetLedger:
         """A person granted more budget: only limits change, what was spent stays (this is not a reset)."""
         return self.model_copy(update={"limits": limits})

@@ -42,10 +42,11 @@ class TaskType(StrEnum):
 
     The seed's workflow node types (RULE, MODEL, TOOL, VALIDATION, HUMAN, WAIT/TIMER, COMPENSATION) plus
     LOCAL_REACT and VERIFICATION. Documents may write them in any case, and ``WAIT/TIMER`` as one name
-    (read as WAIT). The plan-run engine works every item through its tools until the output artifact
-    exists; an item a person or an outside event decides (HUMAN, WAIT, TIMER) must also declare
-    ``approval_required``, so the run stops for that answer instead of handing the item to a model
-    (the validator says MISSING_APPROVAL otherwise).
+    (read as WAIT). The plan-run engine has a model work MODEL and LOCAL_REACT items through their tools
+    until the output artifact exists, and runs every other item as the procedure registered for its
+    artifact type; an item a person or an outside event decides (HUMAN, WAIT, TIMER) must also declare
+    ``approval_required``, so the run stops for that answer before its procedure runs (the validator says
+    MISSING_APPROVAL otherwise).
     """
 
     TOOL = "TOOL"
@@ -60,6 +61,10 @@ class TaskType(StrEnum):
     COMPENSATION = "COMPENSATION"  # undo a reservation, mark something invalid
 
 
+# The items a model carries out (its bounded local ReAct). Every other item runs as the procedure registered
+# for its artifact type (source 5: a RULE or TOOL node is not the model's to decide, and what follows a person's
+# answer to a HUMAN item is the approved action, not a model's choice).
+MODEL_TASK_TYPES = frozenset({TaskType.MODEL, TaskType.LOCAL_REACT})
 # Items no model may carry out on its own: the run must stop for a trusted answer before they start.
 OUTSIDE_TASK_TYPES = frozenset({TaskType.HUMAN, TaskType.WAIT, TaskType.TIMER})
 _TASK_TYPE_ALIASES = {"WAIT/TIMER": TaskType.WAIT.value, "WAIT_TIMER": TaskType.WAIT.value}

@@ -24,6 +24,7 @@ from stateward.core.state import (
     PendingRequest,
     RequestKind,
     RunState,
+    chosen_option,
 )
 from stateward.core.status import RunStatus
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
@@ -140,7 +141,7 @@ def _verdict_fits_kind(a: _Asked) -> Refusal | None:
 
 def _names_an_option(a: _Asked) -> Refusal | None:
     options = a.pending.options
-    if not options or (a.text or "").strip().lower() in {o.lower() for o in options}:
+    if not options or chosen_option(a.text) in {o.lower() for o in options}:
         return None
     return ErrorCode.UNKNOWN_OPTION, f"{a.request_id} takes one of {list(options)}, not {a.text!r}"
 

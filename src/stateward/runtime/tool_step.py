@@ -172,6 +172,9 @@ def _await_reconciliation(
         expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
         reconciles=Reconciles(idempotency_key=key, key_step=key_step, retry_spent=not may_retry),
     )
+    describe = getattr(agent.controller, "reconciliation_notes", None)
+    if callable(describe):  # e.g. a plan run's handoff package for the person who will answer
+        step.events.extend(describe(state, step.observation, pending.question))
     step.state, events = suspend(state, pending, "awaiting_reconciliation")
     step.pending = pending
     step.events.extend(events)

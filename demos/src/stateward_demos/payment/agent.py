@@ -53,6 +53,7 @@ from stateward_demos.payment.outcome import FACT_ARTIFACTS, final_summary, make_
 from stateward_demos.payment.scripts import (
     GOAL_RESOURCE,
     PLAN_RESOURCE,
+    PROCEDURES,
     gullible,
     planner_policy,
     repeats_search,
@@ -65,9 +66,19 @@ from stateward_demos.payment.tools import RECEIPT_ARTIFACT, REPORT_ARTIFACT, mak
 NAME: Final = "payment-migration"  # registered by stateward.runtime.agent_registry.builtin_agents
 DELIVER_TOOL: Final = "deliver_report"
 REPORT_ITEM: Final = "W16"
-# Tight enough to matter: the plan estimates 90 tool and 27 model calls; the scripted run uses 87 of each.
-# One replan: the case's plan v2, after the inventory shows a repository nobody can read.
-BUDGET: Final = BudgetLimits(max_tool_calls=150, max_model_calls=120, max_reflections_per_artifact=1, max_replans=1)
+# The source's budget (sections 4 and 18): 45 minutes, 120 tool calls, 35 model calls, 180,000 tokens, 80 attempts,
+# 2 replans, 1 reflection per artifact. Only the MODEL and LOCAL_REACT items ask a model; the plan estimates
+# 90 tool and 23 model calls. One replan happens: the case's plan v2, after the inventory shows a repository
+# nobody can read.
+BUDGET: Final = BudgetLimits(
+    max_tool_calls=120,
+    max_model_calls=35,
+    max_tokens=180_000,
+    max_elapsed_seconds=2700,
+    max_total_attempts=80,
+    max_replans=2,
+    max_reflections_per_artifact=1,
+)
 # Items whose plan entry says 0 steps get this bound; W09 (read 10 files after 11 searches) needs 22.
 DEFAULT_REACT_STEPS: Final = 24
 
@@ -170,6 +181,7 @@ def build_agent(
         deliverable=REPORT_ARTIFACT,
         evidence_verifier=evidence_verifier,
         checks=payment_checks(),
+        procedures=PROCEDURES,
         checker=checker,
         default_react_steps=DEFAULT_REACT_STEPS,
         approval_action=approval_action,

@@ -88,12 +88,21 @@ def _injection_doc() -> fx.Document:
     )
 
 
+def _planted(doc: fx.Document) -> fx.Document:
+    """``doc`` with a planted notice as its last section (no change fields: it describes no API)."""
+    notice = fx.Section("notice", "Notice", INJECTED, MappingProxyType({}))
+    sections = (*doc.sections, notice)
+    return fx.Document(doc.doc_id, doc.space, doc.title, doc.authority, doc.version, doc.updated, sections)
+
+
 def documents(fault: Fault | None) -> tuple[fx.Document, ...]:
     """The document corpus the run meets under ``fault``."""
     if fault is Fault.AUTHORITY_CONFLICT:
         return tuple(_conflicting_notes(d) if d.doc_id == fx.RELEASE_NOTES_ID else d for d in fx.DOCUMENTS)
     if fault is Fault.INJECTION:
-        return (*fx.DOCUMENTS, _injection_doc())
+        # Planted where a model reads it too: the guide W05 and W06 (model items) read, and a wiki page that
+        # only the document search (a TOOL item, run as code) meets.
+        return (*(_planted(d) if d.doc_id == fx.GUIDE_ID else d for d in fx.DOCUMENTS), _injection_doc())
     return fx.DOCUMENTS
 
 

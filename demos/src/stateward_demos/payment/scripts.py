@@ -4,9 +4,10 @@ The worker is a pure function of the :class:`ModelRequest` a real model would ge
 observations of its current attempt, the refs of earlier outputs, the verifier's correction), never of
 call counts, so a run resumed in another process continues exactly where it stopped. For each work item
 it calls the item's domain tools the way a careful assistant would and writes the item's output from
-what those tools returned. Items without tools (RULE / VERIFICATION / MODEL items that only combine
-earlier outputs) build their output from :mod:`stateward_demos.payment.facts` - the same facts the
-earlier items recorded, which a live worker would be handed as its inputs.
+what those tools returned. The RULE, TOOL and VERIFICATION items are not the worker's: their steps here
+(:data:`PROCEDURES`) are the procedures the controller runs as code, no model call. Items without tools
+build their output from :mod:`stateward_demos.payment.facts` - the same facts the earlier items recorded,
+which a live worker would be handed as its inputs.
 """
 
 from __future__ import annotations
@@ -462,25 +463,31 @@ def w18_deliver(req: ModelRequest) -> Decision:
     return call("deliver_report", report_ref=req.facts["outputs"]["W16"])
 
 
+# The items a model works (MODEL, LOCAL_REACT): the scripted worker's steps.
 STEPS: Final[dict[str, Step]] = {
-    "W01": w01_normalise_goal,
-    "W02": w02_inventory,
-    "W03": w03_document_sources,
-    "W04": w04_effective_scope,
     "W05": w05_migration_sources,
     "W06": w06_breaking_changes,
-    "W07": w07_breaking_changes_check,
-    "W08": w08_dependency_usage,
-    "W09": w09_direct_call_sites,
     "W10": w10_indirect_usage,
-    "W11": w11_usage_inventory,
-    "W12": w12_coverage_check,
     "W13": w13_test_gaps,
-    "W14": w14_risk_matrix,
     "W15": w15_risk_review,
     "W16": w16_report,
-    "W17": w17_report_verification,
-    "W18": w18_deliver,
+}
+
+# The items run as code (RULE, TOOL, VERIFICATION, and W18's delivery once approved), by artifact type: the
+# plan-run controller calls these itself, through the Runtime and the gateway, with no model call.
+PROCEDURES: Final[dict[str, Step]] = {
+    "normalised-goal": w01_normalise_goal,
+    "repository-inventory": w02_inventory,
+    "document-sources": w03_document_sources,
+    "effective-scope": w04_effective_scope,
+    "breaking-changes-check": w07_breaking_changes_check,
+    "dependency-usage": w08_dependency_usage,
+    "direct-call-sites": w09_direct_call_sites,
+    "api-usage-inventory": w11_usage_inventory,
+    "coverage-check": w12_coverage_check,
+    "risk-matrix": w14_risk_matrix,
+    "report-verification": w17_report_verification,
+    "delivery-receipt": w18_deliver,
 }
 
 

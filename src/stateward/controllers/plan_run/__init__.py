@@ -1,6 +1,6 @@
-"""Goal-driven plan execution: the plan orders the work, a bounded local ReAct explores each work item,
-verification checks what comes out — and none of them can change the goal, reset the budget or skip
-an approval.
+"""Goal-driven plan execution: the plan orders the work, a bounded local ReAct explores each MODEL or
+LOCAL_REACT work item, RULE, TOOL and VALIDATION items run their registered procedures as code, verification
+checks what comes out - and none of them can change the goal, reset the budget or skip an approval.
 
 Every step still leaves as one ControlDecision for ``Runtime.handle``. What the controller remembers
 (the validated plan, per-item attempts, the budget ledger, the progress tracker) is its memo, committed
@@ -13,6 +13,7 @@ from stateward.controllers.plan_run.controller import PlanRunController
 from stateward.controllers.plan_run.memo import (
     ApprovalAction,
     EvidenceVerifier,
+    ItemProcedure,
     ItemRun,
     PlanRunConfig,
     PlanRunMemo,
@@ -23,6 +24,7 @@ from stateward.controllers.plan_run.memo import (
 __all__ = [
     "ApprovalAction",
     "EvidenceVerifier",
+    "ItemProcedure",
     "ItemRun",
     "PlanRunConfig",
     "PlanRunController",

@@ -8,21 +8,20 @@ from stateward.controllers.plan_run.facts import RunView
 from stateward.controllers.plan_run.handover import Handover
 from stateward.controllers.plan_run.items import ItemSteps
 from stateward.controllers.plan_run.memo import (
-    UNAVAILABLE,
     MemoSeals,
     PlanRunConfig,
     PlanRunMemo,
 )
 from stateward.controllers.plan_run.planning import PlanningSteps
-from stateward.core.contract import DecisionContext, Proposal
+from stateward.core.contract import DecisionContext, Observation, Proposal
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.events import EventType, NewEvent
+from stateward.core.state import RunState
 from stateward.models.base import AnyModel, Usage
 from stateward.planning.budget import BudgetLedger
 from stateward.planning.patch import (
     WorkItemState,
 )
-from stateward.planning.plan import WorkItem
 from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
     TerminationDecision,
@@ -146,6 +145,19 @@ class PlanRunController:
         notes = [NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json"))]
         return self.delivery.fail_safely(memo, notes, verdict.reason.value, verdict.reason.value.lower())
 
+    def reconciliation_notes(self, state: RunState, observation: Observation, pending_question: str) -> list[NewEvent]:
+        """The Runtime stops the run because nobody can say whether a side effect happened (source 14: a
+        non-idempotent call's outcome unknown): the person who answers gets the source's handoff package with it
+        (UNKNOWN_OUTCOME: the state reached, attempts, evidence, the impact, what each answer does, the resume
+        point). It decides nothing; the reconciliation's answer does."""
+        if not state.memo:
+            return []
+        memo = self.seals.read(state.memo)
+        if memo.plan is None:
+            return []
+        ctx = DecisionContext(state=state, observations=(observation,), inventory=(), actions={})
+        return [self.delivery.unknown_outcome_package(ctx, memo, observation, pending_question)]
+
     def decide_with(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
         """Continue deciding in the same step once a plan was recorded."""
         inner = self.decide(
@@ -175,17 +187,13 @@ class PlanRunController:
             return replanned
         plan = memo.plan
         assert plan is not None
-        waiting: WorkItem | None = None
-        for item in plan.work_items:  # plan order: the oldest ready item goes first, none starves
-            if len(memo.running) >= max(1, self.config.max_parallel):
-                break
-            state = states[item.work_item_id]
-            if state is WorkItemState.WAITING_FOR_APPROVAL and waiting is None:
-                waiting = item
-            elif state in (WorkItemState.READY, WorkItemState.RETRY_WAIT) and item.work_item_id not in memo.running:
-                refused = self.items.start(ctx, memo, notes, item)
-                if refused is not None:
-                    return refused
+        waiting = next(
+            (w for w in plan.work_items if states[w.work_item_id] is WorkItemState.WAITING_FOR_APPROVAL), None
+        )
+        if not memo.running:
+            refused = self.start_batch(ctx, memo, notes, states)
+            if refused is not None:
+                return refused
         if memo.running:
             wid = memo.running[memo.turn % len(memo.running)]
             memo.turn += 1
@@ -196,10 +204,53 @@ class PlanRunController:
         if all(s is WorkItemState.SUCCEEDED for s in states.values()):
             return self.delivery.finish(ctx, memo, notes, states)
         stuck = sorted(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
-        replanned = self.planning.replan(ctx, memo, notes, states)
-        if replanned is not None:
-            return replanned
-        down = sorted({f.action for f in memo.failures if f.error_code in UNAVAILABLE})
+        patched = self.planning.replan(ctx, memo, notes, states)
+        if isinstance(patched, Proposal):
+            return patched
+        stuck_step = self._stuck(ctx, memo, notes, stuck, states)
+        return stuck_step if patched is None else self.view.with_usage(stuck_step, patched)
+
+    def start_batch(
+        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
+    ) -> Proposal | None:
+        """Start the next batch (source 12: ``get_ready_items(limit=4)``): up to ``max_parallel`` ready items,
+        in work-item id order, each reserved and its attempt recorded in this one step. The batch's items then
+        take turns, one call per step and each step one transaction, and no new item starts until all of them
+        ended: the same items in the same order on every run, and a crash between two of its calls loses or
+        repeats nothing (the step that journalled a call is the one that recorded it). A partial delivery if
+        not even the first ready item fits the budget; one that does not fit after others started waits for the
+        next batch."""
+        plan = memo.plan
+        assert plan is not None
+        ready = sorted(
+            (w for w in plan.work_items if states[w.work_item_id] in (WorkItemState.READY, WorkItemState.RETRY_WAIT)),
+            key=lambda w: w.work_item_id,
+        )[: max(1, self.config.max_parallel)]
+        if not ready:
+            return None
+        memo.batches += 1
+        memo.turn = 0
+        for item in ready:
+            refused = self.items.start(ctx, memo, notes, item, batch=memo.batches, first=not memo.running)
+            if refused is not None:
+                return refused
+        return None
+
+    def _stuck(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        stuck: list[str],
+        states: dict[str, WorkItemState],
+    ) -> Proposal:
+        """Nothing can run and no patch helped: a person decides - to grant the access whose lack left the scope
+        short, to restore a source that is down, or what to do when nothing is runnable."""
+        if memo.denied and memo.delivery is None:
+            # Source 14: missing permission left the scope short; a person can grant it or accept less.
+            detail = f"cannot proceed: {stuck}; refused for missing permission: {'; '.join(memo.denied)}"
+            return self.delivery.handoff(ctx, memo, notes, "SCOPE_SHORTFALL", detail[:600], states)
+        down = memo.unavailable
         if down and memo.delivery is None:
             # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
             # it or accept less - delivering as if the gap were final would hide a fixable cause.

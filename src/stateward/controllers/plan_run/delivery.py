@@ -3,9 +3,14 @@ best verified rung otherwise, a handoff package when a person must choose, and t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
 
 from stateward.controllers.plan_run.memo import (
+    BudgetGrant,
     PlanRunMemo,
     amount_text,
 )
@@ -15,11 +20,12 @@ from stateward.controllers.plan_support import (
     PARTIAL_TOOL,
     evidence_ids,
 )
-from stateward.core.contract import DecisionContext, Proposal, WaitSpec
+from stateward.core.contract import DecisionContext, Observation, Proposal, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType
+from stateward.core.errors import ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import RequestKind
-from stateward.planning.budget import BudgetAmount
+from stateward.core.state import Answer, RequestKind, chosen_option
+from stateward.planning.budget import DIMENSIONS, BudgetAmount
 from stateward.planning.delivery import (
     AttemptSummary,
     DecisionOption,
@@ -188,10 +194,54 @@ class DeliverySteps(Part):
         states: dict[str, WorkItemState],
     ) -> Proposal:
         memo.enter(RunStage.HUMAN_APPROVAL, ctx.state.usage.steps + 1)
+        package = self.package(ctx, memo, code, detail, states, self.handoff_options(code))
+        memo.awaiting_handoff = True  # the Runtime mints the request id; the answer says its kind
+        notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
+        decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
+        return self.owner.view.propose(
+            decision, memo, notes, wait=WaitSpec(kind=RequestKind.HANDOFF, options=package.option_ids)
+        )
+
+    def unknown_outcome_package(
+        self, ctx: DecisionContext, memo: PlanRunMemo, observation: Observation, question: str
+    ) -> NewEvent:
+        """The handoff package recorded with the Runtime's reconciliation request (see the controller's
+        ``reconciliation_notes``): its options are the request's two answers, with what each does."""
+        states = self.owner.view.states(ctx, memo)
+        item = next((w for w in memo.running if observation.step in memo.items[w].steps), None)
+        detail = f"the outcome of {observation.action} is unknown" + (f" (work item {item})" if item else "")
+        options = (
+            DecisionOption(
+                option_id="approve",
+                label="It happened",
+                consequence="the call is recorded as succeeded, confirmed by you (your confirmation is its evidence); "
+                "the item goes on from the resume point",
+            ),
+            DecisionOption(
+                option_id="reject",
+                label="It did not happen",
+                consequence=question.rpartition("'It did not happen' ")[2] or "the call is recorded NOT_EXECUTED",
+            ),
+        )
+        package = self.package(ctx, memo, "UNKNOWN_OUTCOME", detail, states, options, item)
+        return NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json"))
+
+    def package(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        code: str,
+        detail: str,
+        states: dict[str, WorkItemState],
+        options: tuple[DecisionOption, ...],
+        resume_item: str | None = None,
+    ) -> HandoffPackage:
+        """The source's handoff package (14.1): why, the state reached, attempts, evidence, options with their
+        consequences, the impact of stopping here and where work resumes."""
         plan = memo.plan
         assert plan is not None
         missing = tuple(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
-        package = HandoffPackage(
+        return HandoffPackage(
             reason_code=code,
             reason=detail or code,
             goal=self.config.goal.objective,
@@ -209,22 +259,19 @@ class DeliverySteps(Part):
                 for wid, run in memo.items.items()
             ),
             evidence_refs=tuple(dict.fromkeys(e for o in ctx.observations for e in evidence_ids(o.result))),
-            options=self.handoff_options(code),
+            options=options,
             resume_point=ResumePoint(
                 checkpoint_seq=ctx.state.usage.steps,
-                # The item work resumes from: the running one, else the first that failed.
-                work_item_id=memo.running[0]
-                if memo.running
-                else next((w for w, s in states.items() if s is WorkItemState.FAILED), None),
+                # The item work resumes from: the one named, the running one, else the first that failed.
+                work_item_id=resume_item
+                or (
+                    memo.running[0]
+                    if memo.running
+                    else next((w for w, s in states.items() if s is WorkItemState.FAILED), None)
+                ),
                 plan_version=plan.version,
                 budget=memo.ledger,
             ),
-        )
-        memo.awaiting_handoff = True  # the Runtime mints the request id; the answer says its kind
-        notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
-        decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
-        return self.owner.view.propose(
-            decision, memo, notes, wait=WaitSpec(kind=RequestKind.HANDOFF, options=package.option_ids)
         )
 
     def nothing_runnable(
@@ -263,11 +310,20 @@ class DeliverySteps(Part):
         taken = answer.kind is RequestKind.HANDOFF if memo.awaiting_handoff else answer.answers(memo.handoff_request)
         if not taken:
             return None
-        choice = (answer.text or "").strip().lower()
+        choice = chosen_option(answer.text)
         memo.handoff_request, memo.awaiting_handoff = None, False
         answered: dict[str, object] = {"option": choice, "by": answer.by}
         if choice == "continue_authorized":
-            answered["grant"] = self.authorize_continue(ctx, memo)
+            refused, extra = self.grant_budget(memo, answer)
+            if refused is not None:  # nothing granted, nothing re-attempted: the person is asked again
+                answered["refused"] = {"code": ErrorCode.BUDGET_GRANT_REFUSED.value, "message": refused}
+                notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload=answered))
+                states = self.owner.view.states(ctx, memo)
+                return self.handoff(ctx, memo, notes, ErrorCode.BUDGET_GRANT_REFUSED.value, refused, states)
+            grant = self.authorize_continue(ctx, memo)
+            if extra is not None:
+                grant["extra_budget"] = extra.model_dump(mode="json", exclude_defaults=True)
+            answered["grant"] = grant
         notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload=answered))
         if choice == "cancel":
             return self.fail_safely(memo, notes, "CANCELLED_AT_HANDOFF", "cancelled_at_handoff")
@@ -285,6 +341,33 @@ class DeliverySteps(Part):
         memo.history.clear()
         return None
 
+    def grant_budget(self, memo: PlanRunMemo, answer: Answer) -> tuple[str | None, BudgetAmount | None]:
+        """The extra budget a continue_authorized answer names (``extra_budget``), granted by that person and
+        recorded (who, when, how much): the limits rise, what was spent stays. (None, the grant) - or (why it is
+        refused, None): an unknown or unlimited dimension, or more than ``max_budget_grant`` with the earlier
+        grants (by default at most the configured limits again). (None, None) when the answer names none."""
+        extra_raw = extra_budget_of(answer.text)
+        if extra_raw is None:
+            return None, None
+        try:
+            extra = BudgetAmount.model_validate(extra_raw)
+            ledger = memo.ledger.granted(extra)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            return f"extra_budget is not a budget amount: {first['msg']} at {first['loc']}", None
+        except RunError as exc:
+            return exc.message, None
+        limits = self.config.budget
+        cap = self.config.max_budget_grant or BudgetAmount.model_validate({d: limits.limit(d) or 0 for d in DIMENSIONS})
+        total = sum((g.extra for g in memo.grants), extra)
+        over = [d for d in DIMENSIONS if getattr(total, d) > getattr(cap, d)]
+        if over:
+            said = ", ".join(f"{d} {getattr(total, d):g} of at most {getattr(cap, d):g}" for d in over)
+            return f"grants past their maximum: {said}", None
+        memo.ledger = ledger
+        memo.grants.append(BudgetGrant(by=answer.by, at=answer.at, request_id=answer.request_id, extra=extra))
+        return None, extra
+
     def authorize_continue(self, ctx: DecisionContext, memo: PlanRunMemo) -> dict[str, object]:
         """continue_authorized: each failed item (the resume point's among them) may make one more attempt, a
         grant by the person who answered, recorded with who and when. The budget already spent stays counted."""
@@ -299,3 +382,15 @@ class DeliverySteps(Part):
             "at": answer.at.isoformat(),
             "reattempt": {w: memo.authorized_attempts[w] for w in failed},
         }
+
+
+def extra_budget_of(text: str | None) -> Any:
+    """The ``extra_budget`` an answer written as a JSON object names, or None."""
+    raw = (text or "").strip()
+    if not raw.startswith("{"):
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data.get("extra_budget") if isinstance(data, dict) else None

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import ValidationError
+
 from stateward.controllers.base import provider_rejection
 from stateward.controllers.plan_run.acceptance import findings_text
 from stateward.controllers.plan_run.memo import (
+    DENIED,
     ITEM_INSTRUCTIONS,
+    UNAVAILABLE,
     ArtifactFact,
     ItemRun,
     PlanRunMemo,
@@ -29,7 +33,7 @@ from stateward.controllers.plan_support import (
 from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.core.contract import DecisionContext, Observation, Proposal, SignalFailure, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
-from stateward.core.errors import DecisionParseError, ErrorCode
+from stateward.core.errors import DecisionParseError, ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RequestKind
 from stateward.models.base import ModelRequest, Usage, complete
@@ -39,7 +43,7 @@ from stateward.planning.patch import (
     AttemptFact,
     AttemptOutcome,
 )
-from stateward.planning.plan import WorkItem
+from stateward.planning.plan import MODEL_TASK_TYPES, WorkItem
 from stateward.planning.progress import ProgressTracker, ReactDecisionSummary
 from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
@@ -63,12 +67,23 @@ class ItemSteps(Part):
         decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=question)
         return self.owner.view.propose(decision, memo, notes, wait=WaitSpec(guard=guard, kind=RequestKind.APPROVAL))
 
-    def start(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], item: WorkItem) -> Proposal | None:
-        """Reserve the item's budget and put it in flight; a partial delivery if the budget cannot carry it."""
+    def start(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        item: WorkItem,
+        batch: int | None = None,
+        first: bool = True,
+    ) -> Proposal | None:
+        """Reserve the item's budget and put it in flight (in ``batch``); a partial delivery if the budget cannot
+        carry it and it is its batch's ``first`` item (a later one just waits for the next batch)."""
         wid = item.work_item_id
         try:
             memo.ledger = memo.ledger.reserve(wid, BudgetAmount.from_estimate(item.estimated_cost))
         except BudgetError as exc:  # an item estimated above what is left never starts
+            if not first:
+                return None
             notes.append(
                 NewEvent(
                     type=EventType.WORK_ITEM_BLOCKED,
@@ -93,6 +108,7 @@ class ItemSteps(Part):
                     "work_item_id": wid,
                     "attempt": len(run.attempts),
                     "reserved": memo.ledger.reserved[wid].model_dump(),
+                    **({} if batch is None else {"batch": batch}),
                 },
             )
         )
@@ -122,23 +138,9 @@ class ItemSteps(Part):
             return self.owner.decide_with(ctx, memo, notes)
         visible = (*(c for c in item.required_capabilities if c in ctx.actions), OUTPUT_TOOL)
         mine = [o for o in ctx.observations if o.step in run.steps]
-        request = ModelRequest(
-            purpose="decide",
-            goal=f"{item.work_item_id}: {item.title}",
-            inventory=list(ctx.inventory),
-            observations=[o.model_dump(mode="json") for o in mine],
-            visible_actions=ctx.specs(visible),
-            facts={
-                "work_item": item.model_dump(mode="json"),
-                "outputs": self.owner.view.outputs(memo),
-                "inputs": self.owner.view.inputs(ctx, memo, item),
-                "correction": run.correction,
-                "goal_ref": f"{GOAL_REF_PREFIX}{self.config.goal.goal_id}",
-                "remaining_steps": run.tracker.remaining_steps(),
-            },
-            instructions=ITEM_INSTRUCTIONS,
-            correction=ctx.state.correction,  # the Runtime refused the last proposal: say why, once
-        )
+        request = self.item_request(ctx, memo, item, mine, visible)
+        if self.runs_as_code(item):
+            return self.code_step(ctx, memo, item, request, visible, notes)
         left = self.owner.view.live_ledger(memo).remaining().tokens
         if left is not None and request.json_chars() // 4 > left:
             # The request alone would not fit what is left: do not send it (tokens are spent, not refunded).
@@ -202,6 +204,92 @@ class ItemSteps(Part):
             notes=notes,
         )
 
+    def item_request(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        item: WorkItem,
+        mine: list[Observation],
+        visible: tuple[str, ...],
+    ) -> ModelRequest:
+        """The item's facts as its worker is shown them: the item, its attempt's observations, its verified
+        inputs and the outputs so far, what to fix. A code-run item's procedure reads the same."""
+        run = memo.items[item.work_item_id]
+        assert run.tracker is not None
+        return ModelRequest(
+            purpose="decide",
+            goal=f"{item.work_item_id}: {item.title}",
+            inventory=list(ctx.inventory),
+            observations=[o.model_dump(mode="json") for o in mine],
+            visible_actions=ctx.specs(visible),
+            facts={
+                "work_item": item.model_dump(mode="json"),
+                "outputs": self.owner.view.outputs(memo),
+                "inputs": self.owner.view.inputs(ctx, memo, item),
+                "correction": run.correction,
+                "goal_ref": f"{GOAL_REF_PREFIX}{self.config.goal.goal_id}",
+                "remaining_steps": run.tracker.remaining_steps(),
+            },
+            instructions=ITEM_INSTRUCTIONS,
+            correction=ctx.state.correction,  # the Runtime refused the last proposal: say why, once
+        )
+
+    @staticmethod
+    def runs_as_code(item: WorkItem) -> bool:
+        """Whether code runs the item, not a model: every item but a MODEL or LOCAL_REACT one (RULE, TOOL,
+        VALIDATION, and what follows a person's or an event's answer: HUMAN, WAIT, TIMER, COMPENSATION)."""
+        return item.task_type not in MODEL_TASK_TYPES
+
+    def code_step(
+        self,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        item: WorkItem,
+        request: ModelRequest,
+        visible: tuple[str, ...],
+        notes: list[NewEvent],
+    ) -> Proposal:
+        """One step of an item run as code: its procedure's next call, proposed to the Runtime like a model's
+        (visible actions, scope, gateway) with the signal source ``rule``, and no model call. An item with no
+        procedure, or whose procedure fails or proposes anything but a call, ends its attempt by name."""
+        procedure = self.config.procedures.get(item.output_spec.artifact_type)
+        if procedure is None:
+            self.end_attempt(memo, item, AttemptOutcome.FAILED, ErrorCode.NO_PROCEDURE.value, notes)
+            return self.owner.decide_with(ctx, memo, notes)
+        try:
+            raw = procedure(request)
+            decision = raw if isinstance(raw, ControlDecision) else ControlDecision.model_validate(raw)
+        except (ValidationError, RunError, ValueError, KeyError, TypeError) as exc:
+            notes.append(
+                NewEvent(
+                    type=EventType.WORK_ITEM_BLOCKED,
+                    payload={
+                        "work_item_id": item.work_item_id,
+                        "code": ErrorCode.PROCEDURE_FAILED.value,
+                        "message": f"{type(exc).__name__}: {str(exc)[:300]}",
+                    },
+                )
+            )
+            decision = None
+        if decision is None or decision.type is not DecisionType.EXECUTE_TOOL:
+            self.end_attempt(memo, item, AttemptOutcome.FAILED, ErrorCode.PROCEDURE_FAILED.value, notes)
+            return self.owner.decide_with(ctx, memo, notes)
+        outside = self.out_of_scope(decision)
+        signal: ControlDecision | SignalFailure = decision
+        if outside is not None:
+            signal = SignalFailure(
+                code=ErrorCode.OUT_OF_SCOPE_ARGUMENT, message=outside, raw=decision.model_dump_json()
+            )
+        else:
+            memo.items[item.work_item_id].steps.append(ctx.state.usage.steps + 1)
+        return Proposal(
+            signal=signal,
+            source=SignalSource.RULE,
+            visible_actions=frozenset(visible),
+            memo=self.owner.seals.write(memo),
+            notes=notes,
+        )
+
     def out_of_scope(self, decision: ControlDecision | None) -> str | None:
         """Why a proposed call's arguments reach outside the goal's scope (an ``out_of_scope`` name, or a path
         under one, as any string argument), or None."""
@@ -230,6 +318,11 @@ class ItemSteps(Part):
             run.tracker, verdict = run.tracker.observe(step_record(obs), remaining=memo.ledger.remaining())
             if obs.status != "SUCCESS" and obs.error_code:
                 memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
+                if obs.error_code in UNAVAILABLE and obs.action not in memo.unavailable:
+                    memo.unavailable = sorted({*memo.unavailable, obs.action})
+                if obs.error_code in DENIED:
+                    what = f"{obs.action} {json.dumps(obs.args, sort_keys=True)[:200]}"
+                    memo.denied = sorted({*memo.denied, what})[:20]
             output = output_ref(obs, item.output_spec.artifact_type)
             if output is not None:
                 self.complete(ctx, memo, item, output, obs, notes, charged)

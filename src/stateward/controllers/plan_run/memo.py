@@ -11,10 +11,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from stateward.core.canonical import action_digest
+from stateward.core.decision import ControlDecision
 from stateward.core.errors import ErrorCode, UserError
 from stateward.core.sealed import Sealed
 from stateward.core.state import GuardedAction
-from stateward.models.base import AnyModel, Model, Usage
+from stateward.models.base import AnyModel, Model, ModelRequest, Usage
 from stateward.planning.budget import BudgetAmount, BudgetLedger, BudgetLimits
 from stateward.planning.delivery import (
     Confidence,
@@ -48,6 +49,10 @@ ITEM_INSTRUCTIONS = (
     "its output passes its checks; saying so does not make it done."
 )
 Verifier = Callable[[str], Sequence[CheckResult]]
+# A work item run as code (RULE, TOOL, VALIDATION): from the item's facts - the request a worker would be sent
+# (the item, its attempt's observations, its verified inputs, the outputs so far), never sent to a model - the
+# next call as a ControlDecision or its JSON form (a record_output call writes the item's artifact).
+ItemProcedure = Callable[[ModelRequest], "ControlDecision | Mapping[str, Any]"]
 PLAN_REVISIONS = 1  # a plan the validator says to REVISE goes back to the planner this many times
 MAX_INPUT_CHARS = 200_000  # recorded outputs handed to one work item's model request, in all
 
@@ -62,6 +67,8 @@ class EvidenceVerifier(Protocol):
 
 # Error codes saying a tool or its service is down (not that the call was wrong): a person can fix these.
 UNAVAILABLE = frozenset({"TIMEOUT", "CIRCUIT_OPEN", "TOOL_UNAVAILABLE", "SERVICE_UNAVAILABLE", "RATE_LIMITED"})
+# Error codes saying the run may not reach what it needs (source 14: missing permission leaves the scope short).
+DENIED = frozenset({"PERMISSION_DENIED"})
 ApprovalAction = Callable[[WorkItem, "PlanRunMemo"], GuardedAction]
 
 
@@ -76,6 +83,18 @@ class ArtifactFact(BaseModel):
     source_attempt: str | None = None
     evidence_refs: tuple[str, ...] = ()
     sha256: str = ""
+
+
+class BudgetGrant(BaseModel):
+    """Extra budget a person granted with continue_authorized: who, when, in answer to which request, how much.
+    It raises the limits; what was spent stays spent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    by: str
+    at: datetime
+    request_id: str
+    extra: BudgetAmount
 
 
 class ItemRun(BaseModel):
@@ -102,11 +121,16 @@ class PlanRunMemo(BaseModel):
 
     plan: Plan | None = None
     items: dict[str, ItemRun] = Field(default_factory=dict)
-    running: list[str] = Field(default_factory=list)  # items in flight, at most max_parallel
-    turn: int = 0  # round robin over running items, so none starves
+    running: list[str] = Field(default_factory=list)  # the current batch's items in flight, at most max_parallel
+    turn: int = 0  # round robin over the batch's running items, so none starves
+    batches: int = 0  # batches started so far (each ``work_item_started`` names its batch)
     verified: list[str] = Field(default_factory=list)
     ledger: BudgetLedger = BudgetLedger()
     failures: list[FailureFact] = Field(default_factory=list)
+    # Tools that failed as down (UNAVAILABLE codes): a fact about the world, kept across plan patches (which
+    # clear ``failures``), so a stuck plan names the source a person has to restore.
+    unavailable: list[str] = Field(default_factory=list)
+    denied: list[str] = Field(default_factory=list)  # "tool: what it was refused" for permission refusals, kept alike
     no_progress_streak: int = 0
     history: list[dict[str, WorkItemState]] = Field(default_factory=list)
     delivery: str | None = None  # "accepted" | "partial"
@@ -122,6 +146,7 @@ class PlanRunMemo(BaseModel):
     stages: list[StageEntry] = Field(default_factory=list)  # the global stages entered, in order
     # continue_authorized at a handoff: item -> the attempts a person authorised it to reach (never a reset).
     authorized_attempts: dict[str, int] = Field(default_factory=dict)
+    grants: list[BudgetGrant] = Field(default_factory=list)  # extra budget people granted, who, when, how much
     # A verification said HUMAN_HANDOFF (e.g. high risk at low confidence): (reason code, why) for the handoff.
     verification_handoff: tuple[str, str] | None = None
     _read_from: dict[str, Sealed] = PrivateAttr(default_factory=dict)  # item id -> the record it was read from
@@ -221,13 +246,19 @@ class PlanRunConfig:
     readiness: ReadinessContract | None = None  # research must satisfy it before a plan is made
     research_tools: tuple[str, ...] = ()
     max_research_steps: int = 8
-    max_parallel: int = 1  # work items in flight at once; their steps interleave, each one transaction
+    max_parallel: int = 4  # ready items per batch (the source's figure); their steps interleave, each one transaction
     measure: Measure | None = None  # the goal's metrics, measured from verified outputs and recorded evidence
     fact_artifacts: frozenset[str] = frozenset()  # verified outputs that are confirmed fact lists (a rung)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # charges elapsed time
     # Program checks per artifact type: an item's artifact must pass every one before the item succeeds.
     checks: Mapping[str, Sequence[ArtifactCheck]] = field(default_factory=dict)
     model_checked: frozenset[str] = frozenset()  # artifact types the checker model also judges (metered)
+    # Procedures per artifact type: RULE, TOOL and VALIDATION items (and any other with one registered, a
+    # MODEL or LOCAL_REACT item excepted) run as this code through the Runtime and the gateway, no model call.
+    procedures: Mapping[str, ItemProcedure] = field(default_factory=dict)
+    # What every continue_authorized grant together may add to the budget (None: at most the configured limits
+    # again, i.e. the budget can at most double): a grant past it is refused by name and the person asked again.
+    max_budget_grant: BudgetAmount | None = None
 
     def __post_init__(self) -> None:
         """A model check with no checker model could never pass: refuse the configuration, not every item."""

@@ -151,10 +151,12 @@ class PlanningSteps(Part):
 
     def replan(
         self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
-    ) -> Proposal | None:
-        """Ask the planner for a patch when the plan cannot go on; None when it may not or did not help.
+    ) -> Proposal | Usage | None:
+        """Ask the planner for a patch when the plan cannot go on: the next step on the new plan; None when no
+        replan is left; the planner call's usage when the patch was refused.
 
-        A refused patch ends the run with a partial delivery (the plan in hand cannot go on either).
+        A refused patch is recorded and did not help: the caller goes on to what a stuck plan gets without one
+        (a handoff to a person), never a partial delivery decided by the planner's failure.
         """
         failed = {
             w: [a.error_class for a in memo.items[w].attempts]
@@ -166,9 +168,7 @@ class PlanningSteps(Part):
             return None
         error, usage = attempt
         if error is not None:
-            return self.owner.view.with_usage(
-                self.owner.delivery.deliver_partial(ctx, memo, notes, "REPLAN_REFUSED", error, states), usage
-            )
+            return usage  # the refused patch's model call, for the step that goes on without it
         return self.owner.view.with_usage(self.owner.decide_with(ctx, memo, notes), usage)
 
     def replan_on_new_facts(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal | None:
