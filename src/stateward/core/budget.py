@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from stateward.core.model_io import Usage as ModelUsage
 
 
 class Budget(BaseModel):
@@ -46,3 +52,45 @@ class Usage(BaseModel):
     illegal_transitions: int = 0
     approvals_consumed: int = 0
     scope_violations: int = 0  # calls the gateway refused for naming a resource outside the goal's scope
+
+    def plus(self, delta: UsageDelta) -> Usage:
+        """The usage after ``delta``: the one place a run's counters advance (they never go back)."""
+        if not delta:
+            return self
+        return self.model_copy(update={k: getattr(self, k) + v for k, v in delta if v})
+
+
+class UsageDelta(BaseModel):
+    """What one write adds to a run's usage. Every write carries its own (see ``runtime/transition.py``'s
+    ``Write``), so what a step spent is data that can be read and tested, not arithmetic spread over callers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = 0
+    model_calls: int = 0
+    tool_attempts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    rejected_signals: int = 0
+    rejected_actions: int = 0
+    illegal_transitions: int = 0
+    approvals_consumed: int = 0
+    scope_violations: int = 0
+
+    @classmethod
+    def of_model_calls(cls, calls: Sequence[ModelUsage], **more: int) -> UsageDelta:
+        """The model calls a step made (one each) and their tokens, with ``more`` counters besides."""
+        return cls(
+            model_calls=len(calls),
+            input_tokens=sum(c.input_tokens for c in calls),
+            output_tokens=sum(c.output_tokens for c in calls),
+            **more,
+        )
+
+    def __add__(self, other: UsageDelta) -> UsageDelta:
+        """Both deltas together (a decision's and the tool call it made)."""
+        return UsageDelta(**{k: v + getattr(other, k) for k, v in self})
+
+    def __bool__(self) -> bool:
+        """Whether the delta adds anything."""
+        return any(v for _, v in self)

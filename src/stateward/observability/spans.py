@@ -28,6 +28,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from stateward.core.contract import OutcomeStatus
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RunState, TraceLink
 from stateward.models.base import ModelCall
@@ -451,7 +452,7 @@ class _ToolSpan:
             rendered = content.render(outcome.result)
             if rendered is not None:
                 attrs["gen_ai.tool.call.result"] = rendered
-        if status != "SUCCESS":
+        if status != OutcomeStatus.SUCCESS:
             self._span.error = status
 
     def __enter__(self) -> _ToolSpan:

@@ -14,7 +14,7 @@ from stateward.controllers.plan_run.memo import (
     PlanRunMemo,
 )
 from stateward.controllers.plan_run.planning import PlanningSteps
-from stateward.core.contract import DecisionContext, Proposal
+from stateward.core.contract import DecisionContext, PlanOutcomeCode, Proposal
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.events import EventType, NewEvent
 from stateward.models.base import AnyModel, Usage
@@ -204,5 +204,5 @@ class PlanRunController:
             # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
             # it or accept less - delivering as if the gap were final would hide a fixable cause.
             detail = f"cannot proceed: {stuck}; unavailable after retries and fallbacks: {', '.join(down)}"
-            return self.delivery.handoff(ctx, memo, notes, "DEPENDENCY_UNAVAILABLE", detail, states)
+            return self.delivery.handoff(ctx, memo, notes, PlanOutcomeCode.DEPENDENCY_UNAVAILABLE, detail, states)
         return self.delivery.nothing_runnable(ctx, memo, notes, stuck, states)

@@ -15,7 +15,7 @@ from stateward.controllers.plan_support import (
     PARTIAL_TOOL,
     evidence_ids,
 )
-from stateward.core.contract import DecisionContext, Proposal, WaitSpec
+from stateward.core.contract import DecisionContext, PlanOutcomeCode, Proposal, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RequestKind
@@ -116,9 +116,11 @@ class DeliverySteps(Part):
         if assessment.unmet:
             texts = criterion_texts({c.criterion_id: c.description for c in goal.success_criteria}, assessment.unmet)
             detail = f"success criteria not met: {', '.join(assessment.unmet)}"
-            return self.deliver_partial(ctx, memo, notes, "SUCCESS_CRITERIA_UNMET", detail, states, texts)
+            return self.deliver_partial(ctx, memo, notes, PlanOutcomeCode.SUCCESS_CRITERIA_UNMET, detail, states, texts)
         rung = choose_rung(self.delivery_facts(memo, states))
-        self.record_outcome(memo, rung, "GOAL_MET", self.report_ref(memo), memo.measurement.unresolved, None)
+        self.record_outcome(
+            memo, rung, PlanOutcomeCode.GOAL_MET, self.report_ref(memo), memo.measurement.unresolved, None
+        )
         memo.delivery = "accepted"
         reason = "success criteria met" + (" with open issues" if memo.measurement.unresolved else "")
         return self.owner.view.propose(ControlDecision(type=DecisionType.FINISH, reason=reason), memo, notes)
@@ -239,12 +241,16 @@ class DeliverySteps(Part):
         result, or cancel) - a verification's HUMAN_HANDOFF (high risk at low confidence) by its own reason.
         A run a person already answered (or that delivered) is not asked again for the same stall."""
         if memo.delivery is not None:
-            return self.deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {list(stuck)}", states)
+            return self.deliver_partial(
+                ctx, memo, notes, PlanOutcomeCode.PLAN_STALLED, f"cannot proceed: {list(stuck)}", states
+            )
         if memo.verification_handoff is not None:
             code, why = memo.verification_handoff
             memo.verification_handoff = None
             return self.handoff(ctx, memo, notes, code, why[:600], states)
-        return self.handoff(ctx, memo, notes, "NO_RUNNABLE_WORK", f"cannot proceed: {list(stuck)}", states)
+        return self.handoff(
+            ctx, memo, notes, PlanOutcomeCode.NO_RUNNABLE_WORK, f"cannot proceed: {list(stuck)}", states
+        )
 
     @staticmethod
     def handoff_options(code: str) -> tuple[DecisionOption, ...]:
@@ -270,13 +276,13 @@ class DeliverySteps(Part):
             answered["grant"] = self.authorize_continue(ctx, memo)
         notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload=answered))
         if choice == "cancel":
-            return self.fail_safely(memo, notes, "CANCELLED_AT_HANDOFF", "cancelled_at_handoff")
+            return self.fail_safely(memo, notes, PlanOutcomeCode.CANCELLED_AT_HANDOFF, "cancelled_at_handoff")
         if choice == "accept_partial":
             return self.deliver_partial(
                 ctx,
                 memo,
                 notes,
-                "ACCEPTED_PARTIAL",
+                PlanOutcomeCode.ACCEPTED_PARTIAL,
                 "a person accepted the partial scope",
                 self.owner.view.states(ctx, memo),
             )
