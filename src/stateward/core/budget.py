@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
@@ -55,16 +56,15 @@ class Usage(BaseModel):
 
     def plus(self, delta: UsageDelta) -> Usage:
         """The usage after ``delta``: the one place a run's counters advance (they never go back)."""
-        if not delta:
-            return self
-        return self.model_copy(update={k: getattr(self, k) + v for k, v in delta if v})
+        counts = delta.counts()
+        return self.model_copy(update={k: getattr(self, k) + v for k, v in counts.items()}) if counts else self
 
 
-class UsageDelta(BaseModel):
-    """What one write adds to a run's usage. Every write carries its own (see ``runtime/transition.py``'s
-    ``Write``), so what a step spent is data that can be read and tested, not arithmetic spread over callers."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+@dataclass(frozen=True, slots=True)
+class UsageDelta:
+    """What one write adds to a run's usage. Every write carries its own (see ``runtime/write.py``'s ``Write``),
+    so what a step spent is data that can be read and tested, not arithmetic spread over callers. A plain
+    dataclass: it is built several times per step and never stored."""
 
     steps: int = 0
     model_calls: int = 0
@@ -87,10 +87,10 @@ class UsageDelta(BaseModel):
             **more,
         )
 
+    def counts(self) -> dict[str, int]:
+        """The counters this delta advances, by name (those it leaves alone omitted)."""
+        return {f.name: n for f in fields(self) if (n := getattr(self, f.name))}
+
     def __add__(self, other: UsageDelta) -> UsageDelta:
         """Both deltas together (a decision's and the tool call it made)."""
-        return UsageDelta(**{k: v + getattr(other, k) for k, v in self})
-
-    def __bool__(self) -> bool:
-        """Whether the delta adds anything."""
-        return any(v for _, v in self)
+        return UsageDelta(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
