@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
@@ -60,22 +59,19 @@ class Usage(BaseModel):
         return self.model_copy(update={k: getattr(self, k) + v for k, v in counts.items()}) if counts else self
 
 
-@dataclass(frozen=True, slots=True)
 class UsageDelta:
-    """What one write adds to a run's usage. Every write carries its own (see ``runtime/write.py``'s ``Write``),
-    so what a step spent is data that can be read and tested, not arithmetic spread over callers. A plain
-    dataclass: it is built several times per step and never stored."""
+    """What one write adds to a run's usage, by counter (``UsageDelta(steps=1, model_calls=2)``). Every write
+    carries its own (see ``runtime/write.py``'s ``Write``), so what a step spent is data that can be read and
+    tested, not arithmetic spread over callers. The counters are ``Usage``'s fields, named once there; a plain
+    value (built several times per step, never stored)."""
 
-    steps: int = 0
-    model_calls: int = 0
-    tool_attempts: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    rejected_signals: int = 0
-    rejected_actions: int = 0
-    illegal_transitions: int = 0
-    approvals_consumed: int = 0
-    scope_violations: int = 0
+    __slots__ = ("_counts",)
+
+    def __init__(self, **counts: int) -> None:
+        unknown = sorted(set(counts) - set(Usage.model_fields))
+        if unknown:
+            raise TypeError(f"not usage counters: {unknown}")
+        self._counts = {name: n for name, n in counts.items() if n}
 
     @classmethod
     def of_model_calls(cls, calls: Sequence[ModelUsage], **more: int) -> UsageDelta:
@@ -89,8 +85,19 @@ class UsageDelta:
 
     def counts(self) -> dict[str, int]:
         """The counters this delta advances, by name (those it leaves alone omitted)."""
-        return {f.name: n for f in fields(self) if (n := getattr(self, f.name))}
+        return dict(self._counts)
 
     def __add__(self, other: UsageDelta) -> UsageDelta:
         """Both deltas together (a decision's and the tool call it made)."""
-        return UsageDelta(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+        both = dict(self._counts)
+        for name, n in other._counts.items():
+            both[name] = both.get(name, 0) + n
+        return UsageDelta(**both)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UsageDelta) and self._counts == other._counts
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, like the counts it holds
+
+    def __repr__(self) -> str:
+        return f"UsageDelta({', '.join(f'{k}={v}' for k, v in self._counts.items())})"

@@ -329,7 +329,7 @@ def _ask_approval(
         approval_scope=scope,
         asked_by=AskedBy.RUNTIME,
         model_text=(decision.reason or "")[:_SHOWN_CHARS] or None,
-        call_step=state.usage.steps + delta.steps,
+        call_step=state.usage.plus(delta).steps,
         approver_role=agent.approver_role_for(action.tool),
         created_at=now,
         expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
