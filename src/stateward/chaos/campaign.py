@@ -45,7 +45,7 @@ from stateward.runtime.agent_registry import AgentRegistry
 from stateward.runtime.faults import BOUNDARIES
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 
 
 class SourceFault(StrEnum):

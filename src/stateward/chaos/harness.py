@@ -37,7 +37,8 @@ from stateward.core.status import RunStatus
 from stateward.runtime.agent_registry import process_agents
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import Store, open_store
+from stateward.store.backends import open_store
+from stateward.store.base import Store
 
 STOPPED = {RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
 

@@ -75,7 +75,7 @@ def preload(opts: WorkerOptions) -> AgentRegistry | None:
     agents this process may build, which the children share (None if they failed to load: each child
     then loads them itself and reports the error on the runs, as one worker process would)."""
     from stateward.runtime.agent_registry import process_agents
-    from stateward.store.base import import_store
+    from stateward.store.backends import import_store
 
     import_store(opts.db)
     if opts.use_async:

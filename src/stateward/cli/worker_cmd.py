@@ -113,7 +113,7 @@ def run_worker(opts: WorkerOptions, agents: AgentRegistry | None = None) -> tupl
 
 def _metrics_endpoint(opts: WorkerOptions) -> MetricsEndpoint:
     from stateward.observability.prometheus import serve_metrics
-    from stateward.store.base import open_store
+    from stateward.store.backends import open_store
 
     assert opts.metrics_port is not None
     return serve_metrics(opts.metrics_port, lambda: open_store(opts.db, create=False), addr=opts.metrics_addr)

@@ -40,7 +40,8 @@ from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_s
 from stateward.runtime.faults import NO_FAULTS, RESUME_BEFORE_LEASE, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
-from stateward.store.base import Store, open_store
+from stateward.store.backends import open_store
+from stateward.store.base import Store
 from stateward.store.offload import offloaded
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
 from stateward.store.records import ArtifactRecord, Lease
