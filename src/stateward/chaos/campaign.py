@@ -364,7 +364,8 @@ class Campaign:
         """The ledger storm (when selected): its report and run ids; its cells go into ``tally``."""
         if not any(self._selected(LEDGER, f) for f in STORM_FAULTS):
             return {"kills": 0, "duplicate_side_effects": 0}, []
-        from stateward.chaos.harness import ChaosConfig, Harness
+        from stateward.chaos.config import ChaosConfig
+        from stateward.chaos.harness import Harness
 
         started = time.monotonic()
         runs = 4 + 4 * self.size

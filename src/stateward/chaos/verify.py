@@ -17,7 +17,7 @@ from stateward.runtime.runtime import Runtime
 from stateward.store.backends import open_store
 
 if TYPE_CHECKING:
-    from stateward.chaos.harness import ChaosConfig
+    from stateward.chaos.config import ChaosConfig
 
 # What the storm must leave at zero, and the share of runs that must end finished or waiting.
 MUST_BE_ZERO = (

@@ -16,12 +16,17 @@ from stateward.runtime.recovery import RETRY_BY
 log = logging.getLogger("stateward.expiry")
 
 if TYPE_CHECKING:
-    from stateward.runtime.runtime import Runtime
+    from collections.abc import Callable
+    from datetime import datetime
+
+    from stateward.core.state import RunState
+    from stateward.runtime.agent import Agent
+    from stateward.store.base import Store
 
 
-def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
-    """Apply each expired request's policy; returns (run id, request id, what happened) for each."""
-    store, now = runtime.store, runtime.clock()
+def expire_due(store: Store, now: datetime, agent_for: Callable[[RunState], Agent]) -> list[tuple[str, str, str]]:
+    """Apply each expired request's policy (its run's agent, from ``agent_for``, says which) as of ``now``;
+    returns (run id, request id, what happened) for each."""
     expired: list[tuple[str, str, str]] = []
     for record in store.list_requests(None, open_only=True):
         request = record.request
@@ -40,7 +45,7 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
             expired.append((record.run_id, request.request_id, "timer_fired"))
             continue
         try:
-            agent = runtime.agent_for(state)
+            agent = agent_for(state)
         except Exception as exc:  # one run whose agent cannot be built here must not stop the sweep
             log.warning("run %s: cannot apply its expiry policy here: %s", record.run_id, exc)
             continue
@@ -61,12 +66,11 @@ def expire_due(runtime: Runtime) -> list[tuple[str, str, str]]:
     return expired
 
 
-def resume_due(runtime: Runtime) -> list[str]:
+def resume_due(store: Store, now: datetime) -> list[str]:
     """PAUSED runs whose retry time came -> RUNNING, through the table, recorded as stateward's doing.
 
     A worker claims them next. Counts of setbacks and the budget's usage carry on unchanged.
     """
-    store, now = runtime.store, runtime.clock()
     resumed: list[str] = []
     for run_id in store.due_runs(RunStatus.PAUSED.value, now):
         state, seq = store.load_run_at(run_id)

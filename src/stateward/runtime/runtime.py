@@ -579,7 +579,7 @@ class Runtime:
         """Resume PAUSED runs whose retry time came (a model outage); with ``drive``, drive them here."""
         from stateward.runtime.expiry import resume_due
 
-        resumed = resume_due(self)
+        resumed = resume_due(self.store, self.clock())
         if drive:
             for run_id in resumed:
                 self.drive(run_id)
@@ -590,7 +590,7 @@ class Runtime:
         timers; with ``drive``, runs a timer resumed are driven on here (workers leave that to a claim)."""
         from stateward.runtime.expiry import expire_due
 
-        expired = expire_due(self)
+        expired = expire_due(self.store, self.clock(), self.agent_for)
         if drive:
             for run_id, _, outcome in expired:
                 if outcome == "timer_fired":
