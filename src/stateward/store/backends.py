@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Protocol
 
+from stateward.core.entry_points import load_entry_point
 from stateward.core.errors import ErrorCode, UserError
 
 if TYPE_CHECKING:
@@ -103,13 +104,7 @@ def _from_entry_points(scheme: str) -> StoreOpener | None:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name.lower() != scheme:
             continue
-        try:
-            value = ep.load()
-        except Exception as exc:
-            raise UserError(
-                f"cannot load the store backend {ep.name} ({ep.value}): {type(exc).__name__}: {exc}",
-                code=ErrorCode.STORE_UNSUPPORTED,
-            ) from exc
+        value = load_entry_point(ep, f"the store backend for {ep.name}://", ErrorCode.STORE_UNSUPPORTED)
         if not callable(value):
             raise UserError(
                 f"the store backend {ep.name} ({ep.value}) is not callable", code=ErrorCode.STORE_UNSUPPORTED
