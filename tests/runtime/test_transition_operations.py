@@ -14,6 +14,7 @@ from stateward.core.budget import UsageDelta
 from stateward.core.events import CheckpointReason, EventType, NewEvent
 from stateward.core.state import AgentRef, AnswerVerdict, PendingRequest, RequestKind, RunState
 from stateward.runtime import transition
+from stateward.runtime import write as write_ops
 from stateward.store.records import RequestAnswer
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -179,10 +180,10 @@ def test_an_expired_request_fails_or_cancels_the_run_as_the_policy_says() -> Non
 
 def test_usage_only_operations_count_and_move_nothing() -> None:
     state = _state()
-    attempt = transition.model_attempt_failed(state, {"error": "RATE_LIMITED"})
+    attempt = write_ops.model_attempt_failed(state, {"error": "RATE_LIMITED"})
     assert (attempt.state.usage.model_calls, attempt.state.status) == (1, RunStatus.RUNNING)
     assert _types(attempt) == [EventType.MODEL_CALL_FAILED] and attempt.usage == UsageDelta(model_calls=1)
-    counted = transition.illegal(state, IllegalTransitionError("no"))
+    counted = write_ops.illegal(state, IllegalTransitionError("no"))
     assert counted.state.usage.illegal_transitions == 1 and _types(counted) == [EventType.ILLEGAL_TRANSITION]
 
 

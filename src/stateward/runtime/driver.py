@@ -27,6 +27,7 @@ from stateward.observability.payloads import DEFAULT_THRESHOLD as DEFAULT_PAYLOA
 from stateward.observability.payloads import MEDIA_TYPE, Offloader, artifact_name
 from stateward.observability.tracing import Telemetry
 from stateward.runtime import transition
+from stateward.runtime import write as write_ops
 from stateward.runtime.agent import Agent
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
@@ -296,7 +297,7 @@ class Driver:
         """Make a failed model attempt durable (and counted against the budget) before any retry."""
 
         def record(attempt: dict[str, Any]) -> None:
-            self._persist(run, lease, transition.model_attempt_failed(run.state, attempt).stored())
+            self._persist(run, lease, write_ops.model_attempt_failed(run.state, attempt).stored())
 
         return record
 
@@ -391,7 +392,7 @@ class Driver:
         spent (the model calls that answered), the cancelled call is recorded - not a failure, no attempt or
         retry charged, its late result discarded - and the run pauses (or is cancelled). A resume decides the
         step again, so the call is made again."""
-        spent = transition.charge(run.state, cancelled.model_usage)
+        spent = write_ops.charge(run.state, cancelled.model_usage)
         control = ControlRequest.decode(self.store.get_control(run.state.run_id))
         note = NewEvent(
             type=EventType.CALL_CANCELLED,
@@ -480,7 +481,7 @@ class Driver:
 
     def _record_illegal(self, run: _Run, lease: Lease, exc: IllegalTransitionError) -> NoReturn:
         """An illegal move is a bug somewhere: record and count it, then raise it to the caller."""
-        self._persist(run, lease, transition.illegal(run.state, exc).stored())
+        self._persist(run, lease, write_ops.illegal(run.state, exc).stored())
         raise exc
 
     def _observations(self, state: RunState) -> ObservationLog:

@@ -1,24 +1,17 @@
-"""The one module that changes a run's status: every move goes through ``next_status`` here, and every
-state_transition, pending_recorded and run_exited event is built here; request ids are minted here.
-Everything else asks through a named operation that returns the whole write (``Write``: the new state, every
-event in order, the usage it added, the requests it opens or closes, its checkpoint reason); the caller only
-persists it. A write that moves the run out of RUNNING ends with ``run_exited`` (appended in ``_moved_write``,
-nowhere else), except an exhausted budget's, which ends with ``budget_exhausted``. ``run_resumed`` is built in
-``_resumed`` alone. The operations:
+"""The one module that changes a run's status: every move goes through ``next_status`` here, every
+state_transition, pending_recorded and run_exited event is built here, and request ids are minted here.
+Each named operation returns the whole write (``Write``: the new state, every event in order, the usage it
+added, the requests it opens or closes, its checkpoint reason) and its caller only persists it. A move out of
+RUNNING ends with ``run_exited`` (appended in ``_moved_write`` alone) unless the budget ran out (then
+``budget_exhausted``); ``run_resumed`` is built in ``_resumed`` alone. Nothing here performs I/O.
 
-- ``handle``: a controller's decision -> a Transition (the five steps below);
+- ``handle``: a decision -> a Transition: 1. parse and check the signal (``admission.py``);  2. check its
+  preconditions;  3. move the status through the table;  4. record a wait with its snapshot, in this step;
 - ``suspend``: RUNNING -> WAITING_FOR_USER on a pending request (every wait a run enters);
-- ``resume_on_answer``: WAITING_FOR_USER -> RUNNING on an answer (a person's, or a timer's);
-- ``escalate``: the same wait, re-asked of another role under a new request id;
+- ``resume_on_answer``: WAITING_FOR_USER -> RUNNING on an answer (a person's; ``fire_timer``: a timer's);
 - ``resume``: PAUSED -> RUNNING (an operator, or a due retry); an abandoned RUNNING run carries on;
 - ``pause``: RUNNING -> PAUSING -> PAUSED;  ``end``: to a terminal status;  ``cancel``: to CANCELLED;
-- ``exhaust``: FAILED / budget_exhausted;  ``expire``: an expired request's policy (fail, cancel, escalate);
-- ``charge``, ``model_attempt_failed``, ``illegal``: what a step spent or hit, with no move.
-
-``handle``'s steps: 1. parse and type-check the signal;  2. check its preconditions against the
-run's state;  3. move the status through the transition table;  4. record the pending request (with
-the wait snapshot, in this same step);  5. return the Transition. Nothing here performs I/O: the
-caller persists the result in one transaction.
+- ``exhaust``: FAILED / budget_exhausted;  ``expire``: an expired request's policy (fail, cancel, escalate).
 """
 
 from __future__ import annotations
@@ -26,21 +19,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from stateward.core.budget import UsageDelta
-from stateward.core.canonical import action_digest, canonical_json
-from stateward.core.contract import Proposal, RefusalReason, Signal, SignalFailure, WaitCheck, WaitSpec
-from stateward.core.decision import ControlDecision, DecisionType, SignalSource, non_finite_path, parse_decision
-from stateward.core.errors import DecisionParseError, ErrorCode, IllegalTransitionError, StatewardError
+from stateward.core.contract import Proposal, Signal, WaitSpec
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource
+from stateward.core.errors import IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
     Answer,
     AnswerVerdict,
-    ApprovalScope,
     AskedBy,
     DeferredCall,
     Grant,
@@ -53,7 +42,8 @@ from stateward.core.state import (
 )
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import Usage as ModelUsage
-from stateward.runtime.agent import Agent, ExpiryPolicy, guard
+from stateward.runtime import admission
+from stateward.runtime.agent import Agent, ExpiryPolicy
 from stateward.runtime.write import Write
 from stateward.store.records import RequestAnswer
 
@@ -70,7 +60,6 @@ _REASON_BY_KIND = {
 }
 REJECTED_BY_APPROVER = "rejected_by_approver"
 APPROVAL_REQUIRED = "approval_required"
-_SHOWN_CHARS = 2000  # how much of a proposed call's arguments or the model's note a question repeats
 _ASKS_CONSENT = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
 
 
@@ -135,7 +124,7 @@ def handle(
             "signal": signal.model_dump(mode="json", exclude_none=True) if not isinstance(signal, str) else signal,
         },
     )
-    decision, rejection = _check(signal, state, agent, visible_actions)
+    decision, rejection = admission.check_signal(signal, state, agent, visible_actions)
     if rejection is not None:
         return _reject(state, agent, decision, rejection, received, model_usage)
     assert decision is not None
@@ -146,8 +135,8 @@ def handle(
         # A person refused what the run needed and nobody approved anything since: that is no success.
         kind = TransitionKind.CANCEL if agent.on_refusal == "cancel" else TransitionKind.FAIL
         decision = decision.model_copy(update={"reason": REJECTED_BY_APPROVER})
-    if kind is TransitionKind.CONTINUE and not reconciling(decision, state):
-        unapproved = unapproved_action(decision, state, agent)
+    if kind is TransitionKind.CONTINUE and not admission.reconciling(decision, state):
+        unapproved = admission.unapproved_action(decision, state, agent)
         if unapproved is not None:
             return _ask_approval(state, agent, decision, unapproved, received, model_usage, now)
     after = next_status(state.status, kind)
@@ -185,7 +174,7 @@ def handle(
         options=() if wait is None else wait.options,
         approver_role=agent.approver_role_for(None if guarded is None else guarded.tool),
         created_at=now,
-        expires_at=_expiry(agent, wait, now),
+        expires_at=admission.wait_expiry(agent, wait, now),
     )
     write = suspend(state, pending, reason, usage=delta, correction=None)
     return Transition(kind, state.status, after, True, reason, decision, write.after(*events))
@@ -251,47 +240,6 @@ def suspend(
     return _moved_write(state, new_state, [_moved(state, new_state), recorded], usage=delta, open_request=pending)
 
 
-def reconciling(decision: ControlDecision, state: RunState) -> bool:
-    """Whether ``decision`` is the call a person just reconciled, which the Runtime runs next: it needs no new
-    approval (the gateway records the person's answer under the call's journalled key, or retries it there)."""
-    call = state.next_call
-    return (
-        call is not None
-        and call.reconciled is not None
-        and decision.action == call.action.tool
-        and (decision.args or {}) == call.action.args
-    )
-
-
-def unapproved_action(decision: ControlDecision, state: RunState, agent: Agent) -> GuardedAction | None:
-    """The exact action a proposed guarded call needs an approval for, or None.
-
-    None also when the gateway would refuse the call anyway (unknown tool, invalid arguments, missing
-    permission): nobody is asked to approve a call that cannot run.
-    """
-    spec = agent.tools.get(decision.action or "")
-    if spec is None or not spec.requires_approval:
-        return None
-    if spec.permission is not None and spec.permission not in agent.permissions:
-        return None
-    try:
-        args = spec.canonical_args(spec.validate_args(decision.args or {}))
-    except (ValidationError, TypeError, ValueError):
-        return None
-    action = guard(spec.name, args)
-    raw = _raw_digest(spec.name, decision.args or {})
-    if any(g.digest in (action.digest, raw) for g in state.approvals):
-        return None
-    return action
-
-
-def _raw_digest(tool: str, args: dict[str, Any]) -> str | None:
-    try:
-        return action_digest(tool, args, None)
-    except (TypeError, ValueError):
-        return None
-
-
 def _ask_approval(
     state: RunState,
     agent: Agent,
@@ -309,26 +257,16 @@ def _ask_approval(
     spec = agent.tools.get(action.tool)
     assert spec is not None
     delta = _step_delta(model_usage)
-    shown = canonical_json(action.args)
-    if len(shown) > _SHOWN_CHARS:
-        shown = shown[:_SHOWN_CHARS] + "…"
     scope = spec.approval_scope
     pending = PendingRequest(
         request_id=mint_request_id(state),
         kind=RequestKind.APPROVAL,
-        question=(
-            f"Approve {action.tool} with arguments {shown}? "
-            + (
-                "One approval admits this exact call once."
-                if scope is ApprovalScope.ONCE
-                else "One approval admits this exact call for the rest of the run."
-            )
-        ),
+        question=admission.approval_question(action, scope),
         state_before=state.status,
         guarded_action=action,
         approval_scope=scope,
         asked_by=AskedBy.RUNTIME,
-        model_text=(decision.reason or "")[:_SHOWN_CHARS] or None,
+        model_text=(decision.reason or "")[: admission.SHOWN_CHARS] or None,
         call_step=state.usage.plus(delta).steps,
         approver_role=agent.approver_role_for(action.tool),
         created_at=now,
@@ -348,60 +286,6 @@ def _ask_approval(
     return Transition(
         TransitionKind.SUSPEND, state.status, after, True, APPROVAL_REQUIRED, decision, write.after(received, validated)
     )
-
-
-def _expiry(agent: Agent, wait: WaitSpec | None, now: datetime) -> datetime | None:
-    if wait is not None and wait.expires_in_s is not None:
-        return now + timedelta(seconds=wait.expires_in_s)
-    return None if agent.request_ttl is None else now + agent.request_ttl
-
-
-def _check(
-    signal: Signal, state: RunState, agent: Agent, visible: frozenset[str]
-) -> tuple[ControlDecision | None, tuple[str, str] | None]:
-    """Steps 1-2: the decision, or (code, message) saying why it is refused."""
-    if isinstance(signal, SignalFailure):
-        return None, (signal.code, signal.message)
-    parsed = isinstance(signal, str)  # the parser refuses every non-finite number itself
-    if isinstance(signal, str):
-        try:
-            decision = parse_decision(signal)
-        except DecisionParseError as exc:
-            return None, (exc.code, exc.message)
-    else:
-        decision = signal
-    return decision, _storable(decision, agent, parsed=parsed) or _precondition(decision, state, agent, visible)
-
-
-def _storable(decision: ControlDecision, agent: Agent, *, parsed: bool) -> tuple[str, str] | None:
-    """Values the runtime cannot store are refused at the door, whoever built the decision."""
-    found = None if parsed else non_finite_path(decision.args)  # one built around the constructor's own check
-    if found is not None:
-        return ErrorCode.NON_FINITE_NUMBER, f"{found} is not a finite number"
-    asked = len(decision.question or "")
-    if decision.type is DecisionType.REQUEST_USER_INPUT and asked > agent.max_question_chars:
-        return ErrorCode.QUESTION_TOO_LARGE, f"a question may hold {agent.max_question_chars} characters, not {asked}"
-    return None
-
-
-def _precondition(
-    decision: ControlDecision, state: RunState, agent: Agent, visible: frozenset[str]
-) -> tuple[str, str] | None:
-    """Step 2: what each decision type requires of the run's state and the agent's policies."""
-    if decision.type is DecisionType.EXECUTE_TOOL:
-        if not decision.action:
-            return RefusalReason.TOOL_DECISION_WITHOUT_ACTION, "EXECUTE_TOOL names no action"
-        if decision.action not in visible:
-            return RefusalReason.ACTION_NOT_VISIBLE, f"{decision.action!r} is not visible at this step"
-    if decision.type is DecisionType.REQUEST_USER_INPUT:
-        check: WaitCheck = agent.wait_policy(decision, state)
-        if check.rejected is not None:
-            return check.rejected, f"wait refused: {check.rejected}"
-    if decision.type is DecisionType.FINISH:
-        finish = agent.finish_policy(decision, state)
-        if finish.rejected is not None:
-            return finish.rejected, f"finish refused: {finish.rejected}"
-    return None
 
 
 def _reject(
@@ -499,26 +383,6 @@ def exhaust(state: RunState, dimension: str) -> Write:
         payload={"dimension": dimension, "usage": state.usage.model_dump(), "budget": state.budget.model_dump()},
     )
     return _moved_write(state, new, [_moved(state, new), exhausted], exits=False)
-
-
-def charge(state: RunState, model_usage: Sequence[ModelUsage]) -> Write:
-    """Model calls that answered in a step that did not go on (it gave way to a pause): spent, no step counted."""
-    delta = UsageDelta.of_model_calls(model_usage)
-    return Write(state.model_copy(update={"usage": state.usage.plus(delta)}), usage=delta)
-
-
-def model_attempt_failed(state: RunState, attempt: dict[str, Any]) -> Write:
-    """A failed model attempt, durable (and counted against the budget) before any retry."""
-    delta = UsageDelta(model_calls=1)
-    failed = NewEvent(type=EventType.MODEL_CALL_FAILED, payload=attempt)
-    return Write(state.model_copy(update={"usage": state.usage.plus(delta)}), (failed,), delta)
-
-
-def illegal(state: RunState, exc: StatewardError) -> Write:
-    """An illegal move asked for (a bug somewhere): recorded and counted, nothing moved."""
-    delta = UsageDelta(illegal_transitions=1)
-    event = NewEvent(type=EventType.ILLEGAL_TRANSITION, payload=exc.to_dict())
-    return Write(state.model_copy(update={"usage": state.usage.plus(delta)}), (event,), delta)
 
 
 def _roles(roles: Iterable[str]) -> dict[str, Any]:

@@ -4,19 +4,27 @@ requests it opens or closes, and why its snapshot is kept as a checkpoint.
 ``runtime/transition.py`` builds every Write that moves a status (and the few that only record); the driver,
 the expiry sweep, continuation and recovery put their own notes in front (``after``), join a tool call's
 write to the decision's (``then``) and persist the result (``stored``): none of them assembles a move.
+The writes that move nothing but the usage counters (``charge``, ``model_attempt_failed``, ``illegal``) are
+built here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stateward.core.budget import UsageDelta
+from stateward.core.errors import StatewardError
 from stateward.core.events import CHECKPOINT_EVENTS, CheckpointReason, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
 from stateward.core.status import RunStatus
 from stateward.store.records import RequestAnswer, StepWrite
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from stateward.core.model_io import Usage as ModelUsage
 
 _HELD = {RunStatus.WAITING_FOR_USER: CheckpointReason.WAIT, RunStatus.PAUSED: CheckpointReason.PAUSE}
 
@@ -78,3 +86,23 @@ class Write:
             clear_control=self.clear_control,
             **extras,
         )
+
+
+def charge(state: RunState, model_usage: Sequence[ModelUsage]) -> Write:
+    """Model calls that answered in a step that did not go on (it gave way to a pause): spent, no step counted."""
+    delta = UsageDelta.of_model_calls(model_usage)
+    return Write(state.model_copy(update={"usage": state.usage.plus(delta)}), usage=delta)
+
+
+def model_attempt_failed(state: RunState, attempt: dict[str, Any]) -> Write:
+    """A failed model attempt, durable (and counted against the budget) before any retry."""
+    delta = UsageDelta(model_calls=1)
+    failed = NewEvent(type=EventType.MODEL_CALL_FAILED, payload=attempt)
+    return Write(state.model_copy(update={"usage": state.usage.plus(delta)}), (failed,), delta)
+
+
+def illegal(state: RunState, exc: StatewardError) -> Write:
+    """An illegal move asked for (a bug somewhere): recorded and counted, nothing moved."""
+    delta = UsageDelta(illegal_transitions=1)
+    event = NewEvent(type=EventType.ILLEGAL_TRANSITION, payload=exc.to_dict())
+    return Write(state.model_copy(update={"usage": state.usage.plus(delta)}), (event,), delta)
