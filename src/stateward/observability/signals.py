@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from stateward.core.contract import OutcomeStatus
+from stateward.core.errors import ErrorCode
 from stateward.core.events import EventType
 
 
@@ -87,9 +88,9 @@ def _tool(p: Mapping[str, Any]) -> Facts:
     yield Signal.TOOL_CALL, {"tool": str(obs.get("action") or ""), "status": status}
     if p.get("runtime_action") == "REPLAY_SUCCESS" or p.get("idempotency_status") == "REPLAYED":
         yield Signal.TOOL_DUPLICATE, _NONE
-    if code == "TIMEOUT":
+    if code == ErrorCode.TIMEOUT:
         yield Signal.TOOL_TIMEOUT, _NONE
-    elif code == "CIRCUIT_OPEN":
+    elif code == ErrorCode.CIRCUIT_OPEN:
         yield Signal.BREAKER_OPEN, _NONE
     if status == OutcomeStatus.PENDING_VERIFICATION:
         yield Signal.UNKNOWN_OUTCOME, _NONE

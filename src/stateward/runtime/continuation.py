@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from stateward.core.contract import OutcomeStatus
 from stateward.core.errors import ErrorCode, RequestRefusedError, RunError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
@@ -290,7 +291,7 @@ def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[
         "step": pending.call_step or 0,
         "action": action.tool,
         "args": action.args,
-        "status": "REJECTED",
+        "status": OutcomeStatus.REJECTED.value,
         "result": {"rejected_by": answer.by, "comment": answer.text, "request_id": answer.request_id},
         "error_code": ErrorCode.REJECTED_BY_APPROVER.value,
         "artifacts": [],
