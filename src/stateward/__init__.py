@@ -11,6 +11,37 @@ each other (tests/core/test_layers.py holds the same list and checks every impor
     · {api, pytest_plugin} · cli · this package (the facade)
 
 Controllers and the runtime meet in ``stateward.core.contract``; the store knows no gateway module.
+docs/architecture.md draws the layers and says where new code goes.
+
+Public-surface budget
+---------------------
+The top level holds at most 88 names: what a user's first file needs, for one of five jobs. It does not grow:
+a new name takes the place of one that moves to its subpackage, or the budget is raised here, with its
+reason, in the same change. Everything else lives in a named subpackage with its own pinned ``__all__``:
+``stateward.planning`` (goal contracts, plans, the plan-run engine), ``stateward.verify`` (contracts and
+checks), ``stateward.models`` (providers), ``stateward.tools`` (the gateway's parts), ``stateward.observability``,
+``stateward.api``, ``stateward.cli.plugins``, ``stateward.testing`` (fakes). No name from those is re-exported
+here, and a name means one object in every public module. tests/core/test_public_api.py holds ``__all__`` to
+exactly the names below, each job to its count, and the total to the budget.
+
+- Define tools (18): ``tool`` ``ToolSpec`` ``ToolContext`` ``ToolRegistry`` ``RetryPolicy`` ``BreakerPolicy``
+  ``RedactionRules`` ``LookupStatus`` ``ToolFailure`` ``ToolTimeout`` ``ToolInvalidArgument``
+  ``ToolPermissionDenied`` ``ToolOutcomeUnknown`` ``RateLimited`` ``ServiceUnavailable`` ``McpServer``
+  ``McpTool`` ``mcp_tools``
+- Define an agent over one of the three controllers (22): ``Agent`` ``AgentRef`` ``AgentRegistry`` ``Budget``
+  ``guard`` ``action_digest`` ``ReActController`` ``PlanAndExecuteController`` ``AwaitStep`` ``FinishStep``
+  ``parse_step_plan`` ``WorkflowController`` ``RuleNode`` ``ModelNode`` ``ToolNode`` ``ValidationNode``
+  ``HumanNode`` ``TimerNode`` ``ReActNode`` ``FinishNode`` ``FailNode`` ``compensation``
+- Write a controller or a model (the Runtime's contract) (16): ``Controller`` ``DecisionContext`` ``Proposal``
+  ``Observation`` ``SignalFailure`` ``FinishCheck`` ``WaitCheck`` ``ControlDecision`` ``DecisionType``
+  ``SignalSource`` ``parse_decision`` ``action_specs`` ``Model`` ``AsyncModel`` ``ModelReply`` ``ModelRequest``
+- Start, inspect and answer runs (21): ``Runtime`` ``AsyncWorker`` ``AnswerResult`` ``RunState`` ``RunStatus``
+  ``TransitionKind`` ``PendingRequest`` ``RequestKind`` ``ApprovalScope`` ``Grant`` ``GuardedAction``
+  ``is_run_suspended`` ``Usage`` ``Event`` ``EventType`` ``RunRow`` ``RunPage`` ``RequestRow`` ``RequestPage``
+  ``ArtifactRecord`` ``inert``
+- Catch what goes wrong (11): ``StatewardError`` ``UserError`` ``RunError`` ``RunNotFoundError``
+  ``StaleLeaseError`` ``StoreError`` ``ToolCallError`` ``DecisionParseError`` ``IllegalTransitionError``
+  ``RequestRefusedError`` ``ErrorCode``
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from stateward.api import create_app, mint_key
 from stateward.api.app import key_store
 from stateward.core.events import EventType
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 
 ANSWERS = 50
 

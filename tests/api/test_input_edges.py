@@ -16,7 +16,7 @@ from tests.api.test_concurrent_answers import served
 from stateward.api import ApiSettings, mint_key
 from stateward.api.app import key_store
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 
 LIMIT = ApiSettings().max_body_bytes  # the service's default limit
 

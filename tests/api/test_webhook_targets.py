@@ -25,7 +25,7 @@ from stateward.api.webhook_targets import TargetPolicy, WebhookTargetError, chec
 from stateward.api.webhooks import WebhookDispatcher
 from stateward.core.errors import UserError
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 from stateward.store.outbox import WebhookSubscription
 
 PUBLIC = "93.184.216.34"  # never connected to: every test that resolves to it is refused or never delivers

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stateward.chaos.harness import ChaosConfig, Harness
+from stateward.chaos.config import ChaosConfig
+from stateward.chaos.harness import Harness
 
 pytestmark = pytest.mark.slow
 

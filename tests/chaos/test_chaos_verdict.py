@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from stateward.chaos.harness import ChaosConfig, Harness
+from stateward.chaos.config import ChaosConfig
+from stateward.chaos.harness import Harness
 from stateward.chaos.verify import MUST_BE_ZERO, broken
 from stateward.core.errors import UserError
 from stateward.core.status import RunStatus

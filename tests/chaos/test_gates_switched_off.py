@@ -8,6 +8,7 @@ command to exit non-zero. The same cells pass with every protection on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typer.testing import CliRunner
 from stateward.cli.app import app
 from stateward.core.budget import Usage
 from stateward.core.errors import StatewardError
+from stateward.runtime.write import Write
 from stateward.store.records import Lease, StepWrite
 
 pytestmark = pytest.mark.usefixtures("demos_installed")
@@ -117,9 +119,9 @@ def resume_resets_budget(mp: pytest.MonkeyPatch) -> None:
 
     original = transition.resume
 
-    def resume(*a: Any, **k: Any) -> transition.Moved:
+    def resume(*a: Any, **k: Any) -> Write:
         moved = original(*a, **k)
-        return transition.Moved(moved.state.model_copy(update={"usage": Usage()}), moved.events)
+        return dataclasses.replace(moved, state=moved.state.model_copy(update={"usage": Usage()}))
 
     mp.setattr(transition, "resume", resume)
 
@@ -132,7 +134,7 @@ def pause_checkpoint_loses_usage(mp: pytest.MonkeyPatch) -> None:
 
     def pause(*a: Any, **k: Any) -> Any:
         moved = original(*a, **k)
-        return type(moved)(moved.state.model_copy(update={"usage": Usage()}), moved.events)
+        return dataclasses.replace(moved, state=moved.state.model_copy(update={"usage": Usage()}))
 
     mp.setattr(driver, "pause", pause)
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from stateward.core.budget import Budget, Usage
+from stateward.core.budget import Budget, Usage, UsageDelta
 from stateward.core.canonical import action_digest, canonical_json, idempotency_key, idempotency_key_of
 
 
@@ -72,3 +72,13 @@ def test_an_action_digest_binds_the_tool_the_arguments_and_the_plan_version() ->
     assert digest != action_digest("write_draft", {"brief": "brief:v2"}, 1)
     assert digest != action_digest("write_draft", {"brief": "brief:v1"}, 2)
     assert digest != action_digest("publish", {"brief": "brief:v1"}, 1)
+
+
+def test_usage_advances_only_by_a_delta_of_its_own_counters() -> None:
+    used = Usage(steps=2, model_calls=3)
+    step = UsageDelta(steps=1, model_calls=2) + UsageDelta(tool_attempts=1)
+    assert step == UsageDelta(steps=1, model_calls=2, tool_attempts=1)
+    assert used.plus(step) == Usage(steps=3, model_calls=5, tool_attempts=1)
+    assert used.plus(UsageDelta()) is used  # a write that spends nothing copies nothing
+    with pytest.raises(TypeError):
+        UsageDelta(stepz=1)

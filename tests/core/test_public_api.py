@@ -8,7 +8,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +88,68 @@ def test_every_public_method_of_a_public_class_says_why(module_name: str) -> Non
             if not doc or not doc.strip():
                 undocumented.append(f"{name}.{member}")
     assert undocumented == []
+
+
+# -- the public-surface budget (stateward/__init__.py's docstring) ------------------------------------------
+BUDGET = re.compile(r"The top level holds at most (\d+) names")
+JOB = re.compile(r"^- (?P<job>[^\n]+?) \((?P<count>\d+)\): (?P<names>.*?)(?=^- |\Z)", re.M | re.S)
+# Subpackages whose names stay in them: none is re-exported at the top level.
+OWN_NAMES = ("planning", "verify", "observability", "api", "cli", "chaos", "testing", "pytest_plugin")
+# One name, two objects: known, kept until a rename with a deprecation path (issue 26 item 4). Do not add to it.
+KNOWN_COLLISIONS = {
+    "RetryPolicy": {"stateward.tools.retry", "stateward.planning.plan"},  # a tool's retries; a work item's
+    "Usage": {"stateward.core.budget", "stateward.core.model_io"},  # a run's usage; one model call's
+}
+
+
+def budget_jobs() -> tuple[int, dict[str, tuple[int, list[str]]]]:
+    """The budget stated in the top-level docstring: the total, and per job its count and names."""
+    doc = stateward.__doc__ or ""
+    found = BUDGET.search(doc)
+    assert found is not None, "the top-level docstring states no budget"
+    section = doc[found.end() :]
+    jobs = {
+        m["job"]: (int(m["count"]), re.findall(r"``(\w+)``", m["names"]))
+        for m in JOB.finditer(section[section.index("\n- ") + 1 :])
+    }
+    return int(found.group(1)), jobs
+
+
+def test_the_top_level_is_exactly_the_budgeted_names_within_the_budget() -> None:
+    total, jobs = budget_jobs()
+    listed = [name for _, names in jobs.values() for name in names]
+    assert len(jobs) == 5
+    assert {job: len(names) for job, (_, names) in jobs.items()} == {job: n for job, (n, _) in jobs.items()}
+    assert len(listed) == len(set(listed)), "a name serves one job"
+    assert sorted(listed) == sorted(stateward.__all__)
+    assert len(stateward.__all__) <= total
+
+
+def test_no_subpackage_concept_is_re_exported_at_the_top_level() -> None:
+    homes = {name: module.split(".")[1] for name, module in stateward._EXPORTS.items()}
+    assert {name: home for name, home in homes.items() if home in OWN_NAMES} == {}
+
+
+def test_a_public_name_means_one_object_in_every_public_module() -> None:
+    homes: dict[str, set[str]] = {}
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            value = getattr(module, name)
+            homes.setdefault(name, set()).add(getattr(value, "__module__", None) or module_name)
+    assert {name: found for name, found in homes.items() if len(found) > 1} == KNOWN_COLLISIONS
+
+
+@pytest.mark.parametrize(
+    ("change", "test"),
+    [
+        (lambda all_: (*all_, "Extra"), test_the_top_level_is_exactly_the_budgeted_names_within_the_budget),
+        (lambda all_: all_[1:], test_the_top_level_is_exactly_the_budgeted_names_within_the_budget),
+    ],
+)
+def test_the_budget_check_fails_on_a_name_it_does_not_list(
+    monkeypatch: pytest.MonkeyPatch, change: Any, test: Any
+) -> None:
+    monkeypatch.setattr(stateward, "__all__", change(stateward.__all__))
+    with pytest.raises(AssertionError):
+        test()

@@ -286,7 +286,7 @@ def test_the_campaign_on_postgres_meets_every_gate(pg_url: str) -> None:
     from stateward.chaos.campaign import Campaign, Coverage
     from stateward.chaos.permissions import agent_permissions
     from stateward.runtime.agent_registry import process_agents
-    from stateward.store.base import open_store
+    from stateward.store.backends import open_store
 
     agents = process_agents(with_test_agents=True)
     ran = Campaign(pg_url, agents, seed=5, quick=True).run()

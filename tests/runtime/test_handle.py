@@ -37,7 +37,7 @@ def test_wait_before_any_brief_is_rejected_and_fails_the_run() -> None:
     assert t.state.status is RunStatus.FAILED
     assert t.state.pending is None and t.pending is None
     assert t.state.usage.rejected_signals == 1
-    assert [e.type for e in t.events][-1] is EventType.STATE_TRANSITION
+    assert [e.type for e in t.events][-2:] == [EventType.STATE_TRANSITION, EventType.RUN_EXITED]
     assert EventType.PENDING_RECORDED not in [e.type for e in t.events]
 
 
@@ -79,6 +79,7 @@ def test_wait_snapshot_is_taken_in_the_transition_itself() -> None:
         EventType.RUNTIME_VALIDATED,
         EventType.STATE_TRANSITION,
         EventType.PENDING_RECORDED,
+        EventType.RUN_EXITED,
     ]
 
 

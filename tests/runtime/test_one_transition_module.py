@@ -7,6 +7,7 @@ which mints request ids). Everything else calls its named operations.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,73 @@ def test_the_scan_sees_each_way_of_moving_a_status(source: str) -> None:
 def test_the_scan_ignores_reading_a_status() -> None:
     source = "if state.status is RunStatus.RUNNING and ev.type is EventType.STATE_TRANSITION:\n    pass"
     assert moves_in(source, "probe.py") == []
+
+
+# -- one place for each part of recording a move (issue 26 item 1) ---------------------------------------------
+Predicate = Callable[[ast.AST], bool]
+
+
+def _functions_that(predicate: Predicate, tree: ast.AST) -> set[str]:
+    """The top-level functions of ``tree`` in which some node satisfies ``predicate``."""
+    return {
+        fn.name
+        for fn in ast.iter_child_nodes(tree)
+        if isinstance(fn, ast.FunctionDef) and any(predicate(node) for node in ast.walk(fn))
+    }
+
+
+def _calls(name: str) -> Predicate:
+    def found(node: ast.AST) -> bool:
+        func = node.func if isinstance(node, ast.Call) else None
+        return isinstance(func, ast.Name | ast.Attribute) and (getattr(func, "id", None) or func.attr) == name
+
+    return found
+
+
+def _builds(event: str) -> Predicate:
+    def found(node: ast.AST) -> bool:
+        return isinstance(node, ast.keyword) and node.arg == "type" and ast.unparse(node.value).endswith(event)
+
+    return found
+
+
+def test_the_exit_event_is_appended_in_one_place_and_run_resumed_built_in_one() -> None:
+    tree = ast.parse(THE_MODULE.read_text())
+    assert _functions_that(_calls("exit_event"), tree) == {"_moved_write"}
+    assert _functions_that(_builds("RUN_RESUMED"), tree) == {"_resumed"}
+    elsewhere = [
+        str(path.relative_to(SRC))
+        for path in sorted(SRC.rglob("*.py"))
+        if path != THE_MODULE
+        for tree in [ast.parse(path.read_text())]
+        if any(_calls("exit_event")(n) or _builds("RUN_RESUMED")(n) for n in ast.walk(tree))
+    ]
+    assert elsewhere == []
+
+
+def _usage_set_by_hand(node: ast.AST) -> bool:
+    """A run's usage copied with counters rewritten (``<...>.usage.model_copy(update=...)``), not advanced by a
+    delta through ``Usage.plus``."""
+    return _calls("model_copy")(node) and "usage" in ast.unparse(node.func)
+
+
+def test_usage_counters_advance_only_through_usage_plus() -> None:
+    by_hand = [
+        f"{path.relative_to(SRC)}:{node.lineno}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path.name != "budget.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if _usage_set_by_hand(node)
+    ]
+    assert by_hand == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "s = state.model_copy(update={'usage': state.usage.model_copy(update={'steps': 1})})",
+        "u = state.usage.model_copy(update={'model_calls': u.model_calls + 1})",
+    ],
+)
+def test_the_usage_scan_sees_a_counter_advanced_by_hand(source: str) -> None:
+    assert any(_usage_set_by_hand(node) for node in ast.walk(ast.parse(source)))

@@ -524,7 +524,7 @@ def test_an_approval_a_controller_binds_with_guard_carries_the_guarded_tools_rol
 @pytest.mark.postgres
 @pytest.mark.parametrize("happened", [True, False])
 def test_on_postgres_the_answer_decides_and_the_journal_keeps_it(pg_url: str, bank: Bank, happened: bool) -> None:
-    from stateward.store.base import open_store
+    from stateward.store.backends import open_store
 
     bank.effect_on_call, bank.answer_on_call = (frozenset({1}), None) if happened else (frozenset({2}), 2)
     runtime = Runtime(open_store(pg_url))

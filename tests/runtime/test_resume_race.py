@@ -12,7 +12,7 @@ from stateward import RunStatus, Runtime
 from stateward.core.errors import ErrorCode, RunError
 from stateward.runtime.agent_registry import AgentRegistry
 from stateward.runtime.faults import RESUME_BEFORE_LEASE
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 
 
 class OtherResumerFirst:

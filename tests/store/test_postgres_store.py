@@ -17,7 +17,7 @@ import pytest
 from stateward.core.errors import RunError, StoreError, UserError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef, RunState
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 from stateward.store.postgres import PostgresStore
 from stateward.store.records import Lease, StepWrite
 
@@ -69,7 +69,7 @@ def test_create_false_refuses_a_schema_without_stateward_tables(pg_url: str) -> 
 def test_the_sqlite_default_never_imports_psycopg(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from stateward.store.base import open_store\n"
+        "from stateward.store.backends import open_store\n"
         f"open_store({str(tmp_path / 'x.db')!r}).close()\n"
         "import stateward.runtime.worker, stateward.cli.main\n"
         "loaded = sorted(m for m in sys.modules if m.startswith('psycopg'))\n"

@@ -168,7 +168,7 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StatewardError)
     def _named(_: Request, exc: StatewardError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.code == "UNAUTHENTICATED" else None
+        headers = {"WWW-Authenticate": "Bearer"} if exc.code == ErrorCode.UNAUTHENTICATED else None
         status = status_of(exc)
         # A store's own words can name its host, port and database: callers get the code alone.
         message = "the store cannot serve this request now" if status >= 500 else exc.message
@@ -179,7 +179,7 @@ def _error_handlers(app: FastAPI) -> None:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ()))
         message = f"{where}: {first.get('msg', 'invalid request')}"[:300]
-        return JSONResponse(error_body("INVALID_REQUEST", message), status_code=422)
+        return JSONResponse(error_body(ErrorCode.INVALID_REQUEST, message), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

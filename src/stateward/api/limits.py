@@ -8,6 +8,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stateward.api.errors import error_body
+from stateward.core.errors import ErrorCode
 
 
 class _TooLarge(Exception):
@@ -63,7 +64,7 @@ class BodyLimit:
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps(
-            error_body("BODY_TOO_LARGE", f"the request body is over the limit of {self.max_bytes} bytes")
+            error_body(ErrorCode.BODY_TOO_LARGE, f"the request body is over the limit of {self.max_bytes} bytes")
         ).encode()
         headers: list[Any] = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})

@@ -15,7 +15,7 @@ from stateward.api.webhook_routes import webhook_store
 from stateward.api.webhook_targets import TargetPolicy
 from stateward.api.webhooks import DeliveryPolicy, WebhookDispatcher
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 
 
 def serve(

@@ -45,7 +45,7 @@ from stateward.runtime.agent_registry import AgentRegistry
 from stateward.runtime.faults import BOUNDARIES
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 
 
 class SourceFault(StrEnum):
@@ -364,7 +364,8 @@ class Campaign:
         """The ledger storm (when selected): its report and run ids; its cells go into ``tally``."""
         if not any(self._selected(LEDGER, f) for f in STORM_FAULTS):
             return {"kills": 0, "duplicate_side_effects": 0}, []
-        from stateward.chaos.harness import ChaosConfig, Harness
+        from stateward.chaos.config import ChaosConfig
+        from stateward.chaos.harness import Harness
 
         started = time.monotonic()
         runs = 4 + 4 * self.size

@@ -28,7 +28,7 @@ from stateward.runtime.agent_registry import AgentRegistry
 from stateward.runtime.faults import NO_FAULTS, RESUME_BEFORE_LEASE, FaultInjector
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 
 # Generous: a child is hung when it is still running at its deadline, and a loaded CI machine must not
 # make a slow driver (the 90-step payment run, driven to its next stop) look hung.

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from stateward.chaos.agent import build_agent
+from stateward.chaos.config import ChaosConfig
 from stateward.chaos.faults import RandomKill
-from stateward.chaos.forked import CHILD_TIMEOUT_S, HungChild
+from stateward.chaos.forked import HungChild
 from stateward.chaos.ledger import ledger_for
 from stateward.chaos.verify import Reference, verify
 from stateward.core.errors import ErrorCode, UserError
@@ -37,25 +38,10 @@ from stateward.core.status import RunStatus
 from stateward.runtime.agent_registry import process_agents
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import Store, open_store
+from stateward.store.backends import open_store
+from stateward.store.base import Store
 
 STOPPED = {RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
-
-
-@dataclass
-class ChaosConfig:
-    db: str
-    runs: int = 20
-    kills: int = 100
-    workers: int = 2
-    seed: int = 1
-    boundary_kill_probability: float = 0.03
-    stop_probability: float = 0.05
-    lease_ttl_s: float = 1.2
-    heartbeat_s: float = 0.3
-    max_seconds: float = 600.0
-    child_deadline_s: float = CHILD_TIMEOUT_S  # a child still running this long after its fork is hung
-    worker_lifetime_s: float = CHILD_TIMEOUT_S / 3  # then a worker stops itself and is replaced
 
 
 @dataclass

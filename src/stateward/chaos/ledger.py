@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from stateward.core.errors import ErrorCode
-from stateward.store.base import sqlite_path
+from stateward.store.backends import sqlite_path
 from stateward.tools.errors import ToolFailure
 from stateward.tools.types import LookupStatus
 

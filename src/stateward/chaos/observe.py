@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from stateward.core.contract import OutcomeStatus
 from stateward.core.events import Event, EventType
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
@@ -42,7 +43,7 @@ def _rejected(events: list[Event], code: str) -> bool:
 def timeout_then_recovery(state: RunState, events: list[Event]) -> bool:
     """A call that timed out and still succeeded (retried, or reconciled through its lookup)."""
     return any(
-        _observed(p).get("error_code") == "TIMEOUT" and _observed(p).get("status") == "SUCCESS"
+        _observed(p).get("error_code") == "TIMEOUT" and _observed(p).get("status") == OutcomeStatus.SUCCESS
         for p in _attempts(events)
     )
 
@@ -54,7 +55,7 @@ def three_failures(state: RunState, events: list[Event]) -> bool:
     for e in events:
         if e.type is EventType.TOOL_ATTEMPTED:
             obs = _observed(e.payload)
-            if obs.get("status") != "SUCCESS" and obs.get("error_code") in _FAILURES:
+            if obs.get("status") != OutcomeStatus.SUCCESS and obs.get("error_code") in _FAILURES:
                 tool = str(obs.get("action"))
                 failed[tool] = failed.get(tool, 0) + int(e.payload.get("attempts") or 1)
         elif _to_a_person(e) and any(n >= 3 for n in failed.values()):

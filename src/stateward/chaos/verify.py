@@ -14,10 +14,10 @@ from stateward.core.events import EventType
 from stateward.core.status import TRANSITIONS, RunStatus
 from stateward.runtime.agent_registry import process_agents
 from stateward.runtime.runtime import Runtime
-from stateward.store.base import open_store
+from stateward.store.backends import open_store
 
 if TYPE_CHECKING:
-    from stateward.chaos.harness import ChaosConfig
+    from stateward.chaos.config import ChaosConfig
 
 # What the storm must leave at zero, and the share of runs that must end finished or waiting.
 MUST_BE_ZERO = (

@@ -621,7 +621,8 @@ def chaos(
     as_json: JsonOpt = False,
 ) -> None:
     """Kill, pause and restart workers while agents run; print what broke (every count must be 0)."""
-    from stateward.chaos.harness import ChaosConfig, Harness
+    from stateward.chaos.config import ChaosConfig
+    from stateward.chaos.harness import Harness
     from stateward.chaos.verify import broken
 
     if db is None:

@@ -18,6 +18,7 @@ import typer
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import answer_hint, emit_json, print_summary, print_table, reported_errors
+from stateward.core.entry_points import load_entry_point
 from stateward.core.errors import ErrorCode, UserError
 
 if TYPE_CHECKING:
@@ -87,13 +88,7 @@ def plugin_groups(taken: set[str]) -> dict[str, EntryPoint]:
 
 def load_group(entry_point: EntryPoint) -> typer.Typer:
     """Import one plugin's Typer app; a plugin that fails to import or is not a Typer app is named."""
-    try:
-        group = entry_point.load()
-    except Exception as exc:
-        raise UserError(
-            f"cannot load the command-line plugin {entry_point.value!r}: {type(exc).__name__}: {exc}",
-            code=ErrorCode.CLI_PLUGIN_BROKEN,
-        ) from exc
+    group = load_entry_point(entry_point, "the command-line plugin", ErrorCode.CLI_PLUGIN_BROKEN)
     if not isinstance(group, typer.Typer):
         raise UserError(
             f"{entry_point.value} is a {type(group).__name__}, not a typer.Typer", code=ErrorCode.CLI_PLUGIN_BROKEN

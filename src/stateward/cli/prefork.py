@@ -43,8 +43,13 @@ from stateward.cli.output import EXIT_RUNS_TROUBLED, emit_json, say
 from stateward.core.errors import ErrorCode, UserError
 
 if TYPE_CHECKING:
-    from stateward.cli.worker_cmd import WorkerOptions
+    from collections.abc import Callable
+
+    from stateward.cli.worker_options import WorkerOptions
     from stateward.runtime.agent_registry import AgentRegistry
+
+    WorkerMain = Callable[[WorkerOptions, AgentRegistry | None], tuple[int, dict[str, int | bool]]]
+    """One worker process's main: its exit status and final counts (``worker_cmd.run_worker``)."""
 
 MAX_PROCESSES = 64  # each child holds its own store connections (PostgreSQL's default max_connections: 100)
 CRASH_WINDOW_S = 60.0
@@ -75,7 +80,7 @@ def preload(opts: WorkerOptions) -> AgentRegistry | None:
     agents this process may build, which the children share (None if they failed to load: each child
     then loads them itself and reports the error on the runs, as one worker process would)."""
     from stateward.runtime.agent_registry import process_agents
-    from stateward.store.base import import_store
+    from stateward.store.backends import import_store
 
     import_store(opts.db)
     if opts.use_async:
@@ -92,6 +97,7 @@ class Supervisor:
 
     opts: WorkerOptions
     agents: AgentRegistry | None = None
+    main: WorkerMain | None = None  # what each child runs (worker_cmd.run_worker), given by the command
     children: dict[int, int] = field(default_factory=dict)  # pid -> slot
     stop_signal: int | None = None
     replaced: int = 0
@@ -150,7 +156,7 @@ class Supervisor:
             if not _stop_with_parent(self.supervisor_pid):
                 return  # the supervisor is gone already: start nothing it cannot watch
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            code = _child_code(replace(self.opts, processes=1, as_json=False), self.agents, self._write_end)
+            code = _child_code(replace(self.opts, processes=1, as_json=False), self.agents, self._write_end, self.main)
         finally:
             os._exit(code)
 
@@ -191,13 +197,13 @@ class Supervisor:
         self._fork(slot)
 
 
-def _child_code(opts: WorkerOptions, agents: AgentRegistry | None, counts_out: int) -> int:
+def _child_code(opts: WorkerOptions, agents: AgentRegistry | None, counts_out: int, main: WorkerMain | None) -> int:
     """The worker's exit status; its final counts go to the supervisor through ``counts_out``."""
-    from stateward.cli.worker_cmd import run_worker
-
     counts = None
     try:
-        code, counts = run_worker(opts, agents=agents)
+        if main is None:
+            raise RuntimeError("the supervisor was given no worker to run")
+        code, counts = main(opts, agents)
     except SystemExit as exc:  # a start-up error, reported by the worker as a one-line reason
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # reported here, as the interpreter would
@@ -251,8 +257,9 @@ def _summed(counts: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def supervise(opts: WorkerOptions) -> int:
-    """Preload, freeze what was built out of the collector's scans, fork ``opts.processes`` workers."""
+def supervise(opts: WorkerOptions, main: WorkerMain) -> int:
+    """Preload, freeze what was built out of the collector's scans, fork ``opts.processes`` workers, each
+    running ``main``."""
     gc.disable()
     try:
         if sys.platform.startswith("linux"):
@@ -261,4 +268,4 @@ def supervise(opts: WorkerOptions) -> int:
     finally:
         gc.freeze()
         gc.enable()
-    return Supervisor(opts, agents).run()
+    return Supervisor(opts, agents, main=main).run()

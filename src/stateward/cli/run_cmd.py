@@ -36,7 +36,7 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
         try:
             params[key] = read_json(raw)
         except DecisionParseError as exc:
-            if exc.code != "NOT_JSON":  # JSON, but not a value a run may hold
+            if exc.code != ErrorCode.NOT_JSON:  # JSON, but not a value a run may hold
                 raise _bad(f"--param {key}: {exc.message}") from None
             params[key] = raw
     return params

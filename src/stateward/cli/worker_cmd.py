@@ -14,12 +14,12 @@ import argparse
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import EXIT_RUNS_TROUBLED, emit_json, reported_errors, say
 from stateward.cli.prefork import MAX_PROCESSES, check_processes, supervise
+from stateward.cli.worker_options import WorkerOptions as WorkerOptions  # the command's options, re-exported
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.recovery import RecoveryPolicy
 from stateward.runtime.runtime import Runtime
@@ -30,27 +30,6 @@ if TYPE_CHECKING:
     from stateward.runtime.agent_registry import AgentRegistry
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
-    """The worker's command-line options (their help is the Typer command's, ``stateward worker --help``)."""
-
-    db: str = DEFAULT_DB
-    concurrency: int = 1
-    use_async: bool = False
-    lease_ttl: float = 30.0
-    heartbeat: float = 10.0
-    idle_exit: float | None = None
-    poll: float = 0.2
-    expire_every: float = 5.0
-    max_crashes: int | None = None
-    crash_retries: int = 3
-    retry_delay: float = 5.0
-    as_json: bool = False
-    metrics_port: int | None = None
-    metrics_addr: str = "127.0.0.1"
-    processes: int = 1
-
-
 def start_worker(opts: WorkerOptions) -> int:
     """Claim and drive runs until a signal (or ``idle_exit``); the exit status (see ``worker --help``).
 
@@ -58,7 +37,7 @@ def start_worker(opts: WorkerOptions) -> int:
     with reported_errors(opts.as_json):
         check_processes(opts)
     if opts.processes > 1:
-        return supervise(opts)
+        return supervise(opts, run_worker)
     code, _ = run_worker(opts)
     return code
 
@@ -113,7 +92,7 @@ def run_worker(opts: WorkerOptions, agents: AgentRegistry | None = None) -> tupl
 
 def _metrics_endpoint(opts: WorkerOptions) -> MetricsEndpoint:
     from stateward.observability.prometheus import serve_metrics
-    from stateward.store.base import open_store
+    from stateward.store.backends import open_store
 
     assert opts.metrics_port is not None
     return serve_metrics(opts.metrics_port, lambda: open_store(opts.db, create=False), addr=opts.metrics_addr)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.canonical import sha256_hex
-from stateward.core.contract import FinishCheck, Observation
+from stateward.core.contract import FinishCheck, Observation, OutcomeStatus
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import RunError
 from stateward.core.model_io import ModelRequest
@@ -97,7 +97,11 @@ def cite_evidence(request: ModelRequest) -> list[str]:
     """What an honest worker cites for the running item's output: the evidence ids of its attempt's successful
     observations and the refs of its dependencies' verified outputs; an item resting on neither (a restatement
     of the goal) cites the goal. For scripted workers and tests; a model is told the same in its instructions."""
-    own = [o["evidence_id"] for o in request.observations if o.get("status") == "SUCCESS" and o.get("evidence_id")]
+    own = [
+        o["evidence_id"]
+        for o in request.observations
+        if o.get("status") == OutcomeStatus.SUCCESS and o.get("evidence_id")
+    ]
     outputs = request.facts.get("outputs") or {}
     deps = (request.facts.get("work_item") or {}).get("dependencies") or ()
     inputs = [outputs[d] for d in deps if d in outputs]
@@ -119,7 +123,7 @@ def step_record(obs: Observation) -> StepRecord:
         args=obs.args,
         result_hash=sha256_hex(json.dumps(obs.result, sort_keys=True, default=str)),
         new_evidence_ids=tuple(evidence_ids(obs.result)),
-        succeeded=obs.status == "SUCCESS",
+        succeeded=obs.status == OutcomeStatus.SUCCESS,
         error_code=obs.error_code,
         confidence=measured_confidence(obs.result),
     )
@@ -151,6 +155,6 @@ def evidence_ids(value: Any) -> list[str]:
 
 
 def output_ref(obs: Observation, artifact_type: str) -> str | None:
-    if obs.status != "SUCCESS":
+    if obs.status != OutcomeStatus.SUCCESS:
         return None
     return next((ref for ref in obs.artifacts if ref.rsplit(":v", 1)[0] == artifact_type), None)

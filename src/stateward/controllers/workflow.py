@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stateward.controllers.base import provider_rejection
-from stateward.core.contract import DecisionContext, Proposal, SignalFailure, WaitSpec
+from stateward.core.contract import DecisionContext, OutcomeStatus, Proposal, SignalFailure, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode, UserError
 from stateward.core.events import EventType, NewEvent
@@ -469,7 +469,7 @@ class WorkflowController:
         assert isinstance(node, ToolNode | ModelNode)
         outcome = next((o for o in reversed(ctx.observations) if o.step == acted.step), None)
         code = "no outcome recorded" if outcome is None else (outcome.error_code or outcome.status)
-        if outcome is not None and outcome.status == "SUCCESS":
+        if outcome is not None and outcome.status == OutcomeStatus.SUCCESS:
             schema = node.output_schema if isinstance(node, ToolNode) else None
             if schema is None:
                 return node.next, None

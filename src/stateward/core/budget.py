@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from stateward.core.model_io import Usage as ModelUsage
 
 
 class Budget(BaseModel):
@@ -46,3 +52,52 @@ class Usage(BaseModel):
     illegal_transitions: int = 0
     approvals_consumed: int = 0
     scope_violations: int = 0  # calls the gateway refused for naming a resource outside the goal's scope
+
+    def plus(self, delta: UsageDelta) -> Usage:
+        """The usage after ``delta``: the one place a run's counters advance (they never go back)."""
+        counts = delta.counts()
+        return self.model_copy(update={k: getattr(self, k) + v for k, v in counts.items()}) if counts else self
+
+
+class UsageDelta:
+    """What one write adds to a run's usage, by counter (``UsageDelta(steps=1, model_calls=2)``). Every write
+    carries its own (see ``runtime/write.py``'s ``Write``), so what a step spent is data that can be read and
+    tested, not arithmetic spread over callers. The counters are ``Usage``'s fields, named once there; a plain
+    value (built several times per step, never stored)."""
+
+    __slots__ = ("_counts",)
+
+    def __init__(self, **counts: int) -> None:
+        unknown = sorted(set(counts) - set(Usage.model_fields))
+        if unknown:
+            raise TypeError(f"not usage counters: {unknown}")
+        self._counts = {name: n for name, n in counts.items() if n}
+
+    @classmethod
+    def of_model_calls(cls, calls: Sequence[ModelUsage], **more: int) -> UsageDelta:
+        """The model calls a step made (one each) and their tokens, with ``more`` counters besides."""
+        return cls(
+            model_calls=len(calls),
+            input_tokens=sum(c.input_tokens for c in calls),
+            output_tokens=sum(c.output_tokens for c in calls),
+            **more,
+        )
+
+    def counts(self) -> dict[str, int]:
+        """The counters this delta advances, by name (those it leaves alone omitted)."""
+        return dict(self._counts)
+
+    def __add__(self, other: UsageDelta) -> UsageDelta:
+        """Both deltas together (a decision's and the tool call it made)."""
+        both = dict(self._counts)
+        for name, n in other._counts.items():
+            both[name] = both.get(name, 0) + n
+        return UsageDelta(**both)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UsageDelta) and self._counts == other._counts
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, like the counts it holds
+
+    def __repr__(self) -> str:
+        return f"UsageDelta({', '.join(f'{k}={v}' for k, v in self._counts.items())})"

@@ -26,6 +26,33 @@ from stateward.core.model_io import ActionSpec, ModelRequest, ObservationView, U
 from stateward.core.state import GuardedAction, RequestKind, RunState
 
 
+class OutcomeStatus(StrEnum):
+    """How a call through the gateway ended: SUCCESS, FAILED, REJECTED before the handler, BLOCKED by the action gate,
+    or PENDING_VERIFICATION (unknown outcome). An Observation's status, as controllers and checks read it."""
+
+    SUCCESS = "SUCCESS"
+    REJECTED = "REJECTED"  # refused before the handler (or by a person); nothing happened
+    BLOCKED = "BLOCKED"  # the action gate refused it (needs an approval bound to this action)
+    FAILED = "FAILED"  # the handler ran (or may have) and failed in a known way
+    PENDING_VERIFICATION = "PENDING_VERIFICATION"  # a side effect may have happened; nobody can say
+
+
+class PlanOutcomeCode(StrEnum):
+    """Why a plan run delivered what it did (the ``code`` of its recorded outcome), besides the termination
+    service's own reasons (``planning.termination.TerminationReason``), which are recorded as they are."""
+
+    GOAL_MET = "GOAL_MET"
+    SUCCESS_CRITERIA_UNMET = "SUCCESS_CRITERIA_UNMET"
+    PLAN_STALLED = "PLAN_STALLED"
+    NO_RUNNABLE_WORK = "NO_RUNNABLE_WORK"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    DEPENDENCY_UNAVAILABLE = "DEPENDENCY_UNAVAILABLE"
+    ACCEPTED_PARTIAL = "ACCEPTED_PARTIAL"
+    CANCELLED_AT_HANDOFF = "CANCELLED_AT_HANDOFF"
+    SCOPE_SHORTFALL = "SCOPE_SHORTFALL"
+    UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+
+
 class Observation(BaseModel):
     """One tool attempt as the next decision may see it: data, never instructions."""
 
@@ -34,7 +61,7 @@ class Observation(BaseModel):
     step: int
     action: str
     args: dict[str, Any] = Field(default_factory=dict)
-    status: str
+    status: OutcomeStatus
     result: Any = None
     error_code: str | None = None
     artifacts: list[str] = Field(default_factory=list)

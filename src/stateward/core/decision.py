@@ -42,7 +42,7 @@ class SignalSource(StrEnum):
 
 
 class ControlDecision(BaseModel):
-    """A candidate next step. Proposing it changes nothing; only Runtime.handle() acts on it."""
+    """A candidate next step. Proposing it changes nothing; only the Runtime acts on it (``transition.handle``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -45,6 +45,28 @@ class EventType(StrEnum):
     MODEL_UNAVAILABLE = "model_unavailable"
 
 
+class CheckpointReason(StrEnum):
+    """Why a step's snapshot is also kept as a checkpoint: before a wait, a pause or an end, and at the
+    moments a plan changes, a work item starts or ends, or an artifact is written (the stored names)."""
+
+    WAIT = "wait"
+    PAUSE = "pause"
+    TERMINAL = "terminal"
+    PLAN_CHANGE = "plan_change"
+    WORK_ITEM_END = "work_item_end"
+    WORK_ITEM_START = "work_item_start"
+    ARTIFACT = "artifact"
+
+
+# The moments the design keeps a checkpoint besides waits, pauses and endings, first match wins.
+CHECKPOINT_EVENTS = (
+    (EventType.PLAN_RECORDED, CheckpointReason.PLAN_CHANGE),
+    (EventType.WORK_ITEM_ENDED, CheckpointReason.WORK_ITEM_END),
+    (EventType.WORK_ITEM_STARTED, CheckpointReason.WORK_ITEM_START),
+    (EventType.ARTIFACT_WRITTEN, CheckpointReason.ARTIFACT),
+)
+
+
 class Event(BaseModel):
     """One recorded event of a run: type and payload, numbered in order (seq), with the writing lease version."""
 

@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from typing import Any
 
+from stateward.core.contract import OutcomeStatus
+from stateward.core.errors import ErrorCode
 from stateward.core.events import EventType
 
 
@@ -86,14 +88,14 @@ def _tool(p: Mapping[str, Any]) -> Facts:
     yield Signal.TOOL_CALL, {"tool": str(obs.get("action") or ""), "status": status}
     if p.get("runtime_action") == "REPLAY_SUCCESS" or p.get("idempotency_status") == "REPLAYED":
         yield Signal.TOOL_DUPLICATE, _NONE
-    if code == "TIMEOUT":
+    if code == ErrorCode.TIMEOUT:
         yield Signal.TOOL_TIMEOUT, _NONE
-    elif code == "CIRCUIT_OPEN":
+    elif code == ErrorCode.CIRCUIT_OPEN:
         yield Signal.BREAKER_OPEN, _NONE
-    if status == "PENDING_VERIFICATION":
+    if status == OutcomeStatus.PENDING_VERIFICATION:
         yield Signal.UNKNOWN_OUTCOME, _NONE
     if int(p.get("attempts") or 0) > 1:
-        yield Signal.TOOL_RETRIED, {"outcome": "success" if status == "SUCCESS" else "failure"}
+        yield Signal.TOOL_RETRIED, {"outcome": "success" if status == OutcomeStatus.SUCCESS else "failure"}
 
 
 def _verification(p: Mapping[str, Any]) -> Facts:

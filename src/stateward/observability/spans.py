@@ -21,22 +21,38 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from stateward.core.contract import OutcomeStatus
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RunState, TraceLink
 from stateward.models.base import ModelCall
-from stateward.observability.metrics import MetricsBatch
-from stateward.observability.tracing import Telemetry
+from stateward.observability.content import ContentPolicy
+from stateward.observability.metrics import MetricsBatch, RunMetrics
 from stateward.tools.redaction import RedactionRules
 from stateward.tools.types import ToolOutcome
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class Telemetry(Protocol):
+    """What a segment reports to: ``tracing.Telemetry``, named here by what it offers, so this module (which
+    that one imports lazily) does not import it back."""
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        """The tracer spans are made on."""
+        ...
+
+    metrics: RunMetrics
+    content: ContentPolicy
+
+
 _FAILED = ("FAILED",)
 HAND_OVER_EVERY = 128  # queued spans and measurements
 HAND_OVER_AFTER_S = 0.1
@@ -451,7 +467,7 @@ class _ToolSpan:
             rendered = content.render(outcome.result)
             if rendered is not None:
                 attrs["gen_ai.tool.call.result"] = rendered
-        if status != "SUCCESS":
+        if status != OutcomeStatus.SUCCESS:
             self._span.error = status
 
     def __enter__(self) -> _ToolSpan:

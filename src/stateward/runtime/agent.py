@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal, get_args
 
 from stateward.core.budget import Budget
 from stateward.core.canonical import action_digest
@@ -15,6 +15,13 @@ from stateward.core.errors import ErrorCode, UserError
 from stateward.core.state import AgentRef, GuardedAction, RunState
 from stateward.tools.registry import ToolRegistry
 from stateward.tools.scope import ResourceScope
+
+ExpiryPolicy = Literal["fail", "cancel", "escalate"]
+"""What an expired request does to its run: fail it, cancel it, or re-ask another role (``escalation_role``)."""
+RejectedSignalPolicy = Literal["fail", "correct_once"]
+"""What a refused signal does: fail the run, or name the error to the model once and let it try again."""
+RefusalPolicy = Literal["fail", "cancel"]
+"""How a run ends that finishes after a person refused an approval."""
 
 
 def accept_finish(decision: ControlDecision, state: RunState) -> FinishCheck:
@@ -59,24 +66,25 @@ class Agent:
     inventory: Sequence[str] = ()
     request_ttl: timedelta | None = None
     approver_role: str | None = None
-    on_request_expiry: str = "fail"  # "fail" | "cancel" | "escalate"
-    on_rejected_signal: str = "fail"  # "fail" | "correct_once"
+    on_request_expiry: ExpiryPolicy = "fail"
+    on_rejected_signal: RejectedSignalPolicy = "fail"
     escalation_role: str | None = None
-    on_refusal: str = "fail"  # "fail" | "cancel"
+    on_refusal: RefusalPolicy = "fail"
     resource_scope: ResourceScope | None = None  # what tools' scoped arguments may name (the goal's scope)
     max_question_chars: int = 4000  # a longer question is refused (QUESTION_TOO_LARGE) before it is stored
 
     def __post_init__(self) -> None:
         if self.ref is None:
             self.ref = AgentRef(name=self.name)
-        if self.on_refusal not in {"fail", "cancel"}:
+        # Checked at run time too: an agent built from parameters (JSON) is not type-checked.
+        if self.on_refusal not in get_args(RefusalPolicy):
             raise UserError(f"on_refusal must be fail or cancel, not {self.on_refusal!r}", code=ErrorCode.INVALID_AGENT)
-        if self.on_request_expiry not in {"fail", "cancel", "escalate"}:
+        if self.on_request_expiry not in get_args(ExpiryPolicy):
             raise UserError(
                 f"on_request_expiry must be fail, cancel or escalate, not {self.on_request_expiry!r}",
                 code=ErrorCode.INVALID_AGENT,
             )
-        if self.on_rejected_signal not in {"fail", "correct_once"}:
+        if self.on_rejected_signal not in get_args(RejectedSignalPolicy):
             raise UserError(
                 f"on_rejected_signal must be fail or correct_once, not {self.on_rejected_signal!r}",
                 code=ErrorCode.INVALID_AGENT,

@@ -37,6 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from stateward.core.entry_points import load_entry_point
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import AgentRef
 from stateward.runtime.agent import Agent
@@ -549,12 +550,7 @@ def _from_entry_points() -> AgentRegistry:
     found = AgentRegistry()
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         source = f"entry point {ep.name} ({ep.value})"
-        try:
-            value = ep.load()
-        except Exception as exc:
-            raise UserError(
-                f"cannot load {source}: {type(exc).__name__}: {exc}", code=ErrorCode.INVALID_AGENTS_SOURCE
-            ) from exc
+        value = load_entry_point(ep, f"the agents of entry point {ep.name}", ErrorCode.INVALID_AGENTS_SOURCE)
         if isinstance(value, AgentRegistry):
             found.merge(_sourced(value, source))
         elif callable(value):

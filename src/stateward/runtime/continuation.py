@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from stateward.core.contract import OutcomeStatus
 from stateward.core.errors import ErrorCode, RequestRefusedError, RunError, StatewardError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
@@ -30,7 +31,7 @@ from stateward.core.status import RunStatus
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.transition import resume_on_answer
 from stateward.store.base import Store
-from stateward.store.records import RequestAnswer, StepWrite
+from stateward.store.records import RequestAnswer
 
 _VERDICTS_BY_KIND = {
     RequestKind.APPROVAL: {AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
@@ -211,9 +212,8 @@ def _open_request(state: RunState, run_id: str, request_id: str) -> PendingReque
     return pending
 
 
-def _answer_events(
-    state: RunState, moved: list[NewEvent], pending: PendingRequest, answer: RequestAnswer, roles: frozenset[str]
-) -> list[NewEvent]:
+def _answer_events(pending: PendingRequest, answer: RequestAnswer, roles: frozenset[str]) -> list[NewEvent]:
+    """What an answer records before the move it makes: the answer, and a refusal the controller is to see."""
     guarded = pending.guarded_action
     answered: dict[str, Any] = {
         "request_id": answer.request_id,
@@ -225,16 +225,10 @@ def _answer_events(
     }
     if roles:  # the roles the answerer held (an authenticated principal's, over HTTP)
         answered["roles"] = sorted(roles)
-    events = [
-        NewEvent(type=EventType.REQUEST_ANSWERED, payload=answered),
-        *moved,
-        NewEvent(
-            type=EventType.RUN_RESUMED, payload={"request_id": answer.request_id, "usage": state.usage.model_dump()}
-        ),
-    ]
+    events = [NewEvent(type=EventType.REQUEST_ANSWERED, payload=answered)]
     refusal = refusal_observation(pending, answer)
     if refusal is not None:
-        events.insert(1, NewEvent(type=EventType.ACTION_REFUSED, payload={"observation": refusal}))
+        events.append(NewEvent(type=EventType.ACTION_REFUSED, payload={"observation": refusal}))
     return events
 
 
@@ -271,11 +265,11 @@ def answer_request(
             raise _refuse(*refused, run_id, request_id)
 
     answer = RequestAnswer(request_id=request_id, verdict=AnswerVerdict(verdict), text=text, by=who.by, at=now)
-    resumed, moved = resume_on_answer(state, answer, f"request_{answer.verdict.value}")
-    events = _answer_events(state, moved, asked.pending, answer, who.roles)
+    write = resume_on_answer(state, answer, f"request_{answer.verdict.value}")
+    write = write.after(*_answer_events(asked.pending, answer, who.roles))
     faults.point("approval_before_commit")
     try:
-        store.commit_step(run_id, seq, StepWrite(state=resumed, events=events, close_request=answer))
+        store.commit_step(run_id, seq, write.stored())
         faults.point("approval_after_commit")
     except RunError as exc:
         if exc.code not in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.REQUEST_NOT_OPEN}:
@@ -284,7 +278,7 @@ def answer_request(
         return answer_request(
             store, run_id, request_id, verdict, who, text=text, now=now, faults=faults, max_answer_bytes=limit
         )
-    return AnswerResult(state=resumed, already_answered=False, answer=answer)
+    return AnswerResult(state=write.state, already_answered=False, answer=answer)
 
 
 def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[str, Any] | None:
@@ -298,7 +292,7 @@ def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[
         "step": pending.call_step or 0,
         "action": action.tool,
         "args": action.args,
-        "status": "REJECTED",
+        "status": OutcomeStatus.REJECTED.value,
         "result": {"rejected_by": answer.by, "comment": answer.text, "request_id": answer.request_id},
         "error_code": ErrorCode.REJECTED_BY_APPROVER.value,
         "artifacts": [],

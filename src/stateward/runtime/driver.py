@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -19,13 +19,15 @@ from stateward.core.errors import ErrorCode, IllegalTransitionError, StatewardEr
 from stateward.core.events import EventType, NewEvent
 from stateward.core.interrupt import CallCancelled, pause_token
 from stateward.core.setback import Setback, SetbackKind, next_setback
-from stateward.core.state import AnswerVerdict, RunState
+from stateward.core.state import RunState
 from stateward.core.status import RunStatus, TransitionKind
 from stateward.models.base import ActionSpec, model_attempt_sink, model_call_sink
 from stateward.models.errors import ModelCallError
 from stateward.observability.payloads import DEFAULT_THRESHOLD as DEFAULT_PAYLOAD_THRESHOLD
 from stateward.observability.payloads import MEDIA_TYPE, Offloader, artifact_name
 from stateward.observability.tracing import Telemetry
+from stateward.runtime import transition
+from stateward.runtime import write as write_ops
 from stateward.runtime.agent import Agent
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
@@ -34,9 +36,10 @@ from stateward.runtime.observed import observations_of
 from stateward.runtime.pause_watch import DEFAULT_POLL_S, PauseWatch
 from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
 from stateward.runtime.tool_step import ToolStep, execute_tool
-from stateward.runtime.transition import Transition, cancel, end, exit_event, handle, pause
+from stateward.runtime.transition import Transition, accepted_step, cancel, handle, pause
+from stateward.runtime.write import Write
 from stateward.store.base import Store
-from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
+from stateward.store.records import Lease, NewArtifact, StepWrite
 from stateward.tools.gateway import ToolGateway
 
 if TYPE_CHECKING:
@@ -276,7 +279,7 @@ class Driver:
                 model_attempt_sink.reset(token)
         state = run.state  # failed model attempts recorded meanwhile have advanced it
         try:
-            transition = handle(
+            decided = handle(
                 proposal.signal,
                 state,
                 run.agent,
@@ -288,59 +291,35 @@ class Driver:
             )
         except IllegalTransitionError as exc:
             self._record_illegal(run, lease, exc)
-        self._apply(run, lease, proposal, transition)
+        self._apply(run, lease, proposal, decided)
 
     def _attempt_recorder(self, run: _Run, lease: Lease) -> Callable[[dict[str, Any]], None]:
         """Make a failed model attempt durable (and counted against the budget) before any retry."""
 
         def record(attempt: dict[str, Any]) -> None:
-            usage = run.state.usage
-            counted = run.state.model_copy(
-                update={"usage": usage.model_copy(update={"model_calls": usage.model_calls + 1})}
-            )
-            self._persist(
-                run,
-                lease,
-                StepWrite(state=counted, events=[NewEvent(type=EventType.MODEL_CALL_FAILED, payload=attempt)]),
-            )
+            self._persist(run, lease, write_ops.model_attempt_failed(run.state, attempt).stored())
 
         return record
 
-    def _apply(self, run: _Run, lease: Lease, proposal: Proposal, transition: Transition) -> None:
-        state = transition.state
-        if state.setback is not None:  # a step that completes ends the run's run of setbacks
-            state = state.model_copy(update={"setback": None})
-        # A refused proposal leaves no trace of the controller's own: its notes describe the memo it
-        # would have kept, and both go (the next decision proposes again and records them then).
-        notes = proposal.notes if transition.accepted else []
-        if transition.accepted and proposal.memo is not None:
-            state = state.model_copy(update={"memo": proposal.memo})
-        events = [*notes, *transition.events]
-        write: dict[str, Any] = {"open_request": transition.pending}
-        decision = transition.decision
-        acts = transition.kind is TransitionKind.CONTINUE  # a guarded call the Runtime asked about waits
-        observed = 0
-        if acts and transition.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL:
-            observed = len(events)
-            try:
-                done = self._tool(run, lease, state, decision, events)
-            except CallCancelled as cancelled:
-                cancelled.model_usage = tuple(proposal.model_usage)  # the decision's model calls were made
-                raise
-            self.faults.point("after_tool_before_record")
-            state = done.state
-            events.extend(done.events)
-            write.update(artifacts=done.artifacts, attempts=done.attempts, open_request=done.pending)
-            run.observations.record(done.observation, done.observed)
-        if state.status is not RunStatus.RUNNING:
-            events.append(exit_event(state))
-            write["checkpoint"] = "wait" if state.status is RunStatus.WAITING_FOR_USER else "terminal"
-        else:
-            write["checkpoint"] = checkpoint_reason(events)
-        self._persist(run, lease, StepWrite(state=state, events=events, **write), observed=observed)
+    def _apply(self, run: _Run, lease: Lease, proposal: Proposal, decided: Transition) -> None:
+        write = accepted_step(decided, proposal)
+        decision = decided.decision
+        acts = decided.kind is TransitionKind.CONTINUE  # a guarded call the Runtime asked about waits
+        if not (acts and decided.accepted and decision is not None and decision.type is DecisionType.EXECUTE_TOOL):
+            self._persist(run, lease, write.stored())
+            return
+        try:
+            done = self._tool(run, lease, write.state, decision, write.events)
+        except CallCancelled as cancelled:
+            cancelled.model_usage = tuple(proposal.model_usage)  # the decision's model calls were made
+            raise
+        self.faults.point("after_tool_before_record")
+        run.observations.record(done.observation, done.observed)
+        stored = write.then(done.write).stored(artifacts=done.artifacts, attempts=done.attempts)
+        self._persist(run, lease, stored, observed=len(write.events))
 
     def _tool(
-        self, run: _Run, lease: Lease, state: RunState, decision: ControlDecision, events: list[NewEvent]
+        self, run: _Run, lease: Lease, state: RunState, decision: ControlDecision, events: Sequence[NewEvent]
     ) -> ToolStep:
         """The accepted call through the gateway, inside its ``execute_tool`` span (the step's notes first:
         a work item they start is the span's parent)."""
@@ -391,58 +370,30 @@ class Driver:
     # -- endings and control --------------------------------------------------------------------
     def _exhaust(self, run: _Run, lease: Lease, dimension: str) -> None:
         """Out of budget: a real terminal state, ending with budget_exhausted rather than run_exited."""
-        before = run.state
-        new, moved = end(before, TransitionKind.FAIL, "budget_exhausted")
-        self._persist(
-            run,
-            lease,
-            StepWrite(
-                state=new,
-                checkpoint="terminal",
-                events=[
-                    *moved,
-                    NewEvent(
-                        type=EventType.BUDGET_EXHAUSTED,
-                        payload={
-                            "dimension": dimension,
-                            "usage": before.usage.model_dump(),
-                            "budget": before.budget.model_dump(),
-                        },
-                    ),
-                ],
-            ),
-        )
+        self._persist(run, lease, transition.exhaust(run.state, dimension).stored())
 
     def _end(self, run: _Run, lease: Lease, reason: str, *, message: str) -> None:
         """A signal source broke (e.g. a provider error): fail the run explicitly, never leave it RUNNING."""
-        before = run.state
-        new, moved = end(before, TransitionKind.FAIL, reason, message=message)
-        self._persist(run, lease, StepWrite(state=new, checkpoint="terminal", events=[*moved, exit_event(new)]))
+        self._persist(run, lease, transition.end(run.state, TransitionKind.FAIL, reason, message=message).stored())
 
     def _pause(self, run: _Head, lease: Lease, asked: ControlRequest | None) -> None:
         """Between steps nothing is in flight, so PAUSING settles into PAUSED at once, with a checkpoint;
         both moves name who asked."""
+        self._persist(run, lease, self._paused(run.state, asked).stored())
+
+    @staticmethod
+    def _paused(state: RunState, asked: ControlRequest | None) -> Write:
+        """The pause a request asked for (or a PAUSING run settles into), acknowledging the request."""
         asked = asked or ControlRequest("pause")
-        paused, events = pause(run.state, "paused", requested="pause_requested", by=asked.by, roles=asked.roles)
-        events.append(exit_event(paused))
-        self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
+        return pause(state, "paused", requested="pause_requested", by=asked.by, roles=asked.roles, clear_control=True)
 
     def _gave_way(self, run: _Run, lease: Lease, cancelled: CallCancelled) -> None:
         """A call in flight gave way to a pause (or cancel) request: nothing of the step is kept but what was
         spent (the model calls that answered), the cancelled call is recorded - not a failure, no attempt or
         retry charged, its late result discarded - and the run pauses (or is cancelled). A resume decides the
         step again, so the call is made again."""
-        state = run.state
-        spent = cancelled.model_usage
-        usage = state.usage.model_copy(
-            update={
-                "model_calls": state.usage.model_calls + len(spent),
-                "input_tokens": state.usage.input_tokens + sum(u.input_tokens for u in spent),
-                "output_tokens": state.usage.output_tokens + sum(u.output_tokens for u in spent),
-            }
-        )
-        run.state = state.model_copy(update={"usage": usage})
-        control = ControlRequest.decode(self.store.get_control(state.run_id))
+        spent = write_ops.charge(run.state, cancelled.model_usage)
+        control = ControlRequest.decode(self.store.get_control(run.state.run_id))
         note = NewEvent(
             type=EventType.CALL_CANCELLED,
             payload={
@@ -454,16 +405,14 @@ class Driver:
             },
         )
         if control is not None and control.kind == "cancel":
-            write = cancel_write(run.state, by=control.by, roles=control.roles, now=self.clock())
-            self._persist(run, lease, write.model_copy(update={"events": [note, *write.events]}))
-            return
-        asked = control or ControlRequest("pause")
-        paused, events = pause(run.state, "paused", requested="pause_requested", by=asked.by, roles=asked.roles)
-        events = [note, *events, exit_event(paused)]
-        self._persist(run, lease, StepWrite(state=paused, events=events, checkpoint="pause", clear_control=True))
+            stop = cancel(spent.state, by=control.by, roles=control.roles, now=self.clock())
+        else:
+            stop = self._paused(spent.state, control)
+        self._persist(run, lease, spent.then(stop).after(note).stored())
 
     def _cancel(self, run: _Head, lease: Lease, asked: ControlRequest) -> None:
-        self._persist(run, lease, cancel_write(run.state, by=asked.by, roles=asked.roles, now=self.clock()))
+        write = cancel(run.state, by=asked.by, roles=asked.roles, now=self.clock())
+        self._persist(run, lease, write.stored())
 
     # -- setbacks: record, back off, end when the retries are spent (recovery.py) ---------------
     def _crashed(self, run: _Head, lease: Lease, exc: Exception) -> None:
@@ -473,11 +422,10 @@ class Driver:
         setback, event = self._setback(run.state, kind, exc)
         before = run.state.model_copy(update={"setback": setback})
         if setback.retry_at is not None:
-            self._persist(run, lease, StepWrite(state=before, events=[event], not_before=setback.retry_at))
+            self._persist(run, lease, Write(before, (event,)).stored(not_before=setback.retry_at))
         else:
-            new, moved = end(before, TransitionKind.FAIL, kind.value, message=event.payload["message"])
-            events = [event, *moved, exit_event(new)]
-            self._persist(run, lease, StepWrite(state=new, events=events, checkpoint="terminal"))
+            ended = transition.end(before, TransitionKind.FAIL, kind.value, message=event.payload["message"])
+            self._persist(run, lease, ended.after(event).stored())
         run.setback_recorded()
 
     def _agent_unavailable(self, run: _Head, lease: Lease, exc: Exception) -> None:
@@ -506,9 +454,9 @@ class Driver:
         setback, event = self._setback(run.state, kind, exc, at_least_s=at_least_s)
         before = run.state.model_copy(update={"setback": setback})
         if kind is SetbackKind.AGENT_UNAVAILABLE and setback.retry_at is not None:
-            self._persist(run, lease, StepWrite(state=before, events=[event], not_before=setback.retry_at))
+            self._persist(run, lease, Write(before, (event,)).stored(not_before=setback.retry_at))
             return
-        self._persist(run, lease, park_write(before, kind.value, [event], not_before=setback.retry_at))
+        self._persist(run, lease, park(before, kind.value, event).stored(not_before=setback.retry_at))
 
     def _setback(
         self, state: RunState, kind: SetbackKind, exc: BaseException, *, at_least_s: float = 0.0
@@ -533,15 +481,7 @@ class Driver:
 
     def _record_illegal(self, run: _Run, lease: Lease, exc: IllegalTransitionError) -> NoReturn:
         """An illegal move is a bug somewhere: record and count it, then raise it to the caller."""
-        usage = run.state.usage.model_copy(update={"illegal_transitions": run.state.usage.illegal_transitions + 1})
-        self._persist(
-            run,
-            lease,
-            StepWrite(
-                state=run.state.model_copy(update={"usage": usage}),
-                events=[NewEvent(type=EventType.ILLEGAL_TRANSITION, payload=exc.to_dict())],
-            ),
-        )
+        self._persist(run, lease, write_ops.illegal(run.state, exc).stored())
         raise exc
 
     def _observations(self, state: RunState) -> ObservationLog:
@@ -567,36 +507,7 @@ def approved_call_proposal(state: RunState) -> Proposal:
     return Proposal(signal=decision, source=SignalSource.RUNTIME, visible_actions=frozenset({call.action.tool}))
 
 
-def park_write(state: RunState, reason: str, events: list[NewEvent], *, not_before: datetime | None) -> StepWrite:
-    """RUNNING (or PAUSING) -> PAUSED with ``reason`` and a checkpoint; a pending pause or cancel
-    request stays for whoever resumes the run to honour."""
-    paused, moved = pause(state, reason)
-    events = [*events, *moved, exit_event(paused)]
-    return StepWrite(state=paused, events=events, checkpoint="pause", not_before=not_before)
-
-
-def cancel_write(state: RunState, *, by: str, now: datetime, roles: Iterable[str] = ()) -> StepWrite:
-    """CANCELLED from any non-terminal status; every open request closes with it."""
-    new, moved = cancel(state, by=by, roles=roles)
-    closed = RequestAnswer(request_id="*", verdict=AnswerVerdict.CLOSED, text="run cancelled", by=by, at=now)
-    return StepWrite(
-        state=new,
-        checkpoint="terminal",
-        clear_control=True,
-        close_all_requests=closed,
-        events=[*moved, exit_event(new)],
-    )
-
-
-# The moments the design keeps a checkpoint besides waits, pauses and endings, first match wins.
-_CHECKPOINT_EVENTS = (
-    (EventType.PLAN_RECORDED, "plan_change"),
-    (EventType.WORK_ITEM_ENDED, "work_item_end"),
-    (EventType.WORK_ITEM_STARTED, "work_item_start"),
-    (EventType.ARTIFACT_WRITTEN, "artifact"),
-)
-
-
-def checkpoint_reason(events: list[NewEvent]) -> str | None:
-    kinds = {e.type for e in events}
-    return next((reason for kind, reason in _CHECKPOINT_EVENTS if kind in kinds), None)
+def park(state: RunState, reason: str, setback: NewEvent) -> Write:
+    """RUNNING (or PAUSING) -> PAUSED with ``reason`` after ``setback``, with a checkpoint; a pending pause or
+    cancel request stays for whoever resumes the run to honour."""
+    return pause(state, reason).after(setback)

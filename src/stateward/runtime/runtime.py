@@ -36,14 +36,15 @@ from stateward.runtime.aio import counterpart
 from stateward.runtime.authority import authorize_resume
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.control import ControlRequest
-from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, cancel_write, default_telemetry
+from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, default_telemetry
 from stateward.runtime.faults import NO_FAULTS, RESUME_BEFORE_LEASE, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
-from stateward.store.base import Store, open_store
+from stateward.store.backends import open_store
+from stateward.store.base import Store
 from stateward.store.offload import offloaded
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
-from stateward.store.records import ArtifactRecord, Lease, StepWrite
+from stateward.store.records import ArtifactRecord, Lease
 from stateward.tools.gateway import ToolGateway
 
 Clock = Callable[[], datetime]
@@ -505,8 +506,8 @@ class Runtime:
             self.store.release_lease(lease)
 
     def _cancel_now(self, state: RunState, seq: int, lease: Lease, asked: ControlRequest) -> RunState:
-        write = cancel_write(state, by=asked.by, roles=asked.roles, now=self.clock())
-        self.store.commit_step(state.run_id, seq, write, lease)
+        write = transition.cancel(state, by=asked.by, roles=asked.roles, now=self.clock())
+        self.store.commit_step(state.run_id, seq, write.stored(), lease)
         return write.state
 
     def resume(
@@ -537,24 +538,11 @@ class Runtime:
             check_resumable(state)
             self._verify_checkpoint(state, seq)
             reconciled = self._reconcile(state, lease.version)
-            resumed, events = transition.resume(
-                state, "resumed", by=by, roles=roles or frozenset(), setback=without_retry(state.setback)
+            write = transition.resume(
+                state, "resumed", by=by, roles=roles, reconciled=reconciled, setback=without_retry(state.setback)
             )
-            events = [
-                *events,
-                NewEvent(
-                    type=EventType.RUN_RESUMED,
-                    payload={
-                        "by": by,
-                        **({} if roles is None else {"roles": sorted(roles)}),
-                        "from_status": state.status.value,
-                        "usage": state.usage.model_dump(),
-                        "reconciled": reconciled,
-                    },
-                ),
-            ]
-            self.store.commit_step(run_id, seq, StepWrite(state=resumed, events=events), lease)
-            self.telemetry.metrics.events(events)
+            self.store.commit_step(run_id, seq, write.stored(), lease)
+            self.telemetry.metrics.events(list(write.events))
         except BaseException:
             self.store.release_lease(lease)
             raise
@@ -591,7 +579,7 @@ class Runtime:
         """Resume PAUSED runs whose retry time came (a model outage); with ``drive``, drive them here."""
         from stateward.runtime.expiry import resume_due
 
-        resumed = resume_due(self)
+        resumed = resume_due(self.store, self.clock())
         if drive:
             for run_id in resumed:
                 self.drive(run_id)
@@ -602,7 +590,7 @@ class Runtime:
         timers; with ``drive``, runs a timer resumed are driven on here (workers leave that to a claim)."""
         from stateward.runtime.expiry import expire_due
 
-        expired = expire_due(self)
+        expired = expire_due(self.store, self.clock(), self.agent_for)
         if drive:
             for run_id, _, outcome in expired:
                 if outcome == "timer_fired":

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from stateward.core.budget import UsageDelta
 from stateward.core.canonical import sha256_hex
 from stateward.core.contract import Observation
 from stateward.core.decision import ControlDecision
@@ -14,6 +15,7 @@ from stateward.core.journal import AttemptRecord
 from stateward.core.state import AskedBy, PendingRequest, Reconciles, RequestKind, RunState
 from stateward.runtime.agent import Agent, guard
 from stateward.runtime.transition import mint_request_id, suspend
+from stateward.runtime.write import Write
 from stateward.store.records import NewArtifact
 from stateward.tools.gateway import ToolGateway
 from stateward.tools.types import CallContext, OutcomeStatus, ToolCall, ToolErrorCode, ToolOutcome
@@ -21,13 +23,14 @@ from stateward.tools.types import CallContext, OutcomeStatus, ToolCall, ToolErro
 
 @dataclass
 class ToolStep:
-    state: RunState
+    """An accepted call's part of the step: its write (state, events, usage, a reconciliation request), its
+    observation, and what only the store keeps (artifacts, attempts)."""
+
+    write: Write
     observation: Observation
     observed: dict[str, Any]  # the observation's JSON form, made once (the event and the run's log share it)
-    events: list[NewEvent] = field(default_factory=list)
     artifacts: list[NewArtifact] = field(default_factory=list)
     attempts: list[AttemptRecord] = field(default_factory=list)
-    pending: PendingRequest | None = None
     outcome: ToolOutcome | None = None  # what the gateway answered (for telemetry)
 
 
@@ -65,15 +68,13 @@ def execute_tool(
     outcome = gateway.invoke(ToolCall(tool=decision.action, args=args), ctx)
     blocked = outcome.status is OutcomeStatus.BLOCKED
     consumed = outcome.consumed_grant
-    usage = state.usage.model_copy(
-        update={
-            "tool_attempts": state.usage.tool_attempts + max(1, outcome.budget_used),
-            "rejected_actions": state.usage.rejected_actions + (1 if blocked else 0),
-            "approvals_consumed": state.usage.approvals_consumed + (1 if consumed else 0),
-            "scope_violations": state.usage.scope_violations + (outcome.error_code is ToolErrorCode.SCOPE_VIOLATION),
-        }
+    delta = UsageDelta(
+        tool_attempts=max(1, outcome.budget_used),
+        rejected_actions=1 if blocked else 0,
+        approvals_consumed=1 if consumed else 0,
+        scope_violations=1 if outcome.error_code is ToolErrorCode.SCOPE_VIOLATION else 0,
     )
-    changes: dict[str, object] = {"usage": usage, "next_call": None}
+    changes: dict[str, object] = {"usage": state.usage.plus(delta), "next_call": None}
     if consumed is not None:
         changes["approvals"] = tuple(g for g in state.approvals if g.request_id != consumed)
     artifacts, written, versions = _artifacts(state, outcome)
@@ -87,17 +88,9 @@ def execute_tool(
         [f"{a.name}:v{a.version}" for a in artifacts],
     )
     observed = observation.model_dump(mode="json")
-    step = ToolStep(
-        state=state.model_copy(update=changes),
-        observation=observation,
-        observed=observed,
-        events=[*written, NewEvent(type=EventType.TOOL_ATTEMPTED, payload=_attempted(observed, outcome))],
-        artifacts=artifacts,
-        attempts=list(outcome.attempts),
-        outcome=outcome,
-    )
+    events = [*written, NewEvent(type=EventType.TOOL_ATTEMPTED, payload=_attempted(observed, outcome))]
     if blocked:
-        step.events.append(
+        events.append(
             NewEvent(
                 type=EventType.ACTION_BLOCKED,
                 payload={
@@ -107,9 +100,17 @@ def execute_tool(
                 },
             )
         )
+    write = Write(state.model_copy(update=changes), tuple(events), delta)
     if outcome.status is OutcomeStatus.PENDING_VERIFICATION:
-        _await_reconciliation(step, agent, decision, outcome, ctx.step, now)
-    return step
+        write = write.then(_await_reconciliation(write.state, observation, agent, decision, outcome, ctx.step, now))
+    return ToolStep(
+        write=write,
+        observation=observation,
+        observed=observed,
+        artifacts=artifacts,
+        attempts=list(outcome.attempts),
+        outcome=outcome,
+    )
 
 
 def _observe(step: int, decision: ControlDecision, outcome: ToolOutcome, artifacts: list[str]) -> Observation:
@@ -117,7 +118,7 @@ def _observe(step: int, decision: ControlDecision, outcome: ToolOutcome, artifac
         step=step,
         action=outcome.tool,
         args=decision.args or {},
-        status=outcome.status.value,
+        status=outcome.status,
         result=outcome.result,
         error_code=None if outcome.error_code is None else outcome.error_code.value,
         artifacts=artifacts,
@@ -150,11 +151,16 @@ def _artifacts(state: RunState, outcome: ToolOutcome) -> tuple[list[NewArtifact]
 
 
 def _await_reconciliation(
-    step: ToolStep, agent: Agent, decision: ControlDecision, outcome: ToolOutcome, key_step: int, now: datetime
-) -> None:
+    state: RunState,
+    observation: Observation,
+    agent: Agent,
+    decision: ControlDecision,
+    outcome: ToolOutcome,
+    key_step: int,
+    now: datetime,
+) -> Write:
     """Nobody can say whether the side effect happened: no retry, no claimed success — the run waits for a person
     who may answer for the tool (its approver role, else the agent's), within the agent's request TTL."""
-    state = step.state
     tool = decision.action or ""
     key = outcome.idempotency_key or ""
     spec = agent.tools.get(tool)
@@ -166,18 +172,17 @@ def _await_reconciliation(
         state_before=state.status,
         guarded_action=guard(tool, decision.args or {}),
         asked_by=AskedBy.RUNTIME,
-        call_step=step.observation.step,
+        call_step=observation.step,
         approver_role=agent.approver_role_for(tool),
         created_at=now,
         expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
         reconciles=Reconciles(idempotency_key=key, key_step=key_step, retry_spent=not may_retry),
     )
+    write = suspend(state, pending, "awaiting_reconciliation")
     describe = getattr(agent.controller, "reconciliation_notes", None)
     if callable(describe):  # e.g. a plan run's handoff package for the person who will answer
-        step.events.extend(describe(state, step.observation, pending.question))
-    step.state, events = suspend(state, pending, "awaiting_reconciliation")
-    step.pending = pending
-    step.events.extend(events)
+        return write.after(*describe(state, observation, pending.question))
+    return write
 
 
 def reconciliation_question(tool: str, key: str, *, may_retry: bool) -> str:

@@ -1,39 +1,35 @@
-"""The one module that changes a run's status: every move goes through ``next_status`` here, and every
-state_transition, pending_recorded and run_exited event is built here; request ids are minted here.
-Everything else asks through a named operation that returns the new state and its events (``Moved``):
+"""The one module that changes a run's status: every move goes through ``next_status`` here, every
+state_transition, pending_recorded and run_exited event is built here, and request ids are minted here.
+Each named operation returns the whole write (``Write``: the new state, every event in order, the usage it
+added, the requests it opens or closes, its checkpoint reason) and its caller only persists it. A move out of
+RUNNING ends with ``run_exited`` (appended in ``_moved_write`` alone) unless the budget ran out (then
+``budget_exhausted``); ``run_resumed`` is built in ``_resumed`` alone. Nothing here performs I/O.
 
-- ``handle``: a controller's decision -> a Transition (the five steps below);
+- ``handle``: a decision -> a Transition: 1. parse and check the signal (``admission.py``);  2. check its
+  preconditions;  3. move the status through the table;  4. record a wait with its snapshot, in this step;
 - ``suspend``: RUNNING -> WAITING_FOR_USER on a pending request (every wait a run enters);
-- ``resume_on_answer``: WAITING_FOR_USER -> RUNNING on an answer (a person's, or a timer's);
-- ``escalate``: the same wait, re-asked of another role under a new request id;
+- ``resume_on_answer``: WAITING_FOR_USER -> RUNNING on an answer (a person's; ``fire_timer``: a timer's);
 - ``resume``: PAUSED -> RUNNING (an operator, or a due retry); an abandoned RUNNING run carries on;
-- ``pause``: RUNNING -> PAUSING -> PAUSED;  ``end``: to a terminal status;  ``cancel``: to CANCELLED.
-
-``handle``'s steps: 1. parse and type-check the signal;  2. check its preconditions against the
-run's state;  3. move the status through the transition table;  4. record the pending request (with
-the wait snapshot, in this same step);  5. return the Transition. Nothing here performs I/O: the
-caller persists the result in one transaction.
+- ``pause``: RUNNING -> PAUSING -> PAUSED;  ``end``: to a terminal status;  ``cancel``: to CANCELLED;
+- ``exhaust``: FAILED / budget_exhausted;  ``expire``: an expired request's policy (fail, cancel, escalate).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from pydantic import ValidationError
-
-from stateward.core.budget import Usage
-from stateward.core.canonical import action_digest, canonical_json
-from stateward.core.contract import RefusalReason, Signal, SignalFailure, WaitCheck, WaitSpec
-from stateward.core.decision import ControlDecision, DecisionType, SignalSource, non_finite_path, parse_decision
-from stateward.core.errors import DecisionParseError, ErrorCode, IllegalTransitionError
+from stateward.core.budget import UsageDelta
+from stateward.core.contract import Proposal, Signal, WaitSpec
+from stateward.core.decision import ControlDecision, DecisionType, SignalSource
+from stateward.core.errors import IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
     Answer,
     AnswerVerdict,
-    ApprovalScope,
     AskedBy,
     DeferredCall,
     Grant,
@@ -46,7 +42,9 @@ from stateward.core.state import (
 )
 from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import Usage as ModelUsage
-from stateward.runtime.agent import Agent, guard
+from stateward.runtime import admission
+from stateward.runtime.agent import Agent, ExpiryPolicy
+from stateward.runtime.write import Write
 from stateward.store.records import RequestAnswer
 
 _KIND_BY_DECISION = {
@@ -62,41 +60,41 @@ _REASON_BY_KIND = {
 }
 REJECTED_BY_APPROVER = "rejected_by_approver"
 APPROVAL_REQUIRED = "approval_required"
-_SHOWN_CHARS = 2000  # how much of a proposed call's arguments or the model's note a question repeats
 _ASKS_CONSENT = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
-
-
-class Moved(NamedTuple):
-    """A run's state after a named operation, and the events that record the move (in order)."""
-
-    state: RunState
-    events: list[NewEvent]
 
 
 @dataclass(frozen=True)
 class Transition:
+    """What ``handle`` decided about one signal: the kind of move, whether the signal was accepted and why,
+    and the write that records it."""
+
     kind: TransitionKind
     state_before: RunStatus
     state_after: RunStatus
     accepted: bool
     reason: str | None
     decision: ControlDecision | None
-    state: RunState
-    pending: PendingRequest | None = None
-    events: list[NewEvent] = field(default_factory=list)
+    write: Write
+
+    @property
+    def state(self) -> RunState:
+        """The run's state after the decision."""
+        return self.write.state
+
+    @property
+    def events(self) -> tuple[NewEvent, ...]:
+        """Every event of the decision, in order."""
+        return self.write.events
+
+    @property
+    def pending(self) -> PendingRequest | None:
+        """The request the decision opened, if it entered a wait."""
+        return self.write.open_request
 
 
-def _with_usage(state: RunState, usage: Sequence[ModelUsage], **changes: int) -> Usage:
-    u = state.usage
-    return u.model_copy(
-        update={
-            "steps": u.steps + 1,
-            "model_calls": u.model_calls + len(usage),
-            "input_tokens": u.input_tokens + sum(x.input_tokens for x in usage),
-            "output_tokens": u.output_tokens + sum(x.output_tokens for x in usage),
-            **{k: getattr(u, k) + v for k, v in changes.items()},
-        }
-    )
+def _step_delta(usage: Sequence[ModelUsage], **more: int) -> UsageDelta:
+    """What one decision spends: a step, its model calls and their tokens (and ``more`` counters)."""
+    return UsageDelta.of_model_calls(usage, steps=1, **more)
 
 
 def handle(
@@ -126,7 +124,7 @@ def handle(
             "signal": signal.model_dump(mode="json", exclude_none=True) if not isinstance(signal, str) else signal,
         },
     )
-    decision, rejection = _check(signal, state, agent, visible_actions)
+    decision, rejection = admission.check_signal(signal, state, agent, visible_actions)
     if rejection is not None:
         return _reject(state, agent, decision, rejection, received, model_usage)
     assert decision is not None
@@ -137,12 +135,13 @@ def handle(
         # A person refused what the run needed and nobody approved anything since: that is no success.
         kind = TransitionKind.CANCEL if agent.on_refusal == "cancel" else TransitionKind.FAIL
         decision = decision.model_copy(update={"reason": REJECTED_BY_APPROVER})
-    if kind is TransitionKind.CONTINUE and not reconciling(decision, state):
-        unapproved = unapproved_action(decision, state, agent)
+    if kind is TransitionKind.CONTINUE and not admission.reconciling(decision, state):
+        unapproved = admission.unapproved_action(decision, state, agent)
         if unapproved is not None:
             return _ask_approval(state, agent, decision, unapproved, received, model_usage, now)
     after = next_status(state.status, kind)
-    usage = _with_usage(state, model_usage)
+    delta = _step_delta(model_usage)
+    usage = state.usage.plus(delta)
     validated = NewEvent(
         type=EventType.RUNTIME_VALIDATED,
         payload={
@@ -151,18 +150,18 @@ def handle(
             "transition": kind.value,
         },
     )
-    events = [received, validated]
+    events = (received, validated)
     # One copy of the state per decision; an accepted decision ends any correction.
     if kind is TransitionKind.CONTINUE:
         new_state = state.model_copy(update={"usage": usage, "status": after, "correction": None})
-        return Transition(kind, state.status, after, True, None, decision, new_state, events=events)
+        return Transition(kind, state.status, after, True, None, decision, Write(new_state, events, delta))
 
     reason = _REASON_BY_KIND.get(kind) or (decision.reason or "failed_by_decision")
     if kind is not TransitionKind.SUSPEND:
         update = {"usage": usage, "status": after, "terminal_reason": reason, "correction": None}
         new_state = state.model_copy(update=update)
-        events.append(_moved(state, new_state))
-        return Transition(kind, state.status, after, True, reason, decision, new_state, events=events)
+        write = _moved_write(state, new_state, [_moved(state, new_state)], usage=delta)
+        return Transition(kind, state.status, after, True, reason, decision, write.after(*events))
 
     check = agent.wait_policy(decision, state)
     guarded = check.guarded_action or (wait.guard if wait is not None else None)
@@ -175,10 +174,25 @@ def handle(
         options=() if wait is None else wait.options,
         approver_role=agent.approver_role_for(None if guarded is None else guarded.tool),
         created_at=now,
-        expires_at=_expiry(agent, wait, now),
+        expires_at=admission.wait_expiry(agent, wait, now),
     )
-    new_state, wait_events = suspend(state, pending, reason, usage=usage, correction=None)
-    return Transition(kind, state.status, after, True, reason, decision, new_state, pending, [*events, *wait_events])
+    write = suspend(state, pending, reason, usage=delta, correction=None)
+    return Transition(kind, state.status, after, True, reason, decision, write.after(*events))
+
+
+def accepted_step(transition: Transition, proposal: Proposal) -> Write:
+    """The write of a decided step: an accepted proposal's notes go first and its memo is kept (a refused one
+    leaves no trace of the controller's own: its notes describe the memo it would have kept); a step that
+    completes ends the run's run of setbacks."""
+    write = transition.write
+    update: dict[str, Any] = {}
+    if write.state.setback is not None:
+        update["setback"] = None
+    if transition.accepted and proposal.memo is not None:
+        update["memo"] = proposal.memo
+    if update:
+        write = write.with_state(write.state.model_copy(update=update))
+    return write.after(*proposal.notes) if transition.accepted else write
 
 
 def mint_request_id(state: RunState) -> str:
@@ -187,14 +201,16 @@ def mint_request_id(state: RunState) -> str:
 
 
 def suspend(
-    state: RunState, pending: PendingRequest, reason: str, *, usage: Usage | None = None, **changes: Any
-) -> Moved:
+    state: RunState, pending: PendingRequest, reason: str, *, usage: UsageDelta | None = None, **changes: Any
+) -> Write:
     """RUNNING -> WAITING_FOR_USER on ``pending``: every wait a run enters (a controller's, a guarded
     call's, an unknown outcome's) is built here, with its state_transition and pending_recorded events.
+    ``usage``: what the step that enters the wait spent (counted before the snapshot).
 
     The wait snapshot is taken in this same step, so "calls after the wait" is measurable.
     """
-    counted = usage or state.usage
+    delta = usage or UsageDelta()
+    counted = state.usage.plus(delta)
     after = next_status(state.status, TransitionKind.SUSPEND)
     new_state = state.model_copy(
         update={
@@ -221,48 +237,7 @@ def suspend(
             "guarded_action": None if (guarded := pending.guarded_action) is None else guarded.model_dump(mode="json"),
         },
     )
-    return Moved(new_state, [_moved(state, new_state), recorded])
-
-
-def reconciling(decision: ControlDecision, state: RunState) -> bool:
-    """Whether ``decision`` is the call a person just reconciled, which the Runtime runs next: it needs no new
-    approval (the gateway records the person's answer under the call's journalled key, or retries it there)."""
-    call = state.next_call
-    return (
-        call is not None
-        and call.reconciled is not None
-        and decision.action == call.action.tool
-        and (decision.args or {}) == call.action.args
-    )
-
-
-def unapproved_action(decision: ControlDecision, state: RunState, agent: Agent) -> GuardedAction | None:
-    """The exact action a proposed guarded call needs an approval for, or None.
-
-    None also when the gateway would refuse the call anyway (unknown tool, invalid arguments, missing
-    permission): nobody is asked to approve a call that cannot run.
-    """
-    spec = agent.tools.get(decision.action or "")
-    if spec is None or not spec.requires_approval:
-        return None
-    if spec.permission is not None and spec.permission not in agent.permissions:
-        return None
-    try:
-        args = spec.canonical_args(spec.validate_args(decision.args or {}))
-    except (ValidationError, TypeError, ValueError):
-        return None
-    action = guard(spec.name, args)
-    raw = _raw_digest(spec.name, decision.args or {})
-    if any(g.digest in (action.digest, raw) for g in state.approvals):
-        return None
-    return action
-
-
-def _raw_digest(tool: str, args: dict[str, Any]) -> str | None:
-    try:
-        return action_digest(tool, args, None)
-    except (TypeError, ValueError):
-        return None
+    return _moved_write(state, new_state, [_moved(state, new_state), recorded], usage=delta, open_request=pending)
 
 
 def _ask_approval(
@@ -281,104 +256,36 @@ def _ask_approval(
     """
     spec = agent.tools.get(action.tool)
     assert spec is not None
-    usage = _with_usage(state, model_usage)
-    shown = canonical_json(action.args)
-    if len(shown) > _SHOWN_CHARS:
-        shown = shown[:_SHOWN_CHARS] + "…"
+    delta = _step_delta(model_usage)
     scope = spec.approval_scope
     pending = PendingRequest(
         request_id=mint_request_id(state),
         kind=RequestKind.APPROVAL,
-        question=(
-            f"Approve {action.tool} with arguments {shown}? "
-            + (
-                "One approval admits this exact call once."
-                if scope is ApprovalScope.ONCE
-                else "One approval admits this exact call for the rest of the run."
-            )
-        ),
+        question=admission.approval_question(action, scope),
         state_before=state.status,
         guarded_action=action,
         approval_scope=scope,
         asked_by=AskedBy.RUNTIME,
-        model_text=(decision.reason or "")[:_SHOWN_CHARS] or None,
-        call_step=usage.steps,
+        model_text=(decision.reason or "")[: admission.SHOWN_CHARS] or None,
+        call_step=state.usage.plus(delta).steps,
         approver_role=agent.approver_role_for(action.tool),
         created_at=now,
         expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
     )
-    new_state, wait_events = suspend(state, pending, APPROVAL_REQUIRED, usage=usage, correction=None)
-    events = [
-        received,
-        NewEvent(
-            type=EventType.RUNTIME_VALIDATED,
-            payload={
-                "runtime_decision": APPROVAL_REQUIRED,
-                "decision_type": decision.type.value,
-                "transition": TransitionKind.SUSPEND.value,
-                "action_digest": action.digest,
-            },
-        ),
-        *wait_events,
-    ]
-    after = new_state.status
-    return Transition(
-        TransitionKind.SUSPEND, state.status, after, True, APPROVAL_REQUIRED, decision, new_state, pending, events
+    write = suspend(state, pending, APPROVAL_REQUIRED, usage=delta, correction=None)
+    validated = NewEvent(
+        type=EventType.RUNTIME_VALIDATED,
+        payload={
+            "runtime_decision": APPROVAL_REQUIRED,
+            "decision_type": decision.type.value,
+            "transition": TransitionKind.SUSPEND.value,
+            "action_digest": action.digest,
+        },
     )
-
-
-def _expiry(agent: Agent, wait: WaitSpec | None, now: datetime) -> datetime | None:
-    if wait is not None and wait.expires_in_s is not None:
-        return now + timedelta(seconds=wait.expires_in_s)
-    return None if agent.request_ttl is None else now + agent.request_ttl
-
-
-def _check(
-    signal: Signal, state: RunState, agent: Agent, visible: frozenset[str]
-) -> tuple[ControlDecision | None, tuple[str, str] | None]:
-    """Steps 1-2: the decision, or (code, message) saying why it is refused."""
-    if isinstance(signal, SignalFailure):
-        return None, (signal.code, signal.message)
-    parsed = isinstance(signal, str)  # the parser refuses every non-finite number itself
-    if isinstance(signal, str):
-        try:
-            decision = parse_decision(signal)
-        except DecisionParseError as exc:
-            return None, (exc.code, exc.message)
-    else:
-        decision = signal
-    return decision, _storable(decision, agent, parsed=parsed) or _precondition(decision, state, agent, visible)
-
-
-def _storable(decision: ControlDecision, agent: Agent, *, parsed: bool) -> tuple[str, str] | None:
-    """Values the runtime cannot store are refused at the door, whoever built the decision."""
-    found = None if parsed else non_finite_path(decision.args)  # one built around the constructor's own check
-    if found is not None:
-        return ErrorCode.NON_FINITE_NUMBER, f"{found} is not a finite number"
-    asked = len(decision.question or "")
-    if decision.type is DecisionType.REQUEST_USER_INPUT and asked > agent.max_question_chars:
-        return ErrorCode.QUESTION_TOO_LARGE, f"a question may hold {agent.max_question_chars} characters, not {asked}"
-    return None
-
-
-def _precondition(
-    decision: ControlDecision, state: RunState, agent: Agent, visible: frozenset[str]
-) -> tuple[str, str] | None:
-    """Step 2: what each decision type requires of the run's state and the agent's policies."""
-    if decision.type is DecisionType.EXECUTE_TOOL:
-        if not decision.action:
-            return RefusalReason.TOOL_DECISION_WITHOUT_ACTION, "EXECUTE_TOOL names no action"
-        if decision.action not in visible:
-            return RefusalReason.ACTION_NOT_VISIBLE, f"{decision.action!r} is not visible at this step"
-    if decision.type is DecisionType.REQUEST_USER_INPUT:
-        check: WaitCheck = agent.wait_policy(decision, state)
-        if check.rejected is not None:
-            return check.rejected, f"wait refused: {check.rejected}"
-    if decision.type is DecisionType.FINISH:
-        finish = agent.finish_policy(decision, state)
-        if finish.rejected is not None:
-            return finish.rejected, f"finish refused: {finish.rejected}"
-    return None
+    after = write.state.status
+    return Transition(
+        TransitionKind.SUSPEND, state.status, after, True, APPROVAL_REQUIRED, decision, write.after(received, validated)
+    )
 
 
 def _reject(
@@ -395,7 +302,8 @@ def _reject(
     next request to the model names the error. A second rejection in a row fails the run.
     """
     code, message = rejection
-    usage = _with_usage(state, model_usage, rejected_signals=1)
+    delta = _step_delta(model_usage, rejected_signals=1)
+    usage = state.usage.plus(delta)
     validated = NewEvent(
         type=EventType.RUNTIME_VALIDATED,
         payload={
@@ -408,22 +316,14 @@ def _reject(
     if agent.on_rejected_signal == "correct_once" and state.correction is None:
         correction = f"Your last reply was refused ({code}): {message}. Reply with exactly one valid decision."
         new_state = state.model_copy(update={"usage": usage, "correction": correction})
-        return Transition(
-            TransitionKind.CONTINUE,
-            state.status,
-            state.status,
-            False,
-            code,
-            decision,
-            new_state,
-            events=[received, validated],
-        )
+        write = Write(new_state, (received, validated), delta)
+        return Transition(TransitionKind.CONTINUE, state.status, state.status, False, code, decision, write)
     after = next_status(state.status, TransitionKind.FAIL)
     new_state = state.model_copy(
         update={"usage": usage, "status": after, "terminal_reason": "rejected_signal", "correction": None}
     )
-    events = [received, validated, _moved(state, new_state)]
-    return Transition(TransitionKind.FAIL, state.status, after, False, code, decision, new_state, events=events)
+    write = _moved_write(state, new_state, [_moved(state, new_state)], usage=delta).after(received, validated)
+    return Transition(TransitionKind.FAIL, state.status, after, False, code, decision, write)
 
 
 def _moved(before: RunState, after: RunState, **extra: Any) -> NewEvent:
@@ -450,14 +350,39 @@ def exit_event(state: RunState) -> NewEvent:
     )
 
 
-def end(state: RunState, kind: TransitionKind, reason: str, *, clear_pending: bool = False, **extra: Any) -> Moved:
+def _moved_write(
+    before: RunState, after: RunState, events: list[NewEvent], *, exits: bool = True, **write: Any
+) -> Write:
+    """The write of a move from ``before`` to ``after``: a move out of RUNNING ends the segment with
+    ``run_exited`` (the one place it is appended), unless ``exits`` is False (an exhausted budget's)."""
+    if exits and after.status is not RunStatus.RUNNING and after.status is not before.status:
+        events = [*events, exit_event(after)]
+    return Write(after, tuple(events), **write)
+
+
+def end(state: RunState, kind: TransitionKind, reason: str, *, clear_pending: bool = False, **extra: Any) -> Write:
     """To the terminal status ``kind`` leads to (FAIL, CANCEL, ...) with ``reason``; ``extra`` goes into
     the state_transition event (e.g. ``message``, ``by``). ``clear_pending`` drops an open request."""
+    new = _ended(state, kind, reason, clear_pending=clear_pending)
+    return _moved_write(state, new, [_moved(state, new, **extra)])
+
+
+def _ended(state: RunState, kind: TransitionKind, reason: str, *, clear_pending: bool = False) -> RunState:
     update: dict[str, Any] = {"status": next_status(state.status, kind), "terminal_reason": reason}
     if clear_pending:
         update["pending"] = None
-    new = state.model_copy(update=update)
-    return Moved(new, [_moved(state, new, **extra)])
+    return state.model_copy(update=update)
+
+
+def exhaust(state: RunState, dimension: str) -> Write:
+    """Out of budget in ``dimension``: FAILED / budget_exhausted, ending with ``budget_exhausted`` (the
+    usage and budget as they stood) rather than ``run_exited``."""
+    new = _ended(state, TransitionKind.FAIL, "budget_exhausted")
+    exhausted = NewEvent(
+        type=EventType.BUDGET_EXHAUSTED,
+        payload={"dimension": dimension, "usage": state.usage.model_dump(), "budget": state.budget.model_dump()},
+    )
+    return _moved_write(state, new, [_moved(state, new), exhausted], exits=False)
 
 
 def _roles(roles: Iterable[str]) -> dict[str, Any]:
@@ -466,16 +391,28 @@ def _roles(roles: Iterable[str]) -> dict[str, Any]:
     return {"roles": listed} if listed else {}
 
 
-def cancel(state: RunState, *, by: str, roles: Iterable[str] = ()) -> Moved:
-    """CANCELLED from any non-terminal status, by ``by`` (holding ``roles``); the run's open request goes with it."""
-    return end(state, TransitionKind.CANCEL, "cancelled", clear_pending=True, by=by, **_roles(roles))
+def cancel(state: RunState, *, by: str, now: datetime, roles: Iterable[str] = ()) -> Write:
+    """CANCELLED from any non-terminal status, by ``by`` (holding ``roles``): every open request closes with it
+    and the cancel request is acknowledged."""
+    new = _ended(state, TransitionKind.CANCEL, "cancelled", clear_pending=True)
+    closed = RequestAnswer(request_id="*", verdict=AnswerVerdict.CLOSED, text="run cancelled", by=by, at=now)
+    moved = [_moved(state, new, by=by, **_roles(roles))]
+    return _moved_write(state, new, moved, close_all_requests=closed, clear_control=True)
 
 
 def pause(
-    state: RunState, reason: str, *, requested: str | None = None, by: str | None = None, roles: Iterable[str] = ()
-) -> Moved:
+    state: RunState,
+    reason: str,
+    *,
+    requested: str | None = None,
+    by: str | None = None,
+    roles: Iterable[str] = (),
+    clear_control: bool = False,
+) -> Write:
     """RUNNING (or PAUSING) -> PAUSED with ``reason``. From RUNNING the PAUSING step is recorded too,
-    with ``requested`` as its reason (default: ``reason``). ``by`` (and ``roles``): who asked, on both moves."""
+    with ``requested`` as its reason (default: ``reason``). ``by`` (and ``roles``): who asked, on both moves.
+    ``clear_control`` acknowledges the pause request (a pause the run takes by itself leaves one for whoever
+    resumes it)."""
     events: list[NewEvent] = []
     asked = {} if by is None else {"by": by, **_roles(roles)}
     pausing = state
@@ -486,22 +423,58 @@ def pause(
         update={"status": next_status(pausing.status, TransitionKind.PAUSED), "terminal_reason": reason}
     )
     events.append(_moved(pausing, paused, reason=reason, **asked))
-    return Moved(paused, events)
+    return _moved_write(state, paused, events, clear_control=clear_control)
 
 
-def resume(state: RunState, reason: str, *, by: str, roles: Iterable[str] = (), **changes: Any) -> Moved:
-    """PAUSED -> RUNNING, recorded with ``reason`` and ``by``. A RUNNING run (its process died) carries
-    on with no move to record. ``changes`` are applied to the new state (e.g. a setback's retry spent)."""
+def resume(
+    state: RunState,
+    reason: str,
+    *,
+    by: str,
+    roles: Iterable[str] | None = None,
+    retrying: str | None = None,
+    reconciled: list[dict[str, str]] | None = None,
+    **changes: Any,
+) -> Write:
+    """PAUSED -> RUNNING, recorded with ``reason`` and ``by``, then ``run_resumed``. A RUNNING run (its process
+    died) carries on with no move to record. ``changes`` are applied to the new state (e.g. a setback's retry
+    spent); ``retrying``: the setback whose retry time came; ``reconciled``: calls left in flight, looked up."""
     update: dict[str, Any] = {"terminal_reason": None, **changes}
+    resumed = _resumed(state, by=by, roles=roles, retrying=retrying, reconciled=reconciled)
     if state.status is RunStatus.RUNNING:
-        return Moved(state.model_copy(update=update), [])
+        return Write(state.model_copy(update=update), (resumed,))
     new = state.model_copy(update={**update, "status": next_status(state.status, TransitionKind.RESUME)})
-    return Moved(new, [_moved(state, new, reason=reason, by=by, **_roles(roles))])
+    return _moved_write(state, new, [_moved(state, new, reason=reason, by=by, **_roles(roles or ())), resumed])
 
 
-def resume_on_answer(state: RunState, answer: RequestAnswer, reason: str) -> Moved:
-    """WAITING_FOR_USER -> RUNNING on ``answer``; an approval admits exactly the action it was asked
-    for, once (unless the tool declared a run-long grant), and a call the Runtime asked about runs first."""
+def _resumed(
+    before: RunState,
+    *,
+    request_id: str | None = None,
+    by: str | None = None,
+    roles: Iterable[str] | None = None,
+    retrying: str | None = None,
+    reconciled: list[dict[str, str]] | None = None,
+) -> NewEvent:
+    """``run_resumed``, built here alone: on an answer (its request id) or by ``by`` (from the status the run
+    was in), with the usage the run carries on from."""
+    payload: dict[str, Any] = {} if request_id is None else {"request_id": request_id}
+    if by is not None:
+        payload["by"] = by
+        if roles is not None:
+            payload["roles"] = sorted(roles)
+        payload["from_status"] = before.status.value
+    if retrying is not None:
+        payload["setback"] = retrying
+    payload["usage"] = before.usage.model_dump()
+    if reconciled is not None:
+        payload["reconciled"] = reconciled
+    return NewEvent(type=EventType.RUN_RESUMED, payload=payload)
+
+
+def resume_on_answer(state: RunState, answer: RequestAnswer, reason: str) -> Write:
+    """WAITING_FOR_USER -> RUNNING on ``answer``, which closes the request; an approval admits exactly the action it
+    was asked for, once (unless the tool declared a run-long grant), and a call the Runtime asked about runs first."""
     pending = state.pending
     assert pending is not None
     approvals, granted = state.approvals, state.granted
@@ -553,10 +526,53 @@ def resume_on_answer(state: RunState, answer: RequestAnswer, reason: str) -> Mov
             ),
         }
     )
-    return Moved(new, [_moved(state, new, reason=reason)])
+    events = [_moved(state, new, reason=reason), _resumed(state, request_id=answer.request_id)]
+    return _moved_write(state, new, events, close_request=answer)
 
 
-def escalate(state: RunState, *, role: str | None, now: datetime, expires_at: datetime | None) -> Moved:
+def expire(
+    state: RunState,
+    policy: ExpiryPolicy,
+    *,
+    now: datetime,
+    role: str | None = None,
+    expires_at: datetime | None = None,
+) -> Write:
+    """The open request expired: the agent's ``policy`` applied (fail the run, cancel it, or re-ask ``role``
+    with a new expiry ``expires_at``)."""
+    request = state.pending
+    assert request is not None
+    note = NewEvent(
+        type=EventType.REQUEST_ANSWERED,
+        payload={"request_id": request.request_id, "verdict": "expired", "policy": policy},
+    )
+    if policy == "cancel":
+        return cancel(state, by="stateward:expiry", now=now).after(note)
+    closed = RequestAnswer(
+        request_id=request.request_id, verdict=AnswerVerdict.CLOSED, text="expired", by="stateward", at=now
+    )
+    if policy == "escalate":
+        write = escalate(state, role=role, now=now, expires_at=expires_at)
+    else:
+        write = end(state, TransitionKind.FAIL, "request_expired", clear_pending=True)
+    return dataclasses.replace(write, close_request=closed).after(note)
+
+
+def fire_timer(state: RunState, now: datetime) -> Write:
+    """A timer's deadline passed: the run resumes exactly as if a person had answered."""
+    request = state.pending
+    assert request is not None
+    fired = RequestAnswer(
+        request_id=request.request_id, verdict=AnswerVerdict.TIMER_FIRED, by="stateward:timer", at=now
+    )
+    note = NewEvent(
+        type=EventType.REQUEST_ANSWERED,
+        payload={"request_id": request.request_id, "verdict": "timer_fired", "by": fired.by, "at": now.isoformat()},
+    )
+    return resume_on_answer(state, fired, "timer_fired").after(note)
+
+
+def escalate(state: RunState, *, role: str | None, now: datetime, expires_at: datetime | None) -> Write:
     """The open request, expired, re-asked of ``role`` under a new request id: the run keeps waiting
     (no status change) and the new request is recorded with the one it replaces."""
     request = state.pending
@@ -579,4 +595,4 @@ def escalate(state: RunState, *, role: str | None, now: datetime, expires_at: da
             "approver_role": role,
         },
     )
-    return Moved(new, [recorded])
+    return Write(new, (recorded,), open_request=escalated)

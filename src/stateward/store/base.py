@@ -1,4 +1,5 @@
-"""The Store protocol both stores implement, and how a store is opened from a URL or path."""
+"""The Store protocol both stores implement, and the helpers they share. It imports neither implementation:
+which store a URL opens is ``store/backends.py``'s to say."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from stateward.core.canonical import compact_json
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
@@ -15,9 +16,6 @@ from stateward.core.journal import BreakerState, SideEffectRecord
 from stateward.core.state import RunState
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage
 from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
-
-if TYPE_CHECKING:
-    from stateward.store.postgres import PostgresStore
 
 
 class Store(Protocol):
@@ -160,48 +158,6 @@ class Store(Protocol):
     def get_artifact(self, run_id: str, name: str, version: int | None = None) -> ArtifactRecord | None: ...
 
     def close(self) -> None: ...
-
-
-def open_store(url: str, *, create: bool = True) -> Store:
-    """A SQLite path (the default, embedded) or a ``postgresql://`` URL.
-
-    psycopg is imported only for a PostgreSQL URL, so the embedded default needs nothing extra. With
-    ``create=False`` only an existing stateward store opens (commands that only read or answer use it).
-    """
-    if is_postgres_url(url):
-        return _postgres_store()(url, create=create)
-    from stateward.store.sqlite import SQLiteStore
-
-    return SQLiteStore(sqlite_path(url), create=create)
-
-
-def is_postgres_url(url: str) -> bool:
-    """Whether ``url`` names a PostgreSQL store (anything else is a SQLite path or URL)."""
-    return url.startswith(("postgresql://", "postgres://"))
-
-
-def import_store(url: str) -> None:
-    """Import the implementation ``open_store(url)`` uses (a forking worker supervisor imports it once)."""
-    if is_postgres_url(url):
-        _postgres_store()
-    else:
-        import stateward.store.sqlite  # noqa: F401
-
-
-def _postgres_store() -> type[PostgresStore]:
-    try:
-        from stateward.store.postgres import PostgresStore
-    except ImportError as exc:
-        raise UserError(
-            f"the PostgreSQL store needs psycopg ({exc}); install it with: pip install 'stateward[postgres]'",
-            code=ErrorCode.STORE_UNSUPPORTED,
-        ) from None
-    return PostgresStore
-
-
-def sqlite_path(url: str) -> str:
-    """A plain path, or the path inside a ``sqlite:///`` URL."""
-    return url.removeprefix("sqlite:///").removeprefix("sqlite://")
 
 
 MAX_CLAIM_BATCH = 500  # runs leased by one claim_batch (SQLite binds one parameter per run)

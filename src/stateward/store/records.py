@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stateward.core.events import NewEvent
+from stateward.core.events import CheckpointReason, NewEvent
 from stateward.core.journal import AttemptRecord
 from stateward.core.state import AnswerVerdict, PendingRequest, RunState
 
@@ -96,7 +96,7 @@ class StepWrite(BaseModel):
     close_all_requests: RequestAnswer | None = None
     artifacts: list[NewArtifact] = Field(default_factory=list)
     attempts: list[AttemptRecord] = Field(default_factory=list)
-    checkpoint: str | None = None
+    checkpoint: CheckpointReason | None = None
     clear_control: bool = False
     not_before: datetime | None = None
     release_lease: bool = False

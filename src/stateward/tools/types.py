@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stateward.core.contract import OutcomeStatus as OutcomeStatus  # re-exported: the gateway answers with it
 from stateward.core.errors import ErrorCode
 from stateward.core.journal import AttemptRecord
 from stateward.core.state import Grant, PersonOutcome
@@ -58,17 +59,6 @@ class RuntimeAction(StrEnum):
     AWAIT_RECONCILIATION = "AWAIT_RECONCILIATION"
     CONFIRMED_BY_PERSON = "CONFIRMED_BY_PERSON"  # a person said the call happened: recorded, the handler not run
     NOT_EXECUTED_BY_PERSON = "NOT_EXECUTED_BY_PERSON"  # a person said it did not, and no retry is allowed
-
-
-class OutcomeStatus(StrEnum):
-    """How a call through the gateway ended: SUCCESS, FAILED, REJECTED before the handler, BLOCKED by the action gate,
-    or PENDING_VERIFICATION (unknown outcome)."""
-
-    SUCCESS = "SUCCESS"
-    REJECTED = "REJECTED"  # refused before the handler; nothing happened
-    BLOCKED = "BLOCKED"  # the action gate refused it (needs an approval bound to this action)
-    FAILED = "FAILED"  # the handler ran (or may have) and failed in a known way
-    PENDING_VERIFICATION = "PENDING_VERIFICATION"  # a side effect may have happened; nobody can say
 
 
 class ToolCall(BaseModel):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stateward.core.contract import Observation
+from stateward.core.contract import Observation, OutcomeStatus
 from stateward.core.errors import ErrorCode
 from stateward.core.model_io import ModelReply
 from stateward.planning.plan import schema_problem
@@ -62,7 +62,7 @@ class EvidenceIndex:
         """The index of ``observations`` (a run's log), the verified upstream ``artifacts`` and the goal."""
         by_ref: dict[str, Observation] = {}
         for obs in observations:
-            if obs.status != "SUCCESS":
+            if obs.status != OutcomeStatus.SUCCESS:
                 continue  # a failed call backs no claim
             if obs.evidence_id:
                 by_ref[obs.evidence_id] = obs
@@ -131,7 +131,7 @@ class ArtifactCheckInput:
 
     def recorded_results(self, action: str) -> list[Any]:
         """The results of every successful ``action`` call the run recorded, oldest first."""
-        return [o.result for o in self.observations if o.action == action and o.status == "SUCCESS"]
+        return [o.result for o in self.observations if o.action == action and o.status == OutcomeStatus.SUCCESS]
 
 
 ArtifactCheck = Callable[[ArtifactCheckInput], CheckResult]

@@ -14,7 +14,7 @@ from stateward.controllers.plan_run.memo import ArtifactFact, PlanRunMemo
 from stateward.controllers.plan_run.part import Part
 from stateward.controllers.plan_support import OUTPUT_TOOL, content_of
 from stateward.core.canonical import sha256_hex
-from stateward.core.contract import DecisionContext, Observation
+from stateward.core.contract import DecisionContext, Observation, OutcomeStatus
 from stateward.models.base import Model, ModelRequest, Usage, complete
 from stateward.planning.plan import RiskLevel, WorkItem
 from stateward.verify.checks import (
@@ -65,7 +65,11 @@ class AcceptanceChecks(Part):
         upstream = self.upstream(memo, item)
         refs = {memo.items[w].output: w for w in upstream if w in memo.verified and w in memo.items}
         artifacts = {
-            ref: content_of(o) for o in ctx.observations if o.status == "SUCCESS" for ref in o.artifacts if ref in refs
+            ref: content_of(o)
+            for o in ctx.observations
+            if o.status == OutcomeStatus.SUCCESS
+            for ref in o.artifacts
+            if ref in refs
         }
         return EvidenceIndex.build(ctx.observations, artifacts, self.config.goal.goal_id)
 

@@ -13,7 +13,7 @@ from stateward.controllers.plan_run.memo import (
     PlanRunMemo,
 )
 from stateward.controllers.plan_run.planning import PlanningSteps
-from stateward.core.contract import DecisionContext, Observation, Proposal
+from stateward.core.contract import DecisionContext, Observation, PlanOutcomeCode, Proposal
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RunState
@@ -249,11 +249,11 @@ class PlanRunController:
         if memo.denied and memo.delivery is None:
             # Source 14: missing permission left the scope short; a person can grant it or accept less.
             detail = f"cannot proceed: {stuck}; refused for missing permission: {'; '.join(memo.denied)}"
-            return self.delivery.handoff(ctx, memo, notes, "SCOPE_SHORTFALL", detail[:600], states)
+            return self.delivery.handoff(ctx, memo, notes, PlanOutcomeCode.SCOPE_SHORTFALL, detail[:600], states)
         down = memo.unavailable
         if down and memo.delivery is None:
             # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
             # it or accept less - delivering as if the gap were final would hide a fixable cause.
             detail = f"cannot proceed: {stuck}; unavailable after retries and fallbacks: {', '.join(down)}"
-            return self.delivery.handoff(ctx, memo, notes, "DEPENDENCY_UNAVAILABLE", detail, states)
+            return self.delivery.handoff(ctx, memo, notes, PlanOutcomeCode.DEPENDENCY_UNAVAILABLE, detail, states)
         return self.delivery.nothing_runnable(ctx, memo, notes, stuck, states)

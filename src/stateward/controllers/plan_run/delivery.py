@@ -20,7 +20,7 @@ from stateward.controllers.plan_support import (
     PARTIAL_TOOL,
     evidence_ids,
 )
-from stateward.core.contract import DecisionContext, Observation, Proposal, WaitSpec
+from stateward.core.contract import DecisionContext, Observation, PlanOutcomeCode, Proposal, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.errors import ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
@@ -122,9 +122,11 @@ class DeliverySteps(Part):
         if assessment.unmet:
             texts = criterion_texts({c.criterion_id: c.description for c in goal.success_criteria}, assessment.unmet)
             detail = f"success criteria not met: {', '.join(assessment.unmet)}"
-            return self.deliver_partial(ctx, memo, notes, "SUCCESS_CRITERIA_UNMET", detail, states, texts)
+            return self.deliver_partial(ctx, memo, notes, PlanOutcomeCode.SUCCESS_CRITERIA_UNMET, detail, states, texts)
         rung = choose_rung(self.delivery_facts(memo, states))
-        self.record_outcome(memo, rung, "GOAL_MET", self.report_ref(memo), memo.measurement.unresolved, None)
+        self.record_outcome(
+            memo, rung, PlanOutcomeCode.GOAL_MET, self.report_ref(memo), memo.measurement.unresolved, None
+        )
         memo.delivery = "accepted"
         reason = "success criteria met" + (" with open issues" if memo.measurement.unresolved else "")
         return self.owner.view.propose(ControlDecision(type=DecisionType.FINISH, reason=reason), memo, notes)
@@ -223,7 +225,7 @@ class DeliverySteps(Part):
                 consequence=question.rpartition("'It did not happen' ")[2] or "the call is recorded NOT_EXECUTED",
             ),
         )
-        package = self.package(ctx, memo, "UNKNOWN_OUTCOME", detail, states, options, item)
+        package = self.package(ctx, memo, PlanOutcomeCode.UNKNOWN_OUTCOME, detail, states, options, item)
         return NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json"))
 
     def package(
@@ -286,12 +288,16 @@ class DeliverySteps(Part):
         result, or cancel) - a verification's HUMAN_HANDOFF (high risk at low confidence) by its own reason.
         A run a person already answered (or that delivered) is not asked again for the same stall."""
         if memo.delivery is not None:
-            return self.deliver_partial(ctx, memo, notes, "PLAN_STALLED", f"cannot proceed: {list(stuck)}", states)
+            return self.deliver_partial(
+                ctx, memo, notes, PlanOutcomeCode.PLAN_STALLED, f"cannot proceed: {list(stuck)}", states
+            )
         if memo.verification_handoff is not None:
             code, why = memo.verification_handoff
             memo.verification_handoff = None
             return self.handoff(ctx, memo, notes, code, why[:600], states)
-        return self.handoff(ctx, memo, notes, "NO_RUNNABLE_WORK", f"cannot proceed: {list(stuck)}", states)
+        return self.handoff(
+            ctx, memo, notes, PlanOutcomeCode.NO_RUNNABLE_WORK, f"cannot proceed: {list(stuck)}", states
+        )
 
     @staticmethod
     def handoff_options(code: str) -> tuple[DecisionOption, ...]:
@@ -326,13 +332,13 @@ class DeliverySteps(Part):
             answered["grant"] = grant
         notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload=answered))
         if choice == "cancel":
-            return self.fail_safely(memo, notes, "CANCELLED_AT_HANDOFF", "cancelled_at_handoff")
+            return self.fail_safely(memo, notes, PlanOutcomeCode.CANCELLED_AT_HANDOFF, "cancelled_at_handoff")
         if choice == "accept_partial":
             return self.deliver_partial(
                 ctx,
                 memo,
                 notes,
-                "ACCEPTED_PARTIAL",
+                PlanOutcomeCode.ACCEPTED_PARTIAL,
                 "a person accepted the partial scope",
                 self.owner.view.states(ctx, memo),
             )

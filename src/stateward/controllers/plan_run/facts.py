@@ -14,7 +14,7 @@ from stateward.controllers.plan_support import (
     content_of,
     evidence_ids,
 )
-from stateward.core.contract import DecisionContext, Proposal, SignalFailure, WaitSpec
+from stateward.core.contract import DecisionContext, OutcomeStatus, Proposal, SignalFailure, WaitSpec
 from stateward.core.decision import ControlDecision, SignalSource
 from stateward.core.events import EventType, NewEvent
 from stateward.models.base import Usage
@@ -129,7 +129,7 @@ class RunView(Part):
         return {
             ref.rpartition(":v")[0]: content_of(o)
             for o in ctx.observations
-            if o.status == "SUCCESS"
+            if o.status == OutcomeStatus.SUCCESS
             for ref in o.artifacts
             if ref in refs
         }

@@ -31,7 +31,15 @@ from stateward.controllers.plan_support import (
     step_record,
 )
 from stateward.core.canonical import canonical_json, sha256_hex
-from stateward.core.contract import DecisionContext, Observation, Proposal, SignalFailure, WaitSpec
+from stateward.core.contract import (
+    DecisionContext,
+    Observation,
+    OutcomeStatus,
+    PlanOutcomeCode,
+    Proposal,
+    SignalFailure,
+    WaitSpec,
+)
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
@@ -91,7 +99,7 @@ class ItemSteps(Part):
                 )
             )
             return self.owner.delivery.deliver_partial(
-                ctx, memo, notes, "BUDGET_EXHAUSTED", exc.message, self.owner.view.states(ctx, memo)
+                ctx, memo, notes, PlanOutcomeCode.BUDGET_EXHAUSTED, exc.message, self.owner.view.states(ctx, memo)
             )
         run = memo.items.setdefault(wid, ItemRun())
         attempt_id = f"{wid}#{len(run.attempts) + 1}"
@@ -146,7 +154,7 @@ class ItemSteps(Part):
             # The request alone would not fit what is left: do not send it (tokens are spent, not refunded).
             detail = f"the next model request needs ~{request.json_chars() // 4} tokens, {left} left"
             return self.owner.delivery.deliver_partial(
-                ctx, memo, notes, "BUDGET_EXHAUSTED", detail, self.owner.view.states(ctx, memo)
+                ctx, memo, notes, PlanOutcomeCode.BUDGET_EXHAUSTED, detail, self.owner.view.states(ctx, memo)
             )
         reply = complete(self.owner.worker, request)
         run.model_calls += 1
@@ -316,7 +324,7 @@ class ItemSteps(Part):
             if obs.evidence_id is not None:
                 run.calls.append(obs.evidence_id)
             run.tracker, verdict = run.tracker.observe(step_record(obs), remaining=memo.ledger.remaining())
-            if obs.status != "SUCCESS" and obs.error_code:
+            if obs.status != OutcomeStatus.SUCCESS and obs.error_code:
                 memo.failures.append(FailureFact(action=obs.action, error_code=obs.error_code))
                 if obs.error_code in UNAVAILABLE and obs.action not in memo.unavailable:
                     memo.unavailable = sorted({*memo.unavailable, obs.action})

@@ -18,7 +18,7 @@ from stateward.controllers.plan_support import (
     READINESS_TOOL,
     evidence_ids,
 )
-from stateward.core.contract import DecisionContext, Proposal
+from stateward.core.contract import DecisionContext, OutcomeStatus, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
@@ -104,7 +104,7 @@ class PlanningSteps(Part):
         """Computed over the latest submitted evidence and the evidence the run really recorded."""
         contract = self.config.readiness
         assert contract is not None
-        submitted = [o for o in ctx.observations if o.action == READINESS_TOOL and o.status == "SUCCESS"]
+        submitted = [o for o in ctx.observations if o.action == READINESS_TOOL and o.status == OutcomeStatus.SUCCESS]
         if not submitted:
             return False
         recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
@@ -118,7 +118,7 @@ class PlanningSteps(Part):
             decision = ControlDecision(type=DecisionType.FAIL, reason="readiness_not_reached")
             return self.owner.view.propose(decision, memo, [])
         memo.research_steps += 1
-        submitted = [o for o in ctx.observations if o.action == READINESS_TOOL and o.status == "SUCCESS"]
+        submitted = [o for o in ctx.observations if o.action == READINESS_TOOL and o.status == OutcomeStatus.SUCCESS]
         gaps = None
         if submitted:
             recorded = frozenset(e for o in ctx.observations for e in evidence_ids(o.result))
