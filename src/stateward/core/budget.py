@@ -37,6 +37,34 @@ class Budget(BaseModel):
         return None
 
 
+# The budget's dimensions: a bound of Budget and the Usage counter it holds.
+BOUNDED = (
+    ("max_steps", "steps"),
+    ("max_model_calls", "model_calls"),
+    ("max_tool_calls", "tool_attempts"),
+    ("max_input_tokens", "input_tokens"),
+    ("max_output_tokens", "output_tokens"),
+)
+
+
+def carve(limits: Budget, usage: Usage, *caps: Budget | None) -> Budget:
+    """A child's budget, carved from what ``limits`` leave after ``usage``: in each dimension at most what
+    remains (never less than 0), and at most each of ``caps`` (what the caller declared, what the call asked).
+    A dimension the parent leaves unbounded is bounded only by the caps."""
+    bounds: dict[str, int | None] = {}
+    for bound, counter in BOUNDED:
+        limit = getattr(limits, bound)
+        held = [max(0, limit - getattr(usage, counter))] if limit is not None else []
+        held += [max(0, value) for cap in caps if cap is not None and (value := getattr(cap, bound)) is not None]
+        bounds[bound] = min(held) if held else None
+    return Budget(**bounds)
+
+
+def spent(usage: Usage) -> UsageDelta:
+    """A run's spend in the budget's dimensions, as a delta: what a child's end adds to its parent's usage."""
+    return UsageDelta(**{counter: getattr(usage, counter) for _, counter in BOUNDED})
+
+
 class Usage(BaseModel):
     """What a run has consumed and how it was refused. Carried in every snapshot; never reset."""
 

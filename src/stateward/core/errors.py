@@ -117,6 +117,10 @@ class ErrorCode(StrEnum):
     ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
     RUN_NOT_FOUND = "RUN_NOT_FOUND"
     RUN_EXISTS = "RUN_EXISTS"
+    # A call to another agent (a child run) that did not deliver: the parent's tool failure, by class
+    CHILD_RUN_FAILED = "CHILD_RUN_FAILED"
+    CHILD_RUN_CANCELLED = "CHILD_RUN_CANCELLED"
+    CHILD_AGENT_UNAVAILABLE = "CHILD_AGENT_UNAVAILABLE"  # the child's agent could not be built: no child ran
     RUN_ENDED = "RUN_ENDED"
     NOT_PAUSABLE = "NOT_PAUSABLE"
     NOT_RESUMABLE = "NOT_RESUMABLE"

@@ -38,6 +38,8 @@ class EventType(StrEnum):
     PENDING_RECORDED = "pending_recorded"
     REQUEST_ANSWERED = "request_answered"
     RUN_RESUMED = "run_resumed"
+    CHILD_RUN_STARTED = "child_run_started"  # a parent's call started a child run (recorded on the child)
+    CHILD_RUN_RETURNED = "child_run_returned"  # the child ended: its outcome is the call's observation (parent)
     RUN_EXITED = "run_exited"
     BUDGET_EXHAUSTED = "budget_exhausted"
     STEP_CRASHED = "step_crashed"

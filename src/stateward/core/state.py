@@ -58,6 +58,7 @@ class RequestKind(StrEnum):
     HANDOFF = "handoff"  # a person picks one of the options a handoff package offers
     RECONCILIATION = "reconciliation"  # a person says whether a side effect of unknown outcome happened
     TIMER = "timer"  # nobody answers: the expiry sweep fires it
+    CHILD_RUN = "child_run"  # nobody answers: the child run the call started does, when it ends
 
 
 class AnswerVerdict(StrEnum):
@@ -67,6 +68,7 @@ class AnswerVerdict(StrEnum):
     REJECTED = "rejected"
     REPLIED = "replied"
     TIMER_FIRED = "timer_fired"
+    CHILD_RETURNED = "child_returned"  # the child run a call started ended; its outcome is the call's
     CLOSED = "closed"  # by the run itself: cancelled, expired
 
 
@@ -163,6 +165,35 @@ class DeferredCall(BaseModel):
     reconciled: PersonOutcome | None = None
 
 
+class ChildCall(BaseModel):
+    """A call to another registered agent, waited on as a child run: the child's deterministic run id (from
+    the parent's run id and the call's idempotency key, so a replayed call names the same child), what it is
+    asked to do, and the budget carved for it from the parent's remaining budget."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    agent: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    goal: str
+    budget: Budget
+    tool: str  # the parent's tool that made the call
+    args: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str
+
+
+class ParentLink(BaseModel):
+    """A child run's place in its tree: the run and call that started it, and the tree's root run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    request_id: str  # the parent's CHILD_RUN wait this run's end answers
+    idempotency_key: str  # the parent's call
+    root_run_id: str
+    depth: int = Field(default=1, ge=1)  # 1: a child of the root
+
+
 class PendingRequest(BaseModel):
     """What a stopped run waits for: a request id minted by the Runtime, the question, the exact action an approval
     admits (if any), who may answer and until when."""
@@ -184,6 +215,7 @@ class PendingRequest(BaseModel):
     expires_at: datetime | None = None
     replaces: str | None = None  # an escalation's new request: the id of the one first asked (kept on re-escalation)
     reconciles: Reconciles | None = None  # a reconciliation: the journalled call its answer decides
+    child: ChildCall | None = None  # a CHILD_RUN wait: the child run whose end answers it
 
 
 class Answer(BaseModel):
@@ -268,6 +300,7 @@ class RunState(BaseModel):
     memo: dict[str, Any] = Field(default_factory=dict)
     setback: Setback | None = None  # a crash or outage being retried (see core/setback.py)
     trace: TraceLink | None = None  # set only while a tracer provider records (observability/tracing.py)
+    parent: ParentLink | None = None  # a child run: the call that started it (see runtime/children.py)
 
     @field_validator("approvals", mode="before")
     @classmethod

@@ -39,6 +39,7 @@ _VERDICTS_BY_KIND = {
     RequestKind.INPUT: {AnswerVerdict.REPLIED, AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
     RequestKind.HANDOFF: {AnswerVerdict.REPLIED},
     RequestKind.TIMER: set(),  # nobody answers a timer; the expiry sweep fires it
+    RequestKind.CHILD_RUN: set(),  # nobody answers a child run's wait; the child's end does
 }
 
 

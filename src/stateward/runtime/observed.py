@@ -14,7 +14,7 @@ from stateward.core.state import RunState
 from stateward.observability.payloads import resolve
 from stateward.store.base import Store
 
-OBSERVED = (EventType.TOOL_ATTEMPTED, EventType.ACTION_REFUSED)
+OBSERVED = (EventType.TOOL_ATTEMPTED, EventType.ACTION_REFUSED, EventType.CHILD_RUN_RETURNED)
 
 
 def observations_of(store: Store, state: RunState) -> ObservationLog:
@@ -29,13 +29,20 @@ def observations_of(store: Store, state: RunState) -> ObservationLog:
         found = store.get_artifact(run_id, name, 1)
         return None if found is None else found.content
 
+    events = [ev for ev in store.read_events(run_id) if ev.type in OBSERVED]
     observed = [
         (ev.payload.get("idempotency_key"), Observation.model_validate(resolve(ev.payload["observation"], fetch)))
-        for ev in store.read_events(run_id)
-        if ev.type in OBSERVED
+        for ev in events
     ]
     settling = None if state.next_call is None else state.next_call.reconciled
     stale = superseded_pending(observed, None if settling is None else settling.idempotency_key)
+    # A call that started a child run is seen as the child's outcome, once it returned.
+    returned = {ev.payload.get("idempotency_key") for ev in events if ev.type is EventType.CHILD_RUN_RETURNED}
+    stale |= {
+        index
+        for index, ev in enumerate(events)
+        if ev.type is EventType.TOOL_ATTEMPTED and ev.payload.get("idempotency_key") in returned
+    }
     return ObservationLog(obs for index, (_, obs) in enumerate(observed) if index not in stale)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from stateward.core.budget import Budget
 from stateward.core.canonical import sha256_hex
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StatewardError, UserError
-from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.events import Event
 from stateward.core.journal import SideEffectStatus
 from stateward.core.run_inputs import check_goal, check_run_id, check_tenant
 from stateward.core.setback import without_retry
@@ -29,7 +29,7 @@ from stateward.core.state import RequestKind, RunState
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import is_payload_artifact, resolve
 from stateward.observability.tracing import Telemetry
-from stateward.runtime import transition
+from stateward.runtime import children, transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
@@ -183,23 +183,7 @@ class Runtime:
                 code=ErrorCode.UNBOUNDED_RUN,
             )
         state = RunState(run_id=run_id or new_run_id(), tenant=tenant, agent=agent.agent_ref, goal=goal, budget=limits)
-        self.store.create_run(
-            state,
-            [
-                NewEvent(
-                    type=EventType.RUN_STARTED,
-                    payload={
-                        "agent": agent.agent_ref.name,
-                        "agent_version": agent.agent_ref.version,
-                        "params": agent.agent_ref.params,
-                        "mode": agent.controller.mode,
-                        "goal": goal,
-                        "budget": state.budget.model_dump(),
-                        "tenant": tenant,
-                    },
-                )
-            ],
-        )
+        self.store.create_run(state, [children.run_started(agent, state)])
         self._agents[state.run_id] = agent
         return state
 
@@ -343,7 +327,57 @@ class Runtime:
 
     # -- driving --------------------------------------------------------------------------------
     def drive(self, run_id: str) -> RunState:
-        """Drive the run to its next stop if it is runnable and nobody else holds its lease."""
+        """Drive the run to its next stop if it is runnable and nobody else holds its lease. A run that calls
+        another agent waits while its child run is driven here too, and goes on with its outcome (a child's end
+        likewise drives its parent on): the whole tree to its next stop."""
+        return self._family(run_id, self._drive_one(run_id))
+
+    def _family(self, run_id: str, state: RunState) -> RunState:
+        """After ``run_id`` stopped at ``state``: drive the child it waits on, or the parent its end resumed,
+        until the tree stops (a person's request, a pause, the root's end, a run driven elsewhere)."""
+        current = state
+        while (following := self._hop(current)) is not None:
+            current = self._drive_one(following)
+        return current if current.run_id == run_id else self.get(run_id)
+
+    def _hop(self, state: RunState) -> str | None:
+        """One move between a run and its family: start the child it waits on (or hand back an ended one's
+        outcome), or hand its own outcome to its parent. The run to drive next, if any."""
+        call = children.waited_child(state)
+        now = self.clock()
+        if call is not None:
+            child = children.ensure_child(self.store, self._child_agent, state, now)
+            if child is None:
+                return state.run_id if children.waited_child(self.get(state.run_id)) is None else None
+            if child.status in DRIVABLE:
+                return child.run_id
+            if child.status.is_terminal:
+                return self._hand_back(child, now)
+            return None
+        if state.parent is not None and state.status.is_terminal:
+            return self._hand_back(state, now)
+        return None
+
+    def _hand_back(self, child: RunState, now: datetime) -> str | None:
+        answer = children.final_answer(self.store, child)
+        if children.deliver(self.store, child, now, answer) and child.parent is not None:
+            return child.parent.run_id
+        return None
+
+    def _child_agent(self, name: str, params: dict[str, Any]) -> Agent:
+        """A child run's agent: built by registered name, as every process that drives it will."""
+        return self.agents.create(name, params)
+
+    def settle_children(self, *, drive: bool = False) -> list[str]:
+        """Start each child run a parent waits for but which was never created, and hand each ended child's
+        outcome to its parent (a process died between the two writes); with ``drive``, drive them on here."""
+        moved = children.settle(self.store, self._child_agent, self.clock())
+        if drive:
+            for run_id in moved:
+                self.drive(run_id)
+        return moved
+
+    def _drive_one(self, run_id: str) -> RunState:
         state = self.store.load_run(run_id)
         if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
             return state
@@ -374,8 +408,11 @@ class Runtime:
     def drive_leased(
         self, lease: Lease, stop: threading.Event | None = None, *, on_setback: SetbackObserver | None = None
     ) -> RunState:
-        """Drive a run a worker claimed: an agent it cannot build is recorded on the run and retried later."""
-        return self.driver.drive(lease, self.agent_for, stop, claimed=True, on_setback=on_setback)
+        """Drive a run a worker claimed: an agent it cannot build is recorded on the run and retried later.
+        A child it waits on is started (or a parent its end resumes is made runnable), for a claim to drive."""
+        state = self.driver.drive(lease, self.agent_for, stop, claimed=True, on_setback=on_setback)
+        self._hop(state)
+        return state
 
     def _try_lease(self, run_id: str) -> Lease | None:
         try:
@@ -546,7 +583,7 @@ class Runtime:
         except BaseException:
             self.store.release_lease(lease)
             raise
-        return self.driver.drive(lease, self.agent_for)
+        return self._family(run_id, self.driver.drive(lease, self.agent_for))
 
     def _verify_checkpoint(self, state: RunState, seq: int) -> None:
         checkpoint = self.store.latest_checkpoint(state.run_id)

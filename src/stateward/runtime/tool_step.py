@@ -14,7 +14,8 @@ from stateward.core.events import EventType, NewEvent
 from stateward.core.journal import AttemptRecord
 from stateward.core.state import AskedBy, PendingRequest, Reconciles, RequestKind, RunState
 from stateward.runtime.agent import Agent, guard
-from stateward.runtime.transition import mint_request_id, suspend
+from stateward.runtime.child_call import child_call
+from stateward.runtime.transition import await_child, mint_request_id, suspend
 from stateward.runtime.write import Write
 from stateward.store.records import NewArtifact
 from stateward.tools.gateway import ToolGateway
@@ -87,6 +88,12 @@ def execute_tool(
         outcome,
         [f"{a.name}:v{a.version}" for a in artifacts],
     )
+    spec = agent.tools.get(decision.action)
+    child = None
+    if spec is not None and spec.child_agent is not None and outcome.status is OutcomeStatus.SUCCESS:
+        # An agent tool: the call starts a child run, carved from what the run has left after this step.
+        child = child_call(state.model_copy(update=changes), spec.child_agent, decision, outcome)
+        observation = observation.model_copy(update={"result": child.model_dump(mode="json", exclude={"params"})})
     observed = observation.model_dump(mode="json")
     events = [*written, NewEvent(type=EventType.TOOL_ATTEMPTED, payload=_attempted(observed, outcome))]
     if blocked:
@@ -101,6 +108,8 @@ def execute_tool(
             )
         )
     write = Write(state.model_copy(update=changes), tuple(events), delta)
+    if child is not None:
+        write = write.then(await_child(write.state, child, call_step=observation.step, now=now))
     if outcome.status is OutcomeStatus.PENDING_VERIFICATION:
         write = write.then(_await_reconciliation(write.state, observation, agent, decision, outcome, ctx.step, now))
     return ToolStep(

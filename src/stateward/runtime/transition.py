@@ -11,7 +11,9 @@ RUNNING ends with ``run_exited`` (appended in ``_moved_write`` alone) unless the
 - ``resume_on_answer``: WAITING_FOR_USER -> RUNNING on an answer (a person's; ``fire_timer``: a timer's);
 - ``resume``: PAUSED -> RUNNING (an operator, or a due retry); an abandoned RUNNING run carries on;
 - ``pause``: RUNNING -> PAUSING -> PAUSED;  ``end``: to a terminal status;  ``cancel``: to CANCELLED;
-- ``exhaust``: FAILED / budget_exhausted;  ``expire``: an expired request's policy (fail, cancel, escalate).
+- ``exhaust``: FAILED / budget_exhausted;  ``expire``: an expired request's policy (fail, cancel, escalate);
+- ``await_child``: RUNNING -> WAITING_FOR_USER on a child run a call started;  ``child_returned``: back to
+  RUNNING when it ended, its outcome the call's observation and its spend the parent's.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stateward.core.budget import UsageDelta
+from stateward.core.budget import Usage, UsageDelta, spent
 from stateward.core.contract import Proposal, Signal, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError
@@ -31,6 +33,7 @@ from stateward.core.state import (
     Answer,
     AnswerVerdict,
     AskedBy,
+    ChildCall,
     DeferredCall,
     Grant,
     GuardedAction,
@@ -596,3 +599,53 @@ def escalate(state: RunState, *, role: str | None, now: datetime, expires_at: da
         },
     )
     return Write(new, (recorded,), open_request=escalated)
+
+
+AWAITING_CHILD = "awaiting_child_run"
+CHILD_RETURNED = "child_run_returned"
+
+
+def await_child(state: RunState, child: ChildCall, *, call_step: int, now: datetime) -> Write:
+    """The call started a child run: the parent waits for it durably (no thread held) under a CHILD_RUN
+    request nobody answers; the child's end does (``child_returned``)."""
+    pending = PendingRequest(
+        request_id=mint_request_id(state),
+        kind=RequestKind.CHILD_RUN,
+        question=f"waiting for child run {child.run_id} of agent {child.agent}: {child.goal}"[: admission.SHOWN_CHARS],
+        state_before=state.status,
+        asked_by=AskedBy.RUNTIME,
+        call_step=call_step,
+        created_at=now,
+        child=child,
+    )
+    return suspend(state, pending, AWAITING_CHILD)
+
+
+def child_returned(
+    state: RunState, child_run_id: str, child_usage: Usage | None, observation: dict[str, Any], *, now: datetime
+) -> Write:
+    """WAITING_FOR_USER -> RUNNING: the child run the parent waits on ended (or could not start:
+    ``child_usage`` None). Its outcome is the call's observation (``child_run_returned``) and what it spent
+    in the budget's dimensions is the parent's too."""
+    pending = state.pending
+    assert pending is not None and pending.kind is RequestKind.CHILD_RUN and pending.child is not None
+    answer = RequestAnswer(
+        request_id=pending.request_id,
+        verdict=AnswerVerdict.CHILD_RETURNED,
+        text=str(observation.get("status")),
+        by=f"run:{child_run_id}",
+        at=now,
+    )
+    resumed = resume_on_answer(state, answer, CHILD_RETURNED)
+    delta = UsageDelta() if child_usage is None else spent(child_usage)
+    returned = NewEvent(
+        type=EventType.CHILD_RUN_RETURNED,
+        payload={
+            "child_run_id": child_run_id,
+            "idempotency_key": pending.child.idempotency_key,
+            "observation": observation,
+            "usage": delta.counts(),
+        },
+    )
+    counted = resumed.state.model_copy(update={"usage": resumed.state.usage.plus(delta)})
+    return dataclasses.replace(resumed, state=counted, usage=resumed.usage + delta).after(returned)

@@ -200,8 +200,14 @@ class Worker:
             self.stop.set()
 
     def _sweep(self) -> None:
-        """Expired requests and due timers, then model outages whose retry time came; never fatal."""
-        for name, sweep in (("expiry", self.runtime.expire_requests), ("retry", self.runtime.resume_due)):
+        """Expired requests and due timers, model outages whose retry time came, then child runs left between
+        two writes (a child never started, an ended child's outcome never handed back); never fatal."""
+        sweeps = (
+            ("expiry", self.runtime.expire_requests),
+            ("retry", self.runtime.resume_due),
+            ("children", self.runtime.settle_children),
+        )
+        for name, sweep in sweeps:
             try:
                 sweep(drive=False)
             except Exception as exc:

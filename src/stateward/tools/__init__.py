@@ -2,6 +2,7 @@
 
 from stateward.core.journal import AttemptRecord, BreakerPosition, BreakerState, SideEffectRecord, SideEffectStatus
 
+from .agent_tool import agent_tool
 from .breaker import BreakerPolicy, CircuitBreaker
 from .errors import (
     RateLimited,
@@ -20,7 +21,7 @@ from .registry import ToolRegistry
 from .results import TRUNCATION_MARKER
 from .retry import RetryPolicy
 from .scope import ResourceScope, ScopedArg, ScopeMatch
-from .spec import LookupFn, ToolContext, ToolSpec, tool
+from .spec import ChildAgent, LookupFn, ToolContext, ToolSpec, tool
 from .types import (
     ArtifactDraft,
     CallContext,
@@ -41,6 +42,7 @@ __all__ = [
     "BreakerPosition",
     "BreakerState",
     "CallContext",
+    "ChildAgent",
     "CircuitBreaker",
     "GatewayStore",
     "InMemoryGatewayStore",
@@ -69,5 +71,6 @@ __all__ = [
     "ToolRegistry",
     "ToolSpec",
     "ToolTimeout",
+    "agent_tool",
     "tool",
 ]

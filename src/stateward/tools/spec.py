@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, cre
 from pydantic_core import to_jsonable_python
 
 from stateward.core.bridge import resolve
+from stateward.core.budget import Budget
 from stateward.core.errors import UserError
 from stateward.core.state import ApprovalScope
 
@@ -66,6 +67,17 @@ TooLarge = Literal["truncate", "refuse"]
 # Every result is bounded unless its tool says otherwise: ``max_result_bytes=None`` lifts the limit,
 # ``on_too_large="refuse"`` turns a cut into a RESULT_TOO_LARGE failure.
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024
+
+
+class ChildAgent(BaseModel):
+    """What a tool made by ``agent_tool`` calls: a registered agent, built from ``params``, run as a child run
+    with at most ``budget`` (each bound further capped by what the caller has left; None: all it has left)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=200)
+    params: dict[str, Any] = Field(default_factory=dict)
+    budget: Budget | None = None
 
 
 @dataclass
@@ -150,6 +162,7 @@ class ToolSpec(BaseModel):
     available: bool = True
     input_json_schema: dict[str, Any] | None = None  # instead of the handler's signature (e.g. an MCP tool)
     scoped_args: tuple[ScopedArg, ...] = ()  # arguments naming a scoped resource: held to the goal's scope
+    child_agent: ChildAgent | None = None  # an agent tool's: the call starts a child run (tools/agent_tool.py)
 
     _shape: _Shape = PrivateAttr()
     _lookup_keywords: frozenset[str] = PrivateAttr(default=frozenset())

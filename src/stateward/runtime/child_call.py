@@ -1,0 +1,78 @@
+"""A call to another agent, as data: the child run it names and the observation its end makes. Nothing here
+performs I/O; ``children.py`` starts the child and hands its outcome back (through ``transition.py``).
+
+The child's run id is derived from the parent's run id and the call's idempotency key, so a parent that
+crashes or is resumed and makes the same call again names the same child: starting it is idempotent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stateward.core.budget import Budget, carve, spent
+from stateward.core.canonical import sha256_hex
+from stateward.core.contract import Observation, OutcomeStatus
+from stateward.core.decision import ControlDecision
+from stateward.core.errors import ErrorCode
+from stateward.core.state import ChildCall, RunState
+from stateward.core.status import RunStatus
+from stateward.tools.spec import ChildAgent
+from stateward.tools.types import ToolOutcome
+
+DELIVERED = frozenset({RunStatus.COMPLETED, RunStatus.PARTIALLY_COMPLETED})
+_FAILURE_BY_STATUS = {RunStatus.CANCELLED: ErrorCode.CHILD_RUN_CANCELLED, RunStatus.FAILED: ErrorCode.CHILD_RUN_FAILED}
+
+
+def child_run_id(parent_run_id: str, idempotency_key: str) -> str:
+    """The child run of the parent's call with ``idempotency_key``: the same call, the same child."""
+    return f"run_{sha256_hex(f'{parent_run_id}:{idempotency_key}')[:24]}"
+
+
+def child_call(state: RunState, declared: ChildAgent, decision: ControlDecision, outcome: ToolOutcome) -> ChildCall:
+    """The child run an agent tool's call starts: its goal as the call gave it, its budget carved from what
+    ``state`` (the parent, this step counted) has left, held to what the tool declares and the call asked."""
+    result: dict[str, Any] = outcome.result if isinstance(outcome.result, dict) else {}
+    key = outcome.idempotency_key or ""
+    asked = Budget(**{"max_steps": None, **result.get("asked", {})})
+    return ChildCall(
+        run_id=child_run_id(state.run_id, key),
+        agent=declared.agent,
+        params=declared.params,
+        goal=str(result.get("goal", "")),
+        budget=carve(state.budget, state.usage, declared.budget, asked),
+        tool=outcome.tool,
+        args=decision.args or {},
+        idempotency_key=key,
+    )
+
+
+def child_observation(
+    call: ChildCall, step: int, child: RunState | None, *, answer: str | None = None, error: str | None = None
+) -> dict[str, Any]:
+    """The call's observation once the child ended: SUCCESS with its result when it completed (or delivered
+    part: ``partial``), else FAILED with CHILD_RUN_FAILED or CHILD_RUN_CANCELLED (CHILD_AGENT_UNAVAILABLE when
+    no child could start: ``child`` is None and ``error`` says why)."""
+    code: str | None
+    if child is None:
+        result: dict[str, Any] = {"child_run_id": call.run_id, "agent": call.agent, "error": error}
+        status, code = OutcomeStatus.FAILED, ErrorCode.CHILD_AGENT_UNAVAILABLE.value
+    else:
+        delivered = child.status in DELIVERED
+        status = OutcomeStatus.SUCCESS if delivered else OutcomeStatus.FAILED
+        failure = _FAILURE_BY_STATUS.get(child.status, ErrorCode.CHILD_RUN_FAILED)
+        code = None if delivered else failure.value
+        result = {
+            "child_run_id": child.run_id,
+            "agent": call.agent,
+            "status": child.status.value,
+            "terminal_reason": child.terminal_reason,
+            "partial": child.status is RunStatus.PARTIALLY_COMPLETED,
+            "answer": answer,
+            "facts": child.facts,
+            "artifacts": child.artifacts,
+            "usage": spent(child.usage).counts(),
+        }
+    observation = Observation(
+        step=step, action=call.tool, args=call.args, status=status, result=result, error_code=code
+    )
+    return observation.model_dump(mode="json")

@@ -1,0 +1,183 @@
+"""Child runs: a parent's agent-tool call started, waited on, and answered by the child's end.
+
+A parent's call commits its CHILD_RUN wait first (``transition.await_child``, naming the child's derived run
+id and carved budget); the child run is created after that, idempotently (an existing child is the child), and
+its end resumes the parent (``transition.child_returned``). Each step is a separate, idempotent write, so a
+process that dies between any two leaves nothing a later pass cannot finish: ``settle`` (a worker's sweep)
+starts a child whose parent waits for it but which was never created, and delivers an ended child's outcome
+its parent never received. A parent never waits on a second child for the same call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StatewardError
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import ChildCall, ParentLink, RequestKind, RunState
+from stateward.core.status import RunStatus
+from stateward.runtime import transition
+from stateward.runtime.agent import Agent
+from stateward.runtime.child_call import child_observation
+from stateward.runtime.write import Write
+from stateward.store.base import Store
+
+log = logging.getLogger("stateward.children")
+AgentMaker = Callable[[str, dict[str, Any]], Agent]  # (name, params) -> the agent a new run of it runs
+SETTLE_PAGES = 10  # a sweep reads at most this many pages of open requests (bounded work per sweep)
+_LOST_RACE = (ErrorCode.CONCURRENT_UPDATE, ErrorCode.REQUEST_NOT_OPEN, ErrorCode.STALE_REQUEST)
+
+
+def run_started(agent: Agent, state: RunState) -> NewEvent:
+    """``run_started``: the first event of every run, a child's included."""
+    return NewEvent(
+        type=EventType.RUN_STARTED,
+        payload={
+            "agent": agent.agent_ref.name,
+            "agent_version": agent.agent_ref.version,
+            "params": agent.agent_ref.params,
+            "mode": agent.controller.mode,
+            "goal": state.goal,
+            "budget": state.budget.model_dump(),
+            "tenant": state.tenant,
+        },
+    )
+
+
+def waited_child(state: RunState) -> ChildCall | None:
+    """The child call ``state`` waits on, if it waits on one."""
+    pending = state.pending
+    if state.status is not RunStatus.WAITING_FOR_USER or pending is None or pending.kind is not RequestKind.CHILD_RUN:
+        return None
+    return pending.child
+
+
+def ensure_child(store: Store, make: AgentMaker, parent: RunState, now: datetime) -> RunState | None:
+    """The child run ``parent`` waits on, created if it does not exist yet (tenant inherited, approvals not:
+    the child starts with none). None if ``parent`` waits on no child, or the child's agent cannot be built
+    (the parent's call then fails with CHILD_AGENT_UNAVAILABLE)."""
+    call = waited_child(parent)
+    if call is None:
+        return None
+    try:
+        return store.load_run(call.run_id)
+    except RunNotFoundError:
+        pass
+    try:
+        agent = make(call.agent, call.params)
+    except StatewardError as exc:
+        log.warning("run %s: cannot start child agent %s: %s", parent.run_id, call.agent, exc)
+        _return_failure(store, parent, call, f"{exc.code}: {exc.message}", now)
+        return None
+    assert parent.pending is not None
+    link = ParentLink(
+        run_id=parent.run_id,
+        request_id=parent.pending.request_id,
+        idempotency_key=call.idempotency_key,
+        root_run_id=parent.run_id if parent.parent is None else parent.parent.root_run_id,
+        depth=1 if parent.parent is None else parent.parent.depth + 1,
+    )
+    child = RunState(
+        run_id=call.run_id,
+        tenant=parent.tenant,
+        agent=agent.agent_ref,
+        goal=call.goal,
+        budget=call.budget,
+        parent=link,
+    )
+    started = NewEvent(type=EventType.CHILD_RUN_STARTED, payload=link.model_dump(mode="json"))
+    try:
+        store.create_run(child, [run_started(agent, child), started])
+    except RunError as exc:
+        if exc.code is not ErrorCode.RUN_EXISTS:
+            raise
+        return store.load_run(call.run_id)  # another process started it first: that is the child
+    return child
+
+
+def deliver(store: Store, child: RunState, now: datetime, answer: str | None = None) -> bool:
+    """Resume ``child``'s parent with its outcome, if it ended and the parent still waits on it; False when
+    there was nothing to do (someone delivered it first, or the parent no longer waits: it was cancelled)."""
+    link = child.parent
+    if link is None or not child.status.is_terminal:
+        return False
+    parent, seq = store.load_run_at(link.run_id)
+    call = waited_child(parent)
+    if call is None or call.run_id != child.run_id or parent.pending is None:
+        return False
+    observed = child_observation(call, parent.pending.call_step or 0, child, answer=answer)
+    write = transition.child_returned(parent, call.run_id, child.usage, observed, now=now)
+    return _commit(store, parent, seq, write)
+
+
+def _return_failure(store: Store, parent: RunState, call: ChildCall, error: str, now: datetime) -> bool:
+    state, seq = store.load_run_at(parent.run_id)
+    if waited_child(state) != call or state.pending is None:
+        return False
+    observed = child_observation(call, state.pending.call_step or 0, None, error=error)
+    write = transition.child_returned(state, call.run_id, None, observed, now=now)
+    return _commit(store, state, seq, write)
+
+
+def _commit(store: Store, parent: RunState, seq: int, write: Write) -> bool:
+    try:
+        store.commit_step(parent.run_id, seq, write.stored())
+    except RunError as exc:
+        if exc.code in _LOST_RACE:
+            return False  # another process delivered it between our read and our write
+        raise
+    return True
+
+
+def final_answer(store: Store, child: RunState) -> str | None:
+    """The reason the child's last decision gave for finishing (its answer, for a ReAct agent), if any."""
+    last = store.last_seq(child.run_id)
+    for event in reversed(store.read_events(child.run_id, max(0, last - 20), 20)):
+        if event.type is EventType.SIGNAL_RECEIVED:
+            signal = event.payload.get("signal")
+            if isinstance(signal, dict) and signal.get("type") in ("FINISH", "FAIL"):
+                reason = signal.get("reason")
+                return reason if isinstance(reason, str) else None
+            return None
+    return None
+
+
+def settle(store: Store, make: AgentMaker, now: datetime) -> list[str]:
+    """One sweep over the open CHILD_RUN waits: start each child never created, deliver each ended child's
+    outcome to its parent. Returns the runs it made runnable (children started, parents resumed)."""
+    moved: list[str] = []
+    cursor: str | None = None
+    for _ in range(SETTLE_PAGES):
+        page = store.page_requests(open_only=True, limit=200, cursor=cursor)
+        for row in page.items:
+            if row.request.kind is not RequestKind.CHILD_RUN or row.request.child is None:
+                continue
+            try:
+                moved += settle_one(store, make, store.load_run(row.run_id), now)
+            except StatewardError as exc:
+                log.warning("run %s: child not settled: %s", row.run_id, exc)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return moved
+
+
+def settle_one(store: Store, make: AgentMaker, parent: RunState, now: datetime) -> list[str]:
+    """``settle`` for one parent: its child started if missing, its outcome delivered if it ended."""
+    call = waited_child(parent)
+    if call is None:
+        return []
+    existed = True
+    try:
+        child = store.load_run(call.run_id)
+    except RunNotFoundError:
+        existed = False
+        child = ensure_child(store, make, parent, now)  # type: ignore[assignment]
+        if child is None:
+            return [parent.run_id] if waited_child(store.load_run(parent.run_id)) is None else []
+    if child.status.is_terminal:
+        return [parent.run_id] if deliver(store, child, now, final_answer(store, child)) else []
+    return [] if existed else [child.run_id]

@@ -1,0 +1,51 @@
+"""``agent_tool``: another registered agent, offered to a model as one tool. A call is a child run.
+
+The call goes through the gateway like any other (permissions, approvals, scope, the call budget); its handler
+only states what the child is asked (a goal, and bounds it may ask to be held to). The Runtime then starts the
+child run, waits for it durably and gives its outcome back as the call's observation (runtime/children.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stateward.core.budget import Budget
+
+from .spec import ChildAgent, ToolSpec
+
+__all__ = ["agent_tool"]
+
+
+def agent_tool(
+    agent: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    params: dict[str, Any] | None = None,
+    budget: Budget | None = None,
+    permission: str | None = None,
+    requires_approval: bool = False,
+    approver_role: str | None = None,
+) -> ToolSpec:
+    """A tool that runs the registered agent ``agent`` (built from ``params``) as a child run on the goal the
+    model gives. ``budget``: the most the child may spend in each dimension (never more than the caller has
+    left; None: all the caller has left); a call may ask for less (``max_steps`` and friends)."""
+
+    def call(
+        goal: str,
+        max_steps: int | None = None,
+        max_model_calls: int | None = None,
+        max_tool_calls: int | None = None,
+    ) -> dict[str, Any]:
+        asked = {"max_steps": max_steps, "max_model_calls": max_model_calls, "max_tool_calls": max_tool_calls}
+        return {"goal": goal, "asked": {k: v for k, v in asked.items() if v is not None}}
+
+    return ToolSpec(
+        name=name or agent.replace("-", "_"),
+        description=description or f"Ask the agent {agent!r} to do a goal; returns its outcome.",
+        handler=call,
+        permission=permission,
+        requires_approval=requires_approval,
+        approver_role=approver_role,
+        child_agent=ChildAgent(agent=agent, params=dict(params or {}), budget=budget),
+    )
