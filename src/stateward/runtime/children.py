@@ -10,6 +10,7 @@ its parent never received. A parent never waits on a second child for the same c
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -19,6 +20,7 @@ from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, Statewa
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import ChildCall, ParentLink, RequestKind, RunState
 from stateward.core.status import RunStatus
+from stateward.observability.payloads import resolve
 from stateward.runtime import transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.child_call import child_observation
@@ -135,9 +137,19 @@ def _commit(store: Store, parent: RunState, seq: int, write: Write) -> bool:
 def final_answer(store: Store, child: RunState) -> str | None:
     """The reason the child's last decision gave for finishing (its answer, for a ReAct agent), if any."""
     last = store.last_seq(child.run_id)
+
+    def fetch(name: str) -> str | None:
+        found = store.get_artifact(child.run_id, name, 1)
+        return None if found is None else found.content
+
     for event in reversed(store.read_events(child.run_id, max(0, last - 20), 20)):
         if event.type is EventType.SIGNAL_RECEIVED:
-            signal = event.payload.get("signal")
+            signal = resolve(event.payload.get("signal"), fetch)
+            if isinstance(signal, str):
+                try:
+                    signal = json.loads(signal)
+                except ValueError:
+                    return None
             if isinstance(signal, dict) and signal.get("type") in ("FINISH", "FAIL"):
                 reason = signal.get("reason")
                 return reason if isinstance(reason, str) else None

@@ -15,6 +15,9 @@ BOUNDARIES = (
     "approval_after_commit",  # an answer is recorded, the run not driven yet
     "lease_renewal",  # a heartbeat is about to renew the lease
 )
+# A parent's call to another agent, between its writes (runtime/children.py): the parent's wait is durable, its
+# child not created yet; the child ended, its outcome not handed back to the parent yet.
+CHILD_BOUNDARIES = ("child_before_start", "child_before_return")
 # Not a persistence boundary, a window: a resume was checked, its lease not taken yet (a racing resumer's).
 RESUME_BEFORE_LEASE = "resume_before_lease"
 

@@ -37,7 +37,7 @@ from stateward.runtime.authority import authorize_resume
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, default_telemetry
-from stateward.runtime.faults import NO_FAULTS, RESUME_BEFORE_LEASE, FaultInjector
+from stateward.runtime.faults import CHILD_BOUNDARIES, NO_FAULTS, RESUME_BEFORE_LEASE, FaultInjector
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
 from stateward.store.backends import open_store
@@ -346,6 +346,7 @@ class Runtime:
         call = children.waited_child(state)
         now = self.clock()
         if call is not None:
+            self.faults.point(CHILD_BOUNDARIES[0])
             child = children.ensure_child(self.store, self._child_agent, state, now)
             if child is None:
                 return state.run_id if children.waited_child(self.get(state.run_id)) is None else None
@@ -359,6 +360,7 @@ class Runtime:
         return None
 
     def _hand_back(self, child: RunState, now: datetime) -> str | None:
+        self.faults.point(CHILD_BOUNDARIES[1])
         answer = children.final_answer(self.store, child)
         if children.deliver(self.store, child, now, answer) and child.parent is not None:
             return child.parent.run_id
