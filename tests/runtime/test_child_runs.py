@@ -136,6 +136,12 @@ def test_nobody_answers_a_child_run_wait(tmp_path: Path) -> None:
     # The answer in the child drove the tree on: the parent took the outcome and called the next child.
     assert rt.get("root").status is RunStatus.WAITING_FOR_USER
     assert len(_children(rt, "root")) == 2
+    # Driving the first (ended) child again hands nothing to a parent that now waits on the second.
+    rt.drive(kid.run_id)
+    rt.settle_children(drive=True)
+    waiting = rt.get("root")
+    assert waiting.pending is not None and waiting.pending.child is not None
+    assert waiting.pending.child.goal == "refund B-2" and len(_observed(rt, "root")) == 1
     rt.close()
 
 
