@@ -86,10 +86,27 @@ def triage_agent(child_steps: int = 5, guarded: bool = False, endless: bool = Fa
     )
 
 
+def _manage(request: ModelRequest) -> dict[str, Any]:
+    if not request.observations:
+        return {"type": "EXECUTE_TOOL", "action": "triage", "args": {"goal": "refund every order"}}
+    return {"type": "FINISH", "reason": "managed"}
+
+
+def manager_agent() -> Agent:
+    """A grandparent: hands the whole job to a (guarded) triage agent, whose children need approvals."""
+    return Agent(
+        name="manager",
+        controller=ReActController(ScriptedModel(_manage)),
+        tools=ToolRegistry([agent_tool("triage", params={"guarded": True})]),
+        budget=Budget(max_steps=60),
+    )
+
+
 def registry() -> AgentRegistry:
     agents = AgentRegistry()
     agents.register("refund-agent", refund_agent)
     agents.register("triage", triage_agent)
+    agents.register("manager", manager_agent)
     return agents
 
 

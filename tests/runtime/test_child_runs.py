@@ -260,3 +260,71 @@ def test_no_tree_of_children_spends_more_than_the_parents_limits(tmp_path: Path)
         rt.close()
 
     check()
+
+
+def _tree(rt: Runtime, root: str) -> list[RunState]:
+    """Every descendant of ``root``, parents before children."""
+    found, frontier = [], [root]
+    while frontier:
+        kids = _children(rt, frontier.pop(0))
+        found += kids
+        frontier += [k.run_id for k in kids]
+    return found
+
+
+def test_cancelling_the_root_ends_every_descendant_and_closes_their_requests(url: str) -> None:
+    rt = _runtime(url)
+    root = rt.start(rt.agents.create("manager"), goal="refunds", run_id="root")
+    tree = _tree(rt, "root")
+    assert [r.agent.name for r in tree] == ["triage", "refund-agent"]  # a grandchild waits for approval
+    assert [r.parent.depth for r in tree if r.parent] == [1, 2]
+    assert {r.parent.root_run_id for r in tree if r.parent} == {"root"}
+    assert root.status is RunStatus.WAITING_FOR_USER and len(rt.list_requests().items) == 3
+    rt.cancel("root", by="ops")
+    assert rt.get("root").status is RunStatus.CANCELLED
+    assert [rt.get(r.run_id).status for r in tree] == [RunStatus.CANCELLED] * 2
+    assert rt.list_requests().items == []  # the grandchild's approval closed with it
+    rt.close()
+
+
+def test_a_cancelled_child_is_its_parents_named_tool_failure(tmp_path: Path) -> None:
+    rt = _runtime(str(tmp_path / "x.db"))
+    rt.start(rt.agents.create("triage", {"guarded": True}), goal="refund every order", run_id="root")
+    (first,) = _children(rt, "root")
+    rt.cancel(first.run_id, by="ops")
+    # Handed back at once: the parent saw CHILD_RUN_CANCELLED and went on to its next call.
+    assert [(o["status"], o["error_code"]) for o in _observed(rt, "root")] == [
+        ("FAILED", ErrorCode.CHILD_RUN_CANCELLED.value)
+    ]
+    assert len(_children(rt, "root")) == 2
+    rt.close()
+
+
+class _DiesBeforeChild:
+    """The process dies once, right after the parent's wait is durable and before its child starts."""
+
+    def __init__(self) -> None:
+        self.died = False
+
+    def point(self, name: str) -> None:
+        if name == "child_before_start" and not self.died:
+            self.died = True
+            raise SystemExit("killed")
+
+
+def test_pausing_a_waiting_parent_pauses_its_child_and_resuming_it_goes_on(tmp_path: Path) -> None:
+    url = str(tmp_path / "x.db")
+    dying = Runtime.open(url, agents=family.registry(), faults=_DiesBeforeChild())
+    with pytest.raises(SystemExit):
+        dying.start(dying.agents.create("triage"), goal="refund every order", run_id="root")
+    dying.close()
+    rt = _runtime(url)
+    started = rt.settle_children()  # a sweep starts the child nobody started, for a worker to drive
+    (child,) = _children(rt, "root")
+    assert started == [child.run_id] and child.status is RunStatus.RUNNING
+    assert rt.pause("root", by="ops").status is RunStatus.WAITING_FOR_USER
+    assert rt.get(child.run_id).status is RunStatus.PAUSED
+    rt.resume("root", by="ops")
+    assert rt.get(child.run_id).status is RunStatus.COMPLETED
+    assert rt.get("root").status is RunStatus.COMPLETED and len(_children(rt, "root")) == 2
+    rt.close()

@@ -509,10 +509,15 @@ class Runtime:
     # -- pause / resume / cancel ----------------------------------------------------------------
     def pause(self, run_id: str, *, by: str = "operator", roles: frozenset[str] = frozenset()) -> RunState:
         """RUNNING -> PAUSING -> PAUSED, with a checkpoint, at the holder's next step boundary; the
-        transitions record ``by`` whichever process honours the request."""
+        transitions record ``by`` whichever process honours the request. A run waiting on a child run it
+        called stays waiting while the pause goes down to the child (and its own children)."""
         state = self.store.load_run(run_id)
         if state.status is RunStatus.PAUSED:
             return state
+        call = children.waited_child(state)
+        if call is not None:
+            self._cascade(call.run_id, lambda child: self.pause(child, by=by, roles=roles), ErrorCode.NOT_PAUSABLE)
+            return self.get(run_id)
         if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
             raise RunError(
                 f"run {run_id} is {state.status.value}; only a RUNNING run can pause",
@@ -523,7 +528,9 @@ class Runtime:
         return self.drive(run_id)
 
     def cancel(self, run_id: str, *, by: str = "operator", roles: frozenset[str] = frozenset()) -> RunState:
-        """Any non-terminal run -> CANCELLED; its open requests close and later answers are refused."""
+        """Any non-terminal run -> CANCELLED; its open requests close and later answers are refused. The
+        child run it waits on is cancelled too (and so every descendant); a cancelled child is its parent's
+        tool failure (CHILD_RUN_CANCELLED), handed back at once."""
         state = self.store.load_run(run_id)
         if state.status.is_terminal:
             raise RunError(
@@ -531,6 +538,24 @@ class Runtime:
                 code=ErrorCode.RUN_ENDED,
                 details={"run_id": run_id, "status": state.status.value},
             )
+        call = children.waited_child(state)
+        ended = self._cancel(run_id, state, by, roles)
+        if call is not None:
+            self._cascade(call.run_id, lambda child: self.cancel(child, by=by, roles=roles), ErrorCode.RUN_ENDED)
+        return self._family(run_id, ended) if ended.status.is_terminal else ended
+
+    def _cascade(self, child: str, act: Callable[[str], RunState], done: ErrorCode) -> None:
+        """A parent's pause, resume or cancel, passed on to the child it waits on (``done``: the child has
+        already stopped that way; a child never started has nothing to pass on to)."""
+        try:
+            act(child)
+        except RunNotFoundError:
+            return
+        except RunError as exc:
+            if exc.code is not done:
+                raise
+
+    def _cancel(self, run_id: str, state: RunState, by: str, roles: frozenset[str]) -> RunState:
         asked = ControlRequest("cancel", by, tuple(sorted(roles)))
         self.store.set_control(run_id, asked.encode())
         lease = self._try_lease(run_id)
@@ -561,6 +586,11 @@ class Runtime:
         """
         state = self.store.load_run(run_id)
         authorize_resume(state, tenant=tenant, roles=roles)
+        call = children.waited_child(state)
+        if call is not None:  # the parent waits: what was paused is its child (or a descendant)
+            again = ErrorCode.NOT_RESUMABLE
+            self._cascade(call.run_id, lambda child: self.resume(child, by=by, tenant=tenant, roles=roles), again)
+            return self.get(run_id)
         check_resumable(state)
         self.faults.point(RESUME_BEFORE_LEASE)
         lease = self._try_lease(run_id)
