@@ -306,6 +306,9 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
         return streams.response(run_id, who, start)
 
 
+NOBODY_ANSWERS = frozenset({RequestKind.TIMER, RequestKind.CHILD_RUN})  # a timer fires; a child's end answers
+
+
 def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: Callable[[], datetime]) -> None:
     """The inbox and the answers to it."""
 
@@ -322,9 +325,9 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         require(who, Role.APPROVER)
         page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role)
         items = [
-            InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request)
+            InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request, chain=runtime.chain(row.run_id))
             for row in page.items
-            if row.request.kind is not RequestKind.TIMER and may_answer(who, row.request.approver_role)
+            if row.request.kind not in NOBODY_ANSWERS and may_answer(who, row.request.approver_role)
         ]
         return Inbox(items=items, next_cursor=page.next_cursor)
 

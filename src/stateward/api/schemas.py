@@ -95,6 +95,8 @@ class InboxItem(BaseModel):
     run_id: str
     tenant: str
     request: PendingRequest
+    # A child run's request: the runs above it, root first, down to the run whose call started it.
+    chain: list[str] = Field(default_factory=list)
 
 
 class Inbox(BaseModel):

@@ -193,3 +193,36 @@ def settle_one(store: Store, make: AgentMaker, parent: RunState, now: datetime) 
     if child.status.is_terminal:
         return [parent.run_id] if deliver(store, child, now, final_answer(store, child)) else []
     return [] if existed else [child.run_id]
+
+
+MAX_CHAIN = 64  # how far up a chain is walked (a tree deeper than this is shown cut at its top)
+
+
+def chain(store: Store, state: RunState) -> list[str]:
+    """The run ids above ``state``, root first, down to its parent."""
+    above: list[str] = []
+    link = state.parent
+    while link is not None and len(above) < MAX_CHAIN:
+        above.append(link.run_id)
+        link = store.load_run(link.run_id).parent
+    return above[::-1]
+
+
+def children_of(store: Store, run_id: str) -> list[RunState]:
+    """The child runs of ``run_id``, in the order its calls started them (from its CHILD_RUN requests; a
+    call whose child was never started has none)."""
+    found: list[RunState] = []
+    cursor: str | None = None
+    for _ in range(SETTLE_PAGES):
+        page = store.page_requests(run_id=run_id, open_only=False, limit=200, cursor=cursor)
+        for row in page.items:
+            call = row.request.child
+            if row.request.kind is RequestKind.CHILD_RUN and call is not None:
+                try:
+                    found.append(store.load_run(call.run_id))
+                except RunNotFoundError:
+                    continue
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return found

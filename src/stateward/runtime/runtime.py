@@ -269,6 +269,17 @@ class Runtime:
             return page
         return page.model_copy(update={"items": [r for r in page.items if r.request.approver_role == role]})
 
+    def chain(self, run_id: str, *, tenant: str | None = None) -> list[str]:
+        """The runs above ``run_id`` in its tree, from the root down to its parent (empty for a run no run
+        started): where a child's request came from, as the inbox shows it."""
+        self._visible(run_id, tenant)
+        return children.chain(self.store, self.store.load_run(run_id))
+
+    def children(self, run_id: str, *, tenant: str | None = None) -> list[RunState]:
+        """The child runs ``run_id``'s calls started, in the order its calls made them."""
+        self._visible(run_id, tenant)
+        return children.children_of(self.store, run_id)
+
     def events(
         self,
         run_id: str,
