@@ -143,12 +143,14 @@ def run_agent(
 # -- runs -----------------------------------------------------------------------------------------
 @runs_app.command("show")
 def runs_show(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
-    """One run: status, the computed suspension criterion, pending request, counters, artifacts."""
-    from stateward.runtime.summary import run_summary
+    """One run: status, the computed suspension criterion, pending request, counters, artifacts, and its
+    place in its tree (the runs above it, the child runs its calls started)."""
+    from stateward.runtime.summary import family_summary, run_summary
 
     with reported_errors(as_json):
         runtime = open_runtime(db)
-        summary = run_summary(runtime.store, runtime.get(run_id))
+        state = runtime.get(run_id)
+        summary = {**run_summary(runtime.store, state), **family_summary(runtime.store, state)}
     if as_json:
         emit_json(summary)
         return

@@ -160,6 +160,15 @@ def print_summary(summary: dict[str, object]) -> None:
         print(f"  setback: {setback['kind']} ({setback['error']}), {setback['counts']}; {retry}")
     print(f"  counters: {summary['counters']}")
     print(f"  artifacts: {inert(str(summary['artifacts']), CELL_CHARS)}")
+    above = summary.get("chain")
+    if isinstance(above, list) and above:
+        print(f"  called by: {inert(' > '.join(str(r) for r in above))}")
+    below = summary.get("children")
+    if isinstance(below, list):
+        for child in below:
+            if isinstance(child, dict):
+                ended = f" ({inert(str(child['terminal_reason']))})" if child.get("terminal_reason") else ""
+                print(f"  child: {inert(str(child['run_id']))} {inert(str(child['agent']))} {child['status']}{ended}")
 
 
 def answer_hint(run_id: str, pending: Any, db: str, tenant: str = "default") -> str:

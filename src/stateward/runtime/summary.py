@@ -67,3 +67,17 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             if not is_payload_artifact(a.name)
         ],
     }
+
+
+def family_summary(store: Store, state: RunState) -> dict[str, Any]:
+    """A run's place in its tree, as ``runs show`` lists it: the runs above it (root first) and the child
+    runs its calls started, with their statuses."""
+    from stateward.runtime.children import chain, children_of
+
+    return {
+        "chain": chain(store, state),
+        "children": [
+            {"run_id": c.run_id, "agent": c.agent.name, "status": c.status.value, "terminal_reason": c.terminal_reason}
+            for c in children_of(store, state.run_id)
+        ],
+    }
