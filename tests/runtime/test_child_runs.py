@@ -328,3 +328,27 @@ def test_pausing_a_waiting_parent_pauses_its_child_and_resuming_it_goes_on(tmp_p
     assert rt.get(child.run_id).status is RunStatus.COMPLETED
     assert rt.get("root").status is RunStatus.COMPLETED and len(_children(rt, "root")) == 2
     rt.close()
+
+
+class _CancelMidStep:
+    """An operator cancels the parent while its first step (the call) is in flight, under its lease."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+        self.done = False
+
+    def point(self, name: str) -> None:
+        if name == "before_commit" and not self.done and self.runtime is not None:
+            self.done = True
+            self.runtime.cancel("root", by="ops")  # the lease is held: the request waits for the holder
+
+
+def test_a_cancel_asked_while_the_call_is_in_flight_starts_no_child(tmp_path: Path) -> None:
+    faults = _CancelMidStep()
+    rt = Runtime.open(str(tmp_path / "x.db"), agents=family.registry(), faults=faults)
+    faults.runtime = operator = Runtime.open(str(tmp_path / "x.db"))  # another process
+    root = rt.start(rt.agents.create("triage"), goal="refund every order", run_id="root")
+    assert root.status is RunStatus.CANCELLED and rt.children("root") == []
+    assert len(rt.list_runs().items) == 1  # no child run exists
+    operator.close()
+    rt.close()

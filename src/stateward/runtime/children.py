@@ -24,6 +24,7 @@ from stateward.observability.payloads import resolve
 from stateward.runtime import transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.child_call import child_observation
+from stateward.runtime.control import ControlRequest
 from stateward.runtime.write import Write
 from stateward.store.base import Store
 
@@ -59,8 +60,9 @@ def waited_child(state: RunState) -> ChildCall | None:
 
 def ensure_child(store: Store, make: AgentMaker, parent: RunState, now: datetime) -> RunState | None:
     """The child run ``parent`` waits on, created if it does not exist yet (tenant inherited, approvals not:
-    the child starts with none). None if ``parent`` waits on no child, or the child's agent cannot be built
-    (the parent's call then fails with CHILD_AGENT_UNAVAILABLE)."""
+    the child starts with none). None if ``parent`` waits on no child, if a cancel of ``parent`` was asked
+    (it is cancelled, and no child starts), or if the child's agent cannot be built (the parent's call then
+    fails with CHILD_AGENT_UNAVAILABLE)."""
     call = waited_child(parent)
     if call is None:
         return None
@@ -68,6 +70,13 @@ def ensure_child(store: Store, make: AgentMaker, parent: RunState, now: datetime
         return store.load_run(call.run_id)
     except RunNotFoundError:
         pass
+    control = ControlRequest.decode(store.get_control(parent.run_id))
+    if control is not None and control.kind == "cancel":
+        # Cancelled while the step that made the call was in flight: the call starts nothing.
+        state, seq = store.load_run_at(parent.run_id)
+        if waited_child(state) == call:
+            _commit(store, state, seq, transition.cancel(state, by=control.by, roles=control.roles, now=now))
+        return None
     try:
         agent = make(call.agent, call.params)
     except StatewardError as exc:
