@@ -56,7 +56,7 @@ from stateward.api.web.session import Sessions, SessionSettings
 from stateward.api.webhook_routes import webhook_routes
 from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
-from stateward.core.state import RequestKind, RunState
+from stateward.core.state import NOBODY_ANSWERS, RunState
 from stateward.core.status import RunStatus
 from stateward.runtime.agent_registry import refuse_operator_params
 from stateward.runtime.runtime import Runtime
@@ -304,9 +304,6 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
             start = int(last_event_id)
         visible_run(runtime, run_id, who.tenant)
         return streams.response(run_id, who, start)
-
-
-NOBODY_ANSWERS = frozenset({RequestKind.TIMER, RequestKind.CHILD_RUN})  # a timer fires; a child's end answers
 
 
 def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: Callable[[], datetime]) -> None:

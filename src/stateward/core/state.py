@@ -61,6 +61,10 @@ class RequestKind(StrEnum):
     CHILD_RUN = "child_run"  # nobody answers: the child run the call started does, when it ends
 
 
+# The requests no person answers (a timer fires; a child run's end answers its parent's wait): no inbox lists them.
+NOBODY_ANSWERS = frozenset({RequestKind.TIMER, RequestKind.CHILD_RUN})
+
+
 class AnswerVerdict(StrEnum):
     """How a request was answered or closed."""
 

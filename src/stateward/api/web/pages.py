@@ -31,7 +31,7 @@ from stateward.api.web.session import Session, Sessions, csrf_ok, new_session
 from stateward.api.web.times import ago, stamp
 from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
 from stateward.core.inert import inert
-from stateward.core.state import RequestKind
+from stateward.core.state import NOBODY_ANSWERS
 from stateward.runtime.runtime import Runtime
 from stateward.store.paging import DEFAULT_PAGE_SIZE
 
@@ -230,7 +230,7 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
             rows = [
                 row
                 for row in page.items
-                if row.request.kind is not RequestKind.TIMER and may_answer(who, row.request.approver_role)
+                if row.request.kind not in NOBODY_ANSWERS and may_answer(who, row.request.approver_role)
             ]
             runs = {row.run_id: runtime.store.load_run(row.run_id) for row in rows}  # agent and goal, one page
             return "inbox.html", {
@@ -292,7 +292,7 @@ def _request_route(router: APIRouter, pages: InboxPages) -> None:
                 "record": record,
                 "req": req,
                 "action": req.guarded_action,
-                "may_answer": may_answer(who, req.approver_role) and req.kind is not RequestKind.TIMER,
+                "may_answer": may_answer(who, req.approver_role) and req.kind not in NOBODY_ANSWERS,
                 **context,
             }
 
