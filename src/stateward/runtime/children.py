@@ -18,7 +18,7 @@ from typing import Any
 
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StatewardError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import ChildCall, ParentLink, RequestKind, RunState
+from stateward.core.state import ChildCall, ParentLink, RequestKind, RunState, TraceLink
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
 from stateward.runtime import transition
@@ -98,6 +98,8 @@ def ensure_child(store: Store, make: AgentMaker, parent: RunState, now: datetime
         goal=call.goal,
         budget=call.budget,
         parent=link,
+        # The child's trace continues the parent's: its segments are children of the segment that made the call.
+        trace=None if parent.trace is None else TraceLink(root=parent.trace.last, last=parent.trace.last),
     )
     started = NewEvent(type=EventType.CHILD_RUN_STARTED, payload=link.model_dump(mode="json"))
     try:
