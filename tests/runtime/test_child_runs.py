@@ -352,3 +352,13 @@ def test_a_cancel_asked_while_the_call_is_in_flight_starts_no_child(tmp_path: Pa
     assert len(rt.list_runs().items) == 1  # no child run exists
     operator.close()
     rt.close()
+
+
+def test_the_async_runtime_drives_a_tree_too(tmp_path: Path) -> None:
+    import asyncio
+
+    rt = _runtime(str(tmp_path / "a.db"))
+    root = asyncio.run(rt.astart(rt.agents.create("triage"), goal="refund every order", run_id="root"))
+    assert root.status is RunStatus.COMPLETED
+    assert [o["result"]["answer"] for o in _observed(rt, "root")] == ["refunded A-1", "refunded B-2"]
+    rt.close()
