@@ -3,6 +3,7 @@ call whatever crashes, with a budget carved from the parent's, and its outcome i
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -362,3 +363,57 @@ def test_the_async_runtime_drives_a_tree_too(tmp_path: Path) -> None:
     assert root.status is RunStatus.COMPLETED
     assert [o["result"]["answer"] for o in _observed(rt, "root")] == ["refunded A-1", "refunded B-2"]
     rt.close()
+
+
+class _DiesAt:
+    """The process dies (SystemExit, which nothing of the Runtime catches) the ``nth`` time at ``name``."""
+
+    def __init__(self, name: str, nth: int) -> None:
+        self.name, self.nth, self.seen = name, nth, 0
+
+    def point(self, name: str) -> None:
+        if name == self.name:
+            self.seen += 1
+            if self.seen == self.nth:
+                raise SystemExit(f"died at {name} #{self.nth}")
+
+
+def test_no_crash_and_resume_of_a_tree_spends_more_than_the_parents_limits(tmp_path: Path) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from stateward.runtime.faults import CHILD_BOUNDARIES
+
+    points = st.sampled_from(("before_commit", "after_commit", *CHILD_BOUNDARIES))
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        max_steps=st.integers(3, 12),
+        child_steps=st.integers(1, 5),
+        endless=st.booleans(),
+        crash=st.tuples(points, st.integers(1, 6)),
+        n=st.integers(0, 10**9),
+    )
+    def check(max_steps: int, child_steps: int, endless: bool, crash: tuple[str, int], n: int) -> None:
+        url = str(tmp_path / f"c{n}-{max_steps}-{child_steps}-{endless}-{crash[0]}-{crash[1]}.db")
+        params = {"max_steps": max_steps, "child_steps": child_steps, "endless": endless}
+        dying = Runtime.open(url, agents=family.registry(), faults=_DiesAt(*crash), lease=family.LEASE)
+        with contextlib.suppress(SystemExit):
+            dying.start(dying.agents.create("triage", params), goal="refund", run_id="root")
+        dying.close()
+        rt = _runtime(url)
+        for _ in range(20):
+            if rt.get("root").status.is_terminal:
+                break
+            time.sleep(family.LEASE.ttl_s)
+            Worker(rt, poll_s=0.02, expire_every_s=0.05).run(idle_exit_s=0.3)
+        root = rt.get("root")
+        assert root.status.is_terminal
+        assert root.usage.steps <= max_steps and root.usage.tool_attempts <= max_steps
+        kids = _children(rt, "root")
+        assert len({k.goal for k in kids}) == len(kids)  # one child per call
+        for kid in kids:
+            assert kid.budget.max_steps is not None and kid.usage.steps <= kid.budget.max_steps <= child_steps
+        rt.close()
+
+    check()
