@@ -30,3 +30,24 @@ def test_runs_show_lists_a_runs_children_and_a_childs_chain(tmp_path: Path) -> N
     text = CliRunner().invoke(app, ["runs", "show", "root", "--db", db]).output
     assert f"child: {kids[0].run_id} refund-agent COMPLETED (completed)" in text
     assert "called by: root" in CliRunner().invoke(app, ["runs", "show", kids[1].run_id, "--db", db]).output
+
+
+def test_runs_list_tree_puts_each_child_under_its_parent(tmp_path: Path) -> None:
+    db = str(tmp_path / "family.db")
+    runtime = Runtime.open(db, agents=family.registry())
+    runtime.start(runtime.agents.create("manager"), goal="refunds", run_id="root")
+    (triage,) = runtime.children("root")
+    (refunder,) = runtime.children(triage.run_id)
+    runtime.start(runtime.agents.create("refund-agent"), goal="refund C-3", run_id="alone")
+    runtime.close()
+    listed = CliRunner().invoke(app, ["runs", "list", "--tree", "--db", db, "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = [(r["run_id"], r["parent_run_id"], r["depth"]) for r in json.loads(listed.output)["runs"]]
+    assert rows == [
+        ("alone", None, 0),
+        ("root", None, 0),
+        (triage.run_id, "root", 1),
+        (refunder.run_id, triage.run_id, 2),
+    ]
+    text = CliRunner().invoke(app, ["runs", "list", "--tree", "--db", db]).output
+    assert f"    {refunder.run_id}" in text

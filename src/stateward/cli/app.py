@@ -168,20 +168,53 @@ def runs_list(
     agent: Annotated[str | None, typer.Option("--agent", help="Only runs of this registered agent name.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Runs per page (1-1000).")] = 100,
     cursor: Annotated[str | None, typer.Option("--cursor", help="next_cursor of the previous page.")] = None,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="Each run under the run whose call started it (within the page).")
+    ] = False,
 ) -> None:
     """Runs in the store, newest first, a page at a time (filters combine; --cursor continues a listing).
 
-    JSON: {"runs": [...], "next_cursor": "..." | null}; pass next_cursor back with the same filters.
+    JSON: {"runs": [...], "next_cursor": "..." | null}; pass next_cursor back with the same filters. With
+    --tree each row also names its parent_run_id, and the table shows each child under its parent.
     """
     with reported_errors(as_json):
-        page = open_runtime(db).list_runs(status=status, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
-    rows = [r.model_dump(mode="json") for r in page.items]
+        runtime = open_runtime(db)
+        page = runtime.list_runs(status=status, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
+        rows = [r.model_dump(mode="json") for r in page.items]
+        if tree:
+            rows = _as_tree(runtime, rows)
     if as_json:
         emit_json({"runs": rows, "next_cursor": page.next_cursor})
         return
+    if tree:
+        rows = [{**r, "run_id": "  " * r["depth"] + r["run_id"]} for r in rows]
     print_table("runs", ("run_id", "tenant", "agent", "status", "terminal_reason", "updated_at"), rows)
     if page.next_cursor is not None:
         typer.echo(f"more: --cursor {page.next_cursor}")
+
+
+def _as_tree(runtime: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The page's rows, each child right after its parent (indented by depth in ``run_id`` for the table,
+    named in ``parent_run_id``); a child whose parent is not on the page stays where it was."""
+    parents = {}
+    for row in rows:
+        link = runtime.get(row["run_id"]).parent
+        parents[row["run_id"]] = None if link is None else link.run_id
+    on_page = {row["run_id"] for row in rows}
+    below: dict[str | None, list[dict[str, Any]]] = {}
+    for row in rows:
+        parent = parents[row["run_id"]]
+        below.setdefault(parent if parent in on_page else None, []).append(row)
+    ordered: list[dict[str, Any]] = []
+
+    def place(row: dict[str, Any], depth: int) -> None:
+        ordered.append({**row, "parent_run_id": parents[row["run_id"]], "depth": depth})
+        for child in reversed(below.get(row["run_id"], [])):  # the page is newest first; calls in order
+            place(child, depth + 1)
+
+    for top in below.get(None, []):
+        place(top, 0)
+    return ordered
 
 
 @requests_app.command("list")
