@@ -417,3 +417,27 @@ def test_no_crash_and_resume_of_a_tree_spends_more_than_the_parents_limits(tmp_p
         rt.close()
 
     check()
+
+
+def test_a_call_with_a_blank_goal_is_refused_by_the_gateway_and_starts_nothing(tmp_path: Path) -> None:
+    from stateward import Agent, ReActController, ToolRegistry
+    from stateward.testing import ScriptedModel
+    from stateward.tools import agent_tool
+
+    def blank(request: Any) -> dict[str, Any]:
+        if request.observations:
+            return {"type": "FINISH", "reason": str(request.observations[-1]["error_code"])}
+        return {"type": "EXECUTE_TOOL", "action": "refund_agent", "args": {"goal": "   ", "max_steps": 2}}
+
+    parent = Agent(
+        name="blank",
+        controller=ReActController(ScriptedModel(blank)),
+        tools=ToolRegistry([agent_tool("refund-agent")]),
+        budget=Budget(max_steps=5),
+    )
+    rt = _runtime(str(tmp_path / "b.db"))
+    run = rt.start(parent, goal="call with nothing to do")
+    assert run.status is RunStatus.COMPLETED and rt.children(run.run_id) == []
+    attempted = [e.payload for e in rt.events(run.run_id) if e.type is EventType.TOOL_ATTEMPTED]
+    assert [a["observation"]["error_code"] for a in attempted] == [ErrorCode.INVALID_ARGUMENT.value]
+    rt.close()

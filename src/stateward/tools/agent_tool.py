@@ -10,7 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from stateward.core.budget import Budget
+from stateward.core.errors import UserError
+from stateward.core.run_inputs import check_goal
 
+from .errors import ToolInvalidArgument
 from .spec import ChildAgent, ToolSpec
 
 __all__ = ["agent_tool"]
@@ -37,6 +40,12 @@ def agent_tool(
         max_model_calls: int | None = None,
         max_tool_calls: int | None = None,
     ) -> dict[str, Any]:
+        try:
+            check_goal(goal)
+        except UserError as exc:  # the model's call is wrong, not the tool: an INVALID_ARGUMENT it can see
+            raise ToolInvalidArgument(exc.message) from None
+        if any(v is not None and v < 0 for v in (max_steps, max_model_calls, max_tool_calls)):
+            raise ToolInvalidArgument("a child run's bounds are 0 or more")
         asked = {"max_steps": max_steps, "max_model_calls": max_model_calls, "max_tool_calls": max_tool_calls}
         return {"goal": goal, "asked": {k: v for k, v in asked.items() if v is not None}}
 
