@@ -1,7 +1,7 @@
 """The run console's pages for ``bench_http``: ``GET /runs/{id}`` for a 3,000-event run and for the
 payment-migration demo's 18-item plan run, and ``GET /runs`` with 100,000 runs across tenants, each p99
-against the JSON API's answer for the same data in the same run (``/v1/runs/{id}`` plus the 200 events the
-page shows; ``/v1/runs?limit=50``)."""
+against the JSON API's answer for the same data in the same run (``/v1/runs/{id}`` plus the page of
+``TIMELINE_EVENTS`` events the timeline shows; ``/v1/runs?limit=50``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import httpx
 from stateward import Runtime
 from stateward.api import ApiSettings, mint_key
 from stateward.api.app import key_store
+from stateward.api.web.console import TIMELINE_EVENTS
 from stateward.api.web.session import SessionSettings
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef, RunState
@@ -68,7 +69,8 @@ def measure(
     out: dict[str, dict[str, list[float]]] = {}
     with httpx.Client(base_url=base, timeout=60) as page, httpx.Client(base_url=base, timeout=60, headers=auth) as api:
         sign_in(page, token)
-        tail = f"after={LONG_RUN_EVENTS - 200}&limit=200"
+        shown = TIMELINE_EVENTS  # the page's timeline: the newest page of events, older ones a link away
+        tail = f"after={LONG_RUN_EVENTS - shown}&limit={shown}"
         cases = {
             f"/runs/{{id}} {LONG_RUN_EVENTS} events": (
                 f"/runs/{long_id}",
@@ -76,7 +78,7 @@ def measure(
             ),
             "/runs/{id} 18-item plan": (
                 f"/runs/{plan_run}",
-                [f"/v1/runs/{plan_run}", f"/v1/runs/{plan_run}/events?limit=200"],
+                [f"/v1/runs/{plan_run}", f"/v1/runs/{plan_run}/events?limit={shown}"],
             ),
             "/runs (first page)": ("/runs", ["/v1/runs?limit=50"]),
         }

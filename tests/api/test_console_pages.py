@@ -13,10 +13,12 @@ from tests.api.agents_for_api import HOSTILE_QUESTION, agents
 from tests.api.test_inbox_pages import Inbox, signed_in
 
 from stateward.api import ApiSettings
+from stateward.api.web.console import TIMELINE_EVENTS
 from stateward.api.web.headers import CONTENT_SECURITY_POLICY
-from stateward.core.events import EventType
-from stateward.core.state import RunStatus
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import AgentRef, RunState, RunStatus
 from stateward.runtime.runtime import Runtime
+from stateward.store.records import StepWrite
 from stateward.store.sqlite import SQLiteStore
 from stateward_demos.payment.agent import build_agent, goal
 
@@ -182,3 +184,44 @@ def test_bad_filters_and_cursors_are_named_refusals_and_markup_in_a_goal_stays_t
     page = client.get(f"/runs/{state.run_id}").text
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "\\x1b[31m" in page and "\\u202e" in page and "\u202e" not in page
+
+
+def long_run(runtime: Runtime, tenant: str, events: int) -> str:
+    """A run of ``events`` events written through the store's API, each payload carrying markup."""
+    state = RunState(run_id="run_long", tenant=tenant, agent=AgentRef(name="payer"), goal="a long run")
+    runtime.store.create_run(state, [NewEvent(type=EventType.RUN_STARTED)])
+    seq = 1
+    while seq < events:
+        batch = [
+            NewEvent(type=EventType.TOOL_ATTEMPTED, payload={"tool": "pay", "note": f"<b>n{seq + i + 1}</b>"})
+            for i in range(min(10, events - seq))
+        ]
+        seq = runtime.store.commit_step(state.run_id, seq, StepWrite(state=state, events=batch))
+    return state.run_id
+
+
+def shown_events(page: str) -> tuple[int, int]:
+    """(the timeline's first event number, how many rows it shows)."""
+    found = re.search(r'<ol class="timeline" start="(\d+)">', page)
+    assert found is not None
+    return int(found.group(1)), page.count('data-testid="event"')
+
+
+def test_the_timeline_shows_the_newest_page_and_pages_back_through_older_events(inbox: Inbox) -> None:
+    run = long_run(inbox.runtime, "acme", 130)
+    token, _ = inbox.key("acme", "viewer")
+    client, _ = signed_in(inbox, token)
+    newest = client.get(f"/runs/{run}").text
+    assert shown_events(newest) == (81, TIMELINE_EVENTS)
+    assert f'href="/runs/{run}?before=81" data-testid="older"' in newest and 'data-testid="newer"' not in newest
+    assert "&lt;b&gt;n130&lt;/b&gt;" in newest and "<b>n" not in newest  # payload markup stays text
+    older = client.get(f"/runs/{run}", params={"before": 81}).text
+    assert shown_events(older) == (31, TIMELINE_EVENTS) and "n80&lt;" in older and "n81&lt;" not in older
+    assert 'data-testid="newer"' in older and f"/runs/{run}/live?before=81" in older  # live keeps the page
+    oldest = client.get(f"/runs/{run}", params={"before": 31}).text
+    assert shown_events(oldest) == (1, 30) and 'data-testid="older"' not in oldest
+    assert shown_events(client.get(f"/runs/{run}", params={"before": 10**9}).text) == (81, TIMELINE_EVENTS)
+    for bad in ("0", "-1", "abc", str(2**63)):
+        assert client.get(f"/runs/{run}", params={"before": bad}).status_code in (400, 422), bad
+    other, _ = signed_in(inbox, inbox.key("other", "viewer")[0])
+    assert other.get(f"/runs/{run}", params={"before": 81}).status_code == 404

@@ -21,6 +21,7 @@ from fastapi.responses import RedirectResponse, Response
 from stateward.api.answers import visible_run
 from stateward.api.errors import status_of
 from stateward.api.identity import Principal, Role, require
+from stateward.api.input_guard import MAX_SQL_INTEGER
 from stateward.api.web.dag import BOX_H, BOX_W, draw, plan_of
 from stateward.api.web.pages import CONSOLE_PREFIX, PREFIX, InboxPages, csrf_refused
 from stateward.api.web.session import csrf_ok
@@ -34,7 +35,7 @@ from stateward.store.paging import DEFAULT_PAGE_SIZE
 from stateward.store.records import ArtifactRecord, RunRow
 
 CONSOLE = CONSOLE_PREFIX
-TIMELINE_EVENTS = 200
+TIMELINE_EVENTS = 50  # a page of the timeline; older pages one link away (``?before=<seq>``)
 SCANNED_EVENTS = 400  # verdicts, handoffs and answerers' roles are read from this many recent events
 MAX_DIFF_LINES = 400
 _CONTROLS = ("pause", "resume", "cancel")
@@ -118,12 +119,23 @@ class Console:
         self.pages = pages
         self.runtime = pages.runtime
 
-    def run_context(self, run_id: str, who: Principal, diff: str | None = None) -> dict[str, Any]:
+    def run_context(
+        self, run_id: str, who: Principal, diff: str | None = None, before: int | None = None
+    ) -> dict[str, Any]:
+        """Everything ``/runs/{id}`` shows; ``before``: the timeline page of the events numbered below it
+        (else the newest page)."""
         runtime = self.runtime
         state = visible_run(runtime, run_id, who.tenant)
         last = runtime.store.last_seq(run_id)
         recent = runtime.store.read_events(run_id, max(0, last - SCANNED_EVENTS), limit=SCANNED_EVENTS)
-        timeline = recent[-TIMELINE_EVENTS:]
+        if before is not None and before > last:
+            before = None  # past the newest event: the newest page
+        if before is None:
+            timeline = recent[-TIMELINE_EVENTS:]
+            first = last - len(timeline) + 1
+        else:
+            first = max(1, before - TIMELINE_EVENTS)
+            timeline = runtime.store.read_events(run_id, first - 1, limit=before - first) if before > 1 else []
         kinds = {EventType.REQUEST_ANSWERED: "answers", EventType.VERIFICATION_RECORDED: "verdicts"}
         kinds |= {EventType.HANDOFF_RECORDED: "handoffs"}
         picked: dict[str, list[Event]] = {"answers": [], "verdicts": [], "handoffs": []}
@@ -137,7 +149,9 @@ class Console:
             "run": state,
             "last_seq": last,
             "timeline": timeline,
-            "first_shown": last - len(timeline) + 1,
+            "first_shown": first,
+            "before": before,
+            "timeline_page": TIMELINE_EVENTS,
             "gauges": gauges(state),
             "artifacts": artifact_views(runtime.store.list_artifacts(run_id), _pick(diff)),
             "dag": None if plan is None else draw(*plan),
@@ -231,14 +245,21 @@ def _run_routes(router: APIRouter, console: Console) -> None:
     pages = console.pages
 
     @router.get("/{run_id}")
-    def run_page(request: Request, run_id: str, diff: Annotated[str | None, Query(max_length=300)] = None) -> Response:
+    def run_page(
+        request: Request,
+        run_id: str,
+        diff: Annotated[str | None, Query(max_length=300)] = None,
+        before: Annotated[int | None, Query(ge=1, le=MAX_SQL_INTEGER)] = None,
+    ) -> Response:
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            return "console_run.html", console.run_context(run_id, who, diff)
+            return "console_run.html", console.run_context(run_id, who, diff, before)
 
         return pages.viewer_page(request, build)
 
     @router.get("/{run_id}/live")
-    def live(request: Request, run_id: str) -> Response:
+    def live(
+        request: Request, run_id: str, before: Annotated[int | None, Query(ge=1, le=MAX_SQL_INTEGER)] = None
+    ) -> Response:
         """The live part (status, DAG, timeline) alone, for htmx to swap in while the run moves."""
         session = pages.sessions.read(request)
         who = pages.sessions.principal(session)
@@ -246,7 +267,7 @@ def _run_routes(router: APIRouter, console: Console) -> None:
             return Response(status_code=401)
         try:
             require(who, Role.VIEWER)
-            context = console.run_context(run_id, who)
+            context = console.run_context(run_id, who, before=before)
         except StatewardError as exc:
             return Response(status_code=status_of(exc))
         return pages.render("_console_live.html", who=who, session=session, **context)

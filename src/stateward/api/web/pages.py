@@ -28,6 +28,7 @@ from stateward.api.identity import AuthError, Principal, Role, authenticate, req
 from stateward.api.web.explain import explain
 from stateward.api.web.readable import event_line
 from stateward.api.web.session import Session, Sessions, csrf_ok, new_session
+from stateward.api.web.timeline import inert_lines, timeline_rows
 from stateward.api.web.times import ago, stamp
 from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
 from stateward.core.inert import inert
@@ -47,20 +48,6 @@ def _args_json(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=True, default=str)
 
 
-def _inert_lines(text: str, max_chars: int = 4000) -> str:
-    """Our own line breaks kept (a pretty-printed document), every line's content made inert."""
-    out: list[str] = []
-    budget = max_chars
-    for line in text.split("\n"):
-        if budget <= 0:
-            out.append("…[more lines not shown]")
-            break
-        shown = inert(line, budget)
-        out.append(shown)
-        budget -= len(shown)
-    return "\n".join(out)
-
-
 def arg_pairs(args: dict[str, Any], short: int = 200) -> list[tuple[str, str]]:
     """Each top-level argument as (name, JSON value), made inert: a value up to ``short`` characters in
     full (an email's recipient is never cut), a longer one cut with a visible note of what is left out."""
@@ -74,7 +61,8 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["inert"] = inert
-    env.filters["inert_lines"] = _inert_lines
+    env.filters["inert_lines"] = inert_lines
+    env.filters["timeline_rows"] = timeline_rows
     env.filters["args_json"] = _args_json
     env.filters["arg_pairs"] = arg_pairs
     env.filters["ago"] = ago
