@@ -225,3 +225,52 @@ def test_the_timeline_shows_the_newest_page_and_pages_back_through_older_events(
         assert client.get(f"/runs/{run}", params={"before": bad}).status_code in (400, 422), bad
     other, _ = signed_in(inbox, inbox.key("other", "viewer")[0])
     assert other.get(f"/runs/{run}", params={"before": 81}).status_code == 404
+
+
+def test_runs_search_goal_text_and_filter_by_version_in_the_tenant_only(inbox: Inbox) -> None:
+    runtime = inbox.runtime
+    mine = [
+        runtime.submit(runtime.agents.create("payer", {}), f"pay the <b>quarterly</b> invoice {i}", tenant="acme")
+        for i in range(3)
+    ]
+    other = runtime.submit(runtime.agents.create("payer", {}), "write the report", tenant="acme")
+    theirs = runtime.submit(runtime.agents.create("payer", {}), "pay the <b>quarterly</b> invoice", tenant="globex")
+    token, _ = inbox.key("acme", "viewer")
+    client, _ = signed_in(inbox, token)
+
+    def listed(**params: str) -> list[str]:
+        page = client.get("/runs", params=params)
+        assert page.status_code == 200, page.text[:300]
+        return re.findall(r'data-testid="run-row" data-run-id="([^"]+)"', page.text)
+
+    assert sorted(listed(q="QUARTERLY")) == sorted(s.run_id for s in mine)  # goal text, case ignored
+    assert theirs.run_id not in listed(q="quarterly") and theirs.run_id not in listed(q=theirs.run_id)
+    assert listed(q=other.run_id) == [other.run_id] and other.run_id in listed(q=other.run_id[:-4])  # id prefix
+    assert listed(q="report") == [other.run_id]
+    assert listed(q="%") == [] and listed(q="_the") == []  # wildcards match themselves
+    version = mine[0].agent.version or ""
+    assert set(listed(version=version)) >= {s.run_id for s in mine} and listed(version="no-such") == []
+    page = client.get("/runs", params={"q": "<script>alert(1)</script>"}).text
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<b>quarterly" not in client.get("/runs", params={"q": "quarterly"}).text  # goals render inert
+    assert client.get("/runs", params={"q": "x" * 201}).status_code in (400, 422)
+
+
+def test_runs_pages_keep_their_search_and_filters(inbox: Inbox) -> None:
+    from stateward.store.paging import DEFAULT_PAGE_SIZE
+
+    runtime = inbox.runtime
+    for i in range(DEFAULT_PAGE_SIZE + 5):
+        runtime.submit(runtime.agents.create("payer", {}), f"needle {i}", tenant="acme")
+    runtime.submit(runtime.agents.create("payer", {}), "hay", tenant="acme")
+    token, _ = inbox.key("acme", "viewer")
+    client, _ = signed_in(inbox, token)
+    first = client.get("/runs", params={"q": "needle", "status": "RUNNING"}).text
+    found = re.search(r'data-testid="next-page" href="([^"]+)"', first)
+    assert found is not None
+    link = found.group(1).replace("&amp;", "&")
+    assert "q=needle" in link and "status=RUNNING" in link
+    second = client.get(link).text
+    rows = re.findall(r'data-testid="goal">([^<]*)<', first + second)
+    assert len(rows) == DEFAULT_PAGE_SIZE + 5 and all(r.startswith("needle") for r in rows)
+    assert 'data-testid="next-page"' not in second

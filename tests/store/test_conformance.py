@@ -559,6 +559,74 @@ def test_run_filters_combine_and_page(store: Store) -> None:
     assert {r.tenant for r in store.page_runs(tenant="acme").items} == {"acme"}
 
 
+def test_a_search_matches_a_run_id_prefix_or_goal_text_with_wildcards_taken_literally(store: Store) -> None:
+    goals = {
+        "run_pay_1": "Pay invoice INV-7 to ACME",
+        "run_pay_2": "pay 100% of the invoice",
+        "run_pay_3": "pay 1000 in full",
+        "run_other": "write_the report",
+        "run_wide": "write the report",
+        "run_theirs": "Pay invoice INV-7 to ACME",
+    }
+    for run_id, goal in goals.items():
+        start(store, run_id, goal=goal, tenant="globex" if run_id == "run_theirs" else "acme")
+    found = {
+        term: sorted(every_page(store, 2, tenant="acme", search=term))
+        for term in ("invoice", "INV-7", "100%", "write_the", "run_pay", "%", "_", "nothing", "  acme  ")
+    }
+    assert found == {
+        "invoice": ["run_pay_1", "run_pay_2"],  # ASCII case ignored
+        "INV-7": ["run_pay_1"],
+        "100%": ["run_pay_2"],  # % is no wildcard: "1000" does not match
+        "write_the": ["run_other"],  # nor is _
+        "run_pay": ["run_pay_1", "run_pay_2", "run_pay_3"],  # a run id prefix
+        "%": ["run_pay_2"],
+        "_": ["run_other"],  # a run id matches from its start only
+        "nothing": [],
+        "  acme  ": ["run_pay_1"],  # surrounding space dropped; another tenant's run never listed
+    }
+    assert [r.goal for r in store.page_runs(tenant="acme", search="INV-7").items] == [goals["run_pay_1"]]
+    assert run_ids(store.page_runs(tenant="acme", search="")) == run_ids(store.page_runs(tenant="acme"))
+    with pytest.raises(UserError) as refused:
+        store.page_runs(search="x" * 201)
+    assert refused.value.code.value == "INVALID_FILTER"
+    searched = store.page_runs(tenant="acme", search="pay", limit=1)
+    assert searched.next_cursor is not None
+    with pytest.raises(UserError) as other_filters:  # a search's cursor is bound to its term
+        store.page_runs(tenant="acme", search="write", limit=1, cursor=searched.next_cursor)
+    assert other_filters.value.code.value == "INVALID_CURSOR"
+
+
+def test_a_search_reads_a_bounded_window_per_page_and_its_cursor_goes_on(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stateward.store.postgres as pg_module
+    import stateward.store.sqlite as sqlite_module
+
+    for module in (sqlite_module, pg_module):
+        monkeypatch.setattr(module, "SEARCH_WINDOW", 3)
+    for i in range(10):
+        start(store, f"run_{i:02d}", goal="needle" if i in (0, 1, 8) else "hay")
+    first = store.page_runs(search="needle", limit=5)
+    assert run_ids(first) == ["run_08"] and first.next_cursor is not None  # the newest three runs read
+    assert every_page(store, 5, search="needle") == ["run_08", "run_01", "run_00"]
+    assert every_page(store, 1, search="needle") == ["run_08", "run_01", "run_00"]
+
+
+def test_runs_filter_by_agent_version_and_a_goal_with_a_nul_is_searchable(store: Store) -> None:
+    start(store, "run_v1", agent=AgentRef(name="payer", version="1"))
+    start(store, "run_v2", agent=AgentRef(name="payer", version="2"))
+    start(store, "run_nul", goal="nul\x00 and lone " + "x" * 600)
+    assert run_ids(store.page_runs(version="2")) == ["run_v2"]
+    assert run_ids(store.page_runs(agent="payer", version="1")) == ["run_v1"]
+    assert {r.run_id: r.agent_version for r in store.page_runs().items}["run_v1"] == "1"
+    odd = store.page_runs(search="lone").items
+    assert [r.run_id for r in odd] == ["run_nul"]
+    assert odd[0].goal is not None and odd[0].goal.startswith("nul\ufffd and lone x")  # PostgreSQL has no NUL
+    assert len(odd[0].goal) == 500
+    assert store.load_run("run_nul").goal.startswith("nul\x00")  # the snapshot keeps the goal exactly
+
+
 def test_a_status_change_moves_a_run_between_status_listings(store: Store) -> None:
     start(store)
     step(store, state=make_state(status=RunStatus.COMPLETED))
@@ -1138,6 +1206,8 @@ def test_a_write_without_a_hold_clears_it(store: Store) -> None:
     claimed = store.claim_next("w", ttl_s=30)
     assert claimed is not None and claimed.run_id == RUN
     assert [r.run_id for r in store.page_runs(status="RUNNING", agent="tests.store:agent").items] == [RUN]
+    searched = store.page_runs(tenant="default", search="CONFORM").items  # its goal copied from its snapshot
+    assert [(r.run_id, r.goal) for r in searched] == [(RUN, "conformance")]
 
 
 def test_a_hold_does_not_stop_an_explicit_lease(store: Store) -> None:

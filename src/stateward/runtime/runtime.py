@@ -252,14 +252,26 @@ class Runtime:
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         """Runs newest first, filters combined; pass ``page.next_cursor`` back (same filters) for the next page.
 
         A run created between two pages never shifts them: each run is listed once. INVALID_CURSOR,
-        INVALID_PAGE_SIZE (1 to 1000) or INVALID_FILTER (an unknown status) for a bad argument.
+        INVALID_PAGE_SIZE (1 to 1000) or INVALID_FILTER (an unknown status, a search over 200 characters)
+        for a bad argument. ``version``: runs of that agent version. ``search``: runs whose id starts with it
+        or whose goal holds it (see ``Store.page_runs``: a searched page may hold fewer than ``limit``).
         """
         status_value = None if status is None else status.value if isinstance(status, RunStatus) else status
-        return self.store.page_runs(status=status_value, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
+        return self.store.page_runs(
+            status=status_value,
+            tenant=tenant,
+            agent=agent,
+            limit=limit,
+            cursor=cursor,
+            version=version,
+            search=search,
+        )
 
     def list_requests(
         self,

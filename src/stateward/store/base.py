@@ -134,9 +134,14 @@ class Store(Protocol):
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         """One page of runs newest first, filters combined (see ``store/paging.py``); INVALID_CURSOR,
-        INVALID_PAGE_SIZE or INVALID_FILTER for a bad argument."""
+        INVALID_PAGE_SIZE or INVALID_FILTER for a bad argument. ``version``: the agent version's runs.
+        ``search``: runs whose id starts with it or whose goal (its first GOAL_SEARCH_CHARS characters)
+        holds it, ASCII case ignored; a page reads at most SEARCH_WINDOW runs, so it may hold fewer than
+        ``limit`` and its ``next_cursor`` still leads on."""
         ...
 
     def page_requests(

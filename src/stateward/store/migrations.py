@@ -198,6 +198,16 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN agent_version TEXT",
         "UPDATE runs SET agent_version = json_extract(snapshot, '$.agent.version') WHERE json_valid(snapshot)",
     ],
+    # 9: the console searches runs by goal text and filters them by agent version in the query: the
+    # goal's first 500 characters (paging.GOAL_SEARCH_CHARS) beside the run (copied from the snapshots of
+    # runs recorded before), read from an index a tenant's search walks in the listing's order without
+    # touching the rows, and a tenant's runs by version in that order too.
+    [
+        "ALTER TABLE runs ADD COLUMN goal TEXT",
+        "UPDATE runs SET goal = substr(json_extract(snapshot, '$.goal'), 1, 500) WHERE json_valid(snapshot)",
+        "CREATE INDEX runs_search ON runs(tenant, created_at, run_id, goal)",
+        "CREATE INDEX runs_by_version ON runs(tenant, agent_version, created_at, run_id)",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -391,5 +401,16 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             UPDATE runs SET agent_version = (snapshot::json -> 'agent' ->> 'version');
         EXCEPTION WHEN others THEN NULL;
         END $$""",
+    ],
+    # 10: a run's goal (its first 500 characters) searchable, and versions filtered by index,
+    # as in SQLite (9).
+    [
+        "ALTER TABLE runs ADD COLUMN goal TEXT",
+        """DO $$ BEGIN
+            UPDATE runs SET goal = left(snapshot::json ->> 'goal', 500);
+        EXCEPTION WHEN others THEN NULL;
+        END $$""",
+        "CREATE INDEX runs_search ON runs(tenant, created_at, run_id) INCLUDE (goal)",
+        "CREATE INDEX runs_by_version ON runs(tenant, agent_version, created_at, run_id)",
     ],
 ]

@@ -30,6 +30,11 @@ from stateward.store.records import PendingRecord, RequestAnswer, RunRow
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 MAX_CURSOR_CHARS = 2048
+# A search (run id prefix or goal text) reads at most this many runs of the listing's order per page:
+# a page of a search may hold fewer than its size, and its ``next_cursor`` goes on past what was read.
+SEARCH_WINDOW = 10_000
+MAX_SEARCH_CHARS = 200
+GOAL_SEARCH_CHARS = 500  # the first characters of a run's goal, which a search matches
 
 
 class RunPage(BaseModel):
@@ -116,9 +121,44 @@ def decode_cursor(cursor: str, kind: str, filters: Mapping[str, Any], arity: int
 RunFilters = dict[str, str | None]
 
 
-def run_filters(status: RunStatus | str | None, tenant: str | None, agent: str | None) -> RunFilters:
+def run_filters(
+    status: RunStatus | str | None, tenant: str | None, agent: str | None, version: str | None = None
+) -> RunFilters:
     """The filters of a run listing as the stores apply them (column -> value; None: any)."""
-    return {"status": run_status_filter(status), "tenant": tenant, "agent": agent}
+    filters = {"status": run_status_filter(status), "tenant": tenant, "agent": agent}
+    if version is not None:  # only when given: the cursors of listings without it stay valid
+        filters["agent_version"] = version
+    return filters
+
+
+def search_term(search: str | None) -> str | None:
+    """A search as the stores match it (surrounding space dropped; empty: none); over
+    MAX_SEARCH_CHARS characters is INVALID_FILTER."""
+    term = (search or "").strip()
+    if len(term) > MAX_SEARCH_CHARS:
+        raise UserError(
+            f"a search is at most {MAX_SEARCH_CHARS} characters, not {len(term)}",
+            code=ErrorCode.INVALID_FILTER,
+            details={"search_chars": len(term)},
+        )
+    return term or None
+
+
+def search_scope(filters: RunFilters, term: str | None) -> RunFilters:
+    """What a cursor of a (possibly searched) listing is bound to."""
+    return filters if term is None else {**filters, "search": term}
+
+
+def goal_excerpt(goal: str) -> str:
+    """The start of a goal as a run's row keeps it for search: GOAL_SEARCH_CHARS characters, a NUL or a lone
+    surrogate (which no text column stores) replaced by U+FFFD (the snapshot keeps the goal exactly)."""
+    cut = goal[:GOAL_SEARCH_CHARS]
+    return "".join("\ufffd" if ch == "\x00" or "\ud800" <= ch <= "\udfff" else ch for ch in cut)
+
+
+def like_escaped(text: str) -> str:
+    """``text`` for a LIKE pattern with ``ESCAPE '\\'``: its ``%``, ``_`` and ``\\`` match themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def request_filters(run_id: str | None, tenant: str | None, open_only: bool) -> dict[str, Any]:

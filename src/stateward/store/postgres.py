@@ -41,15 +41,20 @@ from stateward.store.migrations import POSTGRES_MIGRATIONS
 from stateward.store.outbox import Notice, OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
+    SEARCH_WINDOW,
     RequestPage,
     RunPage,
     decode_cursor,
     decode_run_cursor,
     encode_cursor,
+    goal_excerpt,
+    like_escaped,
     page_size,
     request_filters,
     request_row,
     run_filters,
+    search_scope,
+    search_term,
 )
 from stateward.store.parts import PartCache, SplitState, join_state, referenced, split_state
 from stateward.store.records import (
@@ -267,6 +272,7 @@ class PostgresStore(OutboxMethods, SessionMethods):
             "tenant": state.tenant,
             "agent": state.agent.name,
             "agent_version": state.agent.version,
+            "goal": goal_excerpt(state.goal),
             "status": state.status.value,
             "reason": state.terminal_reason,
             "snapshot": split.snapshot,
@@ -512,25 +518,39 @@ class PostgresStore(OutboxMethods, SessionMethods):
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         size = page_size(limit)
-        filters = run_filters(status, tenant, agent)
+        filters = run_filters(status, tenant, agent, version)
+        term = search_term(search)
+        scope = search_scope(filters, term)
         columns = [column for column, value in filters.items() if value is not None]
         params: list[Any] = [filters[column] for column in columns]
         if cursor is not None:
-            created, last_id = decode_run_cursor(cursor, filters)
+            created, last_id = decode_run_cursor(cursor, scope)
             params += [datetime.fromisoformat(created), last_id]
+        after = cursor is not None
+        edge = None
         with self._conn() as conn:
-            rows = conn.execute(q.page_runs(columns, cursor is not None), (*params, size + 1)).fetchall()
+            if term is None:
+                rows = conn.execute(q.page_runs(columns, after), (*params, size + 1)).fetchall()
+            else:
+                pattern = like_escaped(term)
+                args = (*params, SEARCH_WINDOW, f"{pattern}%", f"%{pattern}%", size + 1)
+                rows = conn.execute(q.page_runs(columns, after, search=True), args).fetchall()
+                if len(rows) <= size:  # a short page: go on past the window, if it was full
+                    edge = conn.execute(q.runs_window_edge(columns, after), (*params, SEARCH_WINDOW - 1)).fetchone()
         more = len(rows) > size
         items = [_run_row(r) for r in rows[:size]]
-        last = items[-1] if more else None
-        return RunPage(
-            items=items,
-            next_cursor=None
-            if last is None
-            else encode_cursor("runs", filters, [last.created_at.isoformat(), last.run_id]),
+        key = (
+            [items[-1].created_at.isoformat(), items[-1].run_id]
+            if more
+            else None
+            if edge is None
+            else [edge[0].isoformat(), edge[1]]
         )
+        return RunPage(items=items, next_cursor=None if key is None else encode_cursor("runs", scope, key))
 
     def page_requests(
         self,
@@ -817,6 +837,8 @@ def _run_row(r: tuple[Any, ...]) -> RunRow:
         created_at=r[6],
         updated_at=r[7],
         lease_owner=r[8],
+        agent_version=r[9],
+        goal=r[10],
     )
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, FastAPI, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -31,8 +30,8 @@ from stateward.core.inert import inert
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import is_payload_artifact
-from stateward.store.paging import DEFAULT_PAGE_SIZE
-from stateward.store.records import ArtifactRecord, RunRow
+from stateward.store.paging import DEFAULT_PAGE_SIZE, MAX_SEARCH_CHARS, SEARCH_WINDOW
+from stateward.store.records import ArtifactRecord
 
 CONSOLE = CONSOLE_PREFIX
 TIMELINE_EVENTS = 50  # a page of the timeline; older pages one link away (``?before=<seq>``)
@@ -187,58 +186,37 @@ def _list_route(router: APIRouter, console: Console) -> None:
         request: Request,
         status: Annotated[str | None, Query(max_length=32)] = None,
         agent: Annotated[str | None, Query(max_length=128)] = None,
-        q: Annotated[str | None, Query(max_length=200)] = None,
+        version: Annotated[str | None, Query(max_length=64)] = None,
+        q: Annotated[str | None, Query(max_length=MAX_SEARCH_CHARS)] = None,
         cursor: Annotated[str | None, Query(max_length=2048)] = None,
     ) -> Response:
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
+            # The form's empty fields are no filter; the search and every filter run in the store's query.
             query = (q or "").strip()
-            found: RunState | None = None
-            if query:
-                try:
-                    found = visible_run(runtime, query, who.tenant)
-                except StatewardError:
-                    found = None
-            if found is not None:
-                return "console_runs.html", _list_context([found.run_id], None, status, agent, query, found)
             page = runtime.list_runs(
-                status=status or None, tenant=who.tenant, agent=agent or None, limit=DEFAULT_PAGE_SIZE, cursor=cursor
+                status=status or None,
+                tenant=who.tenant,
+                agent=agent or None,
+                version=version or None,
+                search=query or None,
+                limit=DEFAULT_PAGE_SIZE,
+                cursor=cursor,
             )
+            shown = {"q": query, "status": status or "", "agent": agent or "", "version": version or ""}
             return "console_runs.html", {
                 "rows": page.items,
                 "next_cursor": page.next_cursor,
+                "next_query": urlencode({**{k: v for k, v in shown.items() if v}, "cursor": page.next_cursor or ""}),
                 "statuses": [s.value for s in RunStatus],
-                "status_filter": status or "",
-                "agent": agent or "",
+                "status_filter": shown["status"],
+                "agent": shown["agent"],
+                "version": shown["version"],
                 "q": query,
-                "not_found": bool(query),
+                "searched": bool(query),
+                "window": SEARCH_WINDOW,
             }
 
         return pages.viewer_page(request, build)
-
-
-def _list_context(
-    ids: list[str], cursor: str | None, status: str | None, agent: str | None, q: str, found: RunState
-) -> dict[str, Any]:
-    row = RunRow(
-        run_id=found.run_id,
-        tenant=found.tenant,
-        agent=found.agent.name,
-        status=found.status.value,
-        terminal_reason=found.terminal_reason,
-        last_seq=0,
-        created_at=datetime.now(UTC),
-        updated_at=datetime.now(UTC),
-    )
-    return {
-        "rows": [row],
-        "next_cursor": cursor,
-        "statuses": [s.value for s in RunStatus],
-        "status_filter": status or "",
-        "agent": agent or "",
-        "q": q,
-        "not_found": False,
-        "found": True,
-    }
 
 
 def _run_routes(router: APIRouter, console: Console) -> None:
