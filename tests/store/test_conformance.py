@@ -28,6 +28,7 @@ from stateward.core.state import (
     Grant,
     GuardedAction,
     PendingRequest,
+    RequestKind,
     RunState,
 )
 from stateward.core.status import RunStatus
@@ -712,6 +713,60 @@ def test_requests_page_by_run_and_tenant_open_only_by_default(store: Store) -> N
     for bad in ({"limit": 0}, {"cursor": "nope"}):
         with pytest.raises(UserError):
             store.page_requests(**bad)
+
+
+def test_requests_filter_by_kind_agent_and_role_in_the_query_with_full_pages(store: Store) -> None:
+    wanted: list[tuple[str, str]] = []
+    for i in range(12):
+        run_id, tenant = f"run_{i:02d}", "globex" if i % 5 == 4 else "acme"
+        start(store, run_id, tenant=tenant, agent=AgentRef(name="payer" if i % 2 else "writer"))
+        kind = RequestKind.INPUT if i % 3 == 0 else RequestKind.APPROVAL
+        role = "treasury" if i % 4 == 1 else None
+        step(store, run_id, open_request=request("req_1", kind=kind, approver_role=role))
+        if tenant == "acme" and i % 2 and kind is RequestKind.APPROVAL and role == "treasury":
+            wanted.append((run_id, "req_1"))
+    step(store, "run_01", close_request=answer("req_1"))  # an answered one is listed by none
+    wanted.remove(("run_01", "req_1"))
+
+    def listed(size: int, **filters: Any) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        cursor: str | None = None
+        while True:
+            page = store.page_requests(limit=size, cursor=cursor, **filters)
+            out += [(r.run_id, r.request.request_id) for r in page.items]
+            if page.next_cursor is not None:
+                assert len(page.items) == size  # the filters are in the query: no short page before the last
+            cursor = page.next_cursor
+            if cursor is None:
+                return out
+
+    every = store.page_requests(limit=1000, tenant="acme").items
+    assert listed(2, tenant="acme", kind="approval", agent="payer", role="treasury") == wanted != []
+    for filters in (
+        {"kind": "input"},
+        {"agent": "writer"},
+        {"role": "treasury"},
+        {"kind": "approval", "agent": "payer"},
+    ):
+        expected = [
+            (r.run_id, r.request.request_id)
+            for r in every
+            if r.request.kind.value == filters.get("kind", r.request.kind.value)
+            and r.request.approver_role == filters.get("role", r.request.approver_role)
+            and ("agent" not in filters or store.load_run(r.run_id).agent.name == filters["agent"])
+        ]
+        assert listed(1, tenant="acme", **filters) == expected != [], filters
+    assert listed(3, tenant="globex", role="treasury") == [
+        (r.run_id, "req_1") for r in store.page_requests(tenant="globex").items if r.request.approver_role
+    ]
+    with pytest.raises(UserError) as refused:
+        store.page_requests(kind="bogus")
+    assert refused.value.code.value == "INVALID_FILTER"
+    first = store.page_requests(limit=1, tenant="acme", kind="input")
+    assert first.next_cursor is not None
+    with pytest.raises(UserError) as other:  # a cursor is bound to its filters
+        store.page_requests(limit=1, tenant="acme", kind="approval", cursor=first.next_cursor)
+    assert other.value.code.value == "INVALID_CURSOR"
 
 
 def test_read_events_stops_at_the_limit(store: Store) -> None:
@@ -1555,8 +1610,17 @@ def test_a_store_of_schema_1_migrates_and_keeps_its_runs(backend: Backend) -> No
         RUN,
         make_state().model_dump_json(),
     )
+    backend.query(
+        "INSERT INTO pending_requests(run_id, request_id, body) VALUES (?, 'approval_001', ?)",
+        RUN,
+        request(kind=RequestKind.INPUT, approver_role="treasury").model_dump_json(),
+    )
     store = backend.open()
     assert backend.schema_version() == len(migrations_of(backend))
+    # Its open request's kind, role and agent were copied from its body and its run: the filters find it.
+    filtered = store.page_requests(tenant="default", kind="input", role="treasury", agent="tests.store:agent")
+    assert [(r.run_id, r.request.request_id) for r in filtered.items] == [(RUN, "approval_001")]
+    assert store.page_requests(tenant="default", kind="approval").items == []
     claimed = store.claim_next("w", ttl_s=30)
     assert claimed is not None and claimed.run_id == RUN
     assert [r.run_id for r in store.page_runs(status="RUNNING", agent="tests.store:agent").items] == [RUN]

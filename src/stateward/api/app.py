@@ -327,11 +327,17 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
         cursor: Cursor = None,
         role: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        kind: Annotated[
+            str | None,
+            Query(json_schema_extra={"enum": [k.value for k in RequestKind]}, description="INVALID_FILTER otherwise"),
+        ] = None,
+        agent: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     ) -> Inbox:
         """Open requests of the caller's tenant that the caller may answer, each with its exact guarded action;
-        ``role``: only those that approver role answers (a tool's own role, else its agent's)."""
+        ``role``: only those that approver role answers (a tool's own role, else its agent's); ``kind``: only
+        requests of that kind; ``agent``: only those of that agent's runs (each filter in the store's query)."""
         require(who, Role.APPROVER)
-        page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role)
+        page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role, kind=kind, agent=agent)
         items = [
             InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request)
             for row in page.items

@@ -282,19 +282,29 @@ class Runtime:
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
         role: str | None = None,
+        kind: RequestKind | str | None = None,
+        agent: str | None = None,
     ) -> RequestPage:
         """Pending requests (open ones unless ``open_only=False``) in (run_id, request_id) order, a page at a time.
 
         Naming a run that does not exist (or is another tenant's) is RUN_NOT_FOUND, not an empty inbox.
-        ``role``: only the requests that role answers (their tool's or agent's ``approver_role``); a page may then
-        hold fewer than ``limit`` rows, and ``next_cursor`` still leads on.
+        ``role``: only the requests that role answers (their tool's or agent's ``approver_role``); ``kind``:
+        only requests of that kind (INVALID_FILTER for no RequestKind); ``agent``: only those of that
+        agent's runs. The filters run in the store's query: a page is full while more match.
         """
         if run_id is not None:
             self._visible(run_id, tenant)
-        page = self.store.page_requests(run_id=run_id, tenant=tenant, open_only=open_only, limit=limit, cursor=cursor)
-        if role is None:
-            return page
-        return page.model_copy(update={"items": [r for r in page.items if r.request.approver_role == role]})
+        kind_value = kind.value if isinstance(kind, RequestKind) else kind
+        return self.store.page_requests(
+            run_id=run_id,
+            tenant=tenant,
+            open_only=open_only,
+            limit=limit,
+            cursor=cursor,
+            kind=kind_value,
+            agent=agent,
+            role=role,
+        )
 
     def events(
         self,

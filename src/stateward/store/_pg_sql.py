@@ -79,13 +79,15 @@ def _runs_where(columns: list[str], after: bool) -> str:
     return f" WHERE {' AND '.join(where)}" if where else ""
 
 
-def page_requests(*, run_id: bool, tenant: bool, open_only: bool, after: bool) -> str:
-    """A page of requests in (run_id, request_id) order, each flag adding its condition."""
+def page_requests(*, run_id: bool, tenant: bool, open_only: bool, after: bool, columns: tuple[str, ...] = ()) -> str:
+    """A page of requests in (run_id, request_id) order, each flag adding its condition; ``columns`` (of
+    paging.REQUEST_FILTER_COLUMNS) each equal a parameter, after the tenant's."""
     where = [
         cond
         for cond, on in (
             ("p.run_id=%s", run_id),
             ("p.tenant=%s", tenant),  # the request's own copy of its run's tenant, indexed with the order
+            *((f"p.{column}=%s", True) for column in columns),
             ("p.answer IS NULL", open_only),
             ("(p.run_id, p.request_id) > (%s, %s)", after),
         )
@@ -207,7 +209,8 @@ READ_BATCHES = """SELECT seq, count, events, lease_version, at FROM event_batche
 CLOSE_REQUEST = """UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL
     RETURNING request_id"""  # a row read back, not a row count: what a pipeline reports
 CLOSE_ALL_REQUESTS = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND answer IS NULL"
-OPEN_REQUEST = "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (%s,%s,%s,NULL,%s)"
+OPEN_REQUEST = """INSERT INTO pending_requests(run_id, request_id, body, answer, tenant, kind, approver_role, agent)
+    VALUES (%s,%s,%s,NULL,%s,%s,%s,%s)"""
 INSERT_ARTIFACT = """INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)
     VALUES (%s,%s,%s,%s,%s,%s,%s)"""
 UPSERT_ATTEMPT = """INSERT INTO tool_attempts(attempt_id, run_id, step, body) VALUES (%s,%s,%s,%s)

@@ -152,8 +152,13 @@ class Store(Protocol):
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
-        """One page of pending requests (open ones by default) in (run_id, request_id) order."""
+        """One page of pending requests (open ones by default) in (run_id, request_id) order; ``kind`` (a
+        RequestKind, else INVALID_FILTER), ``agent`` (its run's agent) and ``role`` (its approver role)
+        narrow it in the query, each by its own index of a tenant's open requests."""
         ...
 
     def get_request(self, run_id: str, request_id: str) -> PendingRecord | None: ...

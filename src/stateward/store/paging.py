@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.core.errors import ErrorCode, UserError
-from stateward.core.state import PendingRequest
+from stateward.core.state import PendingRequest, RequestKind
 from stateward.core.status import RunStatus
 from stateward.store.records import PendingRecord, RequestAnswer, RunRow
 
@@ -161,8 +161,36 @@ def like_escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def request_filters(run_id: str | None, tenant: str | None, open_only: bool) -> dict[str, Any]:
-    return {"run_id": run_id, "tenant": tenant, "open_only": bool(open_only)}
+def request_filters(
+    run_id: str | None,
+    tenant: str | None,
+    open_only: bool,
+    *,
+    kind: str | None = None,
+    agent: str | None = None,
+    role: str | None = None,
+) -> dict[str, Any]:
+    """The filters of a request listing; ``kind``, ``agent`` and ``role`` (the request's approver role) only
+    when given, so the cursors of listings without them stay valid. An unknown kind is INVALID_FILTER."""
+    filters: dict[str, Any] = {"run_id": run_id, "tenant": tenant, "open_only": bool(open_only)}
+    if kind is not None:
+        try:
+            filters["kind"] = RequestKind(kind).value
+        except ValueError:
+            raise UserError(
+                f"unknown request kind {str(kind)[:40]!r}; one of {', '.join(k.value for k in RequestKind)}",
+                code=ErrorCode.INVALID_FILTER,
+                details={"kind": str(kind)[:40]},
+            ) from None
+    if agent is not None:
+        filters["agent"] = agent
+    if role is not None:
+        filters["approver_role"] = role
+    return filters
+
+
+# The request columns an equality filter names, in the order the stores add their conditions.
+REQUEST_FILTER_COLUMNS = ("kind", "agent", "approver_role")
 
 
 def decode_run_cursor(cursor: str, filters: RunFilters) -> list[str]:

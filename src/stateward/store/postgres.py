@@ -41,6 +41,7 @@ from stateward.store.migrations import POSTGRES_MIGRATIONS
 from stateward.store.outbox import Notice, OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
+    REQUEST_FILTER_COLUMNS,
     SEARCH_WINDOW,
     RequestPage,
     RunPage,
@@ -434,7 +435,18 @@ class PostgresStore(OutboxMethods, SessionMethods):
             conn.execute(q.CLOSE_ALL_REQUESTS, (write.close_all_requests.model_dump_json(), run_id))
         if write.open_request is not None:
             opened = write.open_request
-            conn.execute(q.OPEN_REQUEST, (run_id, opened.request_id, opened.model_dump_json(), write.state.tenant))
+            conn.execute(
+                q.OPEN_REQUEST,
+                (
+                    run_id,
+                    opened.request_id,
+                    opened.model_dump_json(),
+                    write.state.tenant,
+                    opened.kind.value,
+                    opened.approver_role,
+                    write.state.agent.name,
+                ),
+            )
         with conn.cursor() as cur:
             if write.artifacts:
                 cur.executemany(
@@ -560,14 +572,23 @@ class PostgresStore(OutboxMethods, SessionMethods):
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
         size = page_size(limit)
-        filters = request_filters(run_id, tenant, open_only)
+        filters = request_filters(run_id, tenant, open_only, kind=kind, agent=agent, role=role)
+        columns = tuple(column for column in REQUEST_FILTER_COLUMNS if column in filters)
         params: list[Any] = [value for value in (run_id, tenant) if value is not None]
+        params += [filters[column] for column in columns]
         if cursor is not None:
             params += decode_cursor(cursor, "requests", filters, 2)
         sql = q.page_requests(
-            run_id=run_id is not None, tenant=tenant is not None, open_only=bool(open_only), after=cursor is not None
+            run_id=run_id is not None,
+            tenant=tenant is not None,
+            open_only=bool(open_only),
+            after=cursor is not None,
+            columns=columns,
         )
         with self._conn() as conn:
             rows = conn.execute(sql, (*params, size + 1)).fetchall()

@@ -32,6 +32,7 @@ from stateward.store.migrations import SQLITE_MIGRATIONS
 from stateward.store.outbox import OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
+    REQUEST_FILTER_COLUMNS,
     SEARCH_WINDOW,
     RequestPage,
     RunPage,
@@ -554,9 +555,19 @@ class SQLiteStore(OutboxMethods, SessionMethods):
                     (write.close_all_requests.model_dump_json(), run_id),
                 )
             if write.open_request is not None:
+                opened = write.open_request
                 db.execute(
-                    "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (?,?,?,NULL,?)",
-                    (run_id, write.open_request.request_id, write.open_request.model_dump_json(), write.state.tenant),
+                    "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant, kind, approver_role, agent)"
+                    " VALUES (?,?,?,NULL,?,?,?,?)",
+                    (
+                        run_id,
+                        opened.request_id,
+                        opened.model_dump_json(),
+                        write.state.tenant,
+                        opened.kind.value,
+                        opened.approver_role,
+                        write.state.agent.name,
+                    ),
                 )
             for art in write.artifacts:
                 db.execute(
@@ -872,9 +883,12 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
         size = page_size(limit)
-        filters = request_filters(run_id, tenant, open_only)
+        filters = request_filters(run_id, tenant, open_only, kind=kind, agent=agent, role=role)
         where: list[str] = []
         params: list[Any] = []
         if run_id is not None:
@@ -883,6 +897,10 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         if tenant is not None:
             where.append("p.tenant=?")  # the request's own copy of its run's tenant: its index orders the page
             params.append(tenant)
+        for column in REQUEST_FILTER_COLUMNS:  # the request's own copies too, each indexed after the tenant
+            if column in filters:
+                where.append(f"p.{column}=?")
+                params.append(filters[column])
         if open_only:
             where.append("p.answer IS NULL")
         if cursor is not None:

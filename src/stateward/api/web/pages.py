@@ -210,11 +210,21 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
         request: Request,
         cursor: Annotated[str | None, Query(max_length=2048)] = None,
         role: Annotated[str | None, Query(max_length=200)] = None,
+        kind: Annotated[str | None, Query(max_length=32)] = None,
+        agent: Annotated[str | None, Query(max_length=128)] = None,
     ) -> Response:
-        wanted = role or None  # the filter form's empty choice: every role
+        wanted = role or None  # the filter form's empty choices: every role, kind and agent
 
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            page = runtime.list_requests(tenant=who.tenant, limit=DEFAULT_PAGE_SIZE, cursor=cursor, role=wanted)
+            page = runtime.list_requests(
+                tenant=who.tenant,
+                limit=DEFAULT_PAGE_SIZE,
+                cursor=cursor,
+                role=wanted,
+                kind=kind or None,
+                agent=agent or None,
+            )
+            shown = {"role": wanted or "", "kind": kind or "", "agent": agent or ""}
             rows = [
                 row
                 for row in page.items
@@ -227,6 +237,10 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
                 "next_cursor": page.next_cursor,
                 "may_answer_any": who.has(Role.APPROVER),
                 "role": wanted,
+                "kind": shown["kind"],
+                "agent": shown["agent"],
+                "kinds": [k.value for k in RequestKind if k is not RequestKind.TIMER],
+                "next_query": urlencode({**{k: v for k, v in shown.items() if v}, "cursor": page.next_cursor or ""}),
             }
 
         return pages.viewer_page(request, build)
