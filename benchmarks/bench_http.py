@@ -249,8 +249,17 @@ def console(args: argparse.Namespace) -> None:
         )
     )
     target = console_pages.TARGET
-    rows = [(k, f"{v:.2f}x", f"<= {target:g}x", "ok" if v <= target else "MISSED") for k, v in ratios.items()]
-    print(table("console p99 page / JSON (same run)", ("page", "ratio", "target", ""), rows))
+    rows = [
+        (
+            k,
+            f"{quantile(samples[k]['json'], 0.99):.0f}",
+            f"{v:.2f}x",
+            f"<= {target:g}x",
+            "ok" if v <= target else "MISSED",
+        )
+        for k, v in ratios.items()
+    ]
+    print(table("console p99 page / JSON (same run)", ("page", "floor: json p99 µs", "ratio", "target", ""), rows))
     print(machine_line(machine()), end="")
 
 

@@ -1,7 +1,7 @@
 """The run console's pages for ``bench_http``: ``GET /runs/{id}`` for a 3,000-event run and for the
 payment-migration demo's 18-item plan run, and ``GET /runs`` with 100,000 runs across tenants, each p99
 against the JSON API's answer for the same data in the same run (``/v1/runs/{id}`` plus the page of
-``TIMELINE_EVENTS`` events the timeline shows; ``/v1/runs?limit=50``)."""
+``TIMELINE_EVENTS`` events the timeline shows; ``/v1/runs`` with the page's size and search)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from stateward.api.web.console import TIMELINE_EVENTS
 from stateward.api.web.session import SessionSettings
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef, RunState
+from stateward.store.paging import DEFAULT_PAGE_SIZE
 from stateward.store.records import StepWrite
 from stateward.store.sqlite import SQLiteStore
 from stateward_demos.payment.agent import build_agent, goal
@@ -80,7 +81,10 @@ def measure(
                 f"/runs/{plan_run}",
                 [f"/v1/runs/{plan_run}", f"/v1/runs/{plan_run}/events?limit={shown}"],
             ),
-            "/runs (first page)": ("/runs", ["/v1/runs?limit=50"]),
+            "/runs (first page)": ("/runs", [f"/v1/runs?limit={DEFAULT_PAGE_SIZE}"]),
+            # A search every run matches, and one none does (it reads the tenant's whole window).
+            "/runs?q=pay (search)": ("/runs?q=pay", [f"/v1/runs?limit={DEFAULT_PAGE_SIZE}&q=pay"]),
+            "/runs?q=absent (search)": ("/runs?q=absent", [f"/v1/runs?limit={DEFAULT_PAGE_SIZE}&q=absent"]),
         }
         for name, (html, json_urls) in cases.items():
             assert page.get(html).status_code == 200, html
