@@ -58,11 +58,12 @@ def page_runs(columns: list[str], after: bool, *, search: bool = False) -> str:
     order = " ORDER BY created_at DESC, run_id DESC"
     if not search:
         return f"SELECT {RUN_COLUMNS} FROM runs{clause}{order} LIMIT %s"
-    scanned = f"SELECT run_id, goal FROM runs{clause}{order} LIMIT %s"
-    return (
+    scanned = f"SELECT run_id, created_at, goal FROM runs{clause}{order} LIMIT %s"
+    return (  # only the page's keys are picked from the window (rows are read for those alone)
         f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN (SELECT s.run_id FROM ({scanned}) AS s"
-        " WHERE s.run_id LIKE %s ESCAPE '\\' OR s.goal ILIKE %s ESCAPE '\\')"
-        f"{order} LIMIT %s"
+        " WHERE s.run_id LIKE %s ESCAPE '\\' OR s.goal ILIKE %s ESCAPE '\\'"
+        " ORDER BY s.created_at DESC, s.run_id DESC LIMIT %s)"
+        f"{order}"
     )
 
 

@@ -815,11 +815,12 @@ class SQLiteStore(OutboxMethods, SessionMethods):
             # The newest SEARCH_WINDOW runs past the cursor (read from runs_search alone for a tenant), then
             # the rows of the ones whose id starts with the term or whose goal holds it (LIKE: ASCII case
             # ignored, the term's wildcards escaped).
-            scanned = f"SELECT run_id, goal FROM runs{clause}{order} LIMIT ?"
+            # Only the page's keys are picked from the window (rows are read for those alone).
+            scanned = f"SELECT run_id, created_at, goal FROM runs{clause}{order} LIMIT ?"
             sql = (
                 f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_id IN (SELECT run_id FROM ({scanned})"
-                " WHERE run_id LIKE ? ESCAPE '\\' OR goal LIKE ? ESCAPE '\\')"
-                f"{order} LIMIT ?"
+                f" WHERE run_id LIKE ? ESCAPE '\\' OR goal LIKE ? ESCAPE '\\'{order} LIMIT ?)"
+                f"{order}"
             )
             pattern = like_escaped(term)
             args = [*params, SEARCH_WINDOW, f"{pattern}%", f"%{pattern}%", size + 1]
