@@ -23,6 +23,7 @@ from stateward.api.identity import Principal, Role, require
 from stateward.api.input_guard import MAX_SQL_INTEGER
 from stateward.api.web.dag import BOX_H, BOX_W, draw, plan_of
 from stateward.api.web.pages import CONSOLE_PREFIX, PREFIX, InboxPages, csrf_refused
+from stateward.api.web.run_rows import run_rows
 from stateward.api.web.session import csrf_ok
 from stateward.core.errors import ErrorCode, StatewardError, UserError
 from stateward.core.events import Event, EventType
@@ -163,6 +164,7 @@ class Console:
 
 def _helpers(pages: InboxPages) -> None:
     env = pages.env
+    env.filters["run_rows"] = run_rows
     env.globals["console"] = CONSOLE
     env.globals["box_w"], env.globals["box_h"] = BOX_W, BOX_H
 

@@ -2,16 +2,17 @@
 
 A console page shows up to a page of events, each a line and its payload behind a disclosure; through
 Jinja2 every row cost several filter calls and escapes, and the timeline was most of the page's time.
-The markup is the one ``_event_lines.html`` makes, every value escaped (markupsafe) after it is made
-inert, so model and tool text shows as text.
+The markup is the one ``_event_lines.html`` made, every value escaped (``html.escape``, quotes too)
+after it is made inert, so model and tool text shows as text.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from html import escape
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from stateward.api.web.readable import event_line
 from stateward.api.web.times import stamp
