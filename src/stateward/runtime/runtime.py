@@ -253,14 +253,26 @@ class Runtime:
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         """Runs newest first, filters combined; pass ``page.next_cursor`` back (same filters) for the next page.
 
         A run created between two pages never shifts them: each run is listed once. INVALID_CURSOR,
-        INVALID_PAGE_SIZE (1 to 1000) or INVALID_FILTER (an unknown status) for a bad argument.
+        INVALID_PAGE_SIZE (1 to 1000) or INVALID_FILTER (an unknown status, a search over 200 characters)
+        for a bad argument. ``version``: runs of that agent version. ``search``: runs whose id starts with it
+        or whose goal holds it (see ``Store.page_runs``: a searched page may hold fewer than ``limit``).
         """
         status_value = None if status is None else status.value if isinstance(status, RunStatus) else status
-        return self.store.page_runs(status=status_value, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
+        return self.store.page_runs(
+            status=status_value,
+            tenant=tenant,
+            agent=agent,
+            limit=limit,
+            cursor=cursor,
+            version=version,
+            search=search,
+        )
 
     def list_requests(
         self,
@@ -271,19 +283,29 @@ class Runtime:
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
         role: str | None = None,
+        kind: RequestKind | str | None = None,
+        agent: str | None = None,
     ) -> RequestPage:
         """Pending requests (open ones unless ``open_only=False``) in (run_id, request_id) order, a page at a time.
 
         Naming a run that does not exist (or is another tenant's) is RUN_NOT_FOUND, not an empty inbox.
-        ``role``: only the requests that role answers (their tool's or agent's ``approver_role``); a page may then
-        hold fewer than ``limit`` rows, and ``next_cursor`` still leads on.
+        ``role``: only the requests that role answers (their tool's or agent's ``approver_role``); ``kind``:
+        only requests of that kind (INVALID_FILTER for no RequestKind); ``agent``: only those of that
+        agent's runs. The filters run in the store's query: a page is full while more match.
         """
         if run_id is not None:
             self._visible(run_id, tenant)
-        page = self.store.page_requests(run_id=run_id, tenant=tenant, open_only=open_only, limit=limit, cursor=cursor)
-        if role is None:
-            return page
-        return page.model_copy(update={"items": [r for r in page.items if r.request.approver_role == role]})
+        kind_value = kind.value if isinstance(kind, RequestKind) else kind
+        return self.store.page_requests(
+            run_id=run_id,
+            tenant=tenant,
+            open_only=open_only,
+            limit=limit,
+            cursor=cursor,
+            kind=kind_value,
+            agent=agent,
+            role=role,
+        )
 
     def events(
         self,

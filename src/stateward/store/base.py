@@ -132,9 +132,14 @@ class Store(Protocol):
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         """One page of runs newest first, filters combined (see ``store/paging.py``); INVALID_CURSOR,
-        INVALID_PAGE_SIZE or INVALID_FILTER for a bad argument."""
+        INVALID_PAGE_SIZE or INVALID_FILTER for a bad argument. ``version``: the agent version's runs.
+        ``search``: runs whose id starts with it or whose goal (its first GOAL_SEARCH_CHARS characters)
+        holds it, ASCII case ignored; a page reads at most SEARCH_WINDOW runs, so it may hold fewer than
+        ``limit`` and its ``next_cursor`` still leads on."""
         ...
 
     def page_requests(
@@ -145,8 +150,13 @@ class Store(Protocol):
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
-        """One page of pending requests (open ones by default) in (run_id, request_id) order."""
+        """One page of pending requests (open ones by default) in (run_id, request_id) order; ``kind`` (a
+        RequestKind, else INVALID_FILTER), ``agent`` (its run's agent) and ``role`` (its approver role)
+        narrow it in the query, each by its own index of a tenant's open requests."""
         ...
 
     def get_request(self, run_id: str, request_id: str) -> PendingRecord | None: ...

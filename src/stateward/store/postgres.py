@@ -41,15 +41,21 @@ from stateward.store.migrations import POSTGRES_MIGRATIONS
 from stateward.store.outbox import Notice, OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
+    REQUEST_FILTER_COLUMNS,
+    SEARCH_WINDOW,
     RequestPage,
     RunPage,
     decode_cursor,
     decode_run_cursor,
     encode_cursor,
+    goal_excerpt,
+    like_escaped,
     page_size,
     request_filters,
     request_row,
     run_filters,
+    search_scope,
+    search_term,
 )
 from stateward.store.parts import PartCache, SplitState, join_state, referenced, split_state
 from stateward.store.records import (
@@ -267,6 +273,7 @@ class PostgresStore(OutboxMethods, SessionMethods):
             "tenant": state.tenant,
             "agent": state.agent.name,
             "agent_version": state.agent.version,
+            "goal": goal_excerpt(state.goal),
             "status": state.status.value,
             "reason": state.terminal_reason,
             "snapshot": split.snapshot,
@@ -428,7 +435,18 @@ class PostgresStore(OutboxMethods, SessionMethods):
             conn.execute(q.CLOSE_ALL_REQUESTS, (write.close_all_requests.model_dump_json(), run_id))
         if write.open_request is not None:
             opened = write.open_request
-            conn.execute(q.OPEN_REQUEST, (run_id, opened.request_id, opened.model_dump_json(), write.state.tenant))
+            conn.execute(
+                q.OPEN_REQUEST,
+                (
+                    run_id,
+                    opened.request_id,
+                    opened.model_dump_json(),
+                    write.state.tenant,
+                    opened.kind.value,
+                    opened.approver_role,
+                    write.state.agent.name,
+                ),
+            )
         with conn.cursor() as cur:
             if write.artifacts:
                 cur.executemany(
@@ -512,25 +530,39 @@ class PostgresStore(OutboxMethods, SessionMethods):
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         size = page_size(limit)
-        filters = run_filters(status, tenant, agent)
+        filters = run_filters(status, tenant, agent, version)
+        term = search_term(search)
+        scope = search_scope(filters, term)
         columns = [column for column, value in filters.items() if value is not None]
         params: list[Any] = [filters[column] for column in columns]
         if cursor is not None:
-            created, last_id = decode_run_cursor(cursor, filters)
+            created, last_id = decode_run_cursor(cursor, scope)
             params += [datetime.fromisoformat(created), last_id]
+        after = cursor is not None
+        edge = None
         with self._conn() as conn:
-            rows = conn.execute(q.page_runs(columns, cursor is not None), (*params, size + 1)).fetchall()
+            if term is None:
+                rows = conn.execute(q.page_runs(columns, after), (*params, size + 1)).fetchall()
+            else:
+                pattern = like_escaped(term)
+                args = (*params, SEARCH_WINDOW, f"{pattern}%", f"%{pattern}%", size + 1)
+                rows = conn.execute(q.page_runs(columns, after, search=True), args).fetchall()
+                if len(rows) <= size:  # a short page: go on past the window, if it was full
+                    edge = conn.execute(q.runs_window_edge(columns, after), (*params, SEARCH_WINDOW - 1)).fetchone()
         more = len(rows) > size
         items = [_run_row(r) for r in rows[:size]]
-        last = items[-1] if more else None
-        return RunPage(
-            items=items,
-            next_cursor=None
-            if last is None
-            else encode_cursor("runs", filters, [last.created_at.isoformat(), last.run_id]),
+        key = (
+            [items[-1].created_at.isoformat(), items[-1].run_id]
+            if more
+            else None
+            if edge is None
+            else [edge[0].isoformat(), edge[1]]
         )
+        return RunPage(items=items, next_cursor=None if key is None else encode_cursor("runs", scope, key))
 
     def page_requests(
         self,
@@ -540,14 +572,23 @@ class PostgresStore(OutboxMethods, SessionMethods):
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
         size = page_size(limit)
-        filters = request_filters(run_id, tenant, open_only)
+        filters = request_filters(run_id, tenant, open_only, kind=kind, agent=agent, role=role)
+        columns = tuple(column for column in REQUEST_FILTER_COLUMNS if column in filters)
         params: list[Any] = [value for value in (run_id, tenant) if value is not None]
+        params += [filters[column] for column in columns]
         if cursor is not None:
             params += decode_cursor(cursor, "requests", filters, 2)
         sql = q.page_requests(
-            run_id=run_id is not None, tenant=tenant is not None, open_only=bool(open_only), after=cursor is not None
+            run_id=run_id is not None,
+            tenant=tenant is not None,
+            open_only=bool(open_only),
+            after=cursor is not None,
+            columns=columns,
         )
         with self._conn() as conn:
             rows = conn.execute(sql, (*params, size + 1)).fetchall()
@@ -817,6 +858,8 @@ def _run_row(r: tuple[Any, ...]) -> RunRow:
         created_at=r[6],
         updated_at=r[7],
         lease_owner=r[8],
+        agent_version=r[9],
+        goal=r[10],
     )
 
 

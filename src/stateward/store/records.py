@@ -125,7 +125,8 @@ class Checkpoint(BaseModel):
 
 
 class RunRow(BaseModel):
-    """One run as listings show it: id, tenant, agent, status, terminal reason, last event, lease owner, times."""
+    """One run as listings show it: id, tenant, agent and version, status, terminal reason, last event, lease owner,
+    times, and the start of its goal."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -138,3 +139,5 @@ class RunRow(BaseModel):
     lease_owner: str | None = None
     created_at: datetime
     updated_at: datetime
+    agent_version: str | None = None
+    goal: str | None = None  # its first GOAL_SEARCH_CHARS characters (None: recorded before goals were kept)

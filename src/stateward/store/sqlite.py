@@ -32,15 +32,21 @@ from stateward.store.migrations import SQLITE_MIGRATIONS
 from stateward.store.outbox import OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
+    REQUEST_FILTER_COLUMNS,
+    SEARCH_WINDOW,
     RequestPage,
     RunPage,
     decode_cursor,
     decode_run_cursor,
     encode_cursor,
+    goal_excerpt,
+    like_escaped,
     page_size,
     request_filters,
     request_row,
     run_filters,
+    search_scope,
+    search_term,
 )
 from stateward.store.parts import PartCache, SplitState, join_state, referenced, split_state
 from stateward.store.records import (
@@ -377,7 +383,7 @@ class SQLiteStore(OutboxMethods, SessionMethods):
             try:
                 cur = db.execute(
                     "INSERT INTO runs(run_id, tenant, agent, agent_version, status, terminal_reason, snapshot, parts,"
-                    " last_seq, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    " last_seq, created_at, updated_at, goal) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         state.run_id,
                         state.tenant,
@@ -390,6 +396,7 @@ class SQLiteStore(OutboxMethods, SessionMethods):
                         len(events),
                         now,
                         time.time(),
+                        goal_excerpt(state.goal),
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -548,9 +555,19 @@ class SQLiteStore(OutboxMethods, SessionMethods):
                     (write.close_all_requests.model_dump_json(), run_id),
                 )
             if write.open_request is not None:
+                opened = write.open_request
                 db.execute(
-                    "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (?,?,?,NULL,?)",
-                    (run_id, write.open_request.request_id, write.open_request.model_dump_json(), write.state.tenant),
+                    "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant, kind, approver_role, agent)"
+                    " VALUES (?,?,?,NULL,?,?,?,?)",
+                    (
+                        run_id,
+                        opened.request_id,
+                        opened.model_dump_json(),
+                        write.state.tenant,
+                        opened.kind.value,
+                        opened.approver_role,
+                        write.state.agent.name,
+                    ),
                 )
             for art in write.artifacts:
                 db.execute(
@@ -759,7 +776,7 @@ class SQLiteStore(OutboxMethods, SessionMethods):
 
     _RUN_COLUMNS = (
         "run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,"
-        " CASE WHEN lease_expires_at > ? THEN lease_owner END"
+        " CASE WHEN lease_expires_at > ? THEN lease_owner END, agent_version, goal"
     )
 
     def list_runs(self, limit: int = 100) -> list[RunRow]:
@@ -778,27 +795,48 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         size = page_size(limit)
-        filters = run_filters(status, tenant, agent)
+        filters = run_filters(status, tenant, agent, version)
+        term = search_term(search)
+        scope = search_scope(filters, term)
         where = [f"{column}=?" for column, value in filters.items() if value is not None]
-        params: list[Any] = [time.time(), *(value for value in filters.values() if value is not None)]
+        params: list[Any] = [value for value in filters.values() if value is not None]
         if cursor is not None:
             where.append("(created_at, run_id) < (?, ?)")
-            params += decode_run_cursor(cursor, filters)
-        sql = f"SELECT {self._RUN_COLUMNS} FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+            params += decode_run_cursor(cursor, scope)
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        order = " ORDER BY created_at DESC, run_id DESC"
+        if term is None:
+            sql, args = f"SELECT {self._RUN_COLUMNS} FROM runs{clause}{order} LIMIT ?", [*params, size + 1]
+        else:
+            # The newest SEARCH_WINDOW runs past the cursor (read from runs_search alone for a tenant), then
+            # the rows of the ones whose id starts with the term or whose goal holds it (LIKE: ASCII case
+            # ignored, the term's wildcards escaped).
+            # Only the page's keys are picked from the window (rows are read for those alone).
+            scanned = f"SELECT run_id, created_at, goal FROM runs{clause}{order} LIMIT ?"
+            sql = (
+                f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_id IN (SELECT run_id FROM ({scanned})"
+                f" WHERE run_id LIKE ? ESCAPE '\\' OR goal LIKE ? ESCAPE '\\'{order} LIMIT ?)"
+                f"{order}"
+            )
+            pattern = like_escaped(term)
+            args = [*params, SEARCH_WINDOW, f"{pattern}%", f"%{pattern}%", size + 1]
         with self._lock:
-            rows = self._db.execute(
-                sql + " ORDER BY created_at DESC, run_id DESC LIMIT ?", (*params, size + 1)
-            ).fetchall()
+            rows = self._db.execute(sql, (time.time(), *args)).fetchall()
+            edge = None
+            if term is not None and len(rows) <= size:  # a short page: go on past the window, if it was full
+                edge = self._db.execute(
+                    f"SELECT created_at, run_id FROM runs{clause}{order} LIMIT 1 OFFSET ?", (*params, SEARCH_WINDOW - 1)
+                ).fetchone()
         more = len(rows) > size
         rows = rows[:size]
-        last = rows[-1] if more else None
+        key = [rows[-1][6], rows[-1][0]] if more else None if edge is None else [edge[0], edge[1]]
         return RunPage(
             items=[self._run_row(r) for r in rows],
-            next_cursor=None if last is None else encode_cursor("runs", filters, [last[6], last[0]]),
+            next_cursor=None if key is None else encode_cursor("runs", scope, key),
         )
 
     @staticmethod
@@ -813,6 +851,8 @@ class SQLiteStore(OutboxMethods, SessionMethods):
             created_at=datetime.fromisoformat(r[6]),
             updated_at=datetime.fromtimestamp(r[7], UTC),
             lease_owner=r[8],
+            agent_version=r[9],
+            goal=r[10],
         )
 
     # -- pending requests -----------------------------------------------------------------------
@@ -844,9 +884,12 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
         size = page_size(limit)
-        filters = request_filters(run_id, tenant, open_only)
+        filters = request_filters(run_id, tenant, open_only, kind=kind, agent=agent, role=role)
         where: list[str] = []
         params: list[Any] = []
         if run_id is not None:
@@ -855,6 +898,10 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         if tenant is not None:
             where.append("p.tenant=?")  # the request's own copy of its run's tenant: its index orders the page
             params.append(tenant)
+        for column in REQUEST_FILTER_COLUMNS:  # the request's own copies too, each indexed after the tenant
+            if column in filters:
+                where.append(f"p.{column}=?")
+                params.append(filters[column])
         if open_only:
             where.append("p.answer IS NULL")
         if cursor is not None:
