@@ -64,6 +64,7 @@ class RunSummary(BaseModel):
     run_id: str
     tenant: str
     agent: str
+    agent_version: str | None = None
     status: RunStatus
     terminal_reason: str | None
     suspended: bool

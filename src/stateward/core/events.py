@@ -43,6 +43,8 @@ class EventType(StrEnum):
     STEP_CRASHED = "step_crashed"
     AGENT_UNAVAILABLE = "agent_unavailable"
     MODEL_UNAVAILABLE = "model_unavailable"
+    AGENT_MIGRATED = "agent_migrated"  # an operator moved a stopped run to another version of its agent
+    RUN_FORKED = "run_forked"  # the first event of a fork's own: the run and event its history is shared up to
 
 
 class Event(BaseModel):

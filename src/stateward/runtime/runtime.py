@@ -227,6 +227,35 @@ class Runtime:
             agent = self._agents[state.run_id] = self.agents.build(state.agent)
         return agent
 
+    def migrate(
+        self, run_id: str, to_version: str, *, by: str, tenant: str | None = None, drive: bool = False
+    ) -> RunState:
+        """Move a stopped (WAITING_FOR_USER or PAUSED) run to ``to_version`` of its agent, the version this
+        process builds, through the migration that version registered from the run's (see
+        runtime/migration.py): recorded as ``agent_migrated`` with ``by``, from and to; an approval bound to
+        an action the new version no longer has, or has changed, is closed as stale (the run then decides
+        again). Refused by name, nothing written: RUN_NOT_MIGRATABLE, AGENT_MIGRATION_NOT_REGISTERED,
+        AGENT_VERSION_UNAVAILABLE, INVALID_MIGRATION, MIGRATION_NOT_NEEDED, LEASE_HELD, CONCURRENT_UPDATE.
+        With ``drive``, a run that goes on RUNNING is driven here."""
+        from stateward.core.state import AgentRef
+        from stateward.runtime.agent_registry import check_version
+        from stateward.runtime.migration import check_migratable, migrate_write
+
+        check_version(to_version)
+        self._visible(run_id, tenant)
+        state, seq = self.store.load_run_at(run_id)
+        check_migratable(state)
+        move = self.agents.migration(state.agent, to_version)
+        target = AgentRef(name=state.agent.name, version=to_version, params=state.agent.params)
+        agent = self.agents.build(target)
+        write = migrate_write(state, agent, move, to=target, by=by, now=self.clock())
+        self.store.commit_step(run_id, seq, write)
+        self._agents[run_id] = agent
+        self.telemetry.metrics.events(write.events)
+        if drive and write.state.status in DRIVABLE:
+            return self.drive(run_id)
+        return write.state
+
     def _check_version(self, run_id: str) -> None:
         """Refuse (AGENT_VERSION_UNAVAILABLE, nothing written) to act on a run whose agent this process
         registers only under versions incompatible with the one the run recorded. A process that does not
@@ -621,3 +650,4 @@ class Runtime:
     apause = counterpart(pause)
     acancel = counterpart(cancel)
     aresume = counterpart(resume)
+    amigrate = counterpart(migrate)

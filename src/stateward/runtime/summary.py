@@ -17,6 +17,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
         "run_id": state.run_id,
         "tenant": state.tenant,
         "agent": state.agent.name,
+        "agent_version": state.agent.version,
         "status": state.status.value,
         "terminal_reason": state.terminal_reason,
         "suspended": is_run_suspended(state),

@@ -44,7 +44,8 @@ GET_CONTROL = "SELECT control FROM runs WHERE run_id=%s"
 SET_CONTROL = "UPDATE runs SET control=%s WHERE run_id=%s"
 RUN_GUARD_ROW = "SELECT last_seq, lease_owner, lease_version FROM runs WHERE run_id=%s"
 RUN_COLUMNS = """run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,
-    CASE WHEN lease_expires_at > extract(epoch from clock_timestamp()) THEN lease_owner END"""
+    CASE WHEN lease_expires_at > extract(epoch from clock_timestamp()) THEN lease_owner END,
+    agent_version, forked_from, fork_seq"""
 LIST_RUNS = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC, run_id DESC LIMIT %s"
 
 
@@ -184,6 +185,7 @@ READ_BATCHES = """SELECT seq, count, events, lease_version, at FROM event_batche
     ORDER BY seq LIMIT %s"""
 CLOSE_REQUEST = """UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL
     RETURNING request_id"""  # a row read back, not a row count: what a pipeline reports
+SET_AGENT_VERSION = "UPDATE runs SET agent_version=%s WHERE run_id=%s"
 CLOSE_ALL_REQUESTS = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND answer IS NULL"
 OPEN_REQUEST = "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (%s,%s,%s,NULL,%s)"
 INSERT_ARTIFACT = """INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)

@@ -198,6 +198,13 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN agent_version TEXT",
         "UPDATE runs SET agent_version = json_extract(snapshot, '$.agent.version') WHERE json_valid(snapshot)",
     ],
+    # 9: lineage. A fork shares its source's history up to ``fork_seq`` (its events are read from the
+    # source's rows, never copied: see runtime/fork.py); the source's forks are found by this index.
+    [
+        "ALTER TABLE runs ADD COLUMN forked_from TEXT",
+        "ALTER TABLE runs ADD COLUMN fork_seq INTEGER",
+        "CREATE INDEX runs_forks ON runs(forked_from, created_at, run_id) WHERE forked_from IS NOT NULL",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -391,5 +398,11 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             UPDATE runs SET agent_version = (snapshot::json -> 'agent' ->> 'version');
         EXCEPTION WHEN others THEN NULL;
         END $$""",
+    ],
+    # 10: lineage, as in SQLite (9).
+    [
+        'ALTER TABLE runs ADD COLUMN forked_from TEXT COLLATE "C"',
+        "ALTER TABLE runs ADD COLUMN fork_seq BIGINT",
+        "CREATE INDEX runs_forks ON runs(forked_from, created_at, run_id) WHERE forked_from IS NOT NULL",
     ],
 ]

@@ -442,6 +442,8 @@ class PostgresStore(OutboxMethods, SessionMethods):
                 cur.executemany(
                     q.UPSERT_ATTEMPT, [(a.attempt_id, run_id, a.step, a.model_dump_json()) for a in write.attempts]
                 )
+        if write.set_agent_version:
+            conn.execute(q.SET_AGENT_VERSION, (write.state.agent.version, run_id))
         if write.checkpoint is not None:
             new_seq = expected_seq + len(write.events)
             conn.execute(q.INSERT_CHECKPOINT, (run_id, new_seq, write.checkpoint, split.snapshot, split.refs, now))
@@ -817,6 +819,9 @@ def _run_row(r: tuple[Any, ...]) -> RunRow:
         created_at=r[6],
         updated_at=r[7],
         lease_owner=r[8],
+        agent_version=r[9],
+        forked_from=r[10],
+        fork_seq=r[11],
     )
 
 

@@ -563,6 +563,8 @@ class SQLiteStore(OutboxMethods, SessionMethods):
                     "INSERT OR REPLACE INTO tool_attempts(attempt_id, run_id, step, body) VALUES (?,?,?,?)",
                     (attempt.attempt_id, run_id, attempt.step, attempt.model_dump_json()),
                 )
+            if write.set_agent_version:
+                db.execute("UPDATE runs SET agent_version=? WHERE run_id=?", (write.state.agent.version, run_id))
             if write.checkpoint is not None:
                 db.execute(
                     "INSERT INTO checkpoints(run_id, seq, reason, snapshot, parts, created_at) VALUES (?,?,?,?,?,?)",
@@ -759,7 +761,7 @@ class SQLiteStore(OutboxMethods, SessionMethods):
 
     _RUN_COLUMNS = (
         "run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,"
-        " CASE WHEN lease_expires_at > ? THEN lease_owner END"
+        " CASE WHEN lease_expires_at > ? THEN lease_owner END, agent_version, forked_from, fork_seq"
     )
 
     def list_runs(self, limit: int = 100) -> list[RunRow]:
@@ -813,6 +815,9 @@ class SQLiteStore(OutboxMethods, SessionMethods):
             created_at=datetime.fromisoformat(r[6]),
             updated_at=datetime.fromtimestamp(r[7], UTC),
             lease_owner=r[8],
+            agent_version=r[9],
+            forked_from=r[10],
+            fork_seq=r[11],
         )
 
     # -- pending requests -----------------------------------------------------------------------
