@@ -239,6 +239,51 @@ def runs_migrate(
     typer.echo(f"  status: {state.status.value}")
 
 
+@runs_app.command("fork")
+def runs_fork(
+    run_id: str,
+    at: Annotated[int, typer.Option("--at", min=1, help="The event the fork shares the run's history up to.")],
+    agent_version: Annotated[
+        str | None, typer.Option("--agent-version", help="Run the fork under this version (through its migration).")
+    ] = None,
+    model: ModelOpt = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", help="k=v (repeatable): a factory param the fork is built with.")
+    ] = None,
+    by: Annotated[str, typer.Option("--by", help="Who forks it (recorded).")] = "operator",
+    drive: Annotated[bool, typer.Option("--drive", help="Drive the fork to its next stop here.")] = False,
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+) -> None:
+    """A new run whose history up to event --at is RUN's (shared, not copied): side effects RUN journalled are
+    replayed from the journal, never run again; usage is carried; grants and answers after --at are not (a
+    guarded call asks again); the request open at --at is re-opened under a new id. --at must be a fork point
+    (a checkpoint, the run's start, or its last event while it is stopped): FORK_POINT_UNAVAILABLE lists them."""
+    from stateward.cli.run_cmd import parse_params
+    from stateward.runtime.summary import run_summary
+
+    with reported_errors(as_json):
+        runtime = open_runtime(db, writes=True)
+        state = runtime.fork(
+            run_id,
+            at=at,
+            by=by,
+            agent_version=agent_version,
+            model_spec=model,
+            params=parse_params(param or []) or None,
+            drive=drive,
+        )
+        out = run_summary(runtime.store, state)
+    out["pending_request_id"] = None if state.pending is None else state.pending.request_id
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(f"forked {run_id} at event {at}: {state.run_id}")
+    print_summary(out)
+    if state.pending is not None:
+        typer.echo(f"  answer with: {answer_hint(state.run_id, state.pending, db, state.tenant)}")
+
+
 @requests_app.command("list")
 def requests_list(
     db: DbOpt = DEFAULT_DB,

@@ -90,11 +90,20 @@ def stale_reason(action: GuardedAction, agent: Agent) -> str | None:
 
 
 def migrate_write(
-    state: RunState, agent: Agent, move: Migration | None, *, to: AgentRef, by: str, now: datetime
+    state: RunState,
+    agent: Agent,
+    move: Migration | None,
+    *,
+    to: AgentRef,
+    by: str,
+    now: datetime,
+    stopped_only: bool = True,
 ) -> StepWrite:
     """The one step that moves ``state`` to ``to`` (its new agent ``agent`` already built): the migration
-    applied, stale requests closed and stale grants dropped, recorded as ``agent_migrated`` with who, from, to."""
-    check_migratable(state)
+    applied, stale requests closed and stale grants dropped, recorded as ``agent_migrated`` with who, from, to.
+    ``stopped_only=False`` is a fork's (a new run nobody drives yet may start under another version)."""
+    if stopped_only:
+        check_migratable(state)
     moved = apply_migration(state, move).model_copy(update={"agent": to})
     stale: list[dict[str, Any]] = []
     kept = []

@@ -256,6 +256,56 @@ class Runtime:
             return self.drive(run_id)
         return write.state
 
+    def fork(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        by: str = "operator",
+        tenant: str | None = None,
+        agent_version: str | None = None,
+        model_spec: str | None = None,
+        params: dict[str, Any] | None = None,
+        budget: Budget | None = None,
+        new_run_id: str | None = None,
+        drive: bool = False,
+    ) -> RunState:
+        """A new run whose history up to event ``at`` is this run's (shared, not copied), see runtime/fork.py:
+        journalled side effects replayed, never run again; usage carried (``budget``: an explicit, recorded
+        grant, never lower); grants and later answers not carried; the open request re-opened under a new id.
+        FORK_POINT_UNAVAILABLE for an event no state can be rebuilt at; another ``tenant``'s run is
+        RUN_NOT_FOUND. With ``drive``, a fork that is RUNNING is driven here."""
+        from stateward.runtime.fork import fork_run
+
+        forked = fork_run(
+            self,
+            run_id,
+            at=at,
+            by=by,
+            tenant=tenant,
+            agent_version=agent_version,
+            model_spec=model_spec,
+            params=params,
+            budget=budget,
+            new_run_id=new_run_id,
+        )
+        if drive and forked.status in DRIVABLE:
+            return self.drive(forked.run_id)
+        return forked
+
+    def lineage(self, run_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """Where a run came from and what was forked from it: ``forked_from``, ``at_seq``, ``forks``."""
+        self._visible(run_id, tenant)
+        state = self.store.load_run(run_id)
+        forks = self.store.forks_of(run_id)
+        if tenant is not None:
+            forks = [f for f in forks if self.store.load_run(f).tenant == tenant]
+        return {
+            "forked_from": None if state.lineage is None else state.lineage.forked_from,
+            "at_seq": None if state.lineage is None else state.lineage.at_seq,
+            "forks": forks,
+        }
+
     def _check_version(self, run_id: str) -> None:
         """Refuse (AGENT_VERSION_UNAVAILABLE, nothing written) to act on a run whose agent this process
         registers only under versions incompatible with the one the run recorded. A process that does not
@@ -651,3 +701,4 @@ class Runtime:
     acancel = counterpart(cancel)
     aresume = counterpart(resume)
     amigrate = counterpart(migrate)
+    afork = counterpart(fork)

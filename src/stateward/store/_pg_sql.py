@@ -183,6 +183,19 @@ def with_events(head: str, events: int, *, attempts: bool = False) -> str:
 # Each batch holds at least one event after the seq asked for: ``limit`` batches hold enough.
 READ_BATCHES = """SELECT seq, count, events, lease_version, at FROM event_batches WHERE run_id=%s AND seq>%s
     ORDER BY seq LIMIT %s"""
+READ_BATCHES_UPTO = """SELECT seq, count, events, lease_version, at FROM event_batches
+    WHERE run_id=%s AND seq>%s AND seq-count<%s ORDER BY seq LIMIT %s"""
+FORK_OF = "SELECT forked_from, fork_seq FROM runs WHERE run_id=%s"
+CREATE_FORK = """INSERT INTO runs(run_id, tenant, agent, agent_version, status, terminal_reason, snapshot, parts,
+        last_seq, forked_from, fork_seq)
+    VALUES (%(run_id)s, %(tenant)s, %(agent)s, %(agent_version)s, %(status)s, %(reason)s, %(snapshot)s, %(parts)s,
+        %(new_seq)s, %(source)s, %(at_seq)s)
+    ON CONFLICT (run_id) DO NOTHING RETURNING created_at"""
+INSERT_BATCH = """INSERT INTO event_batches(run_id, seq, count, events, lease_version, at)
+    VALUES (%s,%s,%s,%s,0,%s)"""
+FORKS_OF = """SELECT run_id FROM runs WHERE forked_from=%s ORDER BY created_at, run_id LIMIT %s"""
+CHECKPOINTS_OF = """SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=%s
+    ORDER BY seq LIMIT %s"""
 CLOSE_REQUEST = """UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL
     RETURNING request_id"""  # a row read back, not a row count: what a pipeline reports
 SET_AGENT_VERSION = "UPDATE runs SET agent_version=%s WHERE run_id=%s"
