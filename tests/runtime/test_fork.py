@@ -173,3 +173,60 @@ def test_another_tenants_run_cannot_be_forked(runtime: Runtime, tmp_path: Path) 
     assert runtime.lineage(theirs.run_id)["forks"] == []
     mine = runtime.fork(theirs.run_id, at=1, tenant="acme")
     assert mine.tenant == "acme"
+
+
+PUBLISHED: list[str] = []
+
+
+def _standing_grant_registry() -> Any:
+    from stateward import Agent, AgentRegistry, ApprovalScope, ReActController, ToolRegistry, tool
+    from stateward.testing import ScriptedModel
+
+    @tool(side_effect=True, requires_approval=True, approval_scope=ApprovalScope.RUN)
+    def publish(page: str) -> dict[str, str]:
+        """Publish a page (one approval admits it for the rest of the run)."""
+        PUBLISHED.append(page)
+        return {"published": page}
+
+    def decide(req: Any) -> dict[str, Any]:
+        done = [o for o in req.observations if o.get("action") == "publish" and o.get("status") == "SUCCESS"]
+        if len(done) >= 2:
+            return {"type": "FINISH", "reason": "published twice"}
+        answered = (req.facts.get("last_answer") or {}).get("verdict") == "replied"
+        if len(done) == 1 and not answered:
+            return {"type": "REQUEST_USER_INPUT", "question": "publish again?"}
+        return {"type": "EXECUTE_TOOL", "action": "publish", "args": {"page": "home"}}
+
+    registry = AgentRegistry()
+    registry.register(
+        "publisher",
+        lambda: Agent(
+            name="publisher", controller=ReActController(ScriptedModel(decide)), tools=ToolRegistry([publish])
+        ),
+        version="1",
+    )
+    return registry
+
+
+def test_a_standing_grant_is_not_carried_into_a_fork(location: str) -> None:
+    registry = _standing_grant_registry()
+    runtime = Runtime.open(location, agents=registry)
+    try:
+        first = runtime.start(registry.create("publisher"), "publish")
+        assert first.pending is not None and first.pending.guarded_action is not None
+        asked = runtime.approve(first.run_id, first.pending.request_id, by="alice").state
+        assert asked.status is RunStatus.WAITING_FOR_USER and asked.pending is not None
+        assert asked.pending.guarded_action is None and len(asked.approvals) == 1  # the standing grant, unspent
+        at = runtime.store.last_seq(first.run_id)
+        PUBLISHED.clear()
+        fork = runtime.fork(first.run_id, at=at)
+        again = runtime.reply(fork.run_id, fork.pending.request_id if fork.pending else "", by="bob", text="yes")
+        # The fork's guarded call asks again: a grant given to the source is not the fork's.
+        assert again.state.status is RunStatus.WAITING_FOR_USER and again.state.pending is not None
+        assert again.state.pending.guarded_action is not None and again.state.pending.guarded_action.tool == "publish"
+        assert PUBLISHED == []
+        # The source, holding its grant, publishes again without asking.
+        source = runtime.reply(first.run_id, asked.pending.request_id, by="bob", text="yes").state
+        assert source.status is RunStatus.COMPLETED and PUBLISHED == ["home"]
+    finally:
+        runtime.close()
