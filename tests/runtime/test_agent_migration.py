@@ -193,3 +193,54 @@ def test_stats_count_runs_by_agent_version(location: str) -> None:
         assert run_id in mine
     finally:
         v2.close()
+
+
+def test_a_paused_run_is_migrated_and_resumes_under_the_new_version(location: str) -> None:
+    v1 = Runtime.open(location, agents=_registry("1"))
+    try:
+        run = v1.submit(v1.agents.create("payer"), "pay when resumed")
+        paused = v1.pause(run.run_id, by="ops")
+        assert paused.status is RunStatus.PAUSED, paused.status
+    finally:
+        v1.close()
+    v2 = Runtime.open(location, agents=_registry("2", migrations={"1": _note_facts}))
+    try:
+        moved = v2.migrate(run.run_id, "2", by="ops")
+        assert moved.status is RunStatus.PAUSED and moved.agent.version == "2"
+        resumed = v2.resume(run.run_id, by="ops")
+        assert resumed.agent.version == "2" and resumed.status is RunStatus.WAITING_FOR_USER
+    finally:
+        v2.close()
+
+
+def test_a_fork_under_another_version_goes_through_its_migration(location: str) -> None:
+    run_id, request_id, _ = _waiting_v1(location)
+    at_wait = 0
+    without = Runtime.open(location, agents=_registry("2"))
+    try:
+        at_wait = without.store.last_seq(run_id)
+        with pytest.raises(RunError) as err:
+            without.fork(run_id, at=at_wait, agent_version="2")
+        assert err.value.code == "AGENT_MIGRATION_NOT_REGISTERED"
+        with pytest.raises(RunError) as same:
+            without.fork(run_id, at=at_wait)  # the source's version is not one this process builds
+        assert same.value.code == "AGENT_VERSION_UNAVAILABLE"
+        assert without.lineage(run_id)["forks"] == []
+    finally:
+        without.close()
+    PAID.clear()
+    v2 = Runtime.open(location, agents=_registry("2", settle, migrations={"1": _note_facts}))
+    try:
+        fork = v2.fork(run_id, at=at_wait, agent_version="2", by="ops", drive=True)
+        assert fork.agent.version == "2" and fork.facts["migrated_by"] == "v2 migration"
+        events = v2.events(fork.run_id, after=at_wait)
+        assert [e.type for e in events][:2] == ["run_forked", "pending_recorded"]
+        migrated = next(e for e in events if e.type == "agent_migrated")
+        reopened = events[1].payload["pending_request_id"]
+        assert [s["request_id"] for s in migrated.payload["stale"]] == [reopened]  # pay is gone in this v2
+        assert fork.status is RunStatus.WAITING_FOR_USER and fork.pending is not None
+        assert fork.pending.guarded_action is not None and fork.pending.guarded_action.tool == "settle"
+        assert v2.get(run_id).agent.version == "1"  # the source is untouched
+        assert v2.store.get_request(run_id, request_id).answer is None  # type: ignore[union-attr]
+    finally:
+        v2.close()
