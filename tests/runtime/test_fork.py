@@ -87,6 +87,13 @@ def test_a_refund_fork_at_every_point_replays_the_refund_never_pays_twice(runtim
         assert book.duplicates() == {}
         assert book.refunds_of(fork.run_id) == 0
     assert book.refunds_of(source.run_id) == 1
+    # Every other event is no fork point: each is refused by name, nothing written.
+    for at in range(1, len(source_events) + 3):
+        if at in points:
+            continue
+        with pytest.raises(RunError) as err:
+            runtime.fork(source.run_id, at=at)
+        assert err.value.code == "FORK_POINT_UNAVAILABLE"
     assert runtime.events(source.run_id, limit=10_000) == source_events  # the source is untouched
     assert len(runtime.lineage(source.run_id)["forks"]) == len(points)
 
