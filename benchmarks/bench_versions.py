@@ -12,9 +12,9 @@ source's (the cost of reading through). Target: bytes <= 0.1x.
 claimer's version newest, as after a deploy); one claim + release at a time (the run goes back to the
 queue), with ``builds`` naming the claimer's one version, against the same claim without ``builds``,
 interleaved; median µs; on SQLite and, when its server binaries are found, on a throwaway PostgreSQL. The
-floor: at this size the claim without ``builds`` is already a sort of every runnable run on both stores
-(SQLite orders by last write, which no index holds; PostgreSQL's ``status = ANY`` over two statuses reads
-the claim-order index as two ranges), about 0.1 s here. Target: <= 1.2x.
+floor: at this size the claim without ``builds`` already costs about 0.1 s on both stores (SQLite orders by
+last write, which no index holds, so it sorts every runnable run; why PostgreSQL's is as slow was not looked
+into). Target: <= 1.2x.
 """
 
 from __future__ import annotations
