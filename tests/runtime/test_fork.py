@@ -9,6 +9,7 @@ re-opened under a new id; another tenant's run is the same RUN_NOT_FOUND as an u
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,25 @@ def test_a_standing_grant_is_not_carried_into_a_fork(location: str) -> None:
         assert source.status is RunStatus.COMPLETED and PUBLISHED == ["home"]
     finally:
         runtime.close()
+
+
+def test_a_reopened_request_notifies_the_tenants_webhooks(runtime: Runtime, tmp_path: Path) -> None:
+    import time
+
+    from stateward.store.outbox import NoticeKind, WebhookSubscription
+
+    waiting = runtime.start(AGENTS.create("refund", {"book": str(tmp_path / "b.db")}), "refund", tenant="acme")
+    runtime.store.add_webhook(  # type: ignore[attr-defined]
+        WebhookSubscription(
+            subscription_id="wh_0000000000000001",
+            tenant="acme",
+            url="https://hooks.example/x",
+            secret="s" * 32,
+            kinds=(NoticeKind.WAITING,),
+            created_at=time.time(),
+        )
+    )
+    fork = runtime.fork(waiting.run_id, at=runtime.store.last_seq(waiting.run_id))
+    assert fork.pending is not None
+    sent = [d for d in runtime.store.list_deliveries("acme") if d.run_id == fork.run_id]  # type: ignore[attr-defined]
+    assert [(d.kind, json.loads(d.body)["request_id"]) for d in sent] == [(NoticeKind.WAITING, fork.pending.request_id)]

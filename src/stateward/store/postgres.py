@@ -537,6 +537,9 @@ class PostgresStore(OutboxMethods, SessionMethods):
             if row is None:
                 raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
             conn.execute(q.INSERT_BATCH, (state.run_id, new_seq, len(events), batch, row[0]))
+            notices = notices_of(state, at_seq, events)
+            if notices:  # a re-opened request notifies as any wait does (store/outbox.py)
+                enqueue(conn, "%s", state, notices, row[0].timestamp())
             for digest, body in split.new_parts.items():
                 conn.execute(q.INSERT_PART, (state.run_id, digest, body))
             if open_request is not None:

@@ -825,6 +825,9 @@ class SQLiteStore(OutboxMethods, SessionMethods):
             key = cur.lastrowid
             assert key is not None
             _insert_events(db, key, at_seq, events, 0, _micros(datetime.fromisoformat(now)), batch)
+            notices = notices_of(state, at_seq, events)
+            if notices:  # a re-opened request notifies as any wait does (store/outbox.py)
+                enqueue(db, "?", state, notices, time.time())
             if open_request is not None:
                 db.execute(
                     "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (?,?,?,NULL,?)",
