@@ -1717,3 +1717,18 @@ def test_a_fork_writes_no_row_of_its_source(store: Store, backend: Backend) -> N
     before = durable(store, backend)
     _fork(store, RUN, 3, "run_f")
     assert durable(store, backend) == before
+
+
+def test_checkpoints_are_found_at_their_event_through_a_fork(store: Store) -> None:
+    start(store)
+    step(store, checkpoint="wait")  # 2
+    step(store)  # 3
+    step(store, checkpoint="pause")  # 4
+    found = store.checkpoint_at(RUN, 2)
+    assert found is not None and (found.seq, found.reason) == (2, "wait")
+    assert store.checkpoint_at(RUN, 3) is None
+    _fork(store, RUN, 2, "run_f")
+    shared = store.checkpoint_at("run_f", 2)
+    assert shared is not None and shared.state == found.state  # the source's, read through
+    assert store.checkpoint_at("run_f", 4) is None  # the source's later checkpoint is not the fork's
+    assert [c.seq for c in store.checkpoints_of("run_f")] == [2]

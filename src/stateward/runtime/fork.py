@@ -130,16 +130,15 @@ def state_at(runtime: Runtime, source: RunState, last: int, at: int) -> RunState
     store = runtime.store
     if at > last:
         raise _unavailable(source.run_id, at, f"the run has {last} events")
-    checkpoints = store.checkpoints_of(source.run_id)
-    for checkpoint in checkpoints:
-        if checkpoint.seq == at:
-            return checkpoint.state
+    checkpoint = store.checkpoint_at(source.run_id, at)
+    if checkpoint is not None:
+        return checkpoint.state
     if at == last and source.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
         return source
     first = store.read_events(source.run_id, at - 1, 1)
     if first and first[0].type is EventType.RUN_STARTED:
         return _started(source, first[0].payload)
-    points = sorted({1, *(c.seq for c in checkpoints)})
+    points = sorted({1, *(c.seq for c in store.checkpoints_of(source.run_id, MAX_POINTS_NAMED))})
     raise _unavailable(source.run_id, at, "no checkpoint was taken at that event", points)
 
 

@@ -194,6 +194,7 @@ CREATE_FORK = """INSERT INTO runs(run_id, tenant, agent, agent_version, status, 
 INSERT_BATCH = """INSERT INTO event_batches(run_id, seq, count, events, lease_version, at)
     VALUES (%s,%s,%s,%s,0,%s)"""
 FORKS_OF = """SELECT run_id FROM runs WHERE forked_from=%s ORDER BY created_at, run_id LIMIT %s"""
+CHECKPOINT_AT = "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=%s AND seq=%s"
 CHECKPOINTS_OF = """SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=%s
     ORDER BY seq LIMIT %s"""
 CLOSE_REQUEST = """UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL

@@ -107,6 +107,10 @@ class Store(Protocol):
         """The run's checkpoints in seq order, the ones it shares with its sources first (a fork's)."""
         ...
 
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        """The run's checkpoint taken at event ``seq`` (a shared one of its source's, for a fork), or None."""
+        ...
+
     def create_fork(
         self,
         state: RunState,

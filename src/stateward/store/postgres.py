@@ -559,6 +559,17 @@ class PostgresStore(OutboxMethods, SessionMethods):
             rows = conn.execute(q.FORKS_OF, (run_id, limit)).fetchall()
         return [str(r[0]) for r in rows]
 
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        fork = self._fork_of(run_id)
+        if fork is not None and seq <= fork[1]:
+            return self.checkpoint_at(fork[0], seq)
+        with self._conn() as conn:
+            row = conn.execute(q.CHECKPOINT_AT, (run_id, seq)).fetchone()
+        if row is None:
+            return None
+        state = join_state(run_id, row[2], row[4], self._read_parts(run_id, row[4]))
+        return Checkpoint(run_id=run_id, seq=row[0], reason=row[1], state=state, created_at=row[3])
+
     def checkpoints_of(self, run_id: str, limit: int = 1000) -> list[Checkpoint]:
         fork = self._fork_of(run_id)
         shared = [] if fork is None else [c for c in self.checkpoints_of(fork[0], limit) if c.seq <= fork[1]]

@@ -849,6 +849,26 @@ class SQLiteStore(OutboxMethods, SessionMethods):
             ).fetchall()
         return [str(r[0]) for r in rows]
 
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        fork = self._fork_of(run_id)
+        if fork is not None and seq <= fork[1]:
+            return self.checkpoint_at(fork[0], seq)
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=? AND seq=?",
+                (run_id, seq),
+            ).fetchone()
+            if row is None:
+                return None
+            parts = self._read_parts(self._run_key(self._db, run_id), row[4]) if row[4] else {}
+        return Checkpoint(
+            run_id=run_id,
+            seq=row[0],
+            reason=row[1],
+            state=join_state(run_id, row[2], row[4], parts),
+            created_at=datetime.fromisoformat(row[3]),
+        )
+
     def checkpoints_of(self, run_id: str, limit: int = 1000) -> list[Checkpoint]:
         """The run's checkpoints in seq order, its sources' shared ones first (at most ``limit``)."""
         fork = self._fork_of(run_id)
