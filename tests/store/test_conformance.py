@@ -1795,3 +1795,74 @@ def test_spent_attempts_fail_a_delivery_and_removing_a_subscription_cancels_its_
 def test_a_sound_store_passes_its_integrity_check(store: Store) -> None:
     store.create_run(make_state(), [ev(0, EventType.RUN_STARTED), ev(1)])
     store.check_integrity()  # returns without a finding; a damaged SQLite file: tests/cli/test_damaged_store.py
+
+
+# -- forks: a shared history read through the source's rows ------------------------------------------
+def _fork(store: Store, source: str, at: int, run_id: str, events: int = 1, **update: Any) -> int:
+    from stateward.core.state import Lineage
+
+    state = make_state(run_id, lineage=Lineage(forked_from=source, at_seq=at, key_scope=source), **update)
+    return store.create_fork(
+        state, [ev(100 + i, kind=EventType.RUN_FORKED) for i in range(events)], source=source, at_seq=at
+    )
+
+
+def test_a_fork_reads_its_sources_events_up_to_the_fork_point_then_its_own(store: Store) -> None:
+    start(store)
+    for _ in range(4):
+        step(store, events=2)  # batches of two: a fork point inside a batch is read exactly
+    source_events = store.read_events(RUN)
+    assert len(source_events) == 9
+    assert _fork(store, RUN, 4, "run_f", events=2) == 6
+    assert step(store, "run_f") == 7
+    step(store)  # the source goes on; the fork does not see it
+    seen = store.read_events("run_f")
+    assert [e.seq for e in seen] == list(range(1, 8))
+    assert [e.payload for e in seen[:4]] == [e.payload for e in source_events[:4]]
+    assert {e.run_id for e in seen} == {"run_f"}
+    assert [e.type for e in seen[4:6]] == [EventType.RUN_FORKED] * 2
+    for after in range(8):
+        for limit in (None, 1, 2, 3, 10):
+            page = store.read_events("run_f", after, limit)
+            expected = [e for e in seen if e.seq > after][: limit if limit is not None else None]
+            assert [(e.seq, e.payload) for e in page] == [(e.seq, e.payload) for e in expected], (after, limit)
+    assert store.last_seq("run_f") == 7
+    assert store.forks_of(RUN) == ["run_f"]
+
+
+def test_a_fork_of_a_fork_reads_each_source_up_to_its_own_bound(store: Store) -> None:
+    start(store)
+    for _ in range(5):
+        step(store)
+    _fork(store, RUN, 5, "run_f")  # 1..5 of run_a, 6 its own
+    step(store, "run_f")  # 7
+    _fork(store, "run_f", 3, "run_g")  # 1..3 of run_a (through run_f), 4 its own
+    seen = store.read_events("run_g")
+    assert [e.seq for e in seen] == [1, 2, 3, 4]
+    assert [e.payload for e in seen[:3]] == [e.payload for e in store.read_events(RUN)[:3]]
+    assert seen[3].type is EventType.RUN_FORKED
+    assert store.forks_of("run_f") == ["run_g"] and store.forks_of(RUN) == ["run_f"]
+
+
+def test_a_fork_writes_no_row_of_its_source(store: Store, backend: Backend) -> None:
+    start(store)
+    for _ in range(3):
+        step(store)
+    before = durable(store, backend)
+    _fork(store, RUN, 3, "run_f")
+    assert durable(store, backend) == before
+
+
+def test_checkpoints_are_found_at_their_event_through_a_fork(store: Store) -> None:
+    start(store)
+    step(store, checkpoint="wait")  # 2
+    step(store)  # 3
+    step(store, checkpoint="pause")  # 4
+    found = store.checkpoint_at(RUN, 2)
+    assert found is not None and (found.seq, found.reason) == (2, "wait")
+    assert store.checkpoint_at(RUN, 3) is None
+    _fork(store, RUN, 2, "run_f")
+    shared = store.checkpoint_at("run_f", 2)
+    assert shared is not None and shared.state == found.state  # the source's, read through
+    assert store.checkpoint_at("run_f", 4) is None  # the source's later checkpoint is not the fork's
+    assert [c.seq for c in store.checkpoints_of("run_f")] == [2]

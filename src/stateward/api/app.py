@@ -38,6 +38,7 @@ from stateward.api.schemas import (
     ApproveOrReject,
     ErrorBody,
     EventPage,
+    ForkRun,
     Health,
     Inbox,
     InboxItem,
@@ -242,6 +243,23 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
         state = runtime.submit(agent, body.goal, tenant=who.tenant)
         if body.drive:
             state = runtime.drive(state.run_id)
+        return _summary(runtime, state)
+
+    @v1.post("/runs/{run_id}/fork", response_model=RunSummary, status_code=201, tags=["runs"])
+    def fork_run(run_id: str, body: ForkRun, who: Caller) -> RunSummary:
+        """A new run of the caller's tenant whose history up to event ``at`` is this run's: journalled side
+        effects replayed, usage carried, grants and later answers not; another tenant's run is a 404."""
+        require(who, Role.SUBMITTER)
+        refuse_operator_params(body.params)
+        state = runtime.fork(
+            run_id,
+            at=body.at,
+            by=who.subject,
+            tenant=who.tenant,
+            agent_version=body.agent_version,
+            params=body.params or None,
+            drive=body.drive,
+        )
         return _summary(runtime, state)
 
     @v1.get("/runs", response_model=RunList, tags=["runs"])

@@ -44,7 +44,8 @@ GET_CONTROL = "SELECT control FROM runs WHERE run_id=%s"
 SET_CONTROL = "UPDATE runs SET control=%s WHERE run_id=%s"
 RUN_GUARD_ROW = "SELECT last_seq, lease_owner, lease_version FROM runs WHERE run_id=%s"
 RUN_COLUMNS = """run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,
-    CASE WHEN lease_expires_at > extract(epoch from clock_timestamp()) THEN lease_owner END, agent_version, goal"""
+    CASE WHEN lease_expires_at > extract(epoch from clock_timestamp()) THEN lease_owner END, agent_version, goal,
+    forked_from, fork_seq"""
 LIST_RUNS = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC, run_id DESC LIMIT %s"
 
 
@@ -207,8 +208,23 @@ def with_events(head: str, events: int, *, attempts: bool = False) -> str:
 # Each batch holds at least one event after the seq asked for: ``limit`` batches hold enough.
 READ_BATCHES = """SELECT seq, count, events, lease_version, at FROM event_batches WHERE run_id=%s AND seq>%s
     ORDER BY seq LIMIT %s"""
+READ_BATCHES_UPTO = """SELECT seq, count, events, lease_version, at FROM event_batches
+    WHERE run_id=%s AND seq>%s AND seq-count<%s ORDER BY seq LIMIT %s"""
+FORK_OF = "SELECT forked_from, fork_seq FROM runs WHERE run_id=%s"
+CREATE_FORK = """INSERT INTO runs(run_id, tenant, agent, agent_version, status, terminal_reason, snapshot, parts,
+        last_seq, forked_from, fork_seq, goal)
+    VALUES (%(run_id)s, %(tenant)s, %(agent)s, %(agent_version)s, %(status)s, %(reason)s, %(snapshot)s, %(parts)s,
+        %(new_seq)s, %(source)s, %(at_seq)s, %(goal)s)
+    ON CONFLICT (run_id) DO NOTHING RETURNING created_at"""
+INSERT_BATCH = """INSERT INTO event_batches(run_id, seq, count, events, lease_version, at)
+    VALUES (%s,%s,%s,%s,0,%s)"""
+FORKS_OF = """SELECT run_id FROM runs WHERE forked_from=%s ORDER BY created_at, run_id LIMIT %s"""
+CHECKPOINT_AT = "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=%s AND seq=%s"
+CHECKPOINTS_OF = """SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=%s
+    ORDER BY seq LIMIT %s"""
 CLOSE_REQUEST = """UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL
     RETURNING request_id"""  # a row read back, not a row count: what a pipeline reports
+SET_AGENT_VERSION = "UPDATE runs SET agent_version=%s WHERE run_id=%s"
 CLOSE_ALL_REQUESTS = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND answer IS NULL"
 OPEN_REQUEST = """INSERT INTO pending_requests(run_id, request_id, body, answer, tenant, kind, approver_role, agent)
     VALUES (%s,%s,%s,NULL,%s,%s,%s,%s)"""

@@ -13,7 +13,7 @@ from stateward.core.canonical import compact_json
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, NewEvent
 from stateward.core.journal import BreakerState, SideEffectRecord
-from stateward.core.state import RunState
+from stateward.core.state import PendingRequest, RunState
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage
 from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
 
@@ -100,6 +100,32 @@ class Store(Protocol):
     def set_control(self, run_id: str, control: str | None) -> None: ...
 
     def latest_checkpoint(self, run_id: str) -> Checkpoint | None: ...
+
+    def checkpoints_of(self, run_id: str, limit: int = 1000) -> list[Checkpoint]:
+        """The run's checkpoints in seq order, the ones it shares with its sources first (a fork's)."""
+        ...
+
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        """The run's checkpoint taken at event ``seq`` (a shared one of its source's, for a fork), or None."""
+        ...
+
+    def create_fork(
+        self,
+        state: RunState,
+        events: list[NewEvent],
+        *,
+        source: str,
+        at_seq: int,
+        open_request: PendingRequest | None = None,
+        checkpoint: str | None = None,
+    ) -> int:
+        """Insert a fork of ``source``: its history up to ``at_seq`` is read through the source's rows (never
+        copied, see store/lineage.py), then its own ``events``; RUN_EXISTS if the id is taken. Returns its last seq."""
+        ...
+
+    def forks_of(self, run_id: str, limit: int = 100) -> list[str]:
+        """The ids of the runs forked from ``run_id``, oldest first."""
+        ...
 
     def side_effects_of(self, run_id: str, statuses: tuple[str, ...]) -> list[SideEffectRecord]:
         """Journal records of this run's side-effecting calls in the given statuses."""

@@ -232,6 +232,13 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         _OPEN_BY("agent"),
         _OPEN_BY("approver_role"),
     ],
+    # 11: lineage. A fork shares its source's history up to ``fork_seq`` (its events are read from the
+    # source's rows, never copied: see runtime/fork.py); the source's forks are found by this index.
+    [
+        "ALTER TABLE runs ADD COLUMN forked_from TEXT",
+        "ALTER TABLE runs ADD COLUMN fork_seq INTEGER",
+        "CREATE INDEX runs_forks ON runs(forked_from, created_at, run_id) WHERE forked_from IS NOT NULL",
+    ],
 ]
 
 # PostgreSQL: the same tables. Identifiers sort byte-wise (COLLATE "C") so listings order exactly as
@@ -451,5 +458,11 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         _OPEN_BY("kind"),
         _OPEN_BY("agent"),
         _OPEN_BY("approver_role"),
+    ],
+    # 12: lineage, as in SQLite (11).
+    [
+        'ALTER TABLE runs ADD COLUMN forked_from TEXT COLLATE "C"',
+        "ALTER TABLE runs ADD COLUMN fork_seq BIGINT",
+        "CREATE INDEX runs_forks ON runs(forked_from, created_at, run_id) WHERE forked_from IS NOT NULL",
     ],
 ]

@@ -100,6 +100,7 @@ class StepWrite(BaseModel):
     clear_control: bool = False
     not_before: datetime | None = None
     release_lease: bool = False
+    set_agent_version: bool = False  # a migration: the run row's version column follows ``state.agent.version``
 
     @property
     def has_contents(self) -> bool:
@@ -110,7 +111,12 @@ class StepWrite(BaseModel):
     def has_contents_besides_attempts(self) -> bool:
         """Whether the step writes more than its events, the run row and tool attempts (a tool step's)."""
         return bool(
-            self.open_request or self.close_request or self.close_all_requests or self.artifacts or self.checkpoint
+            self.open_request
+            or self.close_request
+            or self.close_all_requests
+            or self.artifacts
+            or self.checkpoint
+            or self.set_agent_version
         )
 
 
@@ -141,3 +147,5 @@ class RunRow(BaseModel):
     updated_at: datetime
     agent_version: str | None = None
     goal: str | None = None  # its first GOAL_SEARCH_CHARS characters (None: recorded before goals were kept)
+    forked_from: str | None = None  # the run whose history up to ``fork_seq`` this one shares
+    fork_seq: int | None = None
