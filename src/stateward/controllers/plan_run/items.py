@@ -157,19 +157,29 @@ def item_step(
         # The request alone would not fit what is left: do not send it (tokens are spent, not refunded).
         detail = f"the next model request needs ~{request.json_chars() // 4} tokens, {left} left"
         return DeliverPartial(PlanOutcomeCode.BUDGET_EXHAUSTED, detail)
+    return model_step(svc, ctx, memo, item, request, mine, visible, notes)
+
+
+def model_step(
+    svc: Services,
+    ctx: DecisionContext,
+    memo: PlanRunMemo,
+    item: WorkItem,
+    request: ModelRequest,
+    mine: list[Observation],
+    visible: tuple[str, ...],
+    notes: list[NewEvent],
+) -> Proposal | DecideAgain:
+    """One step of an item a model runs: its worker's next call, charged to the attempt; a worker saying
+    "done" (or asking to stop) ends its attempt, and a call outside the goal's scope is refused by name."""
+    run = memo.items[item.work_item_id]
+    assert run.tracker is not None
     reply = complete(svc.worker, request)
     run.model_calls += 1
     run.tokens += tokens_of(reply.usage)
     rejected = provider_rejection(reply)
     if rejected is not None:
-        return Proposal(
-            signal=rejected,
-            source=SignalSource.MODEL,
-            visible_actions=frozenset(visible),
-            model_usage=(reply.usage,),
-            memo=svc.seals.write(memo),
-            notes=notes,
-        )
+        return worker_proposal(svc, memo, notes, rejected, visible, reply.usage)
     try:
         decision = parse_decision(reply.text)
     except DecisionParseError:
@@ -181,14 +191,8 @@ def item_step(
     outside = out_of_scope(svc, decision)
     if outside is not None:
         # The goal's scope holds for what a call touches, not only for which tool it is.
-        return Proposal(
-            signal=SignalFailure(code=ErrorCode.OUT_OF_SCOPE_ARGUMENT, message=outside, raw=reply.text[:2000]),
-            source=SignalSource.MODEL,
-            visible_actions=frozenset(visible),
-            model_usage=(reply.usage,),
-            memo=svc.seals.write(memo),
-            notes=notes,
-        )
+        refused = SignalFailure(code=ErrorCode.OUT_OF_SCOPE_ARGUMENT, message=outside, raw=reply.text[:2000])
+        return worker_proposal(svc, memo, notes, refused, visible, reply.usage)
     run.steps.append(ctx.state.usage.steps + 1)  # the observation of this step belongs to this item
     if decision is not None and decision.action:
         # What is kept of the decision: facts and a short stated reason (none when the model gave none),
@@ -204,11 +208,23 @@ def item_step(
         )
         payload = summary.model_dump(mode="json", exclude_defaults=True)
         notes.append(NewEvent(type=EventType.REACT_DECISION, payload=payload))
+    return worker_proposal(svc, memo, notes, reply.text, visible, reply.usage)
+
+
+def worker_proposal(
+    svc: Services,
+    memo: PlanRunMemo,
+    notes: list[NewEvent],
+    signal: str | SignalFailure,
+    visible: tuple[str, ...],
+    usage: Usage,
+) -> Proposal:
+    """The worker's reply (or why it is refused) as the step's signal, its call reported with it."""
     return Proposal(
-        signal=reply.text,
+        signal=signal,
         source=SignalSource.MODEL,
         visible_actions=frozenset(visible),
-        model_usage=(reply.usage,),
+        model_usage=(usage,),
         memo=svc.seals.write(memo),
         notes=notes,
     )
@@ -418,15 +434,7 @@ def verify_output(
     if deliverable:  # the run's VERIFY stage is the deliverable's; an item's own checks are part of its work
         memo.enter(RunStage.VERIFY, ctx.state.usage.steps + 1)
         results += deliverable_results(svc, ctx, memo, item, obs, charged)
-    name = item.output_spec.artifact_type
-    used = memo.ledger.reflections.get(name, 0)
-    limit = memo.ledger.limits.max_reflections_per_artifact
-    risk, confidence = (
-        (svc.config.deliverable_risk, svc.config.deliverable_confidence)
-        if deliverable
-        else (FindingRisk.LOW, Confidence.HIGH)  # an intermediate artifact is judged on its checks alone
-    )
-    policy = verification_decision(results, used, 1 if limit is None else limit, risk, confidence)
+    policy = verification_policy(svc, memo, item, results, deliverable)
     run = memo.items[item.work_item_id]
     backs = acceptance.backs_risk(memo, item).value
     if policy.outcome is VerificationOutcome.ACCEPT and not deliverable and run.correction is None:
@@ -454,6 +462,38 @@ def verify_output(
     if policy.outcome is VerificationOutcome.ACCEPT:
         run.correction = None
         return fact, None
+    not_accepted(svc, memo, item, ref, results, policy, deliverable, notes)
+    return None
+
+
+def verification_policy(
+    svc: Services, memo: PlanRunMemo, item: WorkItem, results: list[CheckResult], deliverable: bool
+) -> PolicyDecision:
+    """What the checks' results mean for the artifact, given the repairs it has left and the risk it carries."""
+    used = memo.ledger.reflections.get(item.output_spec.artifact_type, 0)
+    limit = memo.ledger.limits.max_reflections_per_artifact
+    risk, confidence = (
+        (svc.config.deliverable_risk, svc.config.deliverable_confidence)
+        if deliverable
+        else (FindingRisk.LOW, Confidence.HIGH)  # an intermediate artifact is judged on its checks alone
+    )
+    return verification_decision(results, used, 1 if limit is None else limit, risk, confidence)
+
+
+def not_accepted(
+    svc: Services,
+    memo: PlanRunMemo,
+    item: WorkItem,
+    ref: str,
+    results: list[CheckResult],
+    policy: PolicyDecision,
+    deliverable: bool,
+    notes: list[NewEvent],
+) -> None:
+    """The artifact did not pass: the next version is told what to fix, within the budgeted repairs (a fresh
+    local loop), or the attempt fails - a person deciding if the policy says so."""
+    run = memo.items[item.work_item_id]
+    name = item.output_spec.artifact_type
     run.correction = findings_text(results) or "; ".join(policy.reasons)
     if policy.outcome is VerificationOutcome.REPAIR_ONCE:
         memo.ledger = memo.ledger.record_reflection(name)
@@ -463,11 +503,10 @@ def verify_output(
         memo.ledger = memo.ledger.charge(BudgetAmount(tool_calls=spent))
         run.tracker = ProgressTracker.start(max(1, item.max_react_steps or svc.config.default_react_steps))
         run.steps, run.absorbed = [], 0  # the repair is a fresh local loop that must write a new version
-        return None
+        return
     if policy.outcome is VerificationOutcome.HUMAN_HANDOFF:  # a person decides, not a partial delivery
         memo.verification_handoff = (policy.reason_code, f"{ref}: " + "; ".join(policy.reasons))
     end_attempt(memo, item, AttemptOutcome.FAILED, failure_code(results, policy, deliverable), notes)
-    return None
 
 
 def failure_code(results: list[CheckResult], policy: PolicyDecision, deliverable: bool) -> str:

@@ -23,15 +23,16 @@ from stateward.core.contract import DecisionContext, OutcomeStatus, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
-from stateward.models.base import ModelRequest, Usage, complete
+from stateward.models.base import ModelReply, ModelRequest, Usage, complete
 from stateward.planning.budget import BudgetAmount
 from stateward.planning.patch import (
+    PlanPatch,
     PlanPatchError,
     WorkItemState,
     apply_patch,
     load_patch,
 )
-from stateward.planning.plan import load_plan
+from stateward.planning.plan import Plan, load_plan
 from stateward.planning.readiness import evaluate_readiness, parse_evidence
 from stateward.planning.stages import RunStage
 from stateward.planning.validator import Verdict, validate_plan
@@ -210,24 +211,7 @@ def patch(
     )
     memo.ledger = memo.ledger.charge(BudgetAmount(replans=1, model_calls=1, tokens=tokens_of(reply.usage)))
     try:
-        if reply.rejection_code is not None:
-            raise PlanPatchError(
-                reply.rejection_message or reply.rejection_code, code=ErrorCode.parse(reply.rejection_code)
-            )
-        patch = load_patch(reply.text)
-        new_plan = apply_patch(plan, patch, set(memo.verified), memo.ledger.used.replans - 1, limit)
-        report = validate_plan(
-            new_plan,
-            capabilities=svc.config.capabilities or set(ctx.actions),
-            goal=svc.config.goal,
-            completed=memo.verified,
-            budget=memo.ledger.remaining().to_plan_budget(),
-        )
-        if report.verdict is not Verdict.ACCEPT:
-            raise PlanPatchError(
-                f"patched plan is {report.verdict.value}: "
-                + "; ".join(f"{i.code}({i.work_item_id})" for i in report.issues[:5])
-            )
+        change, new_plan = checked_patch(svc, ctx, memo, plan, reply, limit)
     except RunError as exc:
         notes.append(
             NewEvent(
@@ -236,6 +220,39 @@ def patch(
             )
         )
         return exc.message, reply.usage
+    adopt(ctx, memo, change, new_plan, notes)
+    return None, reply.usage
+
+
+def checked_patch(
+    svc: Services, ctx: DecisionContext, memo: PlanRunMemo, plan: Plan, reply: ModelReply, limit: int
+) -> tuple[PlanPatch, Plan]:
+    """The planner's patch and the plan it makes, once it holds (PlanPatchError, or the RunError that
+    refused it, otherwise)."""
+    if reply.rejection_code is not None:
+        raise PlanPatchError(
+            reply.rejection_message or reply.rejection_code, code=ErrorCode.parse(reply.rejection_code)
+        )
+    patch = load_patch(reply.text)
+    new_plan = apply_patch(plan, patch, set(memo.verified), memo.ledger.used.replans - 1, limit)
+    report = validate_plan(
+        new_plan,
+        capabilities=svc.config.capabilities or set(ctx.actions),
+        goal=svc.config.goal,
+        completed=memo.verified,
+        budget=memo.ledger.remaining().to_plan_budget(),
+    )
+    if report.verdict is not Verdict.ACCEPT:
+        raise PlanPatchError(
+            f"patched plan is {report.verdict.value}: "
+            + "; ".join(f"{i.code}({i.work_item_id})" for i in report.issues[:5])
+        )
+    return patch, new_plan
+
+
+def adopt(ctx: DecisionContext, memo: PlanRunMemo, patch: PlanPatch, new_plan: Plan, notes: list[NewEvent]) -> None:
+    """The patched plan becomes the run's plan: redefined items start afresh, the stall window and the
+    failures seen so far are the old plan's."""
     redefined = {w.work_item_id for w in (*patch.changed_items, *patch.added_items)} | set(patch.removed_items)
     memo.items = {w: run for w, run in memo.items.items() if w not in redefined}
     memo.plan = new_plan
@@ -259,4 +276,3 @@ def patch(
             },
         )
     )
-    return None, reply.usage
