@@ -15,7 +15,7 @@ from stateward.controllers.plan_run.memo import (
     PlanRunMemo,
 )
 from stateward.controllers.plan_run.services import DecideAgain, DeliverPartial, Reschedule, Services
-from stateward.core.contract import DecisionContext, Observation, PlanOutcomeCode, Proposal
+from stateward.core.contract import DecisionContext, Observation, Proposal
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RunState
@@ -210,7 +210,7 @@ class PlanRunController:
             (w for w in plan.work_items if states[w.work_item_id] is WorkItemState.WAITING_FOR_APPROVAL), None
         )
         if not memo.running:
-            refused = self.start_batch(svc, ctx, memo, notes, states)
+            refused = items.start_batch(svc, ctx, memo, notes, states)
             if refused is not None:
                 return self._deliver_partial(svc, ctx, memo, notes, refused)
         if memo.running:
@@ -229,60 +229,5 @@ class PlanRunController:
         patched = planning.replan(svc, ctx, memo, notes, states)
         if isinstance(patched, DecideAgain):
             return self._decide_again(svc, ctx, memo, patched)
-        stuck_step = self._stuck(svc, ctx, memo, notes, stuck, states)
+        stuck_step = delivery.when_stuck(svc, ctx, memo, notes, stuck, states)
         return stuck_step if patched is None else view.with_usage(stuck_step, patched)
-
-    @staticmethod
-    def start_batch(
-        svc: Services,
-        ctx: DecisionContext,
-        memo: PlanRunMemo,
-        notes: list[NewEvent],
-        states: dict[str, WorkItemState],
-    ) -> DeliverPartial | None:
-        """Start the next batch (source 12: ``get_ready_items(limit=4)``): up to ``max_parallel`` ready items,
-        in work-item id order, each reserved and its attempt recorded in this one step. The batch's items then
-        take turns, one call per step and each step one transaction, and no new item starts until all of them
-        ended: the same items in the same order on every run, and a crash between two of its calls loses or
-        repeats nothing (the step that journalled a call is the one that recorded it). A partial delivery if
-        not even the first ready item fits the budget; one that does not fit after others started waits for the
-        next batch."""
-        plan = memo.plan
-        assert plan is not None
-        ready = sorted(
-            (w for w in plan.work_items if states[w.work_item_id] in (WorkItemState.READY, WorkItemState.RETRY_WAIT)),
-            key=lambda w: w.work_item_id,
-        )[: max(1, svc.config.max_parallel)]
-        if not ready:
-            return None
-        memo.batches += 1
-        memo.turn = 0
-        for item in ready:
-            refused = items.start(svc, ctx, memo, notes, item, batch=memo.batches, first=not memo.running)
-            if refused is not None:
-                return refused
-        return None
-
-    @staticmethod
-    def _stuck(
-        svc: Services,
-        ctx: DecisionContext,
-        memo: PlanRunMemo,
-        notes: list[NewEvent],
-        stuck: list[str],
-        states: dict[str, WorkItemState],
-    ) -> Proposal:
-        """Nothing can run and no patch helped: a person decides - to grant the access whose lack left the scope
-        short, to restore a source that is down, or what to do when nothing is runnable."""
-        if memo.denied and memo.delivery is None:
-            # Source 14: missing permission left the scope short; a person can grant it or accept less.
-            detail = f"cannot proceed: {stuck}; refused for missing permission: {'; '.join(memo.denied)}"
-            return delivery.handoff(svc, ctx, memo, notes, PlanOutcomeCode.SCOPE_SHORTFALL, detail[:600], states)
-        down = memo.unavailable
-        if down and memo.delivery is None:
-            # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
-            # it or accept less - delivering as if the gap were final would hide a fixable cause.
-            detail = f"cannot proceed: {stuck}; unavailable after retries and fallbacks: {', '.join(down)}"
-            code = PlanOutcomeCode.DEPENDENCY_UNAVAILABLE
-            return delivery.handoff(svc, ctx, memo, notes, code, detail, states)
-        return delivery.nothing_runnable(svc, ctx, memo, notes, stuck, states)

@@ -302,6 +302,30 @@ def nothing_runnable(
     return handoff(svc, ctx, memo, notes, PlanOutcomeCode.NO_RUNNABLE_WORK, f"cannot proceed: {list(stuck)}", states)
 
 
+def when_stuck(
+    svc: Services,
+    ctx: DecisionContext,
+    memo: PlanRunMemo,
+    notes: list[NewEvent],
+    stuck: list[str],
+    states: dict[str, WorkItemState],
+) -> Proposal:
+    """Nothing can run and no patch helped: a person decides - to grant the access whose lack left the scope
+    short, to restore a source that is down, or what to do when nothing is runnable."""
+    if memo.denied and memo.delivery is None:
+        # Source 14: missing permission left the scope short; a person can grant it or accept less.
+        detail = f"cannot proceed: {stuck}; refused for missing permission: {'; '.join(memo.denied)}"
+        return handoff(svc, ctx, memo, notes, PlanOutcomeCode.SCOPE_SHORTFALL, detail[:600], states)
+    down = memo.unavailable
+    if down and memo.delivery is None:
+        # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
+        # it or accept less - delivering as if the gap were final would hide a fixable cause.
+        detail = f"cannot proceed: {stuck}; unavailable after retries and fallbacks: {', '.join(down)}"
+        code = PlanOutcomeCode.DEPENDENCY_UNAVAILABLE
+        return handoff(svc, ctx, memo, notes, code, detail, states)
+    return nothing_runnable(svc, ctx, memo, notes, stuck, states)
+
+
 def handoff_options(code: str) -> tuple[DecisionOption, ...]:
     """No one at a handoff can authorise past a hard constraint of the goal: only ending is offered."""
     options = standard_options()

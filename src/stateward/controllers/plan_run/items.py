@@ -53,6 +53,7 @@ from stateward.planning.delivery import Confidence, FindingRisk
 from stateward.planning.patch import (
     AttemptFact,
     AttemptOutcome,
+    WorkItemState,
 )
 from stateward.planning.plan import MODEL_TASK_TYPES, WorkItem
 from stateward.planning.progress import ProgressTracker, ReactDecisionSummary
@@ -119,6 +120,37 @@ def start(
             },
         )
     )
+    return None
+
+
+def start_batch(
+    svc: Services,
+    ctx: DecisionContext,
+    memo: PlanRunMemo,
+    notes: list[NewEvent],
+    states: dict[str, WorkItemState],
+) -> DeliverPartial | None:
+    """Start the next batch (source 12: ``get_ready_items(limit=4)``): up to ``max_parallel`` ready items,
+    in work-item id order, each reserved and its attempt recorded in this one step. The batch's items then
+    take turns, one call per step and each step one transaction, and no new item starts until all of them
+    ended: the same items in the same order on every run, and a crash between two of its calls loses or
+    repeats nothing (the step that journalled a call is the one that recorded it). A partial delivery if
+    not even the first ready item fits the budget; one that does not fit after others started waits for the
+    next batch."""
+    plan = memo.plan
+    assert plan is not None
+    ready = sorted(
+        (w for w in plan.work_items if states[w.work_item_id] in (WorkItemState.READY, WorkItemState.RETRY_WAIT)),
+        key=lambda w: w.work_item_id,
+    )[: max(1, svc.config.max_parallel)]
+    if not ready:
+        return None
+    memo.batches += 1
+    memo.turn = 0
+    for item in ready:
+        refused = start(svc, ctx, memo, notes, item, batch=memo.batches, first=not memo.running)
+        if refused is not None:
+            return refused
     return None
 
 
