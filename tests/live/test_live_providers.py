@@ -83,8 +83,8 @@ def test_openai_json_schema_mode_yields_schema_valid_decisions(local_model: Loca
         assert_real_usage(reply)
         outcomes.append(assert_named_outcome(reply))
     # The server enforces the schema, so the strict parser accepts what comes back (or it was cut off).
-    assert set(outcomes) <= {"EXECUTE_TOOL", "REQUEST_USER_INPUT", "FINISH", "FAIL", "MAX_TOKENS_REACHED"}
-    assert any(o != "MAX_TOKENS_REACHED" for o in outcomes)
+    assert set(outcomes) <= {"EXECUTE_TOOL", "REQUEST_USER_INPUT", "FINISH", "FAIL", "REPLY_TRUNCATED"}
+    assert any(o != "REPLY_TRUNCATED" for o in outcomes)
 
 
 def test_openai_plan_and_content_requests_return_schema_shaped_json(local_model: LocalServer) -> None:
@@ -95,7 +95,7 @@ def test_openai_plan_and_content_requests_return_schema_shaped_json(local_model:
         parsed = parse_step_plan(plan.text, {"list_materials", "read_material", "create_brief", "write_draft"})
         assert not hasattr(parsed, "code"), parsed  # schema-constrained: a valid plan over known actions
     else:
-        assert plan.rejection_code == RejectionCode.MAX_TOKENS_REACHED
+        assert plan.rejection_code == RejectionCode.REPLY_TRUNCATED
     content_request = blog_request("content", "Write the brief's title, outline and sources as JSON arguments.")
     content_request = content_request.model_copy(
         update={"visible_actions": [a for a in content_request.visible_actions if a.name == "create_brief"]}
@@ -119,7 +119,7 @@ def test_anthropic_messages_api_round_trip(local_model: LocalServer, mode: str) 
     assert_real_usage(reply)
     assert reply.stop_reason in {"end_turn", "max_tokens", "tool_use"}
     if reply.stop_reason == "max_tokens":
-        assert reply.rejection_code == RejectionCode.MAX_TOKENS_REACHED
+        assert reply.rejection_code == RejectionCode.REPLY_TRUNCATED
     assert assert_named_outcome(reply)
 
 

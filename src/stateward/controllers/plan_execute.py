@@ -16,6 +16,7 @@ from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import ErrorCode
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RequestKind
+from stateward.core.model_io import ReplyContract
 from stateward.models.base import AnyModel, Usage, complete
 
 PLAN_INSTRUCTIONS = (
@@ -198,6 +199,7 @@ class PlanAndExecuteController:
         while True:
             request = ctx.request(
                 purpose="plan",
+                contract=ReplyContract.STEP_PLAN,
                 goal=ctx.state.goal,
                 inventory=list(ctx.inventory),
                 visible_actions=ctx.specs(tuple(ctx.actions)),

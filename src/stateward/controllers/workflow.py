@@ -20,6 +20,7 @@ from stateward.core.decision import ControlDecision, DecisionType, SignalSource,
 from stateward.core.errors import DecisionParseError, ErrorCode, UserError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AnswerVerdict, RequestKind
+from stateward.core.model_io import ReplyContract
 from stateward.models.base import AnyModel, ModelRequest, Usage, complete
 
 ArgsFn = Callable[[DecisionContext], dict[str, Any]]
@@ -284,6 +285,7 @@ class WorkflowController:
             self.model,
             ModelRequest(
                 purpose="decide",
+                contract=ReplyContract.DECISION,
                 goal=ctx.state.goal,
                 inventory=list(ctx.inventory),
                 observations=[o.model_dump(mode="json") for o in mine],
@@ -412,6 +414,7 @@ class WorkflowController:
                 self.model,
                 ModelRequest(
                     purpose="content",
+                    contract=ReplyContract.NODE_CONTENT,
                     goal=ctx.state.goal,
                     inventory=list(ctx.inventory),
                     observations=node.inputs(ctx),

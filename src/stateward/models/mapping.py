@@ -200,19 +200,6 @@ def content_schema(request: ModelRequest, max_string: int = MAX_STRING) -> dict[
     return {"type": "object"}
 
 
-def response_schema(request: ModelRequest, max_string: int = MAX_STRING) -> tuple[str, dict[str, Any]]:
-    """(name, schema) for a JSON-schema constrained reply to this request's purpose.
-
-    ``max_string`` bounds every string: lower it for slow local servers, where a constrained decoder
-    spends most of its time filling long strings.
-    """
-    if request.purpose == "plan":
-        return "step_plan", plan_schema(request, max_string)
-    if request.purpose == "content":
-        return "node_content", content_schema(request, max_string)
-    return "control_decision", decision_schema(request, max_string)
-
-
 # -- inbound ------------------------------------------------------------------------------------------
 def _schema_errors(schema: dict[str, Any], value: Any) -> list[str]:
     try:

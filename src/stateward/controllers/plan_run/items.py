@@ -32,6 +32,7 @@ from stateward.core.decision import ControlDecision, DecisionType, SignalSource,
 from stateward.core.errors import DecisionParseError, ErrorCode
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RequestKind
+from stateward.core.model_io import ReplyContract
 from stateward.models.base import ModelRequest, Usage, complete
 from stateward.planning.budget import BudgetAmount, BudgetError
 from stateward.planning.delivery import Confidence, FindingRisk
@@ -124,6 +125,7 @@ class ItemSteps(Part):
         mine = [o for o in ctx.observations if o.step in run.steps]
         request = ModelRequest(
             purpose="decide",
+            contract=ReplyContract.DECISION,
             goal=f"{item.work_item_id}: {item.title}",
             inventory=list(ctx.inventory),
             observations=[o.model_dump(mode="json") for o in mine],

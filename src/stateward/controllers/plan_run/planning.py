@@ -18,11 +18,13 @@ from stateward.controllers.plan_support import (
     READINESS_TOOL,
     evidence_ids,
 )
+from stateward.controllers.replies import document_request
 from stateward.core.contract import DecisionContext, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
-from stateward.models.base import ModelRequest, Usage, complete
+from stateward.core.model_io import ReplyContract
+from stateward.models.base import Usage, complete
 from stateward.planning.budget import BudgetAmount
 from stateward.planning.patch import (
     PlanPatchError,
@@ -48,7 +50,8 @@ class PlanningSteps(Part):
         for round_ in range(1 + PLAN_REVISIONS):
             reply = complete(
                 self.owner.planner,
-                ModelRequest(
+                document_request(
+                    ReplyContract.PLAN_DOCUMENT,
                     purpose="plan",
                     goal=self.config.goal.objective,
                     inventory=list(ctx.inventory),
@@ -131,6 +134,7 @@ class PlanningSteps(Part):
             self.owner.worker,
             ctx.request(
                 purpose="decide",
+                contract=ReplyContract.DECISION,
                 goal=f"research for {contract.stage}: {self.config.goal.objective}",
                 inventory=list(ctx.inventory),
                 visible_actions=ctx.specs(visible),
@@ -205,7 +209,8 @@ class PlanningSteps(Part):
             return None
         reply = complete(
             self.owner.planner,
-            ModelRequest(
+            document_request(
+                ReplyContract.PLAN_PATCH,
                 purpose="replan",
                 goal=self.config.goal.objective,
                 inventory=list(ctx.inventory),
