@@ -15,8 +15,8 @@ from stateward.core.contract import DecisionContext, Proposal, SignalFailure
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import ErrorCode
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import RequestKind
 from stateward.core.model_io import ReplyContract
+from stateward.core.state import RequestKind
 from stateward.models.base import AnyModel, Usage, complete
 
 PLAN_INSTRUCTIONS = (

@@ -19,8 +19,8 @@ from stateward.core.contract import DecisionContext, Proposal, SignalFailure, Wa
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode, UserError
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import AnswerVerdict, RequestKind
 from stateward.core.model_io import ReplyContract
+from stateward.core.state import AnswerVerdict, RequestKind
 from stateward.models.base import AnyModel, ModelRequest, Usage, complete
 
 ArgsFn = Callable[[DecisionContext], dict[str, Any]]

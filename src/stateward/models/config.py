@@ -128,9 +128,7 @@ def _flat_limit(env: Mapping[str, str], given: int | None) -> int | None:
     return int(value)
 
 
-def _limits(
-    env: Mapping[str, str], given: Mapping[ReplyContract, int] | None
-) -> dict[ReplyContract, int]:
+def _limits(env: Mapping[str, str], given: Mapping[ReplyContract, int] | None) -> dict[ReplyContract, int]:
     """Per-contract reply limits: ``STATEWARD_MODEL_MAX_TOKENS_<CONTRACT>``, then the arguments over them."""
     out: dict[ReplyContract, int] = {}
     for contract in ReplyContract:

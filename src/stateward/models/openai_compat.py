@@ -4,8 +4,9 @@ llama.cpp, Ollama) selected by ``base_url``.
 Two modes. ``tools``: visible actions (plus ``request_user_input`` and ``finish``) are native tools and
 one tool call becomes one decision. ``json_schema``: for servers that cannot call tools, the reply is
 constrained by ``response_format: json_schema`` and its text goes to the Runtime's strict parser.
-Every other reply contract (plans, patches, content, judgements) always uses the JSON-schema mode, with
-the schema of :mod:`stateward.models.contracts`; ``max_tokens`` is the contract's unless one is set. The SDK's own retries are off:
+Every other reply contract (plans, patches, content, judgements) always uses the JSON-schema mode,
+with the schema of :mod:`stateward.models.contracts`; ``max_tokens`` is the contract's unless one is set.
+The SDK's own retries are off:
 ``RetryingModel`` retries, so that every attempt can be recorded.
 
 ``complete`` uses the SDK's sync client, ``acomplete`` its ``AsyncOpenAI`` client (made on first use,

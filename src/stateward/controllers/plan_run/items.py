@@ -31,8 +31,8 @@ from stateward.core.contract import DecisionContext, Observation, Proposal, Sign
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode
 from stateward.core.events import EventType, NewEvent
-from stateward.core.state import RequestKind
 from stateward.core.model_io import ReplyContract
+from stateward.core.state import RequestKind
 from stateward.models.base import ModelRequest, Usage, complete
 from stateward.planning.budget import BudgetAmount, BudgetError
 from stateward.planning.delivery import Confidence, FindingRisk
