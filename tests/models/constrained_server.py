@@ -131,19 +131,20 @@ def _openai(server: ConstrainedServer, body: dict[str, Any]) -> dict[str, Any]:
         text, cut = _cut(json.dumps(server.write(schema)), max_tokens)
         message["content"] = text
         finish = "length" if cut else "stop"
+    prompt, produced = _tokens(body["messages"]), max_tokens if finish == "length" else 1
     return {
         "id": "chatcmpl-constrained",
         "object": "chat.completion",
         "created": 1700000000,
         "model": body.get("model", "constrained"),
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-        "usage": {"prompt_tokens": _tokens(body["messages"]), "completion_tokens": 1, "total_tokens": 2},
+        "usage": {"prompt_tokens": prompt, "completion_tokens": produced, "total_tokens": prompt + produced},
     }
 
 
 def _schema_in_prompt(system: str) -> dict[str, Any]:
     """The reply schema a text-mode provider put in its system text (the only place it can say it)."""
-    head, marker, tail = system.partition(SCHEMA_MARKER)
+    _, marker, tail = system.partition(SCHEMA_MARKER)
     if not marker:
         raise SchemaRefused("the system text describes no reply schema")
     schema, _ = json.JSONDecoder().raw_decode(tail)
@@ -181,7 +182,10 @@ def _anthropic(server: ConstrainedServer, body: dict[str, Any]) -> dict[str, Any
         "content": content,
         "stop_reason": stop,
         "stop_sequence": None,
-        "usage": {"input_tokens": _tokens(body["messages"]), "output_tokens": 1},
+        "usage": {
+            "input_tokens": _tokens(body["messages"]),
+            "output_tokens": max_tokens if stop == "max_tokens" else 1,
+        },
     }
 
 
@@ -221,7 +225,7 @@ def constrained_server() -> Iterator[ConstrainedServer]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(ConstrainedServer(url="")))
     state = ConstrainedServer(url=f"http://127.0.0.1:{httpd.server_address[1]}")
     httpd.RequestHandlerClass = _handler(state)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield state

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.models.constrained_server import ConstrainedServer, constrained_server
+from tests.models.test_reply_contracts import PARSERS, accepted_examples, request_for
 from typer.testing import CliRunner
 
-from stateward import Runtime, RunStatus
+from stateward import RunStatus, Runtime
 from stateward.core.errors import ErrorCode
 from stateward.core.events import EventType
 from stateward.core.model_io import ReplyContract
@@ -28,9 +30,6 @@ from stateward.models.openai_compat import OpenAICompatibleModel
 from stateward_demos import blog_fixtures as fx
 from stateward_demos.blog import build_agent
 from stateward_demos.eval_cmd import app
-
-from .constrained_server import ConstrainedServer, constrained_server
-from .test_reply_contracts import PARSERS, accepted_examples, request_for
 
 Provider = Callable[..., Any]
 PROVIDERS: dict[str, Provider] = {
@@ -175,13 +174,7 @@ def test_the_payment_planner_gets_a_plan_the_validator_judges(
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     (row,) = report["rows"]
-    plan_calls = [r for r in server.requests if "plan_document" in json.dumps(r["body"])[:200_000]]
-    assert plan_calls, "the planner was never asked for a plan document"
-    assert "INVALID_PLAN_DOCUMENT" not in row["outcome"], row
-    runtime = Runtime.open(str(tmp_path / "eval.db"))
-    try:
-        events = runtime.store.read_events(row["run_id"])
-        verdicts = [str(e.payload) for e in events if "PLAN_" in str(e.payload) or e.type is EventType.PLAN_RECORDED]
-        assert verdicts, [e.type for e in events]
-    finally:
-        runtime.close()
+    plans = [r["body"] for r in server.requests if "plan_document" in json.dumps(r["body"])]
+    assert plans and all(p["max_tokens"] == 6000 for p in plans), "the planner was never asked for a plan document"
+    assert row["plan_verdict"] in ("ACCEPT", "REVISE", "REJECT"), row  # judged by the validator, not unread
+    assert "INVALID_PLAN_DOCUMENT" not in json.dumps(row)

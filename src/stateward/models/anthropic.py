@@ -169,7 +169,7 @@ class AnthropicModel:
             result = mapping.reject(RejectionCode.MODEL_REFUSED, "the model refused to answer", text)
         elif response.stop_reason == "max_tokens":
             limit = self.max_tokens_for(request)
-            result = mapping.reject(RejectionCode.REPLY_TRUNCATED, f"cut off at max_tokens={limit}", text)
+            result = mapping.truncated(limit, u.output_tokens, text)
         elif calls:
             result = mapping.decision_from_tool_calls(calls, request)
             commentary = text or None

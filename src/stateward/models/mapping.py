@@ -200,6 +200,16 @@ def content_schema(request: ModelRequest, max_string: int = MAX_STRING) -> dict[
     return {"type": "object"}
 
 
+def truncated(limit: int, produced: int | None, text: str) -> Interpretation:
+    """REPLY_TRUNCATED: the reply was cut before it ended, by ``max_tokens`` or, when it stopped short of
+    that, by the server's context window (a local server's ``-c``); never handed to the parser."""
+    if produced is not None and 0 < produced < limit:
+        why = f"cut off after {produced} tokens, before max_tokens={limit}: the server's context window is full"
+    else:
+        why = f"cut off at max_tokens={limit}"
+    return reject(RejectionCode.REPLY_TRUNCATED, why, text)
+
+
 # -- inbound ------------------------------------------------------------------------------------------
 def _schema_errors(schema: dict[str, Any], value: Any) -> list[str]:
     try:

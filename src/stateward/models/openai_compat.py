@@ -184,7 +184,7 @@ class OpenAICompatibleModel:
             result = mapping.reject(RejectionCode.MODEL_REFUSED, message.refusal[:500], text)
         elif choice.finish_reason == "length":
             limit = self.max_tokens_for(request)
-            result = mapping.reject(RejectionCode.REPLY_TRUNCATED, f"cut off at max_tokens={limit}", text)
+            result = mapping.truncated(limit, response.usage.completion_tokens if response.usage else None, text)
         elif len(message.tool_calls or []) > len(calls):
             result = mapping.reject(RejectionCode.UNKNOWN_TOOL, "a non-function tool call", text)
         elif calls:
