@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from stateward.models.anthropic import AnthropicModel
     from stateward.models.base import ActionSpec, AsyncModel, Model, ModelReply, ModelRequest, Usage, complete
-    from stateward.models.contracts import ReplyContract
     from stateward.models.config import model_from_spec, parse_spec
+    from stateward.models.contracts import ReplyContract
     from stateward.models.errors import ModelCallError
     from stateward.models.local_server import start_local_server
     from stateward.models.openai_compat import OpenAICompatibleModel
