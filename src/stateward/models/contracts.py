@@ -24,6 +24,15 @@ from stateward.core.errors import ErrorCode, UserError
 from stateward.core.model_io import ModelRequest, ReplyContract
 from stateward.models import mapping
 
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "DOCUMENT_MAX_ITEMS",
+    "ReplyContract",
+    "max_tokens_for",
+    "reply_instructions",
+    "response_schema",
+    "strict_schema",
+]
 # A reply's max_tokens by the document it must be: a plan document for a real case runs to thousands
 # of tokens (the payment case's plan is ~4k), a decision to a few hundred.
 DEFAULT_MAX_TOKENS: Mapping[ReplyContract, int] = {
