@@ -105,6 +105,28 @@ def test_openai_plan_and_content_requests_return_schema_shaped_json(local_model:
         assert set(json.loads(content.text)) == {"title", "outline", "sources"}
 
 
+def test_the_document_contracts_schemas_are_taken_by_a_real_grammar(local_model: LocalServer) -> None:
+    """llama-server turns each document contract's strict schema into a grammar (an unsupported schema
+    would be an HTTP 400): a check's judgement comes back as one the Runtime parses, a plan document
+    starts as one and, at a few tokens, is cut as REPLY_TRUNCATED - never a parse error."""
+    from stateward.controllers.replies import document_request
+    from stateward.core.model_io import ReplyContract
+    from stateward.verify.checks import ModelJudgement
+
+    def ask(contract: ReplyContract, limit: int) -> ModelReply:
+        request = document_request(contract, purpose="content", goal="check the report", facts={"artifact": "ok"})
+        return openai_model(local_model, max_tokens=None, max_tokens_by_contract={contract: limit}).complete(request)
+
+    judgement = ask(ReplyContract.CHECK_JUDGEMENT, 96)
+    if judgement.rejection_code is None:
+        assert ModelJudgement.model_validate_json(judgement.text).verdict
+    else:
+        assert judgement.rejection_code == RejectionCode.REPLY_TRUNCATED
+    plan = ask(ReplyContract.PLAN_DOCUMENT, 24)
+    assert plan.rejection_code == RejectionCode.REPLY_TRUNCATED, plan
+    assert plan.text.startswith("{") and '"plan_id"' in plan.text[:16], plan.text  # the grammar's first key
+
+
 def test_openai_tools_mode_reaches_the_server_and_stays_honest(local_model: LocalServer) -> None:
     """This model does not call tools natively; whatever it does instead must still be a named outcome."""
     reply = openai_model(local_model, mode="tools", max_tokens=64).complete(blog_request())
@@ -124,7 +146,7 @@ def test_anthropic_messages_api_round_trip(local_model: LocalServer, mode: str) 
 
 
 def test_a_prompt_beyond_the_context_is_named_by_both_providers(local_model: LocalServer) -> None:
-    huge = blog_request().model_copy(update={"observations": [{"content": "retry storm " * 3000}]})
+    huge = blog_request().model_copy(update={"observations": [{"content": "retry storm " * 8000}]})
     anthropic = AnthropicModel("smollm2", api_key="unused", base_url=local_model.url, mode="json", max_tokens=16)
     for model in (openai_model(local_model), anthropic):
         with pytest.raises(ModelCallError) as err:
