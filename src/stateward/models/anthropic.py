@@ -46,6 +46,7 @@ class AnthropicModel:
         timeout_s: float = 60.0,
         prices: Prices | None = None,
         max_string: int = mapping.MAX_STRING,
+        max_items: int | None = None,
         max_reply_bytes: int | None = mapping.DEFAULT_MAX_REPLY_BYTES,
         provider: str = "anthropic",
     ):
@@ -56,6 +57,7 @@ class AnthropicModel:
         self.max_tokens_by = dict(max_tokens_by_contract or {})
         self.prices = prices
         self.max_string = max_string
+        self.max_items = max_items  # maxItems of a plan document's or patch's arrays (None: the contract's)
         self.max_reply_bytes = max_reply_bytes
         self.provider = provider
         self._secret = api_key
@@ -102,12 +104,21 @@ class AnthropicModel:
             extra["tool_choice"] = {"type": "any", "disable_parallel_tool_use": True}
         elif self.mode == "json_schema":
             extra["output_config"] = {
-                "format": {"type": "json_schema", "schema": contracts.response_schema(request, self.max_string)[1]}
+                "format": {
+                    "type": "json_schema",
+                    "schema": contracts.response_schema(request, self.max_string, self.max_items)[1],
+                }
             }
         args = {
             "model": self.model,
             "max_tokens": self.max_tokens_for(request),
-            "system": prompt.system_text(request, native_tools=native, max_string=self.max_string),
+            "system": prompt.system_text(
+                request,
+                native_tools=native,
+                max_string=self.max_string,
+                max_items=self.max_items,
+                schema_sent=self.mode == "json_schema",
+            ),
             "messages": self._messages(request, native),
         }
         return native, {**args, **extra}

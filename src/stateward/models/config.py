@@ -26,6 +26,7 @@ else comes from keyword arguments or the environment. Keys are read from the env
     STATEWARD_MODEL_TIMEOUT_S (60)  STATEWARD_MODEL_MAX_ATTEMPTS (3)
     STATEWARD_MODEL_TEMPERATURE (unset; OpenAI-compatible only)
     STATEWARD_MODEL_MAX_STRING (400)  maxLength of every string in JSON-schema constrained replies
+    STATEWARD_MODEL_MAX_ITEMS (32)  maxItems of every array of a plan document or plan patch reply
     STATEWARD_MODEL_MAX_REPLY_BYTES (65536)  a longer reply (text + tool arguments) is refused unread
                                              as REPLY_TOO_LARGE; 0 or less means no limit
     STATEWARD_MODEL_PRICES   JSON {"<model>": [usd_per_mtok_in, usd_per_mtok_out]} -> Usage.cost_usd
@@ -118,6 +119,13 @@ def _reply_limit(env: Mapping[str, str], given: int | None) -> int | None:
     return limit if limit > 0 else None
 
 
+def _max_items(env: Mapping[str, str]) -> int | None:
+    value = _number(env, "STATEWARD_MODEL_MAX_ITEMS", None)
+    if value is not None and value < 1:
+        raise UserError("STATEWARD_MODEL_MAX_ITEMS must be a positive number", code=ErrorCode.INVALID_MODEL_CONFIG)
+    return None if value is None else int(value)
+
+
 def _flat_limit(env: Mapping[str, str], given: int | None) -> int | None:
     """One reply limit for every contract: the argument, else STATEWARD_MODEL_MAX_TOKENS, else None."""
     value = given if given is not None else _number(env, "STATEWARD_MODEL_MAX_TOKENS", None)
@@ -193,6 +201,7 @@ def model_from_spec(
         "timeout_s": timeout_s or _number(env, "STATEWARD_MODEL_TIMEOUT_S", 60.0) or 60.0,
         "prices": prices if prices is not None else _prices(env),
         "max_string": int(_number(env, "STATEWARD_MODEL_MAX_STRING", MAX_STRING) or MAX_STRING),
+        "max_items": _max_items(env),
         "max_reply_bytes": _reply_limit(env, max_reply_bytes),
     }
     model: Model

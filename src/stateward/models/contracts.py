@@ -103,11 +103,14 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def response_schema(request: ModelRequest, max_string: int = mapping.MAX_STRING) -> tuple[str, dict[str, Any]]:
+def response_schema(
+    request: ModelRequest, max_string: int = mapping.MAX_STRING, max_items: int | None = None
+) -> tuple[str, dict[str, Any]]:
     """(name, schema) of the document this request's reply must be, as both providers send it.
 
-    ``max_string`` bounds every string: lower it for slow local servers, where a constrained decoder
-    spends most of its time filling long strings.
+    ``max_string`` bounds every string and ``max_items`` every array of a plan document or patch (None: 32):
+    lower them for slow local servers, where a small constrained model fills every string and list to its
+    bound before it closes the document.
     """
     contract = request.reply_contract
     if contract is ReplyContract.DECISION:
@@ -121,12 +124,19 @@ def response_schema(request: ModelRequest, max_string: int = mapping.MAX_STRING)
             f"a {contract.value} request carries no reply_schema (attach the document's schema)",
             code=ErrorCode.UNSUPPORTED_SCHEMA,
         )
-    items = DOCUMENT_MAX_ITEMS.get(contract, mapping.MAX_ITEMS)
+    items = max_items if max_items is not None and contract in DOCUMENT_MAX_ITEMS else None
+    items = items or DOCUMENT_MAX_ITEMS.get(contract, mapping.MAX_ITEMS)
     return contract.value, mapping.bounded(strict_schema(request.reply_schema), max_string=max_string, max_items=items)
 
 
-def reply_instructions(request: ModelRequest, max_string: int = mapping.MAX_STRING) -> str:
-    """What a model answering in text is told about its reply: the same schema the server is sent."""
-    name, schema = response_schema(request, max_string)
+def reply_instructions(
+    request: ModelRequest, max_string: int = mapping.MAX_STRING, max_items: int | None = None, *, enforced: bool = False
+) -> str:
+    """What a model is told about its reply: the schema itself when it answers in free text, or (when the
+    server is sent the schema and holds the reply to it) the document's name, which keeps a small
+    local model's prompt short."""
+    name, schema = response_schema(request, max_string, max_items)
+    if enforced:
+        return f"Reply with exactly one JSON document ({name}); the server holds it to its JSON Schema."
     shown = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     return f"Reply with exactly one JSON document ({name}) valid under this JSON Schema, and nothing else: {shown}"

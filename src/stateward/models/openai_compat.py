@@ -49,6 +49,7 @@ class OpenAICompatibleModel:
         timeout_s: float = 60.0,
         strict_schema: bool = False,
         max_string: int = mapping.MAX_STRING,
+        max_items: int | None = None,
         max_reply_bytes: int | None = mapping.DEFAULT_MAX_REPLY_BYTES,
         prices: Prices | None = None,
         provider: str = "openai",
@@ -61,6 +62,7 @@ class OpenAICompatibleModel:
         self.temperature = temperature
         self.strict_schema = strict_schema
         self.max_string = max_string
+        self.max_items = max_items  # maxItems of a plan document's or patch's arrays (None: the contract's)
         self.max_reply_bytes = max_reply_bytes
         self.prices = prices
         self.provider = provider
@@ -94,9 +96,15 @@ class OpenAICompatibleModel:
         """This request's reply limit: by the document it asks for (see ``contracts.max_tokens_for``)."""
         return contracts.max_tokens_for(request.reply_contract, flat=self.max_tokens, by_contract=self.max_tokens_by)
 
+    def _system(self, request: ModelRequest, native: bool) -> str:
+        # Outside a native tool call the reply is always held to its schema by response_format.
+        return prompt.system_text(
+            request, native_tools=native, max_string=self.max_string, max_items=self.max_items, schema_sent=True
+        )
+
     def _messages(self, request: ModelRequest, native: bool) -> list[ChatCompletionMessageParam]:
         messages: list[ChatCompletionMessageParam] = [
-            {"role": "system", "content": prompt.system_text(request, native_tools=native, max_string=self.max_string)},
+            {"role": "system", "content": self._system(request, native)},
             {"role": "user", "content": prompt.user_text(request, native_tools=native)},
         ]
         correction = prompt.correction_text(request)
@@ -119,7 +127,7 @@ class OpenAICompatibleModel:
             extra["tool_choice"] = "required"
             extra["parallel_tool_calls"] = False
         else:
-            name, schema = contracts.response_schema(request, self.max_string)
+            name, schema = contracts.response_schema(request, self.max_string, self.max_items)
             extra["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": name, "schema": schema, "strict": self.strict_schema},

@@ -28,16 +28,23 @@ def _native(request: ModelRequest, native_tools: bool) -> bool:
     return native_tools and request.reply_contract is ReplyContract.DECISION
 
 
-def system_text(request: ModelRequest, *, native_tools: bool, max_string: int = MAX_STRING) -> str:
-    """The preamble, then either the tools rule or the caller's instructions and the reply's JSON Schema
-    (the very schema a constrained server is sent, so a text-mode model is told the same document)."""
+def system_text(
+    request: ModelRequest,
+    *,
+    native_tools: bool,
+    max_string: int = MAX_STRING,
+    max_items: int | None = None,
+    schema_sent: bool = False,
+) -> str:
+    """The preamble, then either the tools rule or the caller's instructions and the reply's document: its
+    JSON Schema (the very schema a constrained server is sent) unless the server is sent it (``schema_sent``)."""
     parts = [PREAMBLE]
     if _native(request, native_tools):
         parts.append(TOOLS_RULE)
     else:
         if request.instructions:
             parts.append(request.instructions)
-        parts.append(contracts.reply_instructions(request, max_string))
+        parts.append(contracts.reply_instructions(request, max_string, max_items, enforced=schema_sent))
     return "\n\n".join(parts)
 
 
