@@ -178,3 +178,25 @@ def test_the_payment_planner_gets_a_plan_the_validator_judges(
     assert plans and all(p["max_tokens"] == 6000 for p in plans), "the planner was never asked for a plan document"
     assert row["plan_verdict"] in ("ACCEPT", "REVISE", "REJECT"), row  # judged by the validator, not unread
     assert "INVALID_PLAN_DOCUMENT" not in json.dumps(row)
+
+
+def test_a_text_mode_is_told_the_schema_and_an_enforcing_server_only_its_name(server: ConstrainedServer) -> None:
+    request = request_for(ReplyContract.PLAN_DOCUMENT)
+    PROVIDERS["anthropic:json"](server).complete(request)
+    told = str(server.last["body"]["system"])
+    assert "valid under this JSON Schema" in told and '"work_items"' in told
+    PROVIDERS["openai:json_schema"](server).complete(request)
+    system = server.last["body"]["messages"][0]["content"]
+    assert "(plan_document)" in system and '"work_items"' not in system  # the schema travels once
+    assert server.last["body"]["response_format"]["json_schema"]["name"] == "plan_document"
+
+
+def test_max_items_bounds_a_plan_documents_arrays(server: ConstrainedServer) -> None:
+    env = {"STATEWARD_OPENAI_BASE_URL": server.openai_url, "STATEWARD_MODEL_MAX_ITEMS": "4"}
+    model_from_spec("openai+json:c", env=env).complete(request_for(ReplyContract.PLAN_DOCUMENT))
+    schema = server.last["body"]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["work_items"]["maxItems"] == 4 and schema["properties"]["milestones"]["maxItems"] == 4
+    model_from_spec("openai+json:c", env={"STATEWARD_OPENAI_BASE_URL": server.openai_url}).complete(
+        request_for(ReplyContract.PLAN_DOCUMENT)
+    )
+    assert server.last["body"]["response_format"]["json_schema"]["schema"]["properties"]["work_items"]["maxItems"] == 32
