@@ -149,7 +149,7 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.text(min_size=low, max_size=max(low, min(schema["maxLength"], 12)))
     if kind == "integer":
         low = schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1)
-        return st.integers(min_value=low, max_value=low + 1000)
+        return st.integers(min_value=low, max_value=schema.get("maximum", low + 1000))
     if kind == "boolean":
         return st.booleans()
     if kind == "null":
@@ -203,6 +203,8 @@ def test_sent_schemas_are_strict_closed_required_and_bounded(contract: ReplyCont
             assert "maxLength" in node
         if node.get("type") == "array":
             assert "maxItems" in node
+        if strict and node.get("type") == "integer":
+            assert "maximum" in node
         for key, value in node.items():
             if key == "properties":
                 walk(list(value.values()))

@@ -48,6 +48,9 @@ DOCUMENT_MAX_ITEMS: Mapping[ReplyContract, int] = {
     ReplyContract.PLAN_DOCUMENT: 32,
     ReplyContract.PLAN_PATCH: 32,
 }
+# The largest integer a document may hold: without a bound a constrained decoder may write digits until
+# max_tokens cuts it off (a plan's version, an item's estimated tokens).
+MAX_INTEGER = 999_999_999
 # Keywords that only describe (pydantic's titles and class docstrings) or that strict mode refuses: dropped
 # from a sent document schema, which the prompt shows too.
 _DROPPED = frozenset({"title", "description", "default", "examples", "$schema", "$id"})
@@ -73,7 +76,7 @@ def _free_form(node: Any) -> bool:
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` in the form strict decoders take: references inlined, each object closed and every
-    property required; an optional free-form object (e.g. a plan output's own ``schema``) must be
+    property required, every integer bounded (``MAX_INTEGER``); an optional free-form object (e.g. a plan output's own ``schema``) must be
     ``null``, a required one is an UNSUPPORTED_SCHEMA error (no strict schema can admit it)."""
 
     def walk(node: Any) -> Any:
@@ -84,6 +87,8 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
         out = {k: walk(v) for k, v in node.items() if k not in _DROPPED and k != "properties"}
         if isinstance(node.get("properties"), dict):  # a map of names, not of keywords: nothing dropped
             out["properties"] = {name: walk(v) for name, v in node["properties"].items()}
+        if out.get("type") == "integer" and "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = MAX_INTEGER
         props = out.get("properties")
         if out.get("type") == "object" and isinstance(props, dict):
             required = set(node.get("required", []))
