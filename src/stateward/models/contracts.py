@@ -76,8 +76,9 @@ def _free_form(node: Any) -> bool:
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` in the form strict decoders take: references inlined, each object closed and every
-    property required, every integer bounded (``MAX_INTEGER``); an optional free-form object (e.g. a plan output's own ``schema``) must be
-    ``null``, a required one is an UNSUPPORTED_SCHEMA error (no strict schema can admit it)."""
+    property required, every integer bounded (``MAX_INTEGER``); an optional free-form object (e.g. a plan
+    output's own ``schema``) must be ``null``, a required one is an UNSUPPORTED_SCHEMA error (no strict
+    schema can admit it)."""
 
     def walk(node: Any) -> Any:
         if isinstance(node, list):
