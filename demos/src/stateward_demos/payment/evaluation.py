@@ -60,11 +60,12 @@ def plan_verdict_of(runtime: Runtime, state: RunState) -> tuple[str | None, str 
         if e.type is EventType.PLAN_RECORDED and e.payload.get("validator"):
             return str(e.payload["validator"]), None
         if e.type is EventType.RUNTIME_VALIDATED and e.payload.get("runtime_decision") == "rejected":
-            code = str(e.payload.get("code"))
+            code, said = str(e.payload.get("code")), e.payload.get("message")
+            issues = said[:300] if isinstance(said, str) else None  # a long one is stored apart, by digest
             if code.startswith("PLAN_") and code[5:] in ("REVISE", "REJECT"):
-                return code[5:], str(e.payload.get("message", ""))[:300]
+                return code[5:], issues
             if code in _PLAN_UNREAD and (state.memo.get("plan") is None):
-                return code, str(e.payload.get("message", ""))[:300]
+                return code, issues
     return None, None
 
 
