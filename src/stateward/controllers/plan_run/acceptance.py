@@ -15,9 +15,11 @@ from stateward.controllers.plan_run.memo import ArtifactFact, PlanRunMemo
 from stateward.controllers.plan_run.metering import charge_checks, metered_checker
 from stateward.controllers.plan_run.services import Services
 from stateward.controllers.plan_support import OUTPUT_TOOL, content_of
+from stateward.controllers.replies import document_request
 from stateward.core.canonical import sha256_hex
 from stateward.core.contract import DecisionContext, Observation, OutcomeStatus
-from stateward.models.base import Model, ModelRequest, Usage, complete
+from stateward.core.model_io import ReplyContract
+from stateward.models.base import Model, Usage, complete
 from stateward.planning.plan import RiskLevel, WorkItem
 from stateward.verify.checks import (
     CheckContext,
@@ -176,7 +178,8 @@ class _EvidenceModelCheck:
             used += size
         reply = complete(
             self.model,
-            ModelRequest(
+            document_request(
+                ReplyContract.CHECK_JUDGEMENT,
                 purpose="content",
                 goal=f"check the {self.given.artifact_type} artifact against its evidence",
                 facts={"artifact": self.given.data, "evidence": evidence},

@@ -46,6 +46,7 @@ from stateward.core.contract import (
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
+from stateward.core.model_io import ReplyContract
 from stateward.core.state import RequestKind
 from stateward.models.base import ModelRequest, Usage, complete
 from stateward.planning.budget import BudgetAmount, BudgetError
@@ -276,6 +277,7 @@ def item_request(
     assert run.tracker is not None
     return ModelRequest(
         purpose="decide",
+        contract=ReplyContract.DECISION,
         goal=f"{item.work_item_id}: {item.title}",
         inventory=list(ctx.inventory),
         observations=[o.model_dump(mode="json") for o in mine],

@@ -19,11 +19,13 @@ from stateward.controllers.plan_support import (
     READINESS_TOOL,
     evidence_ids,
 )
+from stateward.controllers.replies import document_request
 from stateward.core.contract import DecisionContext, OutcomeStatus, Proposal
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import ErrorCode, RunError
 from stateward.core.events import EventType, NewEvent
-from stateward.models.base import ModelReply, ModelRequest, Usage, complete
+from stateward.core.model_io import ReplyContract
+from stateward.models.base import ModelReply, Usage, complete
 from stateward.planning.budget import BudgetAmount
 from stateward.planning.patch import (
     PlanPatch,
@@ -47,7 +49,8 @@ def make_plan(svc: Services, ctx: DecisionContext, memo: PlanRunMemo) -> Proposa
     for round_ in range(1 + PLAN_REVISIONS):
         reply = complete(
             svc.planner,
-            ModelRequest(
+            document_request(
+                ReplyContract.PLAN_DOCUMENT,
                 purpose="plan",
                 goal=svc.config.goal.objective,
                 inventory=list(ctx.inventory),
@@ -121,6 +124,7 @@ def research(svc: Services, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal
         svc.worker,
         ctx.request(
             purpose="decide",
+            contract=ReplyContract.DECISION,
             goal=f"research for {contract.stage}: {svc.config.goal.objective}",
             inventory=list(ctx.inventory),
             visible_actions=ctx.specs(visible),
@@ -198,7 +202,8 @@ def patch(
         return None
     reply = complete(
         svc.planner,
-        ModelRequest(
+        document_request(
+            ReplyContract.PLAN_PATCH,
             purpose="replan",
             goal=svc.config.goal.objective,
             inventory=list(ctx.inventory),
