@@ -50,7 +50,12 @@ TENANTS = 100
 PAGE = 50
 PAGE_SAMPLES = 300
 MEASURED = "t042"  # the tenant whose first page is timed
-TARGETS = {"answer p50 http/library": 5.0, "inbox p99 at N / at N/100": 2.0, "inbox p99 http/library": 5.0}
+TARGETS = {
+    "answer p50 http/library": 5.0,
+    "inbox p99 at N / at N/100": 2.0,
+    "inbox p99 http/library": 5.0,
+    "filtered inbox p99 at N / at N/100": 2.0,
+}
 
 
 @tool(requires_approval=True)
@@ -167,10 +172,12 @@ def inbox_pages(path: Path) -> tuple[dict[str, list[float]], int]:
 
 def first_page(runtime: Runtime, client: httpx.Client, token: str, samples: int) -> dict[str, list[float]]:
     auth = {"Authorization": f"Bearer {token}"}
-    out: dict[str, list[float]] = {"http": [], "library": []}
+    out: dict[str, list[float]] = {"http": [], "library": [], "http filtered": []}
+    filtered = {"limit": PAGE, "kind": "approval", "agent": "bench-payer"}  # in the store's query, by index
     for _ in range(samples):
         out["http"].append(timed(lambda: client.get("/v1/inbox", params={"limit": PAGE}, headers=auth)))
         out["library"].append(timed(lambda: runtime.list_requests(tenant=MEASURED, limit=PAGE)))
+        out["http filtered"].append(timed(lambda: client.get("/v1/inbox", params=filtered, headers=auth)))
     return out
 
 
@@ -242,8 +249,17 @@ def console(args: argparse.Namespace) -> None:
         )
     )
     target = console_pages.TARGET
-    rows = [(k, f"{v:.2f}x", f"<= {target:g}x", "ok" if v <= target else "MISSED") for k, v in ratios.items()]
-    print(table("console p99 page / JSON (same run)", ("page", "ratio", "target", ""), rows))
+    rows = [
+        (
+            k,
+            f"{quantile(samples[k]['json'], 0.99):.0f}",
+            f"{v:.2f}x",
+            f"<= {target:g}x",
+            "ok" if v <= target else "MISSED",
+        )
+        for k, v in ratios.items()
+    ]
+    print(table("console p99 page / JSON (same run)", ("page", "floor: json p99 µs", "ratio", "target", ""), rows))
     print(machine_line(machine()), end="")
 
 
@@ -260,6 +276,8 @@ def report(
         "answer p50 http/library": quantile(answer["http"], 0.5) / quantile(answer["library"], 0.5),
         "inbox p99 at N / at N/100": quantile(at_full["http"], 0.99) / quantile(at_small["http"], 0.99),
         "inbox p99 http/library": quantile(at_full["http"], 0.99) / quantile(at_full["library"], 0.99),
+        "filtered inbox p99 at N / at N/100": quantile(at_full["http filtered"], 0.99)
+        / quantile(at_small["http filtered"], 0.99),
     }
     out = {
         "answers": args.answers,

@@ -1,7 +1,7 @@
 """The run console's pages for ``bench_http``: ``GET /runs/{id}`` for a 3,000-event run and for the
 payment-migration demo's 18-item plan run, and ``GET /runs`` with 100,000 runs across tenants, each p99
-against the JSON API's answer for the same data in the same run (``/v1/runs/{id}`` plus the 200 events the
-page shows; ``/v1/runs?limit=50``)."""
+against the JSON API's answer for the same data in the same run (``/v1/runs/{id}`` plus the page of
+``TIMELINE_EVENTS`` events the timeline shows; ``/v1/runs`` with the page's size and search)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import httpx
 from stateward import Runtime
 from stateward.api import ApiSettings, mint_key
 from stateward.api.app import key_store
+from stateward.api.web.console import TIMELINE_EVENTS
 from stateward.api.web.session import SessionSettings
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import AgentRef, RunState
+from stateward.store.paging import DEFAULT_PAGE_SIZE
 from stateward.store.records import StepWrite
 from stateward.store.sqlite import SQLiteStore
 from stateward_demos.payment.agent import build_agent, goal
@@ -68,7 +70,8 @@ def measure(
     out: dict[str, dict[str, list[float]]] = {}
     with httpx.Client(base_url=base, timeout=60) as page, httpx.Client(base_url=base, timeout=60, headers=auth) as api:
         sign_in(page, token)
-        tail = f"after={LONG_RUN_EVENTS - 200}&limit=200"
+        shown = TIMELINE_EVENTS  # the page's timeline: the newest page of events, older ones a link away
+        tail = f"after={LONG_RUN_EVENTS - shown}&limit={shown}"
         cases = {
             f"/runs/{{id}} {LONG_RUN_EVENTS} events": (
                 f"/runs/{long_id}",
@@ -76,9 +79,12 @@ def measure(
             ),
             "/runs/{id} 18-item plan": (
                 f"/runs/{plan_run}",
-                [f"/v1/runs/{plan_run}", f"/v1/runs/{plan_run}/events?limit=200"],
+                [f"/v1/runs/{plan_run}", f"/v1/runs/{plan_run}/events?limit={shown}"],
             ),
-            "/runs (first page)": ("/runs", ["/v1/runs?limit=50"]),
+            "/runs (first page)": ("/runs", [f"/v1/runs?limit={DEFAULT_PAGE_SIZE}"]),
+            # A search every run matches, and one none does (it reads the tenant's whole window).
+            "/runs?q=pay (search)": ("/runs?q=pay", [f"/v1/runs?limit={DEFAULT_PAGE_SIZE}&q=pay"]),
+            "/runs?q=absent (search)": ("/runs?q=absent", [f"/v1/runs?limit={DEFAULT_PAGE_SIZE}&q=absent"]),
         }
         for name, (html, json_urls) in cases.items():
             assert page.get(html).status_code == 200, html

@@ -94,6 +94,16 @@ def test_the_inbox_shows_only_requests_the_caller_may_answer_with_the_guarded_ac
         finance_run,
     }
     assert len(service.client.get("/v1/inbox", headers=root).json()["items"]) == 2
+
+    def inbox_runs(**params: str) -> list[str]:
+        got = service.client.get("/v1/inbox", params=params, headers=root)
+        assert got.status_code == 200, got.text
+        return [i["run_id"] for i in got.json()["items"]]
+
+    assert inbox_runs(role="finance") == [finance_run] and inbox_runs(agent="payer", kind="approval") != []
+    assert inbox_runs(kind="input") == [] and inbox_runs(agent="asker") == []
+    bogus = service.client.get("/v1/inbox", params={"kind": "bogus"}, headers=root)
+    assert bogus.status_code in (400, 422), bogus.text
     # Answering a request whose role the key lacks is refused, and changes nothing.
     refused = service.client.post(APPROVE.format(run=finance_run), json={}, headers=service.key("acme", "approver"))
     assert (refused.status_code, refused.json()["error"]["code"]) == (403, "ROLE_NOT_ALLOWED")

@@ -21,6 +21,7 @@ ROUTES = [
     ("GET", "/v1/runs/{run}/events/stream", None, "viewer"),
     ("GET", "/v1/inbox", None, "approver"),
     ("POST", "/v1/runs", {"agent": "payer", "goal": "pay"}, "submitter"),
+    ("POST", "/v1/runs/{run}/fork", {"at": 1}, "submitter"),
     ("POST", "/v1/runs/{run}/requests/approval_001/approve", {}, "approver"),
     ("POST", "/v1/runs/{run}/requests/approval_001/reject", {"comment": "no"}, "approver"),
     ("POST", "/v1/runs/{run}/requests/approval_001/reply", {"text": "x"}, "approver"),

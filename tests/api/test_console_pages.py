@@ -13,10 +13,12 @@ from tests.api.agents_for_api import HOSTILE_QUESTION, agents
 from tests.api.test_inbox_pages import Inbox, signed_in
 
 from stateward.api import ApiSettings
+from stateward.api.web.console import TIMELINE_EVENTS
 from stateward.api.web.headers import CONTENT_SECURITY_POLICY
-from stateward.core.events import EventType
-from stateward.core.state import RunStatus
+from stateward.core.events import EventType, NewEvent
+from stateward.core.state import AgentRef, RunState, RunStatus
 from stateward.runtime.runtime import Runtime
+from stateward.store.records import StepWrite
 from stateward.store.sqlite import SQLiteStore
 from stateward_demos.payment.agent import build_agent, goal
 
@@ -182,3 +184,93 @@ def test_bad_filters_and_cursors_are_named_refusals_and_markup_in_a_goal_stays_t
     page = client.get(f"/runs/{state.run_id}").text
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "\\x1b[31m" in page and "\\u202e" in page and "\u202e" not in page
+
+
+def long_run(runtime: Runtime, tenant: str, events: int) -> str:
+    """A run of ``events`` events written through the store's API, each payload carrying markup."""
+    state = RunState(run_id="run_long", tenant=tenant, agent=AgentRef(name="payer"), goal="a long run")
+    runtime.store.create_run(state, [NewEvent(type=EventType.RUN_STARTED)])
+    seq = 1
+    while seq < events:
+        batch = [
+            NewEvent(type=EventType.TOOL_ATTEMPTED, payload={"tool": "pay", "note": f"<b>n{seq + i + 1}</b>"})
+            for i in range(min(10, events - seq))
+        ]
+        seq = runtime.store.commit_step(state.run_id, seq, StepWrite(state=state, events=batch))
+    return state.run_id
+
+
+def shown_events(page: str) -> tuple[int, int]:
+    """(the timeline's first event number, how many rows it shows)."""
+    found = re.search(r'<ol class="timeline" start="(\d+)">', page)
+    assert found is not None
+    return int(found.group(1)), page.count('data-testid="event"')
+
+
+def test_the_timeline_shows_the_newest_page_and_pages_back_through_older_events(inbox: Inbox) -> None:
+    run = long_run(inbox.runtime, "acme", 130)
+    token, _ = inbox.key("acme", "viewer")
+    client, _ = signed_in(inbox, token)
+    newest = client.get(f"/runs/{run}").text
+    assert shown_events(newest) == (81, TIMELINE_EVENTS)
+    assert f'href="/runs/{run}?before=81" data-testid="older"' in newest and 'data-testid="newer"' not in newest
+    assert "&lt;b&gt;n130&lt;/b&gt;" in newest and "<b>n" not in newest  # payload markup stays text
+    older = client.get(f"/runs/{run}", params={"before": 81}).text
+    assert shown_events(older) == (31, TIMELINE_EVENTS) and "n80&lt;" in older and "n81&lt;" not in older
+    assert 'data-testid="newer"' in older and f"/runs/{run}/live?before=81" in older  # live keeps the page
+    oldest = client.get(f"/runs/{run}", params={"before": 31}).text
+    assert shown_events(oldest) == (1, 30) and 'data-testid="older"' not in oldest
+    assert shown_events(client.get(f"/runs/{run}", params={"before": 10**9}).text) == (81, TIMELINE_EVENTS)
+    for bad in ("0", "-1", "abc", str(2**63)):
+        assert client.get(f"/runs/{run}", params={"before": bad}).status_code in (400, 422), bad
+    other, _ = signed_in(inbox, inbox.key("other", "viewer")[0])
+    assert other.get(f"/runs/{run}", params={"before": 81}).status_code == 404
+
+
+def test_runs_search_goal_text_and_filter_by_version_in_the_tenant_only(inbox: Inbox) -> None:
+    runtime = inbox.runtime
+    mine = [
+        runtime.submit(runtime.agents.create("payer", {}), f"pay the <b>quarterly</b> invoice {i}", tenant="acme")
+        for i in range(3)
+    ]
+    other = runtime.submit(runtime.agents.create("payer", {}), "write the report", tenant="acme")
+    theirs = runtime.submit(runtime.agents.create("payer", {}), "pay the <b>quarterly</b> invoice", tenant="globex")
+    token, _ = inbox.key("acme", "viewer")
+    client, _ = signed_in(inbox, token)
+
+    def listed(**params: str) -> list[str]:
+        page = client.get("/runs", params=params)
+        assert page.status_code == 200, page.text[:300]
+        return re.findall(r'data-testid="run-row" data-run-id="([^"]+)"', page.text)
+
+    assert sorted(listed(q="QUARTERLY")) == sorted(s.run_id for s in mine)  # goal text, case ignored
+    assert theirs.run_id not in listed(q="quarterly") and theirs.run_id not in listed(q=theirs.run_id)
+    assert listed(q=other.run_id) == [other.run_id] and other.run_id in listed(q=other.run_id[:-4])  # id prefix
+    assert listed(q="report") == [other.run_id]
+    assert listed(q="%") == [] and listed(q="_the") == []  # wildcards match themselves
+    version = mine[0].agent.version or ""
+    assert set(listed(version=version)) >= {s.run_id for s in mine} and listed(version="no-such") == []
+    page = client.get("/runs", params={"q": "<script>alert(1)</script>"}).text
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<b>quarterly" not in client.get("/runs", params={"q": "quarterly"}).text  # goals render inert
+    assert client.get("/runs", params={"q": "x" * 201}).status_code in (400, 422)
+
+
+def test_runs_pages_keep_their_search_and_filters(inbox: Inbox) -> None:
+    from stateward.store.paging import DEFAULT_PAGE_SIZE
+
+    runtime = inbox.runtime
+    for i in range(DEFAULT_PAGE_SIZE + 5):
+        runtime.submit(runtime.agents.create("payer", {}), f"needle {i}", tenant="acme")
+    runtime.submit(runtime.agents.create("payer", {}), "hay", tenant="acme")
+    token, _ = inbox.key("acme", "viewer")
+    client, _ = signed_in(inbox, token)
+    first = client.get("/runs", params={"q": "needle", "status": "RUNNING"}).text
+    found = re.search(r'data-testid="next-page" href="([^"]+)"', first)
+    assert found is not None
+    link = found.group(1).replace("&amp;", "&")
+    assert "q=needle" in link and "status=RUNNING" in link
+    second = client.get(link).text
+    rows = re.findall(r'data-testid="goal">([^<]*)<', first + second)
+    assert len(rows) == DEFAULT_PAGE_SIZE + 5 and all(r.startswith("needle") for r in rows)
+    assert 'data-testid="next-page"' not in second

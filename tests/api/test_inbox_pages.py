@@ -166,6 +166,31 @@ def test_the_inbox_lists_what_the_callers_roles_may_answer(inbox: Inbox) -> None
     assert plain in listed and finance in listed
 
 
+def test_the_inbox_filters_by_kind_agent_and_role_within_the_tenant(inbox: Inbox) -> None:
+    paying = inbox.waiting_run(invoice="INV-1")
+    finance = inbox.waiting_run(invoice="INV-2", approver_role="finance")
+    asking = inbox.waiting_run(agent="asker")
+    theirs = inbox.waiting_run(tenant="globex", invoice="INV-3")
+    client, _ = signed_in(inbox, inbox.key("acme", "approver", "finance")[0])
+
+    def listed(**params: str) -> set[str]:
+        page = client.get("/inbox", params=params)
+        assert page.status_code == 200, page.text[:300]
+        return {run for run in (paying, finance, asking, theirs) if run in page.text}
+
+    assert listed() == {paying, finance, asking}
+    assert listed(kind="input") == {asking}  # the asker's question is an input request
+    assert listed(kind="approval") == {paying, finance}
+    assert listed(agent="payer") == {paying, finance} and listed(agent="asker") == {asking}
+    assert listed(agent="payer", role="finance") == {finance}
+    assert listed(kind="input", agent="payer") == set() and listed(agent="nobody") == set()
+    assert theirs not in client.get("/inbox", params={"agent": "payer", "kind": "approval"}).text
+    bogus = client.get("/inbox", params={"kind": "bogus"})
+    assert bogus.status_code in (400, 422) and "INVALID_FILTER" in bogus.text
+    marked = client.get("/inbox", params={"agent": '"><script>alert(1)</script>'}).text
+    assert "<script>alert" not in marked and "&lt;script&gt;alert(1)&lt;/script&gt;" in marked
+
+
 def test_model_text_is_escaped_and_made_inert_in_the_html(inbox: Inbox) -> None:
     run = inbox.waiting_run(agent="asker")
     client, _ = signed_in(inbox, inbox.key("acme", "approver")[0])

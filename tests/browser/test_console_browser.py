@@ -72,3 +72,70 @@ def test_an_operator_sees_the_plan_runs_dag_with_its_items_states(deployment: De
     assert "$payload" not in page.get_by_test_id("evidence").inner_text()
     page.screenshot(path=str(IMAGES / "request.png"))
     assert errors(deployment) == []
+
+
+HOSTILE_GOAL = 'pay the quarterly invoice <img src="x" onerror="window.__pwned = 1"><script>window.__pwned = 2</script>'
+
+
+def test_the_runs_list_searches_goal_text_and_filters_by_version_within_the_tenant(deployment: Deployment) -> None:
+    runtime = deployment.runtime
+    mine = [runtime.submit(runtime.agents.create("payer", {}), HOSTILE_GOAL, tenant="acme") for _ in range(2)]
+    other = runtime.submit(runtime.agents.create("payer", {}), "write the report", tenant="acme")
+    theirs = runtime.submit(runtime.agents.create("payer", {}), HOSTILE_GOAL, tenant="globex")
+    token, _ = deployment.key("acme", "viewer", name="vera")
+    page = deployment.page()
+    deployment.sign_in(page, token)
+    page.goto(f"{deployment.base}/runs")
+
+    def shown() -> set[str]:
+        rows = page.locator("[data-testid=run-row]")
+        return {str(rows.nth(i).get_attribute("data-run-id")) for i in range(rows.count())}
+
+    assert {s.run_id for s in (*mine, other)} <= shown() and theirs.run_id not in shown()
+    page.get_by_label("Search").fill("QUARTERLY")  # a labelled field, submitted from the keyboard
+    page.get_by_label("Search").press("Enter")
+    page.wait_for_url("**/runs?*q=QUARTERLY*")
+    assert shown() == {s.run_id for s in mine}  # goal text, case ignored; another tenant's run never listed
+    goals = page.locator("[data-testid=run-row] [data-testid=goal]")
+    assert "<img" in goals.first.inner_text()  # the markup is shown as text
+    assert page.evaluate("window.__pwned") is None and page.locator("[data-testid=runs] img").count() == 0
+    page.get_by_label("Search").fill(theirs.run_id)
+    page.get_by_label("Search").press("Enter")
+    page.wait_for_load_state()
+    assert shown() == set() and page.get_by_test_id("no-match").count() == 1
+    page.get_by_label("Search").fill("")
+    page.get_by_label("Version").fill(mine[0].agent.version or "none")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url("**/runs?*version=*")
+    assert {s.run_id for s in (*mine, other)} <= shown()
+    page.get_by_label("Version").fill("no-such-version")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url("**/runs?*version=no-such-version*")
+    assert shown() == set()
+    assert errors(deployment) == []
+
+
+def test_the_inbox_filters_by_kind_and_agent_within_the_tenant(deployment: Deployment) -> None:
+    paying = deployment.waiting_run("payer", invoice="INV-1")
+    asking = deployment.waiting_run("asker")
+    theirs = deployment.waiting_run("payer", tenant="globex", invoice="INV-2")
+    token, _ = deployment.key("acme", "approver", name="ann")
+    page = deployment.page()
+    deployment.sign_in(page, token)
+
+    def shown() -> set[str]:
+        text = page.get_by_test_id("inbox").inner_text()
+        return {run for run in (paying, asking, theirs) if run in text}
+
+    assert shown() == {paying, asking}
+    page.get_by_label("Kind").select_option("input")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url("**/inbox?*kind=input*")
+    assert shown() == {asking}
+    assert page.evaluate("window.__pwned") is None  # the asker's question carries markup: inert
+    page.get_by_label("Kind").select_option("")
+    page.get_by_label("Agent").fill("payer")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url("**/inbox?*agent=payer*")
+    assert shown() == {paying}  # the other tenant's payer run is never listed
+    assert errors(deployment) == []

@@ -644,6 +644,30 @@ def test_a_changed_capability_replans_once_and_the_run_completes(runtime: Runtim
     assert state.memo["ledger"]["used"]["replans"] == 1
 
 
+def test_the_planner_is_sent_the_plan_documents_schema_and_the_replanner_the_patchs(runtime: Runtime) -> None:
+    """What a constrained server would be sent for each planner call admits the document the run then parsed."""
+    from jsonschema import Draft202012Validator
+
+    from stateward.core.model_io import ReplyContract
+    from stateward.models.contracts import response_schema
+    from stateward.planning.patch import load_patch
+    from stateward.planning.plan import load_plan
+
+    agent = _replanning_agent(MOVE_TO_ARCHIVE)
+    state = runtime.start(agent, GOAL.objective)
+    assert state.status is RunStatus.COMPLETED
+    planner = agent.controller.planner  # type: ignore[attr-defined]
+    sent = [(r.purpose, r.reply_contract, response_schema(r)) for r in planner.calls]
+    assert [(p, c, name) for p, c, (name, _) in sent] == [
+        ("plan", ReplyContract.PLAN_DOCUMENT, "plan_document"),
+        ("replan", ReplyContract.PLAN_PATCH, "plan_patch"),
+    ]
+    plan = load_plan(plan_doc([item("W1", [], ["search"], "findings")])).model_dump(mode="json")
+    patch = load_patch(MOVE_TO_ARCHIVE).model_dump(mode="json")
+    for doc, (_, _, (_, schema)) in zip((plan, patch), sent, strict=True):
+        assert not [e.message for e in Draft202012Validator(schema).iter_errors(doc)]
+
+
 def test_a_transient_failure_is_no_reason_to_replan(runtime: Runtime) -> None:
     timeout_patch = {**MOVE_TO_ARCHIVE, "reason": "TIMEOUT"}
     state = runtime.start(_replanning_agent(timeout_patch), GOAL.objective)

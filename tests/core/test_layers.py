@@ -19,8 +19,8 @@ Every import counts: module level, inside functions (lazy), under ``TYPE_CHECKIN
 named in a string (lazy re-export tables, ``importlib.import_module``). The exceptions are listed in
 ``ALLOWED_UPWARD`` with their reason. Besides the order: the CLI and the HTTP service never reach a
 store implementation (they go through ``stateward.store.base`` and ``stateward.store.backends``), nothing in
-the library imports the demos, and no two files import each other, directly or around a circle (the one
-known circle is listed in ``KNOWN_CIRCLES`` with its reason).
+the library imports the demos, and no two files import each other, directly or around a circle (a known circle
+would be listed in ``KNOWN_CIRCLES`` with its reason; none is).
 """
 
 from __future__ import annotations
@@ -65,16 +65,9 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
 }
 
 # Import circles between files that are known and must not grow (each file of one imports, through the others,
-# itself). Listed with the issue that removes them; the test fails once one is gone, so the list shrinks with it.
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset(
-        f"stateward.controllers.plan_run.{name}"
-        for name in ("acceptance", "controller", "delivery", "facts", "handover", "items", "part", "planning")
-    ): (
-        "the plan-run parts call each other through an ``owner`` back-reference to the controller; issue 26 item 2 "
-        "makes them functions (ctx, memo) -> Proposal | None that return to one coordinator"
-    ),
-}
+# itself), each listed with the issue that removes it; the test fails once one is gone, so the list shrinks with it.
+# None is left.
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 # Modules the CLI and the HTTP service must not import: they translate store errors by code, not by driver.
 STORE_IMPLEMENTATIONS = ("stateward.store.sqlite", "stateward.store.postgres", "stateward.store._pg_sql")

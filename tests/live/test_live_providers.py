@@ -83,8 +83,8 @@ def test_openai_json_schema_mode_yields_schema_valid_decisions(local_model: Loca
         assert_real_usage(reply)
         outcomes.append(assert_named_outcome(reply))
     # The server enforces the schema, so the strict parser accepts what comes back (or it was cut off).
-    assert set(outcomes) <= {"EXECUTE_TOOL", "REQUEST_USER_INPUT", "FINISH", "FAIL", "MAX_TOKENS_REACHED"}
-    assert any(o != "MAX_TOKENS_REACHED" for o in outcomes)
+    assert set(outcomes) <= {"EXECUTE_TOOL", "REQUEST_USER_INPUT", "FINISH", "FAIL", "REPLY_TRUNCATED"}
+    assert any(o != "REPLY_TRUNCATED" for o in outcomes)
 
 
 def test_openai_plan_and_content_requests_return_schema_shaped_json(local_model: LocalServer) -> None:
@@ -95,7 +95,7 @@ def test_openai_plan_and_content_requests_return_schema_shaped_json(local_model:
         parsed = parse_step_plan(plan.text, {"list_materials", "read_material", "create_brief", "write_draft"})
         assert not hasattr(parsed, "code"), parsed  # schema-constrained: a valid plan over known actions
     else:
-        assert plan.rejection_code == RejectionCode.MAX_TOKENS_REACHED
+        assert plan.rejection_code == RejectionCode.REPLY_TRUNCATED
     content_request = blog_request("content", "Write the brief's title, outline and sources as JSON arguments.")
     content_request = content_request.model_copy(
         update={"visible_actions": [a for a in content_request.visible_actions if a.name == "create_brief"]}
@@ -103,6 +103,28 @@ def test_openai_plan_and_content_requests_return_schema_shaped_json(local_model:
     content = model.complete(content_request)
     if content.rejection_code is None:
         assert set(json.loads(content.text)) == {"title", "outline", "sources"}
+
+
+def test_the_document_contracts_schemas_are_taken_by_a_real_grammar(local_model: LocalServer) -> None:
+    """llama-server turns each document contract's strict schema into a grammar (an unsupported schema
+    would be an HTTP 400): a check's judgement comes back as one the Runtime parses, a plan document
+    starts as one and, at a few tokens, is cut as REPLY_TRUNCATED - never a parse error."""
+    from stateward.controllers.replies import document_request
+    from stateward.core.model_io import ReplyContract
+    from stateward.verify.checks import ModelJudgement
+
+    def ask(contract: ReplyContract, limit: int) -> ModelReply:
+        request = document_request(contract, purpose="content", goal="check the report", facts={"artifact": "ok"})
+        return openai_model(local_model, max_tokens=None, max_tokens_by_contract={contract: limit}).complete(request)
+
+    judgement = ask(ReplyContract.CHECK_JUDGEMENT, 96)
+    if judgement.rejection_code is None:
+        assert ModelJudgement.model_validate_json(judgement.text).verdict
+    else:
+        assert judgement.rejection_code == RejectionCode.REPLY_TRUNCATED
+    plan = ask(ReplyContract.PLAN_DOCUMENT, 24)
+    assert plan.rejection_code == RejectionCode.REPLY_TRUNCATED, plan
+    assert plan.text.startswith("{") and '"plan_id"' in plan.text[:16], plan.text  # the grammar's first key
 
 
 def test_openai_tools_mode_reaches_the_server_and_stays_honest(local_model: LocalServer) -> None:
@@ -119,12 +141,12 @@ def test_anthropic_messages_api_round_trip(local_model: LocalServer, mode: str) 
     assert_real_usage(reply)
     assert reply.stop_reason in {"end_turn", "max_tokens", "tool_use"}
     if reply.stop_reason == "max_tokens":
-        assert reply.rejection_code == RejectionCode.MAX_TOKENS_REACHED
+        assert reply.rejection_code == RejectionCode.REPLY_TRUNCATED
     assert assert_named_outcome(reply)
 
 
 def test_a_prompt_beyond_the_context_is_named_by_both_providers(local_model: LocalServer) -> None:
-    huge = blog_request().model_copy(update={"observations": [{"content": "retry storm " * 3000}]})
+    huge = blog_request().model_copy(update={"observations": [{"content": "retry storm " * 8000}]})
     anthropic = AnthropicModel("smollm2", api_key="unused", base_url=local_model.url, mode="json", max_tokens=16)
     for model in (openai_model(local_model), anthropic):
         with pytest.raises(ModelCallError) as err:

@@ -94,7 +94,7 @@ def test_request_user_input_tool_is_a_wait_decision(stub: Any, decide_request: M
         ),
         ([{"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a..."}], "end_turn", "THINKING_ONLY"),
         ([], "end_turn", "EMPTY_REPLY"),
-        ([{"type": "text", "text": '{"type": "FINISH", "rea'}], "max_tokens", "MAX_TOKENS_REACHED"),
+        ([{"type": "text", "text": '{"type": "FINISH", "rea'}], "max_tokens", "REPLY_TRUNCATED"),
         ([{"type": "text", "text": ""}], "refusal", "MODEL_REFUSED"),
     ],
 )

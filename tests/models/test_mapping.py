@@ -10,7 +10,7 @@ from jsonschema import Draft202012Validator
 
 from stateward.core.decision import DecisionType, parse_decision
 from stateward.core.errors import UserError
-from stateward.models import mapping
+from stateward.models import contracts, mapping
 from stateward.models.base import ActionSpec, ModelRequest
 from stateward.models.errors import RejectionCode
 from stateward.models.mapping import ToolCall
@@ -105,7 +105,7 @@ def test_response_schemas_bound_every_string_and_array(decide_request: ModelRequ
     )
     req = decide_request.model_copy(update={"visible_actions": [*decide_request.visible_actions, brief]})
     for purpose in ("decide", "plan", "content"):
-        _, schema = mapping.response_schema(req.model_copy(update={"purpose": purpose}))
+        _, schema = contracts.response_schema(req.model_copy(update={"purpose": purpose}))
         Draft202012Validator.check_schema(schema)
         for node in _strings_and_arrays(schema):
             assert ("maxLength" if node["type"] == "string" else "maxItems") in node, node

@@ -91,7 +91,7 @@ def test_one_tool_call_is_one_decision_with_usage(stub: Any, decide_request: Mod
         ({"role": "assistant", "content": ""}, "stop", "EMPTY_REPLY"),
         ({"role": "assistant", "content": "", "reasoning_content": "Let me think..."}, "stop", "THINKING_ONLY"),
         ({"role": "assistant", "content": None, "refusal": "I can't help with that."}, "stop", "MODEL_REFUSED"),
-        ({"role": "assistant", "content": '{"type": "FINISH", "reas'}, "length", "MAX_TOKENS_REACHED"),
+        ({"role": "assistant", "content": '{"type": "FINISH", "reas'}, "length", "REPLY_TRUNCATED"),
     ],
 )
 def test_replies_that_are_not_one_decision_are_named(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.core.errors import UserError
 from stateward.models.base import ModelReply, ModelRequest, Usage
 from stateward.models.errors import (
@@ -165,3 +166,24 @@ def test_request_key_ignores_key_order_but_not_content(decide_request: ModelRequ
     same = ModelRequest.model_validate(json.loads(decide_request.model_dump_json()))
     assert request_key(same) == request_key(decide_request)
     assert request_key(decide_request.model_copy(update={"correction": "x"})) != request_key(decide_request)
+
+
+def test_request_key_names_a_contract_only_when_it_is_not_the_purposes_default(decide_request: ModelRequest) -> None:
+    """Recordings made before requests named their contract still answer a decision, a step plan, a patch;
+    a plan run's plan document (once sent the step plan's schema) is a request of its own."""
+    from stateward.models import ReplyContract
+
+    plan = decide_request.model_copy(update={"purpose": "plan"})
+    as_before = sha256_hex(canonical_json({k: v for k, v in plan.model_dump(mode="json").items() if k != "contract"}))
+    assert request_key(plan.model_copy(update={"contract": ReplyContract.STEP_PLAN})) == request_key(plan) == as_before
+    assert request_key(plan.model_copy(update={"contract": ReplyContract.PLAN_DOCUMENT})) != as_before
+
+
+def test_a_replayed_reply_under_a_renamed_code_reads_as_its_new_name(
+    tmp_path: Path, decide_request: ModelRequest
+) -> None:
+    path = tmp_path / "old.jsonl"
+    reply = {"text": '{"type": "FIN', "rejection_code": "MAX_TOKENS_REACHED", "rejection_message": "cut off"}
+    path.write_text(json.dumps({"key": request_key(decide_request), "reply": reply}) + "\n")
+    replayed = ReplayModel(path).complete(decide_request)
+    assert replayed.rejection_code == "REPLY_TRUNCATED"

@@ -128,9 +128,9 @@ def status_of(url: str, headers: dict[str, str]) -> int:
 def test_the_service_serves_the_same_metrics_behind_its_token(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     runtime = Runtime.open(str(db), agents=AGENTS)
-    for _ in range(2):
-        runtime.drive(runtime.submit(refunder(), "refund c-1").run_id)  # waits for approval of the refund
-    runtime.submit(refunder(), "refund c-2")  # left RUNNING for a worker
+    for _ in range(2):  # built by name, so each run records its agent's version
+        runtime.drive(runtime.submit(AGENTS.create("refunder"), "refund c-1").run_id)  # waits for the refund's approval
+    runtime.submit(AGENTS.create("refunder"), "refund c-2")  # left RUNNING for a worker
     runtime.close()
     env = {
         **os.environ,
@@ -154,6 +154,9 @@ def test_the_service_serves_the_same_metrics_behind_its_token(tmp_path: Path) ->
         assert value(samples, "stateward_runs", status="COMPLETED") == 0
         assert value(samples, "stateward_requests_oldest_waiting_age_seconds") >= 0
         assert "stateward_requests_oldest_waiting_age_seconds" in samples
+        version = AGENTS.accepted_versions("refunder")[0]  # the runs' recorded version, as a label
+        unfinished = samples["stateward_runs_unfinished"]
+        assert [(s.labels["agent_version"], s.value) for s in unfinished] == [(version, 3)]
     finally:
         service.terminate()
         service.communicate(timeout=30)

@@ -28,6 +28,7 @@ from stateward.core.state import (
     Grant,
     GuardedAction,
     PendingRequest,
+    RequestKind,
     RunState,
 )
 from stateward.core.status import RunStatus
@@ -559,6 +560,74 @@ def test_run_filters_combine_and_page(store: Store) -> None:
     assert {r.tenant for r in store.page_runs(tenant="acme").items} == {"acme"}
 
 
+def test_a_search_matches_a_run_id_prefix_or_goal_text_with_wildcards_taken_literally(store: Store) -> None:
+    goals = {
+        "run_pay_1": "Pay invoice INV-7 to ACME",
+        "run_pay_2": "pay 100% of the invoice",
+        "run_pay_3": "pay 1000 in full",
+        "run_other": "write_the report",
+        "run_wide": "write the report",
+        "run_theirs": "Pay invoice INV-7 to ACME",
+    }
+    for run_id, goal in goals.items():
+        start(store, run_id, goal=goal, tenant="globex" if run_id == "run_theirs" else "acme")
+    found = {
+        term: sorted(every_page(store, 2, tenant="acme", search=term))
+        for term in ("invoice", "INV-7", "100%", "write_the", "run_pay", "%", "_", "nothing", "  acme  ")
+    }
+    assert found == {
+        "invoice": ["run_pay_1", "run_pay_2"],  # ASCII case ignored
+        "INV-7": ["run_pay_1"],
+        "100%": ["run_pay_2"],  # % is no wildcard: "1000" does not match
+        "write_the": ["run_other"],  # nor is _
+        "run_pay": ["run_pay_1", "run_pay_2", "run_pay_3"],  # a run id prefix
+        "%": ["run_pay_2"],
+        "_": ["run_other"],  # a run id matches from its start only
+        "nothing": [],
+        "  acme  ": ["run_pay_1"],  # surrounding space dropped; another tenant's run never listed
+    }
+    assert [r.goal for r in store.page_runs(tenant="acme", search="INV-7").items] == [goals["run_pay_1"]]
+    assert run_ids(store.page_runs(tenant="acme", search="")) == run_ids(store.page_runs(tenant="acme"))
+    with pytest.raises(UserError) as refused:
+        store.page_runs(search="x" * 201)
+    assert refused.value.code.value == "INVALID_FILTER"
+    searched = store.page_runs(tenant="acme", search="pay", limit=1)
+    assert searched.next_cursor is not None
+    with pytest.raises(UserError) as other_filters:  # a search's cursor is bound to its term
+        store.page_runs(tenant="acme", search="write", limit=1, cursor=searched.next_cursor)
+    assert other_filters.value.code.value == "INVALID_CURSOR"
+
+
+def test_a_search_reads_a_bounded_window_per_page_and_its_cursor_goes_on(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stateward.store.postgres as pg_module
+    import stateward.store.sqlite as sqlite_module
+
+    for module in (sqlite_module, pg_module):
+        monkeypatch.setattr(module, "SEARCH_WINDOW", 3)
+    for i in range(10):
+        start(store, f"run_{i:02d}", goal="needle" if i in (0, 1, 8) else "hay")
+    first = store.page_runs(search="needle", limit=5)
+    assert run_ids(first) == ["run_08"] and first.next_cursor is not None  # the newest three runs read
+    assert every_page(store, 5, search="needle") == ["run_08", "run_01", "run_00"]
+    assert every_page(store, 1, search="needle") == ["run_08", "run_01", "run_00"]
+
+
+def test_runs_filter_by_agent_version_and_a_goal_with_a_nul_is_searchable(store: Store) -> None:
+    start(store, "run_v1", agent=AgentRef(name="payer", version="1"))
+    start(store, "run_v2", agent=AgentRef(name="payer", version="2"))
+    start(store, "run_nul", goal="nul\x00 and lone " + "x" * 600)
+    assert run_ids(store.page_runs(version="2")) == ["run_v2"]
+    assert run_ids(store.page_runs(agent="payer", version="1")) == ["run_v1"]
+    assert {r.run_id: r.agent_version for r in store.page_runs().items}["run_v1"] == "1"
+    odd = store.page_runs(search="lone").items
+    assert [r.run_id for r in odd] == ["run_nul"]
+    assert odd[0].goal is not None and odd[0].goal.startswith("nul\ufffd and lone x")  # PostgreSQL has no NUL
+    assert len(odd[0].goal) == 500
+    assert store.load_run("run_nul").goal.startswith("nul\x00")  # the snapshot keeps the goal exactly
+
+
 def test_a_status_change_moves_a_run_between_status_listings(store: Store) -> None:
     start(store)
     step(store, state=make_state(status=RunStatus.COMPLETED))
@@ -644,6 +713,60 @@ def test_requests_page_by_run_and_tenant_open_only_by_default(store: Store) -> N
     for bad in ({"limit": 0}, {"cursor": "nope"}):
         with pytest.raises(UserError):
             store.page_requests(**bad)
+
+
+def test_requests_filter_by_kind_agent_and_role_in_the_query_with_full_pages(store: Store) -> None:
+    wanted: list[tuple[str, str]] = []
+    for i in range(12):
+        run_id, tenant = f"run_{i:02d}", "globex" if i % 5 == 4 else "acme"
+        start(store, run_id, tenant=tenant, agent=AgentRef(name="payer" if i % 2 else "writer"))
+        kind = RequestKind.INPUT if i % 3 == 0 else RequestKind.APPROVAL
+        role = "treasury" if i % 4 == 1 else None
+        step(store, run_id, open_request=request("req_1", kind=kind, approver_role=role))
+        if tenant == "acme" and i % 2 and kind is RequestKind.APPROVAL and role == "treasury":
+            wanted.append((run_id, "req_1"))
+    step(store, "run_01", close_request=answer("req_1"))  # an answered one is listed by none
+    wanted.remove(("run_01", "req_1"))
+
+    def listed(size: int, **filters: Any) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        cursor: str | None = None
+        while True:
+            page = store.page_requests(limit=size, cursor=cursor, **filters)
+            out += [(r.run_id, r.request.request_id) for r in page.items]
+            if page.next_cursor is not None:
+                assert len(page.items) == size  # the filters are in the query: no short page before the last
+            cursor = page.next_cursor
+            if cursor is None:
+                return out
+
+    every = store.page_requests(limit=1000, tenant="acme").items
+    assert listed(2, tenant="acme", kind="approval", agent="payer", role="treasury") == wanted != []
+    for filters in (
+        {"kind": "input"},
+        {"agent": "writer"},
+        {"role": "treasury"},
+        {"kind": "approval", "agent": "payer"},
+    ):
+        expected = [
+            (r.run_id, r.request.request_id)
+            for r in every
+            if r.request.kind.value == filters.get("kind", r.request.kind.value)
+            and r.request.approver_role == filters.get("role", r.request.approver_role)
+            and ("agent" not in filters or store.load_run(r.run_id).agent.name == filters["agent"])
+        ]
+        assert listed(1, tenant="acme", **filters) == expected != [], filters
+    assert listed(3, tenant="globex", role="treasury") == [
+        (r.run_id, "req_1") for r in store.page_requests(tenant="globex").items if r.request.approver_role
+    ]
+    with pytest.raises(UserError) as refused:
+        store.page_requests(kind="bogus")
+    assert refused.value.code.value == "INVALID_FILTER"
+    first = store.page_requests(limit=1, tenant="acme", kind="input")
+    assert first.next_cursor is not None
+    with pytest.raises(UserError) as other:  # a cursor is bound to its filters
+        store.page_requests(limit=1, tenant="acme", kind="approval", cursor=first.next_cursor)
+    assert other.value.code.value == "INVALID_CURSOR"
 
 
 def test_read_events_stops_at_the_limit(store: Store) -> None:
@@ -1138,6 +1261,8 @@ def test_a_write_without_a_hold_clears_it(store: Store) -> None:
     claimed = store.claim_next("w", ttl_s=30)
     assert claimed is not None and claimed.run_id == RUN
     assert [r.run_id for r in store.page_runs(status="RUNNING", agent="tests.store:agent").items] == [RUN]
+    searched = store.page_runs(tenant="default", search="CONFORM").items  # its goal copied from its snapshot
+    assert [(r.run_id, r.goal) for r in searched] == [(RUN, "conformance")]
 
 
 def test_a_hold_does_not_stop_an_explicit_lease(store: Store) -> None:
@@ -1485,8 +1610,17 @@ def test_a_store_of_schema_1_migrates_and_keeps_its_runs(backend: Backend) -> No
         RUN,
         make_state().model_dump_json(),
     )
+    backend.query(
+        "INSERT INTO pending_requests(run_id, request_id, body) VALUES (?, 'approval_001', ?)",
+        RUN,
+        request(kind=RequestKind.INPUT, approver_role="treasury").model_dump_json(),
+    )
     store = backend.open()
     assert backend.schema_version() == len(migrations_of(backend))
+    # Its open request's kind, role and agent were copied from its body and its run: the filters find it.
+    filtered = store.page_requests(tenant="default", kind="input", role="treasury", agent="tests.store:agent")
+    assert [(r.run_id, r.request.request_id) for r in filtered.items] == [(RUN, "approval_001")]
+    assert store.page_requests(tenant="default", kind="approval").items == []
     claimed = store.claim_next("w", ttl_s=30)
     assert claimed is not None and claimed.run_id == RUN
     assert [r.run_id for r in store.page_runs(status="RUNNING", agent="tests.store:agent").items] == [RUN]
@@ -1661,3 +1795,74 @@ def test_spent_attempts_fail_a_delivery_and_removing_a_subscription_cancels_its_
 def test_a_sound_store_passes_its_integrity_check(store: Store) -> None:
     store.create_run(make_state(), [ev(0, EventType.RUN_STARTED), ev(1)])
     store.check_integrity()  # returns without a finding; a damaged SQLite file: tests/cli/test_damaged_store.py
+
+
+# -- forks: a shared history read through the source's rows ------------------------------------------
+def _fork(store: Store, source: str, at: int, run_id: str, events: int = 1, **update: Any) -> int:
+    from stateward.core.state import Lineage
+
+    state = make_state(run_id, lineage=Lineage(forked_from=source, at_seq=at, key_scope=source), **update)
+    return store.create_fork(
+        state, [ev(100 + i, kind=EventType.RUN_FORKED) for i in range(events)], source=source, at_seq=at
+    )
+
+
+def test_a_fork_reads_its_sources_events_up_to_the_fork_point_then_its_own(store: Store) -> None:
+    start(store)
+    for _ in range(4):
+        step(store, events=2)  # batches of two: a fork point inside a batch is read exactly
+    source_events = store.read_events(RUN)
+    assert len(source_events) == 9
+    assert _fork(store, RUN, 4, "run_f", events=2) == 6
+    assert step(store, "run_f") == 7
+    step(store)  # the source goes on; the fork does not see it
+    seen = store.read_events("run_f")
+    assert [e.seq for e in seen] == list(range(1, 8))
+    assert [e.payload for e in seen[:4]] == [e.payload for e in source_events[:4]]
+    assert {e.run_id for e in seen} == {"run_f"}
+    assert [e.type for e in seen[4:6]] == [EventType.RUN_FORKED] * 2
+    for after in range(8):
+        for limit in (None, 1, 2, 3, 10):
+            page = store.read_events("run_f", after, limit)
+            expected = [e for e in seen if e.seq > after][: limit if limit is not None else None]
+            assert [(e.seq, e.payload) for e in page] == [(e.seq, e.payload) for e in expected], (after, limit)
+    assert store.last_seq("run_f") == 7
+    assert store.forks_of(RUN) == ["run_f"]
+
+
+def test_a_fork_of_a_fork_reads_each_source_up_to_its_own_bound(store: Store) -> None:
+    start(store)
+    for _ in range(5):
+        step(store)
+    _fork(store, RUN, 5, "run_f")  # 1..5 of run_a, 6 its own
+    step(store, "run_f")  # 7
+    _fork(store, "run_f", 3, "run_g")  # 1..3 of run_a (through run_f), 4 its own
+    seen = store.read_events("run_g")
+    assert [e.seq for e in seen] == [1, 2, 3, 4]
+    assert [e.payload for e in seen[:3]] == [e.payload for e in store.read_events(RUN)[:3]]
+    assert seen[3].type is EventType.RUN_FORKED
+    assert store.forks_of("run_f") == ["run_g"] and store.forks_of(RUN) == ["run_f"]
+
+
+def test_a_fork_writes_no_row_of_its_source(store: Store, backend: Backend) -> None:
+    start(store)
+    for _ in range(3):
+        step(store)
+    before = durable(store, backend)
+    _fork(store, RUN, 3, "run_f")
+    assert durable(store, backend) == before
+
+
+def test_checkpoints_are_found_at_their_event_through_a_fork(store: Store) -> None:
+    start(store)
+    step(store, checkpoint="wait")  # 2
+    step(store)  # 3
+    step(store, checkpoint="pause")  # 4
+    found = store.checkpoint_at(RUN, 2)
+    assert found is not None and (found.seq, found.reason) == (2, "wait")
+    assert store.checkpoint_at(RUN, 3) is None
+    _fork(store, RUN, 2, "run_f")
+    shared = store.checkpoint_at("run_f", 2)
+    assert shared is not None and shared.state == found.state  # the source's, read through
+    assert store.checkpoint_at("run_f", 4) is None  # the source's later checkpoint is not the fork's
+    assert [c.seq for c in store.checkpoints_of("run_f")] == [2]

@@ -38,6 +38,7 @@ from stateward.api.schemas import (
     ApproveOrReject,
     ErrorBody,
     EventPage,
+    ForkRun,
     Health,
     Inbox,
     InboxItem,
@@ -56,13 +57,13 @@ from stateward.api.web.session import Sessions, SessionSettings
 from stateward.api.webhook_routes import webhook_routes
 from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
-from stateward.core.state import NOBODY_ANSWERS, RunState
+from stateward.core.state import NOBODY_ANSWERS, RequestKind, RunState
 from stateward.core.status import RunStatus
 from stateward.runtime.agent_registry import refuse_operator_params
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 from stateward.store.keys import KeyStore, StoredResponse
-from stateward.store.paging import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from stateward.store.paging import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_SEARCH_CHARS, SEARCH_WINDOW
 
 MAX_IDEMPOTENCY_KEY_CHARS = 200
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422)}
@@ -244,6 +245,23 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
             state = runtime.drive(state.run_id)
         return _summary(runtime, state)
 
+    @v1.post("/runs/{run_id}/fork", response_model=RunSummary, status_code=201, tags=["runs"])
+    def fork_run(run_id: str, body: ForkRun, who: Caller) -> RunSummary:
+        """A new run of the caller's tenant whose history up to event ``at`` is this run's: journalled side
+        effects replayed, usage carried, grants and later answers not; another tenant's run is a 404."""
+        require(who, Role.SUBMITTER)
+        refuse_operator_params(body.params)
+        state = runtime.fork(
+            run_id,
+            at=body.at,
+            by=who.subject,
+            tenant=who.tenant,
+            agent_version=body.agent_version,
+            params=body.params or None,
+            drive=body.drive,
+        )
+        return _summary(runtime, state)
+
     @v1.get("/runs", response_model=RunList, tags=["runs"])
     def list_runs(
         who: Caller,
@@ -254,10 +272,21 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
         agent: Annotated[str | None, Query(max_length=128)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
         cursor: Cursor = None,
+        version: Annotated[str | None, Query(max_length=64, description="runs of this agent version")] = None,
+        q: Annotated[
+            str | None,
+            Query(
+                max_length=MAX_SEARCH_CHARS,
+                description="runs whose id starts with it or whose goal holds it (ASCII case ignored); a page reads"
+                f" at most {SEARCH_WINDOW:,} runs, so it may be short while next_cursor leads on",
+            ),
+        ] = None,
     ) -> RunList:
         """The caller's tenant's runs, newest first, a page at a time."""
         require(who, Role.VIEWER)
-        page = runtime.list_runs(status=status, tenant=who.tenant, agent=agent, limit=limit, cursor=cursor)
+        page = runtime.list_runs(
+            status=status, tenant=who.tenant, agent=agent, limit=limit, cursor=cursor, version=version, search=q
+        )
         return RunList(runs=page.items, next_cursor=page.next_cursor)
 
     @v1.get("/runs/{run_id}", response_model=RunSummary, tags=["runs"])
@@ -316,11 +345,17 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
         cursor: Cursor = None,
         role: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        kind: Annotated[
+            str | None,
+            Query(json_schema_extra={"enum": [k.value for k in RequestKind]}, description="INVALID_FILTER otherwise"),
+        ] = None,
+        agent: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     ) -> Inbox:
         """Open requests of the caller's tenant that the caller may answer, each with its exact guarded action;
-        ``role``: only those that approver role answers (a tool's own role, else its agent's)."""
+        ``role``: only those that approver role answers (a tool's own role, else its agent's); ``kind``: only
+        requests of that kind; ``agent``: only those of that agent's runs (each filter in the store's query)."""
         require(who, Role.APPROVER)
-        page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role)
+        page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role, kind=kind, agent=agent)
         items = [
             InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request, chain=runtime.chain(row.run_id))
             for row in page.items

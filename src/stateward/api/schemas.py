@@ -34,6 +34,16 @@ class StartRun(_Body):
     drive: bool = False  # drive to the next stop in the service; by default a worker drives it
 
 
+class ForkRun(_Body):
+    """Fork a run of the caller's tenant at one of its events (a fork point); params as for a new run
+    (the model is the operator's choice, not a request's: ``model_spec`` is refused)."""
+
+    at: int = Field(ge=1, le=2**53)
+    agent_version: str | None = Field(default=None, min_length=1, max_length=100)
+    params: dict[str, Any] = Field(default_factory=dict)
+    drive: bool = False
+
+
 class ApproveOrReject(_Body):
     """An approval or rejection; ``digest`` is the guarded action's digest the approver saw (checked if given)."""
 
@@ -64,6 +74,7 @@ class RunSummary(BaseModel):
     run_id: str
     tenant: str
     agent: str
+    agent_version: str | None = None
     status: RunStatus
     terminal_reason: str | None
     suspended: bool
@@ -72,6 +83,7 @@ class RunSummary(BaseModel):
     setback: dict[str, Any] | None
     approvals: list[dict[str, Any]]
     artifacts: list[dict[str, Any]]
+    lineage: dict[str, Any] | None = None  # forked_from, at_seq, forks
 
 
 class RunList(BaseModel):

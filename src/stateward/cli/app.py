@@ -88,13 +88,31 @@ def agents_list(as_json: JsonOpt = False) -> None:
 
     with reported_errors(as_json):
         rows = [
-            {"name": e.name, "version": e.version, "source": e.source, "description": e.description}
+            {
+                "name": e.name,
+                "version": _version_of(e),
+                "compatible_with": list(e.compatible_with),
+                "migrates_from": sorted(e.migrations),
+                "source": e.source,
+                "description": e.description,
+            }
             for e in process_agents()
         ]
     if as_json:
         emit_json(rows)
     else:
-        print_table("agents", ["name", "version", "source", "description"], rows)
+        print_table("agents", ["name", "version", "compatible_with", "migrates_from", "source", "description"], rows)
+
+
+def _version_of(entry: Any) -> str | None:
+    """The version an agent's runs record here (given, or its fingerprint); None when its factory cannot
+    be loaded in this process (its runs are refused at build, by name)."""
+    from stateward.core.errors import StatewardError
+
+    try:
+        return str(entry.resolved_version())
+    except StatewardError:
+        return None
 
 
 @app.command("run")
@@ -188,7 +206,7 @@ def runs_list(
         return
     if tree:
         rows = [{**r, "run_id": "  " * r["depth"] + r["run_id"]} for r in rows]
-    print_table("runs", ("run_id", "tenant", "agent", "status", "terminal_reason", "updated_at"), rows)
+    print_table("runs", ("run_id", "tenant", "agent", "agent_version", "status", "terminal_reason", "updated_at"), rows)
     if page.next_cursor is not None:
         typer.echo(f"more: --cursor {page.next_cursor}")
 
@@ -215,6 +233,90 @@ def _as_tree(runtime: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for top in below.get(None, []):
         place(top, 0)
     return ordered
+
+
+@runs_app.command("migrate")
+def runs_migrate(
+    run_id: str,
+    to: Annotated[str, typer.Option("--to", help="The version to move the run to: the one this process builds.")],
+    by: Annotated[str, typer.Option("--by", help="Who migrates it (recorded).")] = "operator",
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+) -> None:
+    """Move a WAITING_FOR_USER or PAUSED run to another version of its agent, through the migration that
+    version registers from the run's (recorded with who, from, to). An approval whose action the new
+    version no longer has, or has changed, is closed as stale and the run decides again; a worker of the
+    new version drives it on. Refused by name, the run unchanged: RUN_NOT_MIGRATABLE,
+    AGENT_MIGRATION_NOT_REGISTERED, AGENT_VERSION_UNAVAILABLE, INVALID_MIGRATION, MIGRATION_NOT_NEEDED."""
+    with reported_errors(as_json):
+        runtime = open_runtime(db, writes=True)
+        before, seq = runtime.store.load_run_at(run_id)
+        state = runtime.migrate(run_id, to, by=by)
+        recorded = [e for e in runtime.events(run_id, after=seq) if e.type == "agent_migrated"]
+    stale = recorded[0].payload.get("stale", []) if recorded else []
+    out = {
+        "run_id": run_id,
+        "agent": state.agent.name,
+        "from_version": before.agent.version,
+        "to_version": state.agent.version,
+        "by": by,
+        "status": state.status.value,
+        "stale": stale,
+    }
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(f"run {run_id}: agent {state.agent.name} {before.agent.version} -> {state.agent.version} (by {by})")
+    for item in stale:
+        typer.echo(
+            f"  stale: {item.get('request_id') or item.get('grant') or item.get('approved_call')} ({item['reason']})"
+        )
+    typer.echo(f"  status: {state.status.value}")
+
+
+@runs_app.command("fork")
+def runs_fork(
+    run_id: str,
+    at: Annotated[int, typer.Option("--at", min=1, help="The event the fork shares the run's history up to.")],
+    agent_version: Annotated[
+        str | None, typer.Option("--agent-version", help="Run the fork under this version (through its migration).")
+    ] = None,
+    model: ModelOpt = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", help="k=v (repeatable): a factory param the fork is built with.")
+    ] = None,
+    by: Annotated[str, typer.Option("--by", help="Who forks it (recorded).")] = "operator",
+    drive: Annotated[bool, typer.Option("--drive", help="Drive the fork to its next stop here.")] = False,
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+) -> None:
+    """A new run whose history up to event --at is RUN's (shared, not copied): side effects RUN journalled are
+    replayed from the journal, never run again; usage is carried; grants and answers after --at are not (a
+    guarded call asks again); the request open at --at is re-opened under a new id. --at must be a fork point
+    (a checkpoint, the run's start, or its last event while it is stopped): FORK_POINT_UNAVAILABLE lists them."""
+    from stateward.cli.run_cmd import parse_params
+    from stateward.runtime.summary import run_summary
+
+    with reported_errors(as_json):
+        runtime = open_runtime(db, writes=True)
+        state = runtime.fork(
+            run_id,
+            at=at,
+            by=by,
+            agent_version=agent_version,
+            model_spec=model,
+            params=parse_params(param or []) or None,
+            drive=drive,
+        )
+        out = run_summary(runtime.store, state)
+    out["pending_request_id"] = None if state.pending is None else state.pending.request_id
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(f"forked {run_id} at event {at}: {state.run_id}")
+    print_summary(out)
+    if state.pending is not None:
+        typer.echo(f"  answer with: {answer_hint(state.run_id, state.pending, db, state.tenant)}")
 
 
 @requests_app.command("list")

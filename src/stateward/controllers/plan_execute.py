@@ -15,6 +15,7 @@ from stateward.core.contract import DecisionContext, Proposal, SignalFailure
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import ErrorCode
 from stateward.core.events import EventType, NewEvent
+from stateward.core.model_io import ReplyContract
 from stateward.core.state import RequestKind
 from stateward.models.base import AnyModel, Usage, complete
 
@@ -198,6 +199,7 @@ class PlanAndExecuteController:
         while True:
             request = ctx.request(
                 purpose="plan",
+                contract=ReplyContract.STEP_PLAN,
                 goal=ctx.state.goal,
                 inventory=list(ctx.inventory),
                 visible_actions=ctx.specs(tuple(ctx.actions)),

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from stateward.controllers.base import provider_rejection
 from stateward.core.contract import DecisionContext, Observation, Proposal, SignalFailure
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
+from stateward.core.model_io import ReplyContract
 from stateward.models.base import AnyModel, complete
 
 NO_PROGRESS = "no_progress"
@@ -49,6 +50,7 @@ class ReActController:
             self.model,
             ctx.request(
                 purpose="decide",
+                contract=ReplyContract.DECISION,
                 goal=ctx.state.goal,
                 inventory=list(ctx.inventory),
                 visible_actions=ctx.specs(visible),

@@ -19,6 +19,7 @@ from stateward.core.contract import DecisionContext, OutcomeStatus, Proposal, Si
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode, UserError
 from stateward.core.events import EventType, NewEvent
+from stateward.core.model_io import ReplyContract
 from stateward.core.state import AnswerVerdict, RequestKind
 from stateward.models.base import AnyModel, ModelRequest, Usage, complete
 
@@ -284,6 +285,7 @@ class WorkflowController:
             self.model,
             ModelRequest(
                 purpose="decide",
+                contract=ReplyContract.DECISION,
                 goal=ctx.state.goal,
                 inventory=list(ctx.inventory),
                 observations=[o.model_dump(mode="json") for o in mine],
@@ -412,6 +414,7 @@ class WorkflowController:
                 self.model,
                 ModelRequest(
                     purpose="content",
+                    contract=ReplyContract.NODE_CONTENT,
                     goal=ctx.state.goal,
                     inventory=list(ctx.inventory),
                     observations=node.inputs(ctx),

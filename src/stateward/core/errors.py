@@ -58,6 +58,9 @@ from __future__ import annotations
 from enum import StrEnum, unique
 from typing import Any, ClassVar
 
+# Codes renamed since they were first written to data (recordings, event logs): read back as the new name.
+_RENAMED: dict[str, str] = {"MAX_TOKENS_REACHED": "REPLY_TRUNCATED"}
+
 
 @unique
 class ErrorCode(StrEnum):
@@ -93,7 +96,7 @@ class ErrorCode(StrEnum):
     INVALID_TOOL_ARGUMENTS = "INVALID_TOOL_ARGUMENTS"
     EMPTY_REPLY = "EMPTY_REPLY"
     THINKING_ONLY = "THINKING_ONLY"
-    MAX_TOKENS_REACHED = "MAX_TOKENS_REACHED"
+    REPLY_TRUNCATED = "REPLY_TRUNCATED"  # cut by max_tokens (was MAX_TOKENS_REACHED; read back as this)
     MODEL_REFUSED = "MODEL_REFUSED"
     REPLY_TOO_LARGE = "REPLY_TOO_LARGE"
     # Model calls and model configuration
@@ -218,6 +221,11 @@ class ErrorCode(StrEnum):
     AGENT_UNAVAILABLE = "AGENT_UNAVAILABLE"
     AGENT_VERSION_UNAVAILABLE = "AGENT_VERSION_UNAVAILABLE"
     INVALID_AGENT_VERSION = "INVALID_AGENT_VERSION"
+    AGENT_MIGRATION_NOT_REGISTERED = "AGENT_MIGRATION_NOT_REGISTERED"
+    MIGRATION_NOT_NEEDED = "MIGRATION_NOT_NEEDED"
+    INVALID_MIGRATION = "INVALID_MIGRATION"
+    RUN_NOT_MIGRATABLE = "RUN_NOT_MIGRATABLE"
+    FORK_POINT_UNAVAILABLE = "FORK_POINT_UNAVAILABLE"
     TOO_MANY_ABANDONED_CALLS = "TOO_MANY_ABANDONED_CALLS"
     INVALID_WORKFLOW = "INVALID_WORKFLOW"
     INVALID_LEASE_POLICY = "INVALID_LEASE_POLICY"
@@ -278,7 +286,9 @@ class ErrorCode(StrEnum):
     def parse(cls, value: object) -> ErrorCode | None:
         """The member whose value is ``value``, or None: for codes read back from data (a recording, a
         provider's reply), where an unknown code must not raise."""
-        return cls._value2member_map_.get(value) if isinstance(value, str) else None  # type: ignore[return-value]
+        if not isinstance(value, str):
+            return None
+        return cls._value2member_map_.get(_RENAMED.get(value, value))  # type: ignore[return-value]
 
 
 class StatewardError(Exception):

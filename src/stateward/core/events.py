@@ -45,6 +45,8 @@ class EventType(StrEnum):
     STEP_CRASHED = "step_crashed"
     AGENT_UNAVAILABLE = "agent_unavailable"
     MODEL_UNAVAILABLE = "model_unavailable"
+    AGENT_MIGRATED = "agent_migrated"  # an operator moved a stopped run to another version of its agent
+    RUN_FORKED = "run_forked"  # the first event of a fork's own: the run and event its history is shared up to
 
 
 class CheckpointReason(StrEnum):
@@ -58,6 +60,8 @@ class CheckpointReason(StrEnum):
     WORK_ITEM_END = "work_item_end"
     WORK_ITEM_START = "work_item_start"
     ARTIFACT = "artifact"
+    MIGRATION = "migration"  # a run moved to another agent version (runs migrate)
+    FORK = "fork"  # a fork's first state, at its fork point
 
 
 # The moments the design keeps a checkpoint besides waits, pauses and endings, first match wins.

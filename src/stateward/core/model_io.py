@@ -8,6 +8,7 @@ and read replies; the Runtime counts usage. The Model protocol itself lives in `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, TypeAdapter, field_serializer
@@ -21,6 +22,27 @@ class ActionSpec(BaseModel):
     name: str
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReplyContract(StrEnum):
+    """Which document a model is asked to reply with; the provider sends that document's schema (see
+    ``stateward.models.contracts``) instead of guessing it from the purpose."""
+
+    DECISION = "decision"  # one ControlDecision (or one native tool call)
+    STEP_PLAN = "step_plan"  # PlanAndExecuteController's {"steps": [...]}
+    PLAN_DOCUMENT = "plan_document"  # a plan run's Plan: plan_id, version, goal_id, milestones, work_items
+    PLAN_PATCH = "plan_patch"  # a plan run's PlanPatch
+    NODE_CONTENT = "node_content"  # a workflow model node's arguments for its one tool
+    CHECK_JUDGEMENT = "check_judgement"  # a model check's {"verdict", "detail"}
+
+
+# The contract a request that names none is taken to ask for, by purpose (requests built by hand).
+DEFAULT_CONTRACTS: dict[str, ReplyContract] = {
+    "decide": ReplyContract.DECISION,
+    "plan": ReplyContract.STEP_PLAN,
+    "replan": ReplyContract.PLAN_PATCH,
+    "content": ReplyContract.NODE_CONTENT,
+}
 
 
 _OBSERVATION_LIST = TypeAdapter(list[dict[str, Any]])
@@ -52,7 +74,7 @@ class ModelRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    purpose: str  # "decide" (one ControlDecision), "plan", "content"
+    purpose: str  # "decide" (one ControlDecision), "plan", "replan", "content"
     goal: str
     inventory: list[str] = Field(default_factory=list)
     # A list, or (from ``with_history``) a view of the run's observation log that is not copied per request.
@@ -62,8 +84,19 @@ class ModelRequest(BaseModel):
     instructions: str = ""
     # Set by the runtime's corrective-message policy: providers append it as a user message naming the error.
     correction: str | None = None
+    # The document the reply must be (None: the purpose's default, see ``reply_contract``).
+    contract: ReplyContract | None = None
+    # The JSON schema of that document when it is defined above the models layer (a plan document, a plan
+    # patch, a check's judgement: the pydantic model the Runtime parses it with). Not part of the dumped
+    # request: it follows from ``contract``, and a dumped request's size is what metering counts.
+    reply_schema: dict[str, Any] | None = Field(default=None, exclude=True, repr=False)
     # The observations list as attached by ``with_history`` and the length of its JSON: see ``json_chars``.
     _history: _KnownSize | None = PrivateAttr(default=None)
+
+    @property
+    def reply_contract(self) -> ReplyContract:
+        """The document this request asks for: ``contract``, else the purpose's default (a decision)."""
+        return self.contract or DEFAULT_CONTRACTS.get(self.purpose, ReplyContract.DECISION)
 
     @classmethod
     def with_history(cls, observations: Sequence[dict[str, Any]], json_chars: int, **fields: Any) -> ModelRequest:

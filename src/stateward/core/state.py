@@ -276,6 +276,19 @@ class TraceLink(BaseModel):
     last: dict[str, str]
 
 
+class Lineage(BaseModel):
+    """Where a fork's history comes from: the run and event it was forked at, the run whose idempotency keys
+    its calls are made under (its lineage's first run, so a call the lineage journalled is replayed, never run
+    again) and the artifact versions it shares with its source."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    forked_from: str
+    at_seq: int
+    key_scope: str
+    artifacts: dict[str, int] = Field(default_factory=dict)
+
+
 class RunState(BaseModel):
     """The snapshot of one run, changed only through the Runtime: status, counters, budget, the pending request, grants
     and the controller's memo. Immutable: every change is a new value."""
@@ -305,6 +318,7 @@ class RunState(BaseModel):
     setback: Setback | None = None  # a crash or outage being retried (see core/setback.py)
     trace: TraceLink | None = None  # set only while a tracer provider records (observability/tracing.py)
     parent: ParentLink | None = None  # a child run: the call that started it (see runtime/children.py)
+    lineage: Lineage | None = None  # a fork's: its source, fork point and key scope (runtime/fork.py)
 
     @field_validator("approvals", mode="before")
     @classmethod

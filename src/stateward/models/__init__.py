@@ -3,6 +3,8 @@
 The public names below are imported on first use (PEP 562): the provider SDKs load only when a
 provider is asked for. ``model_from_spec("openai:gpt-4o-mini")`` builds a provider from a spec string
 (``openai:``, ``openai+json:``, ``anthropic:``, ``replay:<file>``; see :mod:`stateward.models.config`).
+Each request names the document its reply must be (``ReplyContract``); the schema both providers send for
+it, and its ``max_tokens``, come from :mod:`stateward.models.contracts`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from stateward.models.anthropic import AnthropicModel
     from stateward.models.base import ActionSpec, AsyncModel, Model, ModelReply, ModelRequest, Usage, complete
     from stateward.models.config import model_from_spec, parse_spec
+    from stateward.models.contracts import ReplyContract
     from stateward.models.errors import ModelCallError
     from stateward.models.local_server import start_local_server
     from stateward.models.openai_compat import OpenAICompatibleModel
@@ -34,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "ModelRequest": "stateward.models.base",
     "OpenAICompatibleModel": "stateward.models.openai_compat",
     "RecordingModel": "stateward.models.recording",
+    "ReplyContract": "stateward.models.contracts",
     "ReplayModel": "stateward.models.recording",
     "RetryingModel": "stateward.models.retrying",
     "ScriptedModel": "stateward.models.scripted",
@@ -54,6 +58,7 @@ __all__ = (
     "OpenAICompatibleModel",
     "RecordingModel",
     "ReplayModel",
+    "ReplyContract",
     "RetryingModel",
     "ScriptedModel",
     "Usage",

@@ -3,7 +3,9 @@
 Modes: ``tools`` (visible actions plus ``request_user_input`` and ``finish`` as tools; one ``tool_use``
 block becomes one decision), ``json`` (no tools; the reply text is parsed by the Runtime) and
 ``json_schema`` (``json`` plus ``output_config.format``, where the server supports structured output).
-Plan and content requests never use tools. The SDK's own retries are off: ``RetryingModel`` retries.
+Every other reply contract (plans, patches, content, judgements) never uses tools: its schema
+(:mod:`stateward.models.contracts`) is sent as ``output_config.format`` in ``json_schema`` mode and
+described in the system text in every text mode. The SDK's own retries are off: ``RetryingModel`` retries.
 
 ``complete`` uses the SDK's sync client, ``acomplete`` its ``AsyncAnthropic`` client (made on first use,
 one per event loop, with the same options); both build the request, map the reply, apply the size
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import anthropic
 from anthropic.types import Message, MessageParam
 
-from stateward.models import mapping, prompt
+from stateward.core.model_io import ReplyContract
+from stateward.models import contracts, mapping, prompt
 from stateward.models.base import ModelReply, ModelRequest
 from stateward.models.errors import ModelCallError, RejectionCode
 from stateward.models.provider import PerLoopClient, Prices, classify_sdk_error, make_usage
@@ -37,19 +41,23 @@ class AnthropicModel:
         api_key: str,
         base_url: str | None = None,
         mode: AnthropicMode = "tools",
-        max_tokens: int = 1024,
+        max_tokens: int | None = None,
+        max_tokens_by_contract: Mapping[ReplyContract, int] | None = None,
         timeout_s: float = 60.0,
         prices: Prices | None = None,
         max_string: int = mapping.MAX_STRING,
+        max_items: int | None = None,
         max_reply_bytes: int | None = mapping.DEFAULT_MAX_REPLY_BYTES,
         provider: str = "anthropic",
     ):
         self.name = f"{provider}:{model}"
         self.model = model
         self.mode: AnthropicMode = mode
-        self.max_tokens = max_tokens
+        self.max_tokens = max_tokens  # one limit for every reply; None: each contract's default
+        self.max_tokens_by = dict(max_tokens_by_contract or {})
         self.prices = prices
         self.max_string = max_string
+        self.max_items = max_items  # maxItems of a plan document's or patch's arrays (None: the contract's)
         self.max_reply_bytes = max_reply_bytes
         self.provider = provider
         self._secret = api_key
@@ -73,6 +81,10 @@ class AnthropicModel:
     def __repr__(self) -> str:  # never show the key
         return f"AnthropicModel({self.name!r}, mode={self.mode!r})"
 
+    def max_tokens_for(self, request: ModelRequest) -> int:
+        """This request's reply limit: by the document it asks for (see ``contracts.max_tokens_for``)."""
+        return contracts.max_tokens_for(request.reply_contract, flat=self.max_tokens, by_contract=self.max_tokens_by)
+
     def _messages(self, request: ModelRequest, native: bool) -> list[MessageParam]:
         blocks: list[Any] = [{"type": "text", "text": prompt.user_text(request, native_tools=native)}]
         correction = prompt.correction_text(request)
@@ -82,7 +94,7 @@ class AnthropicModel:
 
     def _create_args(self, request: ModelRequest) -> tuple[bool, dict[str, Any]]:
         """Whether tools are native for this request, and the ``messages.create`` arguments."""
-        native = self.mode == "tools" and request.purpose == "decide"
+        native = self.mode == "tools" and request.reply_contract is ReplyContract.DECISION
         extra: dict[str, Any] = {}
         if native:
             extra["tools"] = [
@@ -92,12 +104,21 @@ class AnthropicModel:
             extra["tool_choice"] = {"type": "any", "disable_parallel_tool_use": True}
         elif self.mode == "json_schema":
             extra["output_config"] = {
-                "format": {"type": "json_schema", "schema": mapping.response_schema(request, self.max_string)[1]}
+                "format": {
+                    "type": "json_schema",
+                    "schema": contracts.response_schema(request, self.max_string, self.max_items)[1],
+                }
             }
         args = {
             "model": self.model,
-            "max_tokens": self.max_tokens,
-            "system": prompt.system_text(request, native_tools=native),
+            "max_tokens": self.max_tokens_for(request),
+            "system": prompt.system_text(
+                request,
+                native_tools=native,
+                max_string=self.max_string,
+                max_items=self.max_items,
+                schema_sent=self.mode == "json_schema",
+            ),
             "messages": self._messages(request, native),
         }
         return native, {**args, **extra}
@@ -158,7 +179,8 @@ class AnthropicModel:
         elif response.stop_reason == "refusal":
             result = mapping.reject(RejectionCode.MODEL_REFUSED, "the model refused to answer", text)
         elif response.stop_reason == "max_tokens":
-            result = mapping.reject(RejectionCode.MAX_TOKENS_REACHED, f"cut off at max_tokens={self.max_tokens}", text)
+            limit = self.max_tokens_for(request)
+            result = mapping.truncated(limit, u.output_tokens, text)
         elif calls:
             result = mapping.decision_from_tool_calls(calls, request)
             commentary = text or None

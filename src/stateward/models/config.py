@@ -18,9 +18,15 @@ else comes from keyword arguments or the environment. Keys are read from the env
     STATEWARD_ANTHROPIC_BASE_URL, else ANTHROPIC_BASE_URL
     STATEWARD_ANTHROPIC_API_KEY_ENV                           default ANTHROPIC_API_KEY
     STATEWARD_ANTHROPIC_MODE                                  tools | json | json_schema
-    STATEWARD_MODEL_MAX_TOKENS (1024)  STATEWARD_MODEL_TIMEOUT_S (60)  STATEWARD_MODEL_MAX_ATTEMPTS (3)
+    STATEWARD_MODEL_MAX_TOKENS (unset)  one reply limit for every contract; unset: each contract's own
+    STATEWARD_MODEL_MAX_TOKENS_<CONTRACT>  the limit of one reply contract (wins over the flat one), e.g.
+        STATEWARD_MODEL_MAX_TOKENS_PLAN_DOCUMENT=8000; defaults: DECISION 1024, STEP_PLAN 2048,
+        PLAN_DOCUMENT 6000, PLAN_PATCH 4000, NODE_CONTENT 2048, CHECK_JUDGEMENT 512
+        (stateward.models.contracts). A reply cut by its limit is refused as REPLY_TRUNCATED.
+    STATEWARD_MODEL_TIMEOUT_S (60)  STATEWARD_MODEL_MAX_ATTEMPTS (3)
     STATEWARD_MODEL_TEMPERATURE (unset; OpenAI-compatible only)
     STATEWARD_MODEL_MAX_STRING (400)  maxLength of every string in JSON-schema constrained replies
+    STATEWARD_MODEL_MAX_ITEMS (32)  maxItems of every array of a plan document or plan patch reply
     STATEWARD_MODEL_MAX_REPLY_BYTES (65536)  a longer reply (text + tool arguments) is refused unread
                                              as REPLY_TOO_LARGE; 0 or less means no limit
     STATEWARD_MODEL_PRICES   JSON {"<model>": [usd_per_mtok_in, usd_per_mtok_out]} -> Usage.cost_usd
@@ -44,6 +50,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from stateward.core.errors import ErrorCode, UserError
+from stateward.core.model_io import ReplyContract
 from stateward.models.base import Model
 from stateward.models.mapping import DEFAULT_MAX_REPLY_BYTES, MAX_STRING
 from stateward.models.provider import Prices
@@ -112,6 +119,40 @@ def _reply_limit(env: Mapping[str, str], given: int | None) -> int | None:
     return limit if limit > 0 else None
 
 
+def _max_items(env: Mapping[str, str]) -> int | None:
+    value = _number(env, "STATEWARD_MODEL_MAX_ITEMS", None)
+    if value is not None and value < 1:
+        raise UserError("STATEWARD_MODEL_MAX_ITEMS must be a positive number", code=ErrorCode.INVALID_MODEL_CONFIG)
+    return None if value is None else int(value)
+
+
+def _flat_limit(env: Mapping[str, str], given: int | None) -> int | None:
+    """One reply limit for every contract: the argument, else STATEWARD_MODEL_MAX_TOKENS, else None."""
+    value = given if given is not None else _number(env, "STATEWARD_MODEL_MAX_TOKENS", None)
+    if value is None:
+        return None
+    if value < 1:
+        raise UserError("STATEWARD_MODEL_MAX_TOKENS must be a positive number", code=ErrorCode.INVALID_MODEL_CONFIG)
+    return int(value)
+
+
+def _limits(env: Mapping[str, str], given: Mapping[ReplyContract, int] | None) -> dict[ReplyContract, int]:
+    """Per-contract reply limits: ``STATEWARD_MODEL_MAX_TOKENS_<CONTRACT>``, then the arguments over them."""
+    out: dict[ReplyContract, int] = {}
+    for contract in ReplyContract:
+        name = f"STATEWARD_MODEL_MAX_TOKENS_{contract.name}"
+        value = _number(env, name, None)
+        if value is not None:
+            if value < 1:
+                raise UserError(f"{name} must be a positive number", code=ErrorCode.INVALID_MODEL_CONFIG)
+            out[contract] = int(value)
+    for contract, value in (given or {}).items():
+        if value < 1:
+            raise UserError(f"max_tokens for {contract} must be positive", code=ErrorCode.INVALID_MODEL_CONFIG)
+        out[ReplyContract(contract)] = int(value)
+    return out
+
+
 def model_from_spec(
     spec: str,
     *,
@@ -119,6 +160,7 @@ def model_from_spec(
     api_key_env: str | None = None,
     mode: str | None = None,
     max_tokens: int | None = None,
+    max_tokens_by_contract: Mapping[ReplyContract, int] | None = None,
     temperature: float | None = None,
     timeout_s: float | None = None,
     max_attempts: int | None = None,
@@ -154,10 +196,12 @@ def model_from_spec(
     common: dict[str, Any] = {
         "api_key": key,
         "base_url": url,
-        "max_tokens": int(max_tokens or _number(env, "STATEWARD_MODEL_MAX_TOKENS", 1024) or 1024),
+        "max_tokens": _flat_limit(env, max_tokens),
+        "max_tokens_by_contract": _limits(env, max_tokens_by_contract),
         "timeout_s": timeout_s or _number(env, "STATEWARD_MODEL_TIMEOUT_S", 60.0) or 60.0,
         "prices": prices if prices is not None else _prices(env),
         "max_string": int(_number(env, "STATEWARD_MODEL_MAX_STRING", MAX_STRING) or MAX_STRING),
+        "max_items": _max_items(env),
         "max_reply_bytes": _reply_limit(env, max_reply_bytes),
     }
     model: Model

@@ -24,7 +24,7 @@ class RejectionCode(StrEnum):
     INVALID_TOOL_ARGUMENTS = ErrorCode.INVALID_TOOL_ARGUMENTS.value
     EMPTY_REPLY = ErrorCode.EMPTY_REPLY.value
     THINKING_ONLY = ErrorCode.THINKING_ONLY.value
-    MAX_TOKENS_REACHED = ErrorCode.MAX_TOKENS_REACHED.value
+    REPLY_TRUNCATED = ErrorCode.REPLY_TRUNCATED.value  # the provider cut the reply at max_tokens
     MODEL_REFUSED = ErrorCode.MODEL_REFUSED.value
     REPLY_TOO_LARGE = ErrorCode.REPLY_TOO_LARGE.value  # over the provider's max_reply_bytes; refused unread
     DUPLICATE_KEY = ErrorCode.DUPLICATE_KEY.value  # tool-call arguments repeat a key (as the strict parser refuses it)

@@ -135,10 +135,15 @@ def _healthy(url: str) -> bool:
         return False
 
 
+# SmolLM2's trained context: a plan request (~3k prompt tokens with its schema) plus a plan document
+# reply (up to 6000 tokens, contracts.DEFAULT_MAX_TOKENS) does not fit the 4096 tokens it once had.
+DEFAULT_CTX = 8192
+
+
 def start_local_server(
     *,
     port: int | None = None,
-    ctx: int = 4096,
+    ctx: int = DEFAULT_CTX,
     threads: int = 2,
     log_path: Path | None = None,
     ready_timeout_s: float = 60.0,

@@ -200,17 +200,14 @@ def content_schema(request: ModelRequest, max_string: int = MAX_STRING) -> dict[
     return {"type": "object"}
 
 
-def response_schema(request: ModelRequest, max_string: int = MAX_STRING) -> tuple[str, dict[str, Any]]:
-    """(name, schema) for a JSON-schema constrained reply to this request's purpose.
-
-    ``max_string`` bounds every string: lower it for slow local servers, where a constrained decoder
-    spends most of its time filling long strings.
-    """
-    if request.purpose == "plan":
-        return "step_plan", plan_schema(request, max_string)
-    if request.purpose == "content":
-        return "node_content", content_schema(request, max_string)
-    return "control_decision", decision_schema(request, max_string)
+def truncated(limit: int, produced: int | None, text: str) -> Interpretation:
+    """REPLY_TRUNCATED: the reply was cut before it ended, by ``max_tokens`` or, when it stopped short of
+    that, by the server's context window (a local server's ``-c``); never handed to the parser."""
+    if produced is not None and 0 < produced < limit:
+        why = f"cut off after {produced} tokens, before max_tokens={limit}: the server's context window is full"
+    else:
+        why = f"cut off at max_tokens={limit}"
+    return reject(RejectionCode.REPLY_TRUNCATED, why, text)
 
 
 # -- inbound ------------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ llama.cpp, Ollama) selected by ``base_url``.
 Two modes. ``tools``: visible actions (plus ``request_user_input`` and ``finish``) are native tools and
 one tool call becomes one decision. ``json_schema``: for servers that cannot call tools, the reply is
 constrained by ``response_format: json_schema`` and its text goes to the Runtime's strict parser.
-Plan and content requests always use the JSON-schema mode. The SDK's own retries are off:
+Every other reply contract (plans, patches, content, judgements) always uses the JSON-schema mode,
+with the schema of :mod:`stateward.models.contracts`; ``max_tokens`` is the contract's unless one is set.
+The SDK's own retries are off:
 ``RetryingModel`` retries, so that every attempt can be recorded.
 
 ``complete`` uses the SDK's sync client, ``acomplete`` its ``AsyncOpenAI`` client (made on first use,
@@ -16,12 +18,14 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from stateward.models import mapping, prompt
+from stateward.core.model_io import ReplyContract
+from stateward.models import contracts, mapping, prompt
 from stateward.models.base import ModelReply, ModelRequest
 from stateward.models.errors import ModelCallError, RejectionCode
 from stateward.models.provider import PerLoopClient, Prices, classify_sdk_error, make_usage
@@ -39,11 +43,13 @@ class OpenAICompatibleModel:
         api_key: str,
         base_url: str | None = None,
         mode: OpenAIMode = "tools",
-        max_tokens: int = 1024,
+        max_tokens: int | None = None,
+        max_tokens_by_contract: Mapping[ReplyContract, int] | None = None,
         temperature: float | None = None,
         timeout_s: float = 60.0,
         strict_schema: bool = False,
         max_string: int = mapping.MAX_STRING,
+        max_items: int | None = None,
         max_reply_bytes: int | None = mapping.DEFAULT_MAX_REPLY_BYTES,
         prices: Prices | None = None,
         provider: str = "openai",
@@ -51,10 +57,12 @@ class OpenAICompatibleModel:
         self.name = f"{provider}:{model}"
         self.model = model
         self.mode: OpenAIMode = mode
-        self.max_tokens = max_tokens
+        self.max_tokens = max_tokens  # one limit for every reply; None: each contract's default
+        self.max_tokens_by = dict(max_tokens_by_contract or {})
         self.temperature = temperature
         self.strict_schema = strict_schema
         self.max_string = max_string
+        self.max_items = max_items  # maxItems of a plan document's or patch's arrays (None: the contract's)
         self.max_reply_bytes = max_reply_bytes
         self.prices = prices
         self.provider = provider
@@ -84,9 +92,19 @@ class OpenAICompatibleModel:
     def __repr__(self) -> str:  # never show the key
         return f"OpenAICompatibleModel({self.name!r}, mode={self.mode!r})"
 
+    def max_tokens_for(self, request: ModelRequest) -> int:
+        """This request's reply limit: by the document it asks for (see ``contracts.max_tokens_for``)."""
+        return contracts.max_tokens_for(request.reply_contract, flat=self.max_tokens, by_contract=self.max_tokens_by)
+
+    def _system(self, request: ModelRequest, native: bool) -> str:
+        # Outside a native tool call the reply is always held to its schema by response_format.
+        return prompt.system_text(
+            request, native_tools=native, max_string=self.max_string, max_items=self.max_items, schema_sent=True
+        )
+
     def _messages(self, request: ModelRequest, native: bool) -> list[ChatCompletionMessageParam]:
         messages: list[ChatCompletionMessageParam] = [
-            {"role": "system", "content": prompt.system_text(request, native_tools=native)},
+            {"role": "system", "content": self._system(request, native)},
             {"role": "user", "content": prompt.user_text(request, native_tools=native)},
         ]
         correction = prompt.correction_text(request)
@@ -96,7 +114,7 @@ class OpenAICompatibleModel:
 
     def _create_args(self, request: ModelRequest) -> tuple[bool, dict[str, Any]]:
         """Whether tools are native for this request, and the ``chat.completions.create`` arguments."""
-        native = self.mode == "tools" and request.purpose == "decide"
+        native = self.mode == "tools" and request.reply_contract is ReplyContract.DECISION
         extra: dict[str, Any] = {}
         if native:
             extra["tools"] = [
@@ -109,14 +127,15 @@ class OpenAICompatibleModel:
             extra["tool_choice"] = "required"
             extra["parallel_tool_calls"] = False
         else:
-            name, schema = mapping.response_schema(request, self.max_string)
+            name, schema = contracts.response_schema(request, self.max_string, self.max_items)
             extra["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": name, "schema": schema, "strict": self.strict_schema},
             }
         if self.temperature is not None:
             extra["temperature"] = self.temperature
-        args = {"model": self.model, "messages": self._messages(request, native), "max_tokens": self.max_tokens}
+        limit = self.max_tokens_for(request)
+        args = {"model": self.model, "messages": self._messages(request, native), "max_tokens": limit}
         return native, {**args, **extra}
 
     def _failure(self, exc: openai.OpenAIError) -> ModelCallError:
@@ -172,7 +191,8 @@ class OpenAICompatibleModel:
         elif message.refusal:
             result = mapping.reject(RejectionCode.MODEL_REFUSED, message.refusal[:500], text)
         elif choice.finish_reason == "length":
-            result = mapping.reject(RejectionCode.MAX_TOKENS_REACHED, f"cut off at max_tokens={self.max_tokens}", text)
+            limit = self.max_tokens_for(request)
+            result = mapping.truncated(limit, response.usage.completion_tokens if response.usage else None, text)
         elif len(message.tool_calls or []) > len(calls):
             result = mapping.reject(RejectionCode.UNKNOWN_TOOL, "a non-function tool call", text)
         elif calls:

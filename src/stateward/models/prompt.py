@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from stateward.core.model_io import ReplyContract
+from stateward.models import contracts
 from stateward.models.base import ModelRequest
+from stateward.models.mapping import MAX_STRING
 
 PREAMBLE = (
     "You are the signal source of an agent run by stateward. You only propose the next step; "
@@ -21,12 +24,27 @@ TOOLS_RULE = (
 )
 
 
-def system_text(request: ModelRequest, *, native_tools: bool) -> str:
+def _native(request: ModelRequest, native_tools: bool) -> bool:
+    return native_tools and request.reply_contract is ReplyContract.DECISION
+
+
+def system_text(
+    request: ModelRequest,
+    *,
+    native_tools: bool,
+    max_string: int = MAX_STRING,
+    max_items: int | None = None,
+    schema_sent: bool = False,
+) -> str:
+    """The preamble, then either the tools rule or the caller's instructions and the reply's document: its
+    JSON Schema (the very schema a constrained server is sent) unless the server is sent it (``schema_sent``)."""
     parts = [PREAMBLE]
-    if native_tools and request.purpose == "decide":
+    if _native(request, native_tools):
         parts.append(TOOLS_RULE)
-    elif request.instructions:
-        parts.append(request.instructions)
+    else:
+        if request.instructions:
+            parts.append(request.instructions)
+        parts.append(contracts.reply_instructions(request, max_string, max_items, enforced=schema_sent))
     return "\n\n".join(parts)
 
 
@@ -37,7 +55,7 @@ def user_text(request: ModelRequest, *, native_tools: bool) -> str:
         doc["inventory"] = request.inventory
     doc["facts"] = request.facts
     doc["observations"] = list(request.observations)  # a view of the run's log: json wants a list
-    if not (native_tools and request.purpose == "decide"):
+    if not _native(request, native_tools):
         doc["actions"] = [
             {"name": a.name, "description": a.description, "args": arg_summary(a.input_schema)}
             for a in request.visible_actions

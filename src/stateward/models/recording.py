@@ -18,6 +18,7 @@ from typing import Any
 from stateward.core import bridge
 from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.core.errors import ErrorCode, UserError
+from stateward.core.model_io import DEFAULT_CONTRACTS
 from stateward.models.base import AnyModel, AsyncModel, ModelReply, ModelRequest, complete
 from stateward.models.errors import (
     AuthFailedError,
@@ -45,8 +46,12 @@ _ERRORS: dict[str, type[ModelCallError]] = {
 
 
 def request_key(request: ModelRequest) -> str:
-    """Canonical hash of everything the model was shown."""
-    return sha256_hex(canonical_json(request.model_dump(mode="json")))
+    """Canonical hash of everything the model was shown. A contract that is its purpose's default is left
+    out, so recordings made before requests named their contract still answer the same requests."""
+    shown = request.model_dump(mode="json")
+    if shown.get("contract") in (None, DEFAULT_CONTRACTS.get(request.purpose)):
+        shown.pop("contract", None)
+    return sha256_hex(canonical_json(shown))
 
 
 class RecordingModel:
@@ -187,4 +192,8 @@ class ReplayModel:
                 retry_after_s=details.pop("retry_after_s", None),
                 details=details,
             )
-        return ModelReply.model_validate(entry["reply"])
+        reply = ModelReply.model_validate(entry["reply"])
+        code = ErrorCode.parse(reply.rejection_code)
+        if code is not None and code.value != reply.rejection_code:  # a renamed code (MAX_TOKENS_REACHED)
+            reply = reply.model_copy(update={"rejection_code": code.value})
+        return reply

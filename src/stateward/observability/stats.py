@@ -69,6 +69,7 @@ class StatsReport(BaseModel):
     runs_scanned: int
     truncated: bool
     runs_by_status: dict[str, int]
+    runs_by_agent_version: dict[str, dict[str, int]]  # agent -> version ("unknown": before versions) -> runs
     oldest_waiting_request_age_s: float | None
     tokens: dict[str, int]
     plan_first_pass_rate: Rate
@@ -167,6 +168,7 @@ def compute_stats(
     """Read the runs written since ``since`` (all runs without it) and their events; a bounded scan."""
     tally = _Tally()
     by_status: Counter[str] = Counter()
+    by_version: Counter[tuple[str, str]] = Counter()
     tokens: Counter[str] = Counter()
     oldest_wait: datetime | None = None
     scanned = 0
@@ -177,13 +179,18 @@ def compute_stats(
             break
         scanned += 1
         by_status[row.status] += 1
+        by_version[(row.agent, row.agent_version or "unknown")] += 1
         if row.status == RunStatus.WAITING_FOR_USER.value:
             oldest_wait = row.updated_at if oldest_wait is None else min(oldest_wait, row.updated_at)
         usage = store.load_run(row.run_id).usage
         tokens["input"] += usage.input_tokens
         tokens["output"] += usage.output_tokens
         tally.run(e for e in store.read_events(row.run_id) if since is None or e.at >= since)
-    return _report(tally, since, now, scanned, truncated, by_status, tokens, oldest_wait)
+    report = _report(tally, since, now, scanned, truncated, by_status, tokens, oldest_wait)
+    versions: dict[str, dict[str, int]] = {}
+    for (agent, version), n in sorted(by_version.items()):
+        versions.setdefault(agent, {})[version] = n
+    return report.model_copy(update={"runs_by_agent_version": versions})
 
 
 def _report(
@@ -206,6 +213,7 @@ def _report(
         runs_scanned=scanned,
         truncated=truncated,
         runs_by_status={s.value: by_status.get(s.value, 0) for s in RunStatus},
+        runs_by_agent_version={},
         oldest_waiting_request_age_s=None if oldest_wait is None else (now - oldest_wait).total_seconds(),
         tokens=dict(tokens),
         plan_first_pass_rate=_rate(t.first_pass, t.plan_runs),

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from stateward.core.entry_points import load_entry_point
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
-from stateward.core.state import AgentRef
+from stateward.core.state import AgentRef, RunState
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_version import FINGERPRINT_PREFIX, fingerprint
 
@@ -49,6 +49,9 @@ CAMPAIGN_AGENTS_ENV = "STATEWARD_TEST_AGENTS"  # "1": this process may build the
 CAMPAIGN_AGENTS_SPEC = "stateward.chaos.agent:registry"
 
 AgentFactory = Callable[..., Agent]
+Migration = Callable[[RunState], RunState]
+"""Moves a run recorded under an earlier version to this one: takes the run's state and returns it with its
+``facts`` and ``memo`` changed as the new version needs (nothing else may change: see runtime/migration.py)."""
 MODEL_PARAM = "model_spec"  # the param a model spec (``--model``) reaches a factory as
 
 
@@ -68,6 +71,7 @@ class RegisteredAgent:
     description: str = ""
     compatible_with: tuple[str, ...] = ()
     params_schema: type[BaseModel] | None = None
+    migrations: Mapping[str, Migration] = field(default_factory=dict)  # from-version -> its migration to this one
     _resolved: list[str] = field(default_factory=list, compare=False, repr=False)  # the fingerprint, once
 
     def check(self, params: Mapping[str, Any]) -> None:
@@ -184,12 +188,15 @@ class AgentRegistry:
         source: str = "code",
         compatible_with: Iterable[str] = (),
         params_schema: type[BaseModel] | None = None,
+        migrations: Mapping[str, Migration] | None = None,
     ) -> None:
         """Let this process build ``name`` with ``factory`` (its params checked against ``params_schema``
         when given). Registering a name twice is a mistake.
 
         ``version``: what runs started here record (default: a fingerprint of the definition);
-        ``compatible_with``: earlier versions whose runs this build may also drive.
+        ``compatible_with``: earlier versions whose runs this build may also drive;
+        ``migrations``: per earlier version, how a waiting run of it is moved to this version on purpose
+        (``stateward runs migrate RUN --to VERSION``; no migration, no move).
         """
         if not name or len(name) > 200:
             raise UserError(f"an agent name must be 1-200 characters, not {name!r}", code=ErrorCode.INVALID_AGENT)
@@ -207,7 +214,15 @@ class AgentRegistry:
             raise UserError(
                 f"the params_schema of agent {name!r} is not a pydantic model", code=ErrorCode.INVALID_AGENT
             )
-        self._add(RegisteredAgent(name, factory, version, source, description, compatible, params_schema))
+        moves = dict(migrations or {})
+        for given, move in moves.items():
+            check_version(given)
+            if not callable(move):
+                raise UserError(
+                    f"the migration of agent {name!r} from version {given!r} is not callable",
+                    code=ErrorCode.INVALID_AGENT,
+                )
+        self._add(RegisteredAgent(name, factory, version, source, description, compatible, params_schema, moves))
 
     def register_lazy(
         self,
@@ -241,6 +256,7 @@ class AgentRegistry:
         version: str | None = None,
         compatible_with: Iterable[str] = (),
         params_schema: type[BaseModel] | None = None,
+        migrations: Mapping[str, Migration] | None = None,
     ) -> Callable[[AgentFactory], AgentFactory]:
         """Decorator form of :meth:`register`."""
 
@@ -252,6 +268,7 @@ class AgentRegistry:
                 description=(factory.__doc__ or "").strip(),
                 compatible_with=compatible_with,
                 params_schema=params_schema,
+                migrations=migrations,
             )
             return factory
 
@@ -364,6 +381,35 @@ class AgentRegistry:
             self._check_version(entry, ref, agent)
         agent.ref = ref
         return agent
+
+    def migration(self, ref: AgentRef, to_version: str) -> Migration | None:
+        """How a run recorded under ``ref`` moves to ``to_version``, the version this process builds
+        (AGENT_VERSION_UNAVAILABLE for any other): the migration that version registered from the run's, or
+        None when the run's version is one it declared compatible (nothing to transform).
+        AGENT_MIGRATION_NOT_REGISTERED when there is neither, MIGRATION_NOT_NEEDED when the run is already there."""
+        entry = self._entry(ref.name)
+        own = entry.resolved_version()
+        if to_version != own:
+            raise RunError(
+                f"this process builds agent {ref.name!r} under version {own!r}, not {to_version!r}",
+                code=ErrorCode.AGENT_VERSION_UNAVAILABLE,
+                details={"agent": ref.name, "asked": to_version, "available": [own]},
+            )
+        if ref.version == own:
+            raise RunError(
+                f"the run is already under version {own!r} of agent {ref.name!r}",
+                code=ErrorCode.MIGRATION_NOT_NEEDED,
+                details={"agent": ref.name, "version": own},
+            )
+        move = entry.migrations.get(ref.version or "")
+        if move is None and ref.version not in entry.compatible_with:
+            raise RunError(
+                f"version {own!r} of agent {ref.name!r} registers no migration from {ref.version!r}"
+                + (f" (it migrates from {', '.join(sorted(entry.migrations))})" if entry.migrations else ""),
+                code=ErrorCode.AGENT_MIGRATION_NOT_REGISTERED,
+                details={"agent": ref.name, "from": ref.version, "to": own, "migrates_from": sorted(entry.migrations)},
+            )
+        return move
 
     def accepted_versions(self, name: str) -> tuple[str, ...]:
         """The recorded versions of ``name``'s runs this process may drive (its own first)."""
@@ -538,6 +584,7 @@ def _sourced(registry: AgentRegistry, source: str) -> AgentRegistry:
             e.description,
             e.compatible_with,
             e.params_schema,
+            e.migrations,
         )
         for e in registry
     )

@@ -38,6 +38,7 @@ from stateward.runtime.continuation import Answerer, AnswerResult, answer_reques
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, default_telemetry
 from stateward.runtime.faults import CHILD_BOUNDARIES, NO_FAULTS, RESUME_BEFORE_LEASE, FaultInjector
+from stateward.runtime.fork import fork_run
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
 from stateward.store.backends import open_store
@@ -74,6 +75,9 @@ def _utcnow() -> datetime:
 
 def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex[:16]}"
+
+
+_mint_run_id = new_run_id  # for methods whose ``new_run_id`` parameter hides the function
 
 
 def default_owner() -> str:
@@ -212,6 +216,87 @@ class Runtime:
             agent = self._agents[state.run_id] = self.agents.build(state.agent)
         return agent
 
+    def migrate(
+        self, run_id: str, to_version: str, *, by: str, tenant: str | None = None, drive: bool = False
+    ) -> RunState:
+        """Move a stopped (WAITING_FOR_USER or PAUSED) run to ``to_version`` of its agent, the version this
+        process builds, through the migration that version registered from the run's (see
+        runtime/migration.py): recorded as ``agent_migrated`` with ``by``, from and to; an approval bound to
+        an action the new version no longer has, or has changed, is closed as stale (the run then decides
+        again). Refused by name, nothing written: RUN_NOT_MIGRATABLE, AGENT_MIGRATION_NOT_REGISTERED,
+        AGENT_VERSION_UNAVAILABLE, INVALID_MIGRATION, MIGRATION_NOT_NEEDED, LEASE_HELD, CONCURRENT_UPDATE.
+        With ``drive``, a run that goes on RUNNING is driven here."""
+        from stateward.core.state import AgentRef
+        from stateward.runtime.agent_registry import check_version
+        from stateward.runtime.migration import check_migratable, migrate_write
+
+        check_version(to_version)
+        self._visible(run_id, tenant)
+        state, seq = self.store.load_run_at(run_id)
+        check_migratable(state)
+        move = self.agents.migration(state.agent, to_version)
+        target = AgentRef(name=state.agent.name, version=to_version, params=state.agent.params)
+        agent = self.agents.build(target)
+        write = migrate_write(state, agent, move, to=target, by=by, now=self.clock())
+        self.store.commit_step(run_id, seq, write)
+        self._agents[run_id] = agent
+        self.telemetry.metrics.events(write.events)
+        if drive and write.state.status in DRIVABLE:
+            return self.drive(run_id)
+        return write.state
+
+    def fork(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        by: str = "operator",
+        tenant: str | None = None,
+        agent_version: str | None = None,
+        model_spec: str | None = None,
+        params: dict[str, Any] | None = None,
+        budget: Budget | None = None,
+        new_run_id: str | None = None,
+        drive: bool = False,
+    ) -> RunState:
+        """A new run whose history up to event ``at`` is this run's (shared, not copied), see runtime/fork.py:
+        journalled side effects replayed, never run again; usage carried (``budget``: an explicit, recorded
+        grant, never lower); grants and later answers not carried; the open request re-opened under a new id.
+        FORK_POINT_UNAVAILABLE for an event no state can be rebuilt at; another ``tenant``'s run is
+        RUN_NOT_FOUND. With ``drive``, a fork that is RUNNING is driven here."""
+        self._visible(run_id, tenant)
+        forked, agent, events = fork_run(
+            self.store,
+            self.agents,
+            run_id,
+            at=at,
+            by=by,
+            now=self.clock(),
+            new_run_id=new_run_id or _mint_run_id(),
+            agent_version=agent_version,
+            model_spec=model_spec,
+            params=params,
+            budget=budget,
+        )
+        self._agents[forked.run_id] = agent
+        self.telemetry.metrics.events(events)
+        if drive and forked.status in DRIVABLE:
+            return self.drive(forked.run_id)
+        return forked
+
+    def lineage(self, run_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """Where a run came from and what was forked from it: ``forked_from``, ``at_seq``, ``forks``."""
+        self._visible(run_id, tenant)
+        state = self.store.load_run(run_id)
+        forks = self.store.forks_of(run_id)
+        if tenant is not None:
+            forks = [f for f in forks if self.store.load_run(f).tenant == tenant]
+        return {
+            "forked_from": None if state.lineage is None else state.lineage.forked_from,
+            "at_seq": None if state.lineage is None else state.lineage.at_seq,
+            "forks": forks,
+        }
+
     def _check_version(self, run_id: str) -> None:
         """Refuse (AGENT_VERSION_UNAVAILABLE, nothing written) to act on a run whose agent this process
         registers only under versions incompatible with the one the run recorded. A process that does not
@@ -237,14 +322,26 @@ class Runtime:
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         """Runs newest first, filters combined; pass ``page.next_cursor`` back (same filters) for the next page.
 
         A run created between two pages never shifts them: each run is listed once. INVALID_CURSOR,
-        INVALID_PAGE_SIZE (1 to 1000) or INVALID_FILTER (an unknown status) for a bad argument.
+        INVALID_PAGE_SIZE (1 to 1000) or INVALID_FILTER (an unknown status, a search over 200 characters)
+        for a bad argument. ``version``: runs of that agent version. ``search``: runs whose id starts with it
+        or whose goal holds it (see ``Store.page_runs``: a searched page may hold fewer than ``limit``).
         """
         status_value = None if status is None else status.value if isinstance(status, RunStatus) else status
-        return self.store.page_runs(status=status_value, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
+        return self.store.page_runs(
+            status=status_value,
+            tenant=tenant,
+            agent=agent,
+            limit=limit,
+            cursor=cursor,
+            version=version,
+            search=search,
+        )
 
     def list_requests(
         self,
@@ -255,19 +352,29 @@ class Runtime:
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
         role: str | None = None,
+        kind: RequestKind | str | None = None,
+        agent: str | None = None,
     ) -> RequestPage:
         """Pending requests (open ones unless ``open_only=False``) in (run_id, request_id) order, a page at a time.
 
         Naming a run that does not exist (or is another tenant's) is RUN_NOT_FOUND, not an empty inbox.
-        ``role``: only the requests that role answers (their tool's or agent's ``approver_role``); a page may then
-        hold fewer than ``limit`` rows, and ``next_cursor`` still leads on.
+        ``role``: only the requests that role answers (their tool's or agent's ``approver_role``); ``kind``:
+        only requests of that kind (INVALID_FILTER for no RequestKind); ``agent``: only those of that
+        agent's runs. The filters run in the store's query: a page is full while more match.
         """
         if run_id is not None:
             self._visible(run_id, tenant)
-        page = self.store.page_requests(run_id=run_id, tenant=tenant, open_only=open_only, limit=limit, cursor=cursor)
-        if role is None:
-            return page
-        return page.model_copy(update={"items": [r for r in page.items if r.request.approver_role == role]})
+        kind_value = kind.value if isinstance(kind, RequestKind) else kind
+        return self.store.page_requests(
+            run_id=run_id,
+            tenant=tenant,
+            open_only=open_only,
+            limit=limit,
+            cursor=cursor,
+            kind=kind_value,
+            agent=agent,
+            role=role,
+        )
 
     def chain(self, run_id: str, *, tenant: str | None = None) -> list[str]:
         """The runs above ``run_id`` in its tree, from the root down to its parent (empty for a run no run
@@ -689,3 +796,5 @@ class Runtime:
     apause = counterpart(pause)
     acancel = counterpart(cancel)
     aresume = counterpart(resume)
+    amigrate = counterpart(migrate)
+    afork = counterpart(fork)

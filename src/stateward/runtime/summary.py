@@ -17,6 +17,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
         "run_id": state.run_id,
         "tenant": state.tenant,
         "agent": state.agent.name,
+        "agent_version": state.agent.version,
         "status": state.status.value,
         "terminal_reason": state.terminal_reason,
         "suspended": is_run_suspended(state),
@@ -66,6 +67,11 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             for a in store.list_artifacts(state.run_id)
             if not is_payload_artifact(a.name)
         ],
+        "lineage": {  # a fork's source and fork point, and the forks of this run (same tenant: a fork keeps it)
+            "forked_from": None if state.lineage is None else state.lineage.forked_from,
+            "at_seq": None if state.lineage is None else state.lineage.at_seq,
+            "forks": store.forks_of(state.run_id),
+        },
     }
 
 

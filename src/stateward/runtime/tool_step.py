@@ -49,6 +49,7 @@ def call_context(agent: Agent, state: RunState, fencing_token: int | None = None
         remaining_tool_calls=None if limit is None else max(0, limit - state.usage.tool_attempts),
         fencing_token=fencing_token,
         reconciliation=said,
+        key_scope=None if state.lineage is None else state.lineage.key_scope,
     )
 
 

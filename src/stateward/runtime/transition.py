@@ -575,6 +575,38 @@ def fire_timer(state: RunState, now: datetime) -> Write:
     return resume_on_answer(state, fired, "timer_fired").after(note)
 
 
+def reopen(state: RunState, *, now: datetime) -> Write:
+    """A fork's copy of the request its source waited on at the fork point, under a new request id (an answer
+    given to the source after that point is not the fork's): the same question, action and roles, asked
+    ``now`` with the same time to live. No status change: the fork waits as its source did."""
+    request = state.pending
+    assert request is not None
+    ttl = None if request.expires_at is None else request.expires_at - request.created_at
+    reopened = request.model_copy(
+        update={
+            "request_id": mint_request_id(state),
+            "replaces": None,
+            "created_at": now,
+            "expires_at": None if ttl is None else now + ttl,
+        }
+    )
+    new = state.model_copy(update={"pending": reopened, "requests_issued": state.requests_issued + 1})
+    recorded = NewEvent(
+        type=EventType.PENDING_RECORDED,
+        payload={
+            "pending_request_id": reopened.request_id,
+            "reopened_from": request.request_id,
+            "question": reopened.question,
+            "state_before": reopened.state_before.value,
+            "kind": reopened.kind,
+            "asked_by": reopened.asked_by,
+            "approval_scope": reopened.approval_scope.value,
+            "guarded_action": None if (guarded := reopened.guarded_action) is None else guarded.model_dump(mode="json"),
+        },
+    )
+    return Write(new, (recorded,))
+
+
 def escalate(state: RunState, *, role: str | None, now: datetime, expires_at: datetime | None) -> Write:
     """The open request, expired, re-asked of ``role`` under a new request id: the run keeps waiting
     (no status change) and the new request is recorded with the one it replaces."""

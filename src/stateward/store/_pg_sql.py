@@ -31,9 +31,9 @@ SCHEMA_RECORD = "INSERT INTO stateward_schema(version) VALUES (%s)"
 
 # -- runs -------------------------------------------------------------------------------------------
 CREATE_RUN = """INSERT INTO runs(run_id, tenant, agent, agent_version, status, terminal_reason, snapshot, parts,
-        last_seq)
+        last_seq, goal)
     VALUES (%(run_id)s, %(tenant)s, %(agent)s, %(agent_version)s, %(status)s, %(reason)s, %(snapshot)s, %(parts)s,
-        %(new_seq)s)
+        %(new_seq)s, %(goal)s)
     ON CONFLICT (run_id) DO NOTHING RETURNING created_at AS at"""
 SNAPSHOT = "SELECT snapshot, last_seq, parts FROM runs WHERE run_id=%s"
 # Large memo entries stored apart (store/parts.py): immutable, so read outside the row's transaction.
@@ -44,26 +44,52 @@ GET_CONTROL = "SELECT control FROM runs WHERE run_id=%s"
 SET_CONTROL = "UPDATE runs SET control=%s WHERE run_id=%s"
 RUN_GUARD_ROW = "SELECT last_seq, lease_owner, lease_version FROM runs WHERE run_id=%s"
 RUN_COLUMNS = """run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,
-    CASE WHEN lease_expires_at > extract(epoch from clock_timestamp()) THEN lease_owner END"""
+    CASE WHEN lease_expires_at > extract(epoch from clock_timestamp()) THEN lease_owner END, agent_version, goal,
+    forked_from, fork_seq"""
 LIST_RUNS = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC, run_id DESC LIMIT %s"
 
 
-def page_runs(columns: list[str], after: bool) -> str:
-    """A page of runs newest first: ``columns`` equal their parameters, ``after`` starts past a cursor's key."""
+def page_runs(columns: list[str], after: bool, *, search: bool = False) -> str:
+    """A page of runs newest first: ``columns`` equal their parameters, ``after`` starts past a cursor's key.
+
+    ``search``: of the newest ``%s`` (SEARCH_WINDOW) runs so filtered (read from runs_search for a tenant),
+    those whose id starts with a pattern (LIKE) or whose goal holds one (ILIKE); the parameters end with
+    the window, the two patterns and the page's limit."""
+    clause = _runs_where(columns, after)
+    order = " ORDER BY created_at DESC, run_id DESC"
+    if not search:
+        return f"SELECT {RUN_COLUMNS} FROM runs{clause}{order} LIMIT %s"
+    scanned = f"SELECT run_id, created_at, goal FROM runs{clause}{order} LIMIT %s"
+    return (  # only the page's keys are picked from the window (rows are read for those alone)
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN (SELECT s.run_id FROM ({scanned}) AS s"
+        " WHERE s.run_id LIKE %s ESCAPE '\\' OR s.goal ILIKE %s ESCAPE '\\'"
+        " ORDER BY s.created_at DESC, s.run_id DESC LIMIT %s)"
+        f"{order}"
+    )
+
+
+def runs_window_edge(columns: list[str], after: bool) -> str:
+    """The key of the oldest run a search's window read (none if the window was not full): ``OFFSET %s``."""
+    clause = _runs_where(columns, after)
+    return f"SELECT created_at, run_id FROM runs{clause} ORDER BY created_at DESC, run_id DESC LIMIT 1 OFFSET %s"
+
+
+def _runs_where(columns: list[str], after: bool) -> str:
     where = [f"{column}=%s" for column in columns]
     if after:
         where.append("(created_at, run_id) < (%s::timestamptz, %s)")
-    clause = f" WHERE {' AND '.join(where)}" if where else ""
-    return f"SELECT {RUN_COLUMNS} FROM runs{clause} ORDER BY created_at DESC, run_id DESC LIMIT %s"
+    return f" WHERE {' AND '.join(where)}" if where else ""
 
 
-def page_requests(*, run_id: bool, tenant: bool, open_only: bool, after: bool) -> str:
-    """A page of requests in (run_id, request_id) order, each flag adding its condition."""
+def page_requests(*, run_id: bool, tenant: bool, open_only: bool, after: bool, columns: tuple[str, ...] = ()) -> str:
+    """A page of requests in (run_id, request_id) order, each flag adding its condition; ``columns`` (of
+    paging.REQUEST_FILTER_COLUMNS) each equal a parameter, after the tenant's."""
     where = [
         cond
         for cond, on in (
             ("p.run_id=%s", run_id),
             ("p.tenant=%s", tenant),  # the request's own copy of its run's tenant, indexed with the order
+            *((f"p.{column}=%s", True) for column in columns),
             ("p.answer IS NULL", open_only),
             ("(p.run_id, p.request_id) > (%s, %s)", after),
         )
@@ -182,10 +208,26 @@ def with_events(head: str, events: int, *, attempts: bool = False) -> str:
 # Each batch holds at least one event after the seq asked for: ``limit`` batches hold enough.
 READ_BATCHES = """SELECT seq, count, events, lease_version, at FROM event_batches WHERE run_id=%s AND seq>%s
     ORDER BY seq LIMIT %s"""
+READ_BATCHES_UPTO = """SELECT seq, count, events, lease_version, at FROM event_batches
+    WHERE run_id=%s AND seq>%s AND seq-count<%s ORDER BY seq LIMIT %s"""
+FORK_OF = "SELECT forked_from, fork_seq FROM runs WHERE run_id=%s"
+CREATE_FORK = """INSERT INTO runs(run_id, tenant, agent, agent_version, status, terminal_reason, snapshot, parts,
+        last_seq, forked_from, fork_seq, goal)
+    VALUES (%(run_id)s, %(tenant)s, %(agent)s, %(agent_version)s, %(status)s, %(reason)s, %(snapshot)s, %(parts)s,
+        %(new_seq)s, %(source)s, %(at_seq)s, %(goal)s)
+    ON CONFLICT (run_id) DO NOTHING RETURNING created_at"""
+INSERT_BATCH = """INSERT INTO event_batches(run_id, seq, count, events, lease_version, at)
+    VALUES (%s,%s,%s,%s,0,%s)"""
+FORKS_OF = """SELECT run_id FROM runs WHERE forked_from=%s ORDER BY created_at, run_id LIMIT %s"""
+CHECKPOINT_AT = "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=%s AND seq=%s"
+CHECKPOINTS_OF = """SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=%s
+    ORDER BY seq LIMIT %s"""
 CLOSE_REQUEST = """UPDATE pending_requests SET answer=%s WHERE run_id=%s AND request_id=%s AND answer IS NULL
     RETURNING request_id"""  # a row read back, not a row count: what a pipeline reports
+SET_AGENT_VERSION = "UPDATE runs SET agent_version=%s WHERE run_id=%s"
 CLOSE_ALL_REQUESTS = "UPDATE pending_requests SET answer=%s WHERE run_id=%s AND answer IS NULL"
-OPEN_REQUEST = "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (%s,%s,%s,NULL,%s)"
+OPEN_REQUEST = """INSERT INTO pending_requests(run_id, request_id, body, answer, tenant, kind, approver_role, agent)
+    VALUES (%s,%s,%s,NULL,%s,%s,%s,%s)"""
 INSERT_ARTIFACT = """INSERT INTO artifacts(run_id, name, version, sha256, media_type, content, created_at)
     VALUES (%s,%s,%s,%s,%s,%s,%s)"""
 UPSERT_ATTEMPT = """INSERT INTO tool_attempts(attempt_id, run_id, step, body) VALUES (%s,%s,%s,%s)

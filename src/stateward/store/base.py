@@ -13,7 +13,7 @@ from stateward.core.canonical import compact_json
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StaleLeaseError, StoreError, UserError
 from stateward.core.events import Event, NewEvent
 from stateward.core.journal import BreakerState, SideEffectRecord
-from stateward.core.state import RunState
+from stateward.core.state import PendingRequest, RunState
 from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage
 from stateward.store.records import ArtifactRecord, Checkpoint, Lease, PendingRecord, RunRow, StepWrite
 
@@ -101,6 +101,32 @@ class Store(Protocol):
 
     def latest_checkpoint(self, run_id: str) -> Checkpoint | None: ...
 
+    def checkpoints_of(self, run_id: str, limit: int = 1000) -> list[Checkpoint]:
+        """The run's checkpoints in seq order, the ones it shares with its sources first (a fork's)."""
+        ...
+
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        """The run's checkpoint taken at event ``seq`` (a shared one of its source's, for a fork), or None."""
+        ...
+
+    def create_fork(
+        self,
+        state: RunState,
+        events: list[NewEvent],
+        *,
+        source: str,
+        at_seq: int,
+        open_request: PendingRequest | None = None,
+        checkpoint: str | None = None,
+    ) -> int:
+        """Insert a fork of ``source``: its history up to ``at_seq`` is read through the source's rows (never
+        copied, see store/lineage.py), then its own ``events``; RUN_EXISTS if the id is taken. Returns its last seq."""
+        ...
+
+    def forks_of(self, run_id: str, limit: int = 100) -> list[str]:
+        """The ids of the runs forked from ``run_id``, oldest first."""
+        ...
+
     def side_effects_of(self, run_id: str, statuses: tuple[str, ...]) -> list[SideEffectRecord]:
         """Journal records of this run's side-effecting calls in the given statuses."""
         ...
@@ -132,9 +158,14 @@ class Store(Protocol):
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         """One page of runs newest first, filters combined (see ``store/paging.py``); INVALID_CURSOR,
-        INVALID_PAGE_SIZE or INVALID_FILTER for a bad argument."""
+        INVALID_PAGE_SIZE or INVALID_FILTER for a bad argument. ``version``: the agent version's runs.
+        ``search``: runs whose id starts with it or whose goal (its first GOAL_SEARCH_CHARS characters)
+        holds it, ASCII case ignored; a page reads at most SEARCH_WINDOW runs, so it may hold fewer than
+        ``limit`` and its ``next_cursor`` still leads on."""
         ...
 
     def page_requests(
@@ -145,8 +176,13 @@ class Store(Protocol):
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
-        """One page of pending requests (open ones by default) in (run_id, request_id) order."""
+        """One page of pending requests (open ones by default) in (run_id, request_id) order; ``kind`` (a
+        RequestKind, else INVALID_FILTER), ``agent`` (its run's agent) and ``role`` (its approver role)
+        narrow it in the query, each by its own index of a tenant's open requests."""
         ...
 
     def get_request(self, run_id: str, request_id: str) -> PendingRecord | None: ...

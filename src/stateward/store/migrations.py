@@ -15,6 +15,15 @@ _OPEN_BY_TENANT = (
     "CREATE INDEX pending_requests_open_by_tenant ON pending_requests(tenant, run_id, request_id) WHERE answer IS NULL"
 )
 
+
+def _OPEN_BY(column: str) -> str:
+    """A tenant's open requests by ``column``, in the inbox's order."""
+    return (
+        f"CREATE INDEX pending_requests_open_by_{column} ON pending_requests(tenant, {column}, run_id, request_id)"
+        " WHERE answer IS NULL"
+    )
+
+
 # Where the server was built with lz4 (PostgreSQL 14+; pg_settings lists only the methods it has).
 _LZ4 = """DO $$ BEGIN
     IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)) THEN
@@ -197,6 +206,38 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE runs ADD COLUMN agent_version TEXT",
         "UPDATE runs SET agent_version = json_extract(snapshot, '$.agent.version') WHERE json_valid(snapshot)",
+    ],
+    # 9: the console searches runs by goal text and filters them by agent version in the query: the
+    # goal's first 500 characters (paging.GOAL_SEARCH_CHARS) beside the run (copied from the snapshots of
+    # runs recorded before), read from an index a tenant's search walks in the listing's order without
+    # touching the rows, and a tenant's runs by version in that order too.
+    [
+        "ALTER TABLE runs ADD COLUMN goal TEXT",
+        "UPDATE runs SET goal = substr(json_extract(snapshot, '$.goal'), 1, 500) WHERE json_valid(snapshot)",
+        "CREATE INDEX runs_search ON runs(tenant, created_at, run_id, goal)",
+        "CREATE INDEX runs_by_version ON runs(tenant, agent_version, created_at, run_id)",
+    ],
+    # 10: the inbox filters open requests by kind, agent and approver role in the query: each request row
+    # carries them (copied from its body and its run for rows recorded before), each with a partial index
+    # of a tenant's open requests in the listing's order.
+    [
+        "ALTER TABLE pending_requests ADD COLUMN kind TEXT",
+        "ALTER TABLE pending_requests ADD COLUMN approver_role TEXT",
+        "ALTER TABLE pending_requests ADD COLUMN agent TEXT",
+        """UPDATE pending_requests SET
+            kind = CASE WHEN json_valid(body) THEN coalesce(json_extract(body, '$.kind'), 'approval') END,
+            approver_role = CASE WHEN json_valid(body) THEN json_extract(body, '$.approver_role') END,
+            agent = (SELECT r.agent FROM runs AS r WHERE r.run_id = pending_requests.run_id)""",
+        _OPEN_BY("kind"),
+        _OPEN_BY("agent"),
+        _OPEN_BY("approver_role"),
+    ],
+    # 11: lineage. A fork shares its source's history up to ``fork_seq`` (its events are read from the
+    # source's rows, never copied: see runtime/fork.py); the source's forks are found by this index.
+    [
+        "ALTER TABLE runs ADD COLUMN forked_from TEXT",
+        "ALTER TABLE runs ADD COLUMN fork_seq INTEGER",
+        "CREATE INDEX runs_forks ON runs(forked_from, created_at, run_id) WHERE forked_from IS NOT NULL",
     ],
 ]
 
@@ -391,5 +432,37 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             UPDATE runs SET agent_version = (snapshot::json -> 'agent' ->> 'version');
         EXCEPTION WHEN others THEN NULL;
         END $$""",
+    ],
+    # 10: a run's goal (its first 500 characters) searchable, and versions filtered by index,
+    # as in SQLite (9).
+    [
+        "ALTER TABLE runs ADD COLUMN goal TEXT",
+        """DO $$ BEGIN
+            UPDATE runs SET goal = left(snapshot::json ->> 'goal', 500);
+        EXCEPTION WHEN others THEN NULL;
+        END $$""",
+        "CREATE INDEX runs_search ON runs(tenant, created_at, run_id) INCLUDE (goal)",
+        "CREATE INDEX runs_by_version ON runs(tenant, agent_version, created_at, run_id)",
+    ],
+    # 11: open requests filtered by kind, agent and approver role by index, as in SQLite (10).
+    [
+        'ALTER TABLE pending_requests ADD COLUMN kind TEXT COLLATE "C"',
+        'ALTER TABLE pending_requests ADD COLUMN approver_role TEXT COLLATE "C"',
+        'ALTER TABLE pending_requests ADD COLUMN agent TEXT COLLATE "C"',
+        """DO $$ BEGIN
+            UPDATE pending_requests SET kind = coalesce(body::json ->> 'kind', 'approval'),
+                approver_role = body::json ->> 'approver_role';
+        EXCEPTION WHEN others THEN NULL;
+        END $$""",
+        "UPDATE pending_requests AS p SET agent = r.agent FROM runs AS r WHERE r.run_id = p.run_id",
+        _OPEN_BY("kind"),
+        _OPEN_BY("agent"),
+        _OPEN_BY("approver_role"),
+    ],
+    # 12: lineage, as in SQLite (11).
+    [
+        'ALTER TABLE runs ADD COLUMN forked_from TEXT COLLATE "C"',
+        "ALTER TABLE runs ADD COLUMN fork_seq BIGINT",
+        "CREATE INDEX runs_forks ON runs(forked_from, created_at, run_id) WHERE forked_from IS NOT NULL",
     ],
 ]

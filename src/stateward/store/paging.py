@@ -23,13 +23,18 @@ from pydantic import BaseModel, ConfigDict
 
 from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.core.errors import ErrorCode, UserError
-from stateward.core.state import PendingRequest
+from stateward.core.state import PendingRequest, RequestKind
 from stateward.core.status import RunStatus
 from stateward.store.records import PendingRecord, RequestAnswer, RunRow
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 MAX_CURSOR_CHARS = 2048
+# A search (run id prefix or goal text) reads at most this many runs of the listing's order per page:
+# a page of a search may hold fewer than its size, and its ``next_cursor`` goes on past what was read.
+SEARCH_WINDOW = 10_000
+MAX_SEARCH_CHARS = 200
+GOAL_SEARCH_CHARS = 500  # the first characters of a run's goal, which a search matches
 
 
 class RunPage(BaseModel):
@@ -116,13 +121,76 @@ def decode_cursor(cursor: str, kind: str, filters: Mapping[str, Any], arity: int
 RunFilters = dict[str, str | None]
 
 
-def run_filters(status: RunStatus | str | None, tenant: str | None, agent: str | None) -> RunFilters:
+def run_filters(
+    status: RunStatus | str | None, tenant: str | None, agent: str | None, version: str | None = None
+) -> RunFilters:
     """The filters of a run listing as the stores apply them (column -> value; None: any)."""
-    return {"status": run_status_filter(status), "tenant": tenant, "agent": agent}
+    filters = {"status": run_status_filter(status), "tenant": tenant, "agent": agent}
+    if version is not None:  # only when given: the cursors of listings without it stay valid
+        filters["agent_version"] = version
+    return filters
 
 
-def request_filters(run_id: str | None, tenant: str | None, open_only: bool) -> dict[str, Any]:
-    return {"run_id": run_id, "tenant": tenant, "open_only": bool(open_only)}
+def search_term(search: str | None) -> str | None:
+    """A search as the stores match it (surrounding space dropped; empty: none); over
+    MAX_SEARCH_CHARS characters is INVALID_FILTER."""
+    term = (search or "").strip()
+    if len(term) > MAX_SEARCH_CHARS:
+        raise UserError(
+            f"a search is at most {MAX_SEARCH_CHARS} characters, not {len(term)}",
+            code=ErrorCode.INVALID_FILTER,
+            details={"search_chars": len(term)},
+        )
+    return term or None
+
+
+def search_scope(filters: RunFilters, term: str | None) -> RunFilters:
+    """What a cursor of a (possibly searched) listing is bound to."""
+    return filters if term is None else {**filters, "search": term}
+
+
+def goal_excerpt(goal: str) -> str:
+    """The start of a goal as a run's row keeps it for search: GOAL_SEARCH_CHARS characters, a NUL or a lone
+    surrogate (which no text column stores) replaced by U+FFFD (the snapshot keeps the goal exactly)."""
+    cut = goal[:GOAL_SEARCH_CHARS]
+    return "".join("\ufffd" if ch == "\x00" or "\ud800" <= ch <= "\udfff" else ch for ch in cut)
+
+
+def like_escaped(text: str) -> str:
+    """``text`` for a LIKE pattern with ``ESCAPE '\\'``: its ``%``, ``_`` and ``\\`` match themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def request_filters(
+    run_id: str | None,
+    tenant: str | None,
+    open_only: bool,
+    *,
+    kind: str | None = None,
+    agent: str | None = None,
+    role: str | None = None,
+) -> dict[str, Any]:
+    """The filters of a request listing; ``kind``, ``agent`` and ``role`` (the request's approver role) only
+    when given, so the cursors of listings without them stay valid. An unknown kind is INVALID_FILTER."""
+    filters: dict[str, Any] = {"run_id": run_id, "tenant": tenant, "open_only": bool(open_only)}
+    if kind is not None:
+        try:
+            filters["kind"] = RequestKind(kind).value
+        except ValueError:
+            raise UserError(
+                f"unknown request kind {str(kind)[:40]!r}; one of {', '.join(k.value for k in RequestKind)}",
+                code=ErrorCode.INVALID_FILTER,
+                details={"kind": str(kind)[:40]},
+            ) from None
+    if agent is not None:
+        filters["agent"] = agent
+    if role is not None:
+        filters["approver_role"] = role
+    return filters
+
+
+# The request columns an equality filter names, in the order the stores add their conditions.
+REQUEST_FILTER_COLUMNS = ("kind", "agent", "approver_role")
 
 
 def decode_run_cursor(cursor: str, filters: RunFilters) -> list[str]:

@@ -37,19 +37,26 @@ from stateward.store._pg_check import DEFAULT_IDLE_S, IdleCheck
 from stateward.store._pg_conns import Connections, Lent
 from stateward.store.base import Buildable, PayloadLimits, build_pairs, claim_limit, event_batch, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
+from stateward.store.lineage import inherited_artifact, inherited_artifacts, read_lineage
 from stateward.store.migrations import POSTGRES_MIGRATIONS
 from stateward.store.outbox import Notice, OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
+    REQUEST_FILTER_COLUMNS,
+    SEARCH_WINDOW,
     RequestPage,
     RunPage,
     decode_cursor,
     decode_run_cursor,
     encode_cursor,
+    goal_excerpt,
+    like_escaped,
     page_size,
     request_filters,
     request_row,
     run_filters,
+    search_scope,
+    search_term,
 )
 from stateward.store.parts import PartCache, SplitState, join_state, referenced, split_state
 from stateward.store.records import (
@@ -64,6 +71,7 @@ from stateward.store.records import (
 from stateward.store.sessions import SessionMethods
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+_FORK_CACHE = 10_000  # runs whose lineage one store object remembers
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, PoolClosed)
 
 
@@ -151,6 +159,7 @@ class PostgresStore(OutboxMethods, SessionMethods):
         called on every new pooled connection after the store's own settings (e.g. to trace its protocol)."""
         self.limits = limits if limits is not None else PayloadLimits.from_env()
         self._parts = PartCache()
+        self._forks: dict[str, tuple[str, int] | None] = {}  # run_id -> (source, shared seq): fixed at creation
         try:
             params = conninfo_to_dict(url)
         except psycopg.Error as exc:
@@ -267,6 +276,7 @@ class PostgresStore(OutboxMethods, SessionMethods):
             "tenant": state.tenant,
             "agent": state.agent.name,
             "agent_version": state.agent.version,
+            "goal": goal_excerpt(state.goal),
             "status": state.status.value,
             "reason": state.terminal_reason,
             "snapshot": split.snapshot,
@@ -428,7 +438,18 @@ class PostgresStore(OutboxMethods, SessionMethods):
             conn.execute(q.CLOSE_ALL_REQUESTS, (write.close_all_requests.model_dump_json(), run_id))
         if write.open_request is not None:
             opened = write.open_request
-            conn.execute(q.OPEN_REQUEST, (run_id, opened.request_id, opened.model_dump_json(), write.state.tenant))
+            conn.execute(
+                q.OPEN_REQUEST,
+                (
+                    run_id,
+                    opened.request_id,
+                    opened.model_dump_json(),
+                    write.state.tenant,
+                    opened.kind.value,
+                    opened.approver_role,
+                    write.state.agent.name,
+                ),
+            )
         with conn.cursor() as cur:
             if write.artifacts:
                 cur.executemany(
@@ -442,6 +463,8 @@ class PostgresStore(OutboxMethods, SessionMethods):
                 cur.executemany(
                     q.UPSERT_ATTEMPT, [(a.attempt_id, run_id, a.step, a.model_dump_json()) for a in write.attempts]
                 )
+        if write.set_agent_version:
+            conn.execute(q.SET_AGENT_VERSION, (write.state.agent.version, run_id))
         if write.checkpoint is not None:
             new_seq = expected_seq + len(write.events)
             conn.execute(q.INSERT_CHECKPOINT, (run_id, new_seq, write.checkpoint, split.snapshot, split.refs, now))
@@ -462,18 +485,134 @@ class PostgresStore(OutboxMethods, SessionMethods):
             )
 
     def read_events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        if self._fork_of(run_id) is None:
+            return self._read_own(run_id, run_id, after_seq, None, limit)
+        return read_lineage(self._fork_of, self._read_own, run_id, after_seq, limit)
+
+    def _read_own(self, run_id: str, label: str, after_seq: int, upper: int | None, limit: int | None) -> list[Event]:
+        """``run_id``'s own event rows above ``after_seq`` (none above ``upper``), labelled ``label``."""
         with self._conn() as conn:
-            rows = conn.execute(q.READ_BATCHES, (run_id, after_seq, limit)).fetchall()
+            if upper is None:
+                rows = conn.execute(q.READ_BATCHES, (run_id, after_seq, limit)).fetchall()
+            else:
+                rows = conn.execute(q.READ_BATCHES_UPTO, (run_id, after_seq, upper, limit)).fetchall()
         out = []
         for last, count, batch, version, at in rows:
             for seq, (kind, payload) in enumerate(json.loads(batch), start=last - count + 1):
-                if seq > after_seq:  # the first batch may begin before the events asked for
+                if seq > after_seq and (upper is None or seq <= upper):  # a batch may straddle either bound
                     out.append(
                         Event(
-                            run_id=run_id, seq=seq, type=EventType(kind), payload=payload, lease_version=version, at=at
+                            run_id=label, seq=seq, type=EventType(kind), payload=payload, lease_version=version, at=at
                         )
                     )
         return out if limit is None else out[:limit]
+
+    def _fork_of(self, run_id: str) -> tuple[str, int] | None:
+        """(source, shared seq) of a fork, None for any other run; fixed at creation, so remembered."""
+        if run_id in self._forks:
+            return self._forks[run_id]
+        with self._conn() as conn:
+            row = conn.execute(q.FORK_OF, (run_id,)).fetchone()
+        if row is None:
+            return None  # not remembered: the run may be created later
+        found = None if row[0] is None else (str(row[0]), int(row[1]))
+        if len(self._forks) >= _FORK_CACHE:
+            self._forks.clear()
+        self._forks[run_id] = found
+        return found
+
+    def create_fork(
+        self,
+        state: RunState,
+        events: list[NewEvent],
+        *,
+        source: str,
+        at_seq: int,
+        open_request: PendingRequest | None = None,
+        checkpoint: str | None = None,
+    ) -> int:
+        """A new run sharing ``source``'s events up to ``at_seq`` (read through, never copied), with its own
+        first ``events`` after them, its re-opened request and a checkpoint, in one transaction."""
+        split = split_state(state)
+        self.limits.check_snapshot_parts(state.run_id, split.texts)
+        batch = event_batch(state.run_id, events, self.limits)
+        new_seq = at_seq + len(events)
+        params: dict[str, Any] = {
+            "run_id": state.run_id,
+            "tenant": state.tenant,
+            "agent": state.agent.name,
+            "agent_version": state.agent.version,
+            "status": state.status.value,
+            "reason": state.terminal_reason,
+            "snapshot": split.snapshot,
+            "parts": split.refs,
+            "new_seq": new_seq,
+            "source": source,
+            "at_seq": at_seq,
+            "goal": goal_excerpt(state.goal),
+        }
+        with self._tx() as conn:
+            row = conn.execute(q.CREATE_FORK, params).fetchone()
+            if row is None:
+                raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS)
+            conn.execute(q.INSERT_BATCH, (state.run_id, new_seq, len(events), batch, row[0]))
+            notices = notices_of(state, at_seq, events)
+            if notices:  # a re-opened request notifies as any wait does (store/outbox.py)
+                enqueue(conn, "%s", state, notices, row[0].timestamp())
+            for digest, body in split.new_parts.items():
+                conn.execute(q.INSERT_PART, (state.run_id, digest, body))
+            if open_request is not None:
+                conn.execute(
+                    q.OPEN_REQUEST,
+                    (
+                        state.run_id,
+                        open_request.request_id,
+                        open_request.model_dump_json(),
+                        state.tenant,
+                        open_request.kind.value,
+                        open_request.approver_role,
+                        state.agent.name,
+                    ),
+                )
+            if checkpoint is not None:
+                conn.execute(
+                    q.INSERT_CHECKPOINT, (state.run_id, new_seq, checkpoint, split.snapshot, split.refs, row[0])
+                )
+        self._parts.committed(state.run_id, split.known)
+        return new_seq
+
+    def forks_of(self, run_id: str, limit: int = 100) -> list[str]:
+        with self._conn() as conn:
+            rows = conn.execute(q.FORKS_OF, (run_id, limit)).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        fork = self._fork_of(run_id)
+        if fork is not None and seq <= fork[1]:
+            return self.checkpoint_at(fork[0], seq)
+        with self._conn() as conn:
+            row = conn.execute(q.CHECKPOINT_AT, (run_id, seq)).fetchone()
+        if row is None:
+            return None
+        state = join_state(run_id, row[2], row[4], self._read_parts(run_id, row[4]))
+        return Checkpoint(run_id=run_id, seq=row[0], reason=row[1], state=state, created_at=row[3])
+
+    def checkpoints_of(self, run_id: str, limit: int = 1000) -> list[Checkpoint]:
+        fork = self._fork_of(run_id)
+        shared = [] if fork is None else [c for c in self.checkpoints_of(fork[0], limit) if c.seq <= fork[1]]
+        with self._conn() as conn:
+            rows = conn.execute(q.CHECKPOINTS_OF, (run_id, limit)).fetchall()
+        own = [
+            Checkpoint(
+                run_id=run_id,
+                seq=r[0],
+                reason=r[1],
+                state=join_state(run_id, r[2], r[4], self._read_parts(run_id, r[4])),
+                created_at=r[3],
+            )
+            for r in rows
+        ]
+        return [*shared, *own][:limit]
 
     def check_integrity(self) -> None:
         """A read of one row of every table of the store's schema: a page the server cannot read (SQLSTATE
@@ -512,25 +651,39 @@ class PostgresStore(OutboxMethods, SessionMethods):
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         size = page_size(limit)
-        filters = run_filters(status, tenant, agent)
+        filters = run_filters(status, tenant, agent, version)
+        term = search_term(search)
+        scope = search_scope(filters, term)
         columns = [column for column, value in filters.items() if value is not None]
         params: list[Any] = [filters[column] for column in columns]
         if cursor is not None:
-            created, last_id = decode_run_cursor(cursor, filters)
+            created, last_id = decode_run_cursor(cursor, scope)
             params += [datetime.fromisoformat(created), last_id]
+        after = cursor is not None
+        edge = None
         with self._conn() as conn:
-            rows = conn.execute(q.page_runs(columns, cursor is not None), (*params, size + 1)).fetchall()
+            if term is None:
+                rows = conn.execute(q.page_runs(columns, after), (*params, size + 1)).fetchall()
+            else:
+                pattern = like_escaped(term)
+                args = (*params, SEARCH_WINDOW, f"{pattern}%", f"%{pattern}%", size + 1)
+                rows = conn.execute(q.page_runs(columns, after, search=True), args).fetchall()
+                if len(rows) <= size:  # a short page: go on past the window, if it was full
+                    edge = conn.execute(q.runs_window_edge(columns, after), (*params, SEARCH_WINDOW - 1)).fetchone()
         more = len(rows) > size
         items = [_run_row(r) for r in rows[:size]]
-        last = items[-1] if more else None
-        return RunPage(
-            items=items,
-            next_cursor=None
-            if last is None
-            else encode_cursor("runs", filters, [last.created_at.isoformat(), last.run_id]),
+        key = (
+            [items[-1].created_at.isoformat(), items[-1].run_id]
+            if more
+            else None
+            if edge is None
+            else [edge[0].isoformat(), edge[1]]
         )
+        return RunPage(items=items, next_cursor=None if key is None else encode_cursor("runs", scope, key))
 
     def page_requests(
         self,
@@ -540,14 +693,23 @@ class PostgresStore(OutboxMethods, SessionMethods):
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
         size = page_size(limit)
-        filters = request_filters(run_id, tenant, open_only)
+        filters = request_filters(run_id, tenant, open_only, kind=kind, agent=agent, role=role)
+        columns = tuple(column for column in REQUEST_FILTER_COLUMNS if column in filters)
         params: list[Any] = [value for value in (run_id, tenant) if value is not None]
+        params += [filters[column] for column in columns]
         if cursor is not None:
             params += decode_cursor(cursor, "requests", filters, 2)
         sql = q.page_requests(
-            run_id=run_id is not None, tenant=tenant is not None, open_only=bool(open_only), after=cursor is not None
+            run_id=run_id is not None,
+            tenant=tenant is not None,
+            open_only=bool(open_only),
+            after=cursor is not None,
+            columns=columns,
         )
         with self._conn() as conn:
             rows = conn.execute(sql, (*params, size + 1)).fetchall()
@@ -661,11 +823,26 @@ class PostgresStore(OutboxMethods, SessionMethods):
 
     # -- artifacts ------------------------------------------------------------------------------
     def list_artifacts(self, run_id: str) -> list[ArtifactRecord]:
+        if self._fork_of(run_id) is None:
+            return self._own_artifacts(run_id)
+        return inherited_artifacts(self._fork_of, self._own_artifacts, self._shared_versions, run_id)
+
+    def _shared_versions(self, run_id: str) -> dict[str, int]:
+        lineage = self.load_run(run_id).lineage
+        return {} if lineage is None else dict(lineage.artifacts)
+
+    def _own_artifacts(self, run_id: str) -> list[ArtifactRecord]:
         with self._conn() as conn:
             rows = conn.execute(q.LIST_ARTIFACTS, (run_id,)).fetchall()
         return [_artifact(run_id, r) for r in rows]
 
     def get_artifact(self, run_id: str, name: str, version: int | None = None) -> ArtifactRecord | None:
+        found = self._own_artifact(run_id, name, version)
+        if found is not None or self._fork_of(run_id) is None:
+            return found
+        return inherited_artifact(self._fork_of, self._own_artifact, self._shared_versions, run_id, name, version)
+
+    def _own_artifact(self, run_id: str, name: str, version: int | None) -> ArtifactRecord | None:
         with self._conn() as conn:
             row = conn.execute(q.GET_ARTIFACT, {"run_id": run_id, "name": name, "version": version}).fetchone()
         return None if row is None else _artifact(run_id, row)
@@ -817,6 +994,10 @@ def _run_row(r: tuple[Any, ...]) -> RunRow:
         created_at=r[6],
         updated_at=r[7],
         lease_owner=r[8],
+        agent_version=r[9],
+        goal=r[10],
+        forked_from=r[11],
+        fork_seq=r[12],
     )
 
 

@@ -100,6 +100,7 @@ class StepWrite(BaseModel):
     clear_control: bool = False
     not_before: datetime | None = None
     release_lease: bool = False
+    set_agent_version: bool = False  # a migration: the run row's version column follows ``state.agent.version``
 
     @property
     def has_contents(self) -> bool:
@@ -110,7 +111,12 @@ class StepWrite(BaseModel):
     def has_contents_besides_attempts(self) -> bool:
         """Whether the step writes more than its events, the run row and tool attempts (a tool step's)."""
         return bool(
-            self.open_request or self.close_request or self.close_all_requests or self.artifacts or self.checkpoint
+            self.open_request
+            or self.close_request
+            or self.close_all_requests
+            or self.artifacts
+            or self.checkpoint
+            or self.set_agent_version
         )
 
 
@@ -125,7 +131,8 @@ class Checkpoint(BaseModel):
 
 
 class RunRow(BaseModel):
-    """One run as listings show it: id, tenant, agent, status, terminal reason, last event, lease owner, times."""
+    """One run as listings show it: id, tenant, agent and version, status, terminal reason, last event, lease owner,
+    times, and the start of its goal."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -138,3 +145,7 @@ class RunRow(BaseModel):
     lease_owner: str | None = None
     created_at: datetime
     updated_at: datetime
+    agent_version: str | None = None
+    goal: str | None = None  # its first GOAL_SEARCH_CHARS characters (None: recorded before goals were kept)
+    forked_from: str | None = None  # the run whose history up to ``fork_seq`` this one shares
+    fork_seq: int | None = None

@@ -28,19 +28,26 @@ from stateward.core.journal import (
 from stateward.core.state import PendingRequest, RunState
 from stateward.store.base import Buildable, PayloadLimits, build_pairs, claim_limit, event_batch, refused_write
 from stateward.store.keys import MAX_KEYS_LISTED, ApiKeyRecord, StoredResponse, key_exists, key_not_found
+from stateward.store.lineage import inherited_artifact, inherited_artifacts, read_lineage
 from stateward.store.migrations import SQLITE_MIGRATIONS
 from stateward.store.outbox import OutboxMethods, enqueue, notices_of
 from stateward.store.paging import (
     DEFAULT_PAGE_SIZE,
+    REQUEST_FILTER_COLUMNS,
+    SEARCH_WINDOW,
     RequestPage,
     RunPage,
     decode_cursor,
     decode_run_cursor,
     encode_cursor,
+    goal_excerpt,
+    like_escaped,
     page_size,
     request_filters,
     request_row,
     run_filters,
+    search_scope,
+    search_term,
 )
 from stateward.store.parts import PartCache, SplitState, join_state, referenced, split_state
 from stateward.store.records import (
@@ -233,6 +240,7 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         self._checkpointer = WalCheckpointer(self.path)
         self._step_cursor = self._db.cursor()
         self._run_keys: dict[str, int] = {}  # run_id -> run_key: fixed for the run's life
+        self._forks: dict[str, tuple[str, int] | None] = {}  # run_id -> (source, shared seq): fixed at creation
         self._statuses: dict[str, str] = {}  # run_id -> the status last read or written here: a hint only
         self._parts = PartCache()
         try:
@@ -377,7 +385,7 @@ class SQLiteStore(OutboxMethods, SessionMethods):
             try:
                 cur = db.execute(
                     "INSERT INTO runs(run_id, tenant, agent, agent_version, status, terminal_reason, snapshot, parts,"
-                    " last_seq, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    " last_seq, created_at, updated_at, goal) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         state.run_id,
                         state.tenant,
@@ -390,6 +398,7 @@ class SQLiteStore(OutboxMethods, SessionMethods):
                         len(events),
                         now,
                         time.time(),
+                        goal_excerpt(state.goal),
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -548,9 +557,19 @@ class SQLiteStore(OutboxMethods, SessionMethods):
                     (write.close_all_requests.model_dump_json(), run_id),
                 )
             if write.open_request is not None:
+                opened = write.open_request
                 db.execute(
-                    "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant) VALUES (?,?,?,NULL,?)",
-                    (run_id, write.open_request.request_id, write.open_request.model_dump_json(), write.state.tenant),
+                    "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant, kind, approver_role, agent)"
+                    " VALUES (?,?,?,NULL,?,?,?,?)",
+                    (
+                        run_id,
+                        opened.request_id,
+                        opened.model_dump_json(),
+                        write.state.tenant,
+                        opened.kind.value,
+                        opened.approver_role,
+                        write.state.agent.name,
+                    ),
                 )
             for art in write.artifacts:
                 db.execute(
@@ -563,6 +582,8 @@ class SQLiteStore(OutboxMethods, SessionMethods):
                     "INSERT OR REPLACE INTO tool_attempts(attempt_id, run_id, step, body) VALUES (?,?,?,?)",
                     (attempt.attempt_id, run_id, attempt.step, attempt.model_dump_json()),
                 )
+            if write.set_agent_version:
+                db.execute("UPDATE runs SET agent_version=? WHERE run_id=?", (write.state.agent.version, run_id))
             if write.checkpoint is not None:
                 db.execute(
                     "INSERT INTO checkpoints(run_id, seq, reason, snapshot, parts, created_at) VALUES (?,?,?,?,?,?)",
@@ -740,26 +761,167 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         ]
 
     def read_events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        if self._fork_of(run_id) is None:
+            return self._read_own(run_id, run_id, after_seq, None, limit)
+        return read_lineage(self._fork_of, self._read_own, run_id, after_seq, limit)
+
+    def _read_own(self, run_id: str, label: str, after_seq: int, upper: int | None, limit: int | None) -> list[Event]:
+        """``run_id``'s own event rows above ``after_seq`` (none above ``upper``), labelled ``label``."""
         # Each batch holds at least one event after ``after_seq``: ``limit`` batches hold enough.
+        bound = "" if upper is None else " AND seq-count<?"
         with self._lock:
             rows = self._db.execute(
                 "SELECT seq, count, events, lease_version, at FROM event_batches"
-                " WHERE run_key=(SELECT run_key FROM runs WHERE run_id=?) AND seq>? ORDER BY seq LIMIT ?",
-                (run_id, after_seq, -1 if limit is None else limit),
+                f" WHERE run_key=(SELECT run_key FROM runs WHERE run_id=?) AND seq>?{bound} ORDER BY seq LIMIT ?",
+                (run_id, after_seq, *(() if upper is None else (upper,)), -1 if limit is None else limit),
             ).fetchall()
         out = []
         for last, count, batch, lease, micros in rows:
             at = _from_micros(micros)
             for seq, (kind, payload) in enumerate(json.loads(batch), start=last - count + 1):
-                if seq > after_seq:  # the first batch may begin before the events asked for
+                if seq > after_seq and (upper is None or seq <= upper):  # a batch may straddle either bound
                     out.append(
-                        Event(run_id=run_id, seq=seq, type=EventType(kind), payload=payload, lease_version=lease, at=at)
+                        Event(run_id=label, seq=seq, type=EventType(kind), payload=payload, lease_version=lease, at=at)
                     )
         return out if limit is None else out[:limit]
 
+    def _fork_of(self, run_id: str) -> tuple[str, int] | None:
+        """(source, shared seq) of a fork, None for any other run; fixed at creation, so remembered."""
+        if run_id in self._forks:
+            return self._forks[run_id]
+        with self._lock:
+            row = self._db.execute("SELECT forked_from, fork_seq FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            return None  # not remembered: the run may be created later
+        found = None if row[0] is None else (str(row[0]), int(row[1]))
+        if len(self._forks) >= _RUN_KEY_CACHE:
+            self._forks.clear()
+        self._forks[run_id] = found
+        return found
+
+    def create_fork(
+        self,
+        state: RunState,
+        events: list[NewEvent],
+        *,
+        source: str,
+        at_seq: int,
+        open_request: PendingRequest | None = None,
+        checkpoint: str | None = None,
+    ) -> int:
+        """A new run sharing ``source``'s events up to ``at_seq`` (read through, never copied), with its own
+        first ``events`` after them, its re-opened request and a checkpoint; returns its last seq."""
+        now = _now()
+        split = split_state(state)
+        self.limits.check_snapshot_parts(state.run_id, split.texts)
+        batch = event_batch(state.run_id, events, self.limits)
+        new_seq = at_seq + len(events)
+        with self._tx() as db:
+            try:
+                cur = db.execute(
+                    "INSERT INTO runs(run_id, tenant, agent, agent_version, status, terminal_reason, snapshot, parts,"
+                    " last_seq, created_at, updated_at, forked_from, fork_seq, goal)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        state.run_id,
+                        state.tenant,
+                        state.agent.name,
+                        state.agent.version,
+                        state.status.value,
+                        state.terminal_reason,
+                        split.snapshot,
+                        split.refs,
+                        new_seq,
+                        now,
+                        time.time(),
+                        source,
+                        at_seq,
+                        goal_excerpt(state.goal),
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise RunError(f"run {state.run_id} already exists", code=ErrorCode.RUN_EXISTS) from None
+            key = cur.lastrowid
+            assert key is not None
+            _insert_events(db, key, at_seq, events, 0, _micros(datetime.fromisoformat(now)), batch)
+            notices = notices_of(state, at_seq, events)
+            if notices:  # a re-opened request notifies as any wait does (store/outbox.py)
+                enqueue(db, "?", state, notices, time.time())
+            if open_request is not None:
+                db.execute(
+                    "INSERT INTO pending_requests(run_id, request_id, body, answer, tenant, kind, approver_role, agent)"
+                    " VALUES (?,?,?,NULL,?,?,?,?)",
+                    (
+                        state.run_id,
+                        open_request.request_id,
+                        open_request.model_dump_json(),
+                        state.tenant,
+                        open_request.kind.value,
+                        open_request.approver_role,
+                        state.agent.name,
+                    ),
+                )
+            if checkpoint is not None:
+                db.execute(
+                    "INSERT INTO checkpoints(run_id, seq, reason, snapshot, parts, created_at) VALUES (?,?,?,?,?,?)",
+                    (state.run_id, new_seq, checkpoint, split.snapshot, split.refs, now),
+                )
+        self._parts.committed(state.run_id, split.known)
+        return new_seq
+
+    def forks_of(self, run_id: str, limit: int = 100) -> list[str]:
+        """The runs forked from ``run_id``, oldest first (at most ``limit``)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT run_id FROM runs WHERE forked_from=? ORDER BY created_at, run_id LIMIT ?", (run_id, limit)
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def checkpoint_at(self, run_id: str, seq: int) -> Checkpoint | None:
+        fork = self._fork_of(run_id)
+        if fork is not None and seq <= fork[1]:
+            return self.checkpoint_at(fork[0], seq)
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=? AND seq=?",
+                (run_id, seq),
+            ).fetchone()
+            if row is None:
+                return None
+            parts = self._read_parts(self._run_key(self._db, run_id), row[4]) if row[4] else {}
+        return Checkpoint(
+            run_id=run_id,
+            seq=row[0],
+            reason=row[1],
+            state=join_state(run_id, row[2], row[4], parts),
+            created_at=datetime.fromisoformat(row[3]),
+        )
+
+    def checkpoints_of(self, run_id: str, limit: int = 1000) -> list[Checkpoint]:
+        """The run's checkpoints in seq order, its sources' shared ones first (at most ``limit``)."""
+        fork = self._fork_of(run_id)
+        shared = [] if fork is None else [c for c in self.checkpoints_of(fork[0], limit) if c.seq <= fork[1]]
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=? ORDER BY seq LIMIT ?",
+                (run_id, limit),
+            ).fetchall()
+            key = self._run_key(self._db, run_id) if any(r[4] for r in rows) else 0
+            own = [
+                Checkpoint(
+                    run_id=run_id,
+                    seq=r[0],
+                    reason=r[1],
+                    state=join_state(run_id, r[2], r[4], self._read_parts(key, r[4]) if r[4] else {}),
+                    created_at=datetime.fromisoformat(r[3]),
+                )
+                for r in rows
+            ]
+        return [*shared, *own][:limit]
+
     _RUN_COLUMNS = (
         "run_id, tenant, agent, status, terminal_reason, last_seq, created_at, updated_at,"
-        " CASE WHEN lease_expires_at > ? THEN lease_owner END"
+        " CASE WHEN lease_expires_at > ? THEN lease_owner END, agent_version, goal, forked_from, fork_seq"
     )
 
     def list_runs(self, limit: int = 100) -> list[RunRow]:
@@ -778,27 +940,48 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         agent: str | None = None,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        version: str | None = None,
+        search: str | None = None,
     ) -> RunPage:
         size = page_size(limit)
-        filters = run_filters(status, tenant, agent)
+        filters = run_filters(status, tenant, agent, version)
+        term = search_term(search)
+        scope = search_scope(filters, term)
         where = [f"{column}=?" for column, value in filters.items() if value is not None]
-        params: list[Any] = [time.time(), *(value for value in filters.values() if value is not None)]
+        params: list[Any] = [value for value in filters.values() if value is not None]
         if cursor is not None:
             where.append("(created_at, run_id) < (?, ?)")
-            params += decode_run_cursor(cursor, filters)
-        sql = f"SELECT {self._RUN_COLUMNS} FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+            params += decode_run_cursor(cursor, scope)
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        order = " ORDER BY created_at DESC, run_id DESC"
+        if term is None:
+            sql, args = f"SELECT {self._RUN_COLUMNS} FROM runs{clause}{order} LIMIT ?", [*params, size + 1]
+        else:
+            # The newest SEARCH_WINDOW runs past the cursor (read from runs_search alone for a tenant), then
+            # the rows of the ones whose id starts with the term or whose goal holds it (LIKE: ASCII case
+            # ignored, the term's wildcards escaped).
+            # Only the page's keys are picked from the window (rows are read for those alone).
+            scanned = f"SELECT run_id, created_at, goal FROM runs{clause}{order} LIMIT ?"
+            sql = (
+                f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_id IN (SELECT run_id FROM ({scanned})"
+                f" WHERE run_id LIKE ? ESCAPE '\\' OR goal LIKE ? ESCAPE '\\'{order} LIMIT ?)"
+                f"{order}"
+            )
+            pattern = like_escaped(term)
+            args = [*params, SEARCH_WINDOW, f"{pattern}%", f"%{pattern}%", size + 1]
         with self._lock:
-            rows = self._db.execute(
-                sql + " ORDER BY created_at DESC, run_id DESC LIMIT ?", (*params, size + 1)
-            ).fetchall()
+            rows = self._db.execute(sql, (time.time(), *args)).fetchall()
+            edge = None
+            if term is not None and len(rows) <= size:  # a short page: go on past the window, if it was full
+                edge = self._db.execute(
+                    f"SELECT created_at, run_id FROM runs{clause}{order} LIMIT 1 OFFSET ?", (*params, SEARCH_WINDOW - 1)
+                ).fetchone()
         more = len(rows) > size
         rows = rows[:size]
-        last = rows[-1] if more else None
+        key = [rows[-1][6], rows[-1][0]] if more else None if edge is None else [edge[0], edge[1]]
         return RunPage(
             items=[self._run_row(r) for r in rows],
-            next_cursor=None if last is None else encode_cursor("runs", filters, [last[6], last[0]]),
+            next_cursor=None if key is None else encode_cursor("runs", scope, key),
         )
 
     @staticmethod
@@ -813,6 +996,10 @@ class SQLiteStore(OutboxMethods, SessionMethods):
             created_at=datetime.fromisoformat(r[6]),
             updated_at=datetime.fromtimestamp(r[7], UTC),
             lease_owner=r[8],
+            agent_version=r[9],
+            goal=r[10],
+            forked_from=r[11],
+            fork_seq=r[12],
         )
 
     # -- pending requests -----------------------------------------------------------------------
@@ -844,9 +1031,12 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         open_only: bool = True,
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        role: str | None = None,
     ) -> RequestPage:
         size = page_size(limit)
-        filters = request_filters(run_id, tenant, open_only)
+        filters = request_filters(run_id, tenant, open_only, kind=kind, agent=agent, role=role)
         where: list[str] = []
         params: list[Any] = []
         if run_id is not None:
@@ -855,6 +1045,10 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         if tenant is not None:
             where.append("p.tenant=?")  # the request's own copy of its run's tenant: its index orders the page
             params.append(tenant)
+        for column in REQUEST_FILTER_COLUMNS:  # the request's own copies too, each indexed after the tenant
+            if column in filters:
+                where.append(f"p.{column}=?")
+                params.append(filters[column])
         if open_only:
             where.append("p.answer IS NULL")
         if cursor is not None:
@@ -887,6 +1081,15 @@ class SQLiteStore(OutboxMethods, SessionMethods):
 
     # -- artifacts ------------------------------------------------------------------------------
     def list_artifacts(self, run_id: str) -> list[ArtifactRecord]:
+        if self._fork_of(run_id) is None:
+            return self._own_artifacts(run_id)
+        return inherited_artifacts(self._fork_of, self._own_artifacts, self._shared_versions, run_id)
+
+    def _shared_versions(self, run_id: str) -> dict[str, int]:
+        lineage = self.load_run(run_id).lineage
+        return {} if lineage is None else dict(lineage.artifacts)
+
+    def _own_artifacts(self, run_id: str) -> list[ArtifactRecord]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT name, version, sha256, media_type, content, created_at FROM artifacts"
@@ -896,6 +1099,12 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         return [self._artifact(run_id, r) for r in rows]
 
     def get_artifact(self, run_id: str, name: str, version: int | None = None) -> ArtifactRecord | None:
+        found = self._own_artifact(run_id, name, version)
+        if found is not None or self._fork_of(run_id) is None:
+            return found
+        return inherited_artifact(self._fork_of, self._own_artifact, self._shared_versions, run_id, name, version)
+
+    def _own_artifact(self, run_id: str, name: str, version: int | None) -> ArtifactRecord | None:
         sql = "SELECT name, version, sha256, media_type, content, created_at FROM artifacts WHERE run_id=? AND name=?"
         params: list[Any] = [run_id, name]
         if version is not None:

@@ -235,7 +235,7 @@ def assign_idempotency_key(st: CallState) -> Refusal | None:
     """Deterministic, so a retried or resumed step finds the journal entry of its earlier attempt."""
     args_json = canonical_json(st.args or {})  # one serialization for the key and the attempts' input hash
     st._input_hash = sha256_hex(args_json)
-    st.key = idempotency_key_of(st.ctx.run_id, st.ctx.step, st.tool_spec.name, args_json)
+    st.key = idempotency_key_of(st.ctx.key_scope or st.ctx.run_id, st.ctx.step, st.tool_spec.name, args_json)
     said = st.ctx.reconciliation
     if said is not None and said.idempotency_key != st.key:
         return Refusal(

@@ -99,6 +99,8 @@ class CallContext(BaseModel):
     fencing_token: int | None = None  # the caller's lease version; handlers pass it to systems that check it
     # A person's answer to the reconciliation of this very call (its journalled key): recorded, not guessed.
     reconciliation: PersonOutcome | None = None
+    # The run whose idempotency keys this call is made under (a fork: its lineage's first run); None: run_id.
+    key_scope: str | None = None
 
 
 class ToolOutcome(BaseModel):

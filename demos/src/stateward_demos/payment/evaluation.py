@@ -24,6 +24,7 @@ ROW_COLUMNS: Final = (
     "outcome",
     "status",
     "plan_version",
+    "plan_verdict",
     "steps",
     "model_calls",
     "tool_attempts",
@@ -46,6 +47,26 @@ def outcome_of(state: RunState) -> str:
     if state.pending is not None:
         return f"{state.status.value}/{state.pending.kind}"
     return f"{state.status.value}/{rung}" if rung else f"{state.status.value}/{state.terminal_reason}"
+
+
+# Refusals of a proposed plan before the validator could judge it (not a plan document, cut by max_tokens, ...).
+_PLAN_UNREAD = frozenset({"INVALID_PLAN_DOCUMENT", "NOT_JSON", "REPLY_TRUNCATED", "EMPTY_REPLY", "REPLY_TOO_LARGE"})
+
+
+def plan_verdict_of(runtime: Runtime, state: RunState) -> tuple[str | None, str | None]:
+    """(the validator's last verdict on the proposed plan - ACCEPT, REVISE or REJECT - or the code that kept
+    the plan from being judged at all, such as INVALID_PLAN_DOCUMENT; and the issues it named)."""
+    for e in reversed(runtime.store.read_events(state.run_id)):
+        if e.type is EventType.PLAN_RECORDED and e.payload.get("validator"):
+            return str(e.payload["validator"]), None
+        if e.type is EventType.RUNTIME_VALIDATED and e.payload.get("runtime_decision") == "rejected":
+            code, said = str(e.payload.get("code")), e.payload.get("message")
+            issues = said[:300] if isinstance(said, str) else None  # a long one is stored apart, by digest
+            if code.startswith("PLAN_") and code[5:] in ("REVISE", "REJECT"):
+                return code[5:], issues
+            if code in _PLAN_UNREAD and (state.memo.get("plan") is None):
+                return code, issues
+    return None, None
 
 
 def gates_of(runtime: Runtime, state: RunState) -> dict[str, int]:
@@ -95,6 +116,7 @@ def run_payment_eval(
             if approve and pending is not None and pending.kind == "approval":
                 state = runtime.approve(state.run_id, pending.request_id, by="eval-reviewer").state
             gates = gates_of(runtime, state)
+            verdict, issues = plan_verdict_of(runtime, state)
             totals = {g: totals[g] + gates[g] for g in GATES}
             rows.append(
                 {
@@ -102,6 +124,8 @@ def run_payment_eval(
                     "outcome": outcome_of(state),
                     "status": state.status.value,
                     "plan_version": (state.memo.get("plan") or {}).get("version"),
+                    "plan_verdict": verdict,
+                    "plan_issues": issues,
                     "steps": state.usage.steps,
                     "model_calls": state.usage.model_calls,
                     "tool_attempts": state.usage.tool_attempts,

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, FastAPI, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -21,8 +20,10 @@ from fastapi.responses import RedirectResponse, Response
 from stateward.api.answers import visible_run
 from stateward.api.errors import status_of
 from stateward.api.identity import Principal, Role, require
+from stateward.api.input_guard import MAX_SQL_INTEGER
 from stateward.api.web.dag import BOX_H, BOX_W, draw, plan_of
 from stateward.api.web.pages import CONSOLE_PREFIX, PREFIX, InboxPages, csrf_refused
+from stateward.api.web.run_rows import run_rows
 from stateward.api.web.session import csrf_ok
 from stateward.core.errors import ErrorCode, StatewardError, UserError
 from stateward.core.events import Event, EventType
@@ -30,11 +31,11 @@ from stateward.core.inert import inert
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import is_payload_artifact
-from stateward.store.paging import DEFAULT_PAGE_SIZE
-from stateward.store.records import ArtifactRecord, RunRow
+from stateward.store.paging import DEFAULT_PAGE_SIZE, MAX_SEARCH_CHARS, SEARCH_WINDOW
+from stateward.store.records import ArtifactRecord
 
 CONSOLE = CONSOLE_PREFIX
-TIMELINE_EVENTS = 200
+TIMELINE_EVENTS = 50  # a page of the timeline; older pages one link away (``?before=<seq>``)
 SCANNED_EVENTS = 400  # verdicts, handoffs and answerers' roles are read from this many recent events
 MAX_DIFF_LINES = 400
 _CONTROLS = ("pause", "resume", "cancel")
@@ -118,12 +119,23 @@ class Console:
         self.pages = pages
         self.runtime = pages.runtime
 
-    def run_context(self, run_id: str, who: Principal, diff: str | None = None) -> dict[str, Any]:
+    def run_context(
+        self, run_id: str, who: Principal, diff: str | None = None, before: int | None = None
+    ) -> dict[str, Any]:
+        """Everything ``/runs/{id}`` shows; ``before``: the timeline page of the events numbered below it
+        (else the newest page)."""
         runtime = self.runtime
         state = visible_run(runtime, run_id, who.tenant)
         last = runtime.store.last_seq(run_id)
         recent = runtime.store.read_events(run_id, max(0, last - SCANNED_EVENTS), limit=SCANNED_EVENTS)
-        timeline = recent[-TIMELINE_EVENTS:]
+        if before is not None and before > last:
+            before = None  # past the newest event: the newest page
+        if before is None:
+            timeline = recent[-TIMELINE_EVENTS:]
+            first = last - len(timeline) + 1
+        else:
+            first = max(1, before - TIMELINE_EVENTS)
+            timeline = runtime.store.read_events(run_id, first - 1, limit=before - first) if before > 1 else []
         kinds = {EventType.REQUEST_ANSWERED: "answers", EventType.VERIFICATION_RECORDED: "verdicts"}
         kinds |= {EventType.HANDOFF_RECORDED: "handoffs"}
         picked: dict[str, list[Event]] = {"answers": [], "verdicts": [], "handoffs": []}
@@ -137,7 +149,9 @@ class Console:
             "run": state,
             "last_seq": last,
             "timeline": timeline,
-            "first_shown": last - len(timeline) + 1,
+            "first_shown": first,
+            "before": before,
+            "timeline_page": TIMELINE_EVENTS,
             "gauges": gauges(state),
             "artifacts": artifact_views(runtime.store.list_artifacts(run_id), _pick(diff)),
             "dag": None if plan is None else draw(*plan),
@@ -150,6 +164,7 @@ class Console:
 
 def _helpers(pages: InboxPages) -> None:
     env = pages.env
+    env.filters["run_rows"] = run_rows
     env.globals["console"] = CONSOLE
     env.globals["box_w"], env.globals["box_h"] = BOX_W, BOX_H
 
@@ -173,72 +188,58 @@ def _list_route(router: APIRouter, console: Console) -> None:
         request: Request,
         status: Annotated[str | None, Query(max_length=32)] = None,
         agent: Annotated[str | None, Query(max_length=128)] = None,
-        q: Annotated[str | None, Query(max_length=200)] = None,
+        version: Annotated[str | None, Query(max_length=64)] = None,
+        q: Annotated[str | None, Query(max_length=MAX_SEARCH_CHARS)] = None,
         cursor: Annotated[str | None, Query(max_length=2048)] = None,
     ) -> Response:
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
+            # The form's empty fields are no filter; the search and every filter run in the store's query.
             query = (q or "").strip()
-            found: RunState | None = None
-            if query:
-                try:
-                    found = visible_run(runtime, query, who.tenant)
-                except StatewardError:
-                    found = None
-            if found is not None:
-                return "console_runs.html", _list_context([found.run_id], None, status, agent, query, found)
             page = runtime.list_runs(
-                status=status or None, tenant=who.tenant, agent=agent or None, limit=DEFAULT_PAGE_SIZE, cursor=cursor
+                status=status or None,
+                tenant=who.tenant,
+                agent=agent or None,
+                version=version or None,
+                search=query or None,
+                limit=DEFAULT_PAGE_SIZE,
+                cursor=cursor,
             )
+            shown = {"q": query, "status": status or "", "agent": agent or "", "version": version or ""}
             return "console_runs.html", {
                 "rows": page.items,
                 "next_cursor": page.next_cursor,
+                "next_query": urlencode({**{k: v for k, v in shown.items() if v}, "cursor": page.next_cursor or ""}),
                 "statuses": [s.value for s in RunStatus],
-                "status_filter": status or "",
-                "agent": agent or "",
+                "status_filter": shown["status"],
+                "agent": shown["agent"],
+                "version": shown["version"],
                 "q": query,
-                "not_found": bool(query),
+                "searched": bool(query),
+                "window": SEARCH_WINDOW,
             }
 
         return pages.viewer_page(request, build)
-
-
-def _list_context(
-    ids: list[str], cursor: str | None, status: str | None, agent: str | None, q: str, found: RunState
-) -> dict[str, Any]:
-    row = RunRow(
-        run_id=found.run_id,
-        tenant=found.tenant,
-        agent=found.agent.name,
-        status=found.status.value,
-        terminal_reason=found.terminal_reason,
-        last_seq=0,
-        created_at=datetime.now(UTC),
-        updated_at=datetime.now(UTC),
-    )
-    return {
-        "rows": [row],
-        "next_cursor": cursor,
-        "statuses": [s.value for s in RunStatus],
-        "status_filter": status or "",
-        "agent": agent or "",
-        "q": q,
-        "not_found": False,
-        "found": True,
-    }
 
 
 def _run_routes(router: APIRouter, console: Console) -> None:
     pages = console.pages
 
     @router.get("/{run_id}")
-    def run_page(request: Request, run_id: str, diff: Annotated[str | None, Query(max_length=300)] = None) -> Response:
+    def run_page(
+        request: Request,
+        run_id: str,
+        diff: Annotated[str | None, Query(max_length=300)] = None,
+        before: Annotated[int | None, Query(ge=1, le=MAX_SQL_INTEGER)] = None,
+    ) -> Response:
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            return "console_run.html", console.run_context(run_id, who, diff)
+            return "console_run.html", console.run_context(run_id, who, diff, before)
 
         return pages.viewer_page(request, build)
 
     @router.get("/{run_id}/live")
-    def live(request: Request, run_id: str) -> Response:
+    def live(
+        request: Request, run_id: str, before: Annotated[int | None, Query(ge=1, le=MAX_SQL_INTEGER)] = None
+    ) -> Response:
         """The live part (status, DAG, timeline) alone, for htmx to swap in while the run moves."""
         session = pages.sessions.read(request)
         who = pages.sessions.principal(session)
@@ -246,7 +247,7 @@ def _run_routes(router: APIRouter, console: Console) -> None:
             return Response(status_code=401)
         try:
             require(who, Role.VIEWER)
-            context = console.run_context(run_id, who)
+            context = console.run_context(run_id, who, before=before)
         except StatewardError as exc:
             return Response(status_code=status_of(exc))
         return pages.render("_console_live.html", who=who, session=session, **context)

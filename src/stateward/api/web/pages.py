@@ -28,10 +28,11 @@ from stateward.api.identity import AuthError, Principal, Role, authenticate, req
 from stateward.api.web.explain import explain
 from stateward.api.web.readable import event_line
 from stateward.api.web.session import Session, Sessions, csrf_ok, new_session
+from stateward.api.web.timeline import inert_lines, timeline_rows
 from stateward.api.web.times import ago, stamp
 from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
 from stateward.core.inert import inert
-from stateward.core.state import NOBODY_ANSWERS
+from stateward.core.state import NOBODY_ANSWERS, RequestKind
 from stateward.runtime.runtime import Runtime
 from stateward.store.paging import DEFAULT_PAGE_SIZE
 
@@ -47,20 +48,6 @@ def _args_json(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=True, default=str)
 
 
-def _inert_lines(text: str, max_chars: int = 4000) -> str:
-    """Our own line breaks kept (a pretty-printed document), every line's content made inert."""
-    out: list[str] = []
-    budget = max_chars
-    for line in text.split("\n"):
-        if budget <= 0:
-            out.append("…[more lines not shown]")
-            break
-        shown = inert(line, budget)
-        out.append(shown)
-        budget -= len(shown)
-    return "\n".join(out)
-
-
 def arg_pairs(args: dict[str, Any], short: int = 200) -> list[tuple[str, str]]:
     """Each top-level argument as (name, JSON value), made inert: a value up to ``short`` characters in
     full (an email's recipient is never cut), a longer one cut with a visible note of what is left out."""
@@ -74,7 +61,8 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["inert"] = inert
-    env.filters["inert_lines"] = _inert_lines
+    env.filters["inert_lines"] = inert_lines
+    env.filters["timeline_rows"] = timeline_rows
     env.filters["args_json"] = _args_json
     env.filters["arg_pairs"] = arg_pairs
     env.filters["ago"] = ago
@@ -222,11 +210,21 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
         request: Request,
         cursor: Annotated[str | None, Query(max_length=2048)] = None,
         role: Annotated[str | None, Query(max_length=200)] = None,
+        kind: Annotated[str | None, Query(max_length=32)] = None,
+        agent: Annotated[str | None, Query(max_length=128)] = None,
     ) -> Response:
-        wanted = role or None  # the filter form's empty choice: every role
+        wanted = role or None  # the filter form's empty choices: every role, kind and agent
 
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            page = runtime.list_requests(tenant=who.tenant, limit=DEFAULT_PAGE_SIZE, cursor=cursor, role=wanted)
+            page = runtime.list_requests(
+                tenant=who.tenant,
+                limit=DEFAULT_PAGE_SIZE,
+                cursor=cursor,
+                role=wanted,
+                kind=kind or None,
+                agent=agent or None,
+            )
+            shown = {"role": wanted or "", "kind": kind or "", "agent": agent or ""}
             rows = [
                 row
                 for row in page.items
@@ -239,6 +237,10 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
                 "next_cursor": page.next_cursor,
                 "may_answer_any": who.has(Role.APPROVER),
                 "role": wanted,
+                "kind": shown["kind"],
+                "agent": shown["agent"],
+                "kinds": [k.value for k in RequestKind if k not in NOBODY_ANSWERS],
+                "next_query": urlencode({**{k: v for k, v in shown.items() if v}, "cursor": page.next_cursor or ""}),
             }
 
         return pages.viewer_page(request, build)

@@ -1,19 +1,21 @@
-"""The plan run's coordinator: one decision per step, handed to planning, item execution or delivery."""
+"""The plan run's coordinator: one decision per step, handed to planning, item execution or delivery.
+
+The coordinator alone orders the steps. Each part (``planning``, ``items``, ``delivery``, ``facts``, ...) is a
+module of functions handed the run's :class:`Services` and returning a Proposal, or a small result this module
+acts on (decide again in the same step, deliver partially, reschedule); no part calls the coordinator.
+"""
 
 from __future__ import annotations
 
-from stateward.controllers.plan_run.acceptance import AcceptanceChecks
-from stateward.controllers.plan_run.delivery import DeliverySteps
-from stateward.controllers.plan_run.facts import RunView
-from stateward.controllers.plan_run.handover import Handover
-from stateward.controllers.plan_run.items import ItemSteps
+from stateward.controllers.plan_run import delivery, items, planning
+from stateward.controllers.plan_run import facts as view
 from stateward.controllers.plan_run.memo import (
     MemoSeals,
     PlanRunConfig,
     PlanRunMemo,
 )
-from stateward.controllers.plan_run.planning import PlanningSteps
-from stateward.core.contract import DecisionContext, Observation, PlanOutcomeCode, Proposal
+from stateward.controllers.plan_run.services import DecideAgain, DeliverPartial, Reschedule, Services
+from stateward.core.contract import DecisionContext, Observation, Proposal
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import RunState
@@ -43,12 +45,10 @@ class PlanRunController:
         self.worker = worker
         self.config = config
         self.seals = MemoSeals()  # the memo in and out of the run's state, large parts sealed
-        self.view = RunView(self)
-        self.planning = PlanningSteps(self)
-        self.items = ItemSteps(self)
-        self.acceptance = AcceptanceChecks(self)
-        self.handover = Handover(self)
-        self.delivery = DeliverySteps(self)
+
+    def services(self) -> Services:
+        """What the parts are handed: the config and models as they are now (they may be replaced between steps)."""
+        return Services(config=self.config, planner=self.planner, worker=self.worker, seals=self.seals)
 
     def decide(self, ctx: DecisionContext) -> Proposal:
         """Propose the plan run's next step: plan, validate, run a work item, verify, or deliver."""
@@ -58,63 +58,64 @@ class PlanRunController:
             else PlanRunMemo(ledger=BudgetLedger(limits=self.config.budget))
         )
         charged: list[Usage] = []  # model calls made on the way (a deliverable's checks), reported with the step
-        proposal = self._decide(ctx, memo, charged)
+        proposal = self._decide(self.services(), ctx, memo, charged)
         for usage in reversed(charged):
-            proposal = self.view.with_usage(proposal, usage)
+            proposal = view.with_usage(proposal, usage)
         return proposal
 
-    def _decide(self, ctx: DecisionContext, memo: PlanRunMemo, charged: list[Usage]) -> Proposal:
-        self.view.tick(memo)
+    def _decide(self, svc: Services, ctx: DecisionContext, memo: PlanRunMemo, charged: list[Usage]) -> Proposal:
+        view.tick(svc, memo)
         if memo.plan is None:
-            return self._before_plan(ctx, memo)
+            return self._before_plan(svc, ctx, memo)
         notes: list[NewEvent] = []
         if memo.awaiting_handoff or memo.handoff_request is not None:
-            outcome = self.delivery.after_handoff(ctx, memo, notes)
+            outcome = delivery.after_handoff(svc, ctx, memo, notes)
             if outcome is not None:
                 return outcome
         for wid in list(memo.running):
-            self.items.absorb(ctx, memo, wid, notes, charged)
-        states = self.view.states(ctx, memo)
+            items.absorb(svc, ctx, memo, wid, notes, charged)
+        states = view.states(svc, ctx, memo)
         if not memo.running:
             # A running item's own tracker bounds its local loop (NO_PROGRESS / STEP_LIMIT); counting each of
             # its steps here would read any loop longer than the stall window as a stalled plan.
             memo.history = [*memo.history[-9:], states]
-        facts = self.view.goal_facts(ctx, memo)
-        self.view.record_deviations(facts, memo, notes)
+        facts = view.goal_facts(svc, ctx, memo)
+        view.record_deviations(svc, facts, memo, notes)
         verdict = evaluate_termination(
             TerminationSnapshot(
                 step=ctx.state.usage.steps,
-                budget=self.view.live_ledger(memo),
+                budget=view.live_ledger(memo),
                 no_progress_streak=memo.no_progress_streak,
                 failures=tuple(memo.failures[-10:]),
                 state_history=tuple(memo.history),
-                goal=self.config.goal,
+                goal=svc.config.goal,
                 facts=facts,
-                next_estimate=self.view.next_estimate(memo, states),
+                next_estimate=view.next_estimate(memo, states),
             )
         )
         if verdict.stops and memo.delivery is None:
-            stopped = self._stop(ctx, memo, notes, verdict, states)
+            stopped = self._stop(svc, ctx, memo, notes, verdict, states)
             if stopped is not None:
                 return stopped
         if memo.delivery == "partial" or memo.delivery == "accepted":
-            return self.view.propose(
-                ControlDecision(type=DecisionType.FINISH, reason=f"delivery {memo.delivery}"), memo, notes
+            return view.propose(
+                svc, ControlDecision(type=DecisionType.FINISH, reason=f"delivery {memo.delivery}"), memo, notes
             )
-        return self.schedule(ctx, memo, notes, states)
+        return self.schedule(svc, ctx, memo, notes, states)
 
-    def _before_plan(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
+    def _before_plan(self, svc: Services, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal:
         """No plan yet: stop if the goal already rules it out, research until ready, then plan."""
         memo.enter(RunStage.INTAKE, ctx.state.usage.steps + 1)
-        stopped = self._stopped_before_planning(ctx, memo)
+        stopped = self._stopped_before_planning(svc, ctx, memo)
         if stopped is not None:
             return stopped
-        if self.config.readiness is not None and not self.planning.ready(ctx, memo):
-            return self.planning.research(ctx, memo)
-        return self.planning.make_plan(ctx, memo)
+        if svc.config.readiness is not None and not planning.ready(svc, ctx, memo):
+            return planning.research(svc, ctx, memo)
+        return self._go_on(svc, ctx, memo, planning.make_plan(svc, ctx, memo))
 
     def _stop(
         self,
+        svc: Services,
         ctx: DecisionContext,
         memo: PlanRunMemo,
         notes: list[NewEvent],
@@ -125,25 +126,23 @@ class PlanRunController:
         Runtime's, not the controller's)."""
         notes.append(NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json")))
         if verdict.decision is TerminationDecision.FAIL:
-            return self.delivery.fail_safely(memo, notes, verdict.reason.value, verdict.reason.value.lower())
+            return delivery.fail_safely(svc, memo, notes, verdict.reason.value, verdict.reason.value.lower())
         if verdict.decision is TerminationDecision.HANDOFF:
-            return self.delivery.handoff(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
+            return delivery.handoff(svc, ctx, memo, notes, verdict.reason.value, verdict.detail, states)
         if verdict.decision is TerminationDecision.DEGRADE:
-            return self.delivery.deliver_partial(ctx, memo, notes, verdict.reason.value, verdict.detail, states)
+            return delivery.deliver_partial(svc, ctx, memo, notes, verdict.reason.value, verdict.detail, states)
         return None
 
-    def _stopped_before_planning(self, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal | None:
+    def _stopped_before_planning(self, svc: Services, ctx: DecisionContext, memo: PlanRunMemo) -> Proposal | None:
         """Research spends budget too: the goal's constraints hold there as well. With no plan yet there
         is nothing to hand over, so a broken hard constraint fails the run."""
         verdict = evaluate_termination(
-            TerminationSnapshot(
-                step=ctx.state.usage.steps, goal=self.config.goal, facts=self.view.goal_facts(ctx, memo)
-            )
+            TerminationSnapshot(step=ctx.state.usage.steps, goal=svc.config.goal, facts=view.goal_facts(svc, ctx, memo))
         )
         if not verdict.stops:
             return None
         notes = [NewEvent(type=EventType.TERMINATION_RECORDED, payload=verdict.model_dump(mode="json"))]
-        return self.delivery.fail_safely(memo, notes, verdict.reason.value, verdict.reason.value.lower())
+        return delivery.fail_safely(svc, memo, notes, verdict.reason.value, verdict.reason.value.lower())
 
     def reconciliation_notes(self, state: RunState, observation: Observation, pending_question: str) -> list[NewEvent]:
         """The Runtime stops the run because nobody can say whether a side effect happened (source 14: a
@@ -156,13 +155,18 @@ class PlanRunController:
         if memo.plan is None:
             return []
         ctx = DecisionContext(state=state, observations=(observation,), inventory=(), actions={})
-        return [self.delivery.unknown_outcome_package(ctx, memo, observation, pending_question)]
+        return [delivery.unknown_outcome_package(self.services(), ctx, memo, observation, pending_question)]
 
-    def decide_with(self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal:
-        """Continue deciding in the same step once a plan was recorded."""
+    def _go_on(self, svc: Services, ctx: DecisionContext, memo: PlanRunMemo, step: Proposal | DecideAgain) -> Proposal:
+        """A part's proposal, or - when it asked to decide again - the next decision of the same step."""
+        return step if isinstance(step, Proposal) else self._decide_again(svc, ctx, memo, step)
+
+    def _decide_again(self, svc: Services, ctx: DecisionContext, memo: PlanRunMemo, again: DecideAgain) -> Proposal:
+        """Continue deciding in the same step on the changed memo (as sealed), ``again``'s notes and model calls
+        before the next decision's own."""
         inner = self.decide(
             DecisionContext(
-                state=ctx.state.model_copy(update={"memo": self.seals.write(memo)}),
+                state=ctx.state.model_copy(update={"memo": svc.seals.write(memo)}),
                 observations=ctx.observations,
                 inventory=ctx.inventory,
                 actions=ctx.actions,
@@ -172,88 +176,58 @@ class PlanRunController:
             signal=inner.signal,
             source=inner.source,
             visible_actions=inner.visible_actions,
-            model_usage=inner.model_usage,
+            model_usage=(*again.usages, *inner.model_usage),
             memo=inner.memo,
-            notes=[*notes, *inner.notes],
+            notes=[*again.notes, *inner.notes],
             wait=inner.wait,
         )
 
+    def _deliver_partial(
+        self, svc: Services, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], short: DeliverPartial
+    ) -> Proposal:
+        """A part found the budget short: deliver what is verified, on the states as they are now."""
+        states = view.states(svc, ctx, memo)
+        return delivery.deliver_partial(svc, ctx, memo, notes, short.code, short.detail, states)
+
     def schedule(
-        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
+        self,
+        svc: Services,
+        ctx: DecisionContext,
+        memo: PlanRunMemo,
+        notes: list[NewEvent],
+        states: dict[str, WorkItemState],
     ) -> Proposal:
         """Choose the next ready work item (replanning first on new facts), or deliver when none is left."""
-        replanned = self.planning.replan_on_new_facts(ctx, memo, notes)
+        replanned = planning.replan_on_new_facts(svc, ctx, memo, notes)
+        if isinstance(replanned, Reschedule):  # the patch was refused: the plan in hand goes on
+            rescheduled = self.schedule(svc, ctx, memo, notes, view.states(svc, ctx, memo))
+            return view.with_usage(rescheduled, replanned.usage)
         if replanned is not None:
-            return replanned
+            return self._decide_again(svc, ctx, memo, replanned)
         plan = memo.plan
         assert plan is not None
         waiting = next(
             (w for w in plan.work_items if states[w.work_item_id] is WorkItemState.WAITING_FOR_APPROVAL), None
         )
         if not memo.running:
-            refused = self.start_batch(ctx, memo, notes, states)
+            refused = items.start_batch(svc, ctx, memo, notes, states)
             if refused is not None:
-                return refused
+                return self._deliver_partial(svc, ctx, memo, notes, refused)
         if memo.running:
             wid = memo.running[memo.turn % len(memo.running)]
             memo.turn += 1
-            return self.items.item_step(ctx, memo, wid, notes)
+            step = items.item_step(svc, ctx, memo, wid, notes)
+            if isinstance(step, DeliverPartial):
+                return self._deliver_partial(svc, ctx, memo, notes, step)
+            return self._go_on(svc, ctx, memo, step)
         if waiting is not None:  # nothing else can move: now the run really waits for the person
             memo.enter(RunStage.HUMAN_APPROVAL, ctx.state.usage.steps + 1)
-            return self.items.ask_approval(waiting, memo, notes)
+            return items.ask_approval(svc, waiting, memo, notes)
         if all(s is WorkItemState.SUCCEEDED for s in states.values()):
-            return self.delivery.finish(ctx, memo, notes, states)
+            return delivery.finish(svc, ctx, memo, notes, states)
         stuck = sorted(w for w, s in states.items() if s is not WorkItemState.SUCCEEDED)
-        patched = self.planning.replan(ctx, memo, notes, states)
-        if isinstance(patched, Proposal):
-            return patched
-        stuck_step = self._stuck(ctx, memo, notes, stuck, states)
-        return stuck_step if patched is None else self.view.with_usage(stuck_step, patched)
-
-    def start_batch(
-        self, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent], states: dict[str, WorkItemState]
-    ) -> Proposal | None:
-        """Start the next batch (source 12: ``get_ready_items(limit=4)``): up to ``max_parallel`` ready items,
-        in work-item id order, each reserved and its attempt recorded in this one step. The batch's items then
-        take turns, one call per step and each step one transaction, and no new item starts until all of them
-        ended: the same items in the same order on every run, and a crash between two of its calls loses or
-        repeats nothing (the step that journalled a call is the one that recorded it). A partial delivery if
-        not even the first ready item fits the budget; one that does not fit after others started waits for the
-        next batch."""
-        plan = memo.plan
-        assert plan is not None
-        ready = sorted(
-            (w for w in plan.work_items if states[w.work_item_id] in (WorkItemState.READY, WorkItemState.RETRY_WAIT)),
-            key=lambda w: w.work_item_id,
-        )[: max(1, self.config.max_parallel)]
-        if not ready:
-            return None
-        memo.batches += 1
-        memo.turn = 0
-        for item in ready:
-            refused = self.items.start(ctx, memo, notes, item, batch=memo.batches, first=not memo.running)
-            if refused is not None:
-                return refused
-        return None
-
-    def _stuck(
-        self,
-        ctx: DecisionContext,
-        memo: PlanRunMemo,
-        notes: list[NewEvent],
-        stuck: list[str],
-        states: dict[str, WorkItemState],
-    ) -> Proposal:
-        """Nothing can run and no patch helped: a person decides - to grant the access whose lack left the scope
-        short, to restore a source that is down, or what to do when nothing is runnable."""
-        if memo.denied and memo.delivery is None:
-            # Source 14: missing permission left the scope short; a person can grant it or accept less.
-            detail = f"cannot proceed: {stuck}; refused for missing permission: {'; '.join(memo.denied)}"
-            return self.delivery.handoff(ctx, memo, notes, PlanOutcomeCode.SCOPE_SHORTFALL, detail[:600], states)
-        down = memo.unavailable
-        if down and memo.delivery is None:
-            # A source the plan needs is down and the fallbacks did not replace it: a person has to restore
-            # it or accept less - delivering as if the gap were final would hide a fixable cause.
-            detail = f"cannot proceed: {stuck}; unavailable after retries and fallbacks: {', '.join(down)}"
-            return self.delivery.handoff(ctx, memo, notes, PlanOutcomeCode.DEPENDENCY_UNAVAILABLE, detail, states)
-        return self.delivery.nothing_runnable(ctx, memo, notes, stuck, states)
+        patched = planning.replan(svc, ctx, memo, notes, states)
+        if isinstance(patched, DecideAgain):
+            return self._decide_again(svc, ctx, memo, patched)
+        stuck_step = delivery.when_stuck(svc, ctx, memo, notes, stuck, states)
+        return stuck_step if patched is None else view.with_usage(stuck_step, patched)

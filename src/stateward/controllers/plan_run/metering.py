@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stateward.controllers.plan_run.memo import tokens_of
+from stateward.controllers.plan_run import facts as view
+from stateward.controllers.plan_run.memo import PlanRunMemo, tokens_of
+from stateward.controllers.plan_run.services import Services
 from stateward.core.errors import ErrorCode
 from stateward.models.base import AnyModel, ModelReply, ModelRequest, Usage
 from stateward.models.base import _complete as complete_uncounted  # the outer complete() already reports the call
 from stateward.planning.budget import BudgetError, BudgetRemaining
+from stateward.planning.plan import WorkItem
 
 
 @dataclass
@@ -58,3 +61,19 @@ class MeteredModel:
         if self.tokens_left is not None:
             self.tokens_left = max(self.tokens_left - tokens_of(reply.usage), 0)
         return reply
+
+
+def metered_checker(svc: Services, memo: PlanRunMemo) -> MeteredModel | None:
+    """The configured checker, allowed only what the budget has left (running attempts settled as spent)."""
+    if svc.config.checker is None:
+        return None
+    return MeteredModel.within(svc.config.checker, view.live_ledger(memo).remaining())
+
+
+def charge_checks(memo: PlanRunMemo, item: WorkItem, checker: MeteredModel, charged: list[Usage]) -> None:
+    """A check's model calls are the item's, like its worker's: counted on its attempt and reported with
+    the step (``charged``)."""
+    run = memo.items[item.work_item_id]
+    run.model_calls += len(checker.usages)
+    run.tokens += sum(tokens_of(u) for u in checker.usages)
+    charged.extend(checker.usages)
