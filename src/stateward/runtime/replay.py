@@ -187,9 +187,7 @@ class _Journal:
         """The recorded result of this call (its artifacts emitted again), or a refusal if none is left."""
         queue = self._answers.get((tool, self.digest(tool, args)))
         if not queue:
-            self.unrecorded.append(
-                {"tool": tool, "args": to_jsonable_python(args), "step": None if context is None else context.step}
-            )
+            self.unrecorded.append({"tool": tool, "args": to_jsonable_python(args), "digest": self.digest(tool, args)})
             raise ToolFailure(f"replay: the record holds no answer for {tool}; the call is not executed")
         obs = queue.popleft()
         self.answered += 1
@@ -247,10 +245,11 @@ def _compare(
     replayed: list[ReplayDecision],
     source_events: list[Event],
     from_seq: int | None,
-    unrecorded_steps: set[int],
+    journal: _Journal,
     stopped_unmatched: bool,
 ) -> tuple[int, int, Divergence | None]:
     compared = matched = 0
+    unrecorded = {(c["tool"], c["digest"]) for c in journal.unrecorded}
     for index in range(max(len(recorded), len(replayed))):
         old = recorded[index] if index < len(recorded) else None
         new = replayed[index] if index < len(replayed) else None
@@ -261,7 +260,8 @@ def _compare(
             if old.key() == new.key():
                 matched += 1
                 continue
-            kind = DivergenceKind.UNRECORDED_CALL if new.step in unrecorded_steps else DivergenceKind.DECISION
+            call = (new.action, journal.digest(str(new.action), new.args))
+            kind = DivergenceKind.UNRECORDED_CALL if call in unrecorded else DivergenceKind.DECISION
         elif new is not None:
             kind = DivergenceKind.EXTRA_DECISION
         else:
@@ -321,7 +321,7 @@ def replay_run(
                         stopped_unmatched = True
                         break
                     given = answers.popleft()
-                    state = _give(runtime, run_id, state.pending.request_id, given)
+                    state = _give(runtime, run_id, state.pending.request_id, given, _roles(agent))
                     applied += 1
                     continue
                 if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
@@ -333,9 +333,8 @@ def replay_run(
         finally:
             runtime.close()
     recorded, replayed = decisions(source_events), decisions(replay_events)
-    unrecorded_steps = {c["step"] for c in journal.unrecorded if c["step"] is not None}
     compared, matched, first = _compare(
-        recorded, replayed, source_events, from_seq, unrecorded_steps, stopped_unmatched
+        recorded, replayed, source_events, from_seq, journal, stopped_unmatched
     )
     return ReplayReport(
         run_id=run_id,
@@ -357,13 +356,20 @@ def replay_run(
     )
 
 
-def _give(runtime: Any, run_id: str, request_id: str, given: dict[str, Any]) -> Any:
+def _roles(agent: Agent) -> frozenset[str]:
+    """Every role the agent asks answers of: the recorded answerer held the one that was needed."""
+    named = {agent.approver_role, agent.escalation_role, *(spec.approver_role for spec in agent.tools)}
+    return frozenset(r for r in named if r)
+
+
+def _give(runtime: Any, run_id: str, request_id: str, given: dict[str, Any], roles: frozenset[str]) -> Any:
     """The recorded answer, given again to the replay's request (not driven: the replay loop steps)."""
     by = str(given.get("by") or "replay")
     verdict = given.get("verdict")
+    text = given.get("text")
     if verdict == "approved":
-        return runtime.approve(run_id, request_id, by=by, comment=given.get("text"), drive=False).state
+        return runtime.approve(run_id, request_id, by=by, comment=text, roles=roles, drive=False).state
     if verdict == "rejected":
-        return runtime.reject(run_id, request_id, by=by, comment=given.get("text"), drive=False).state
-    return runtime.reply(run_id, request_id, by=by, text=str(given.get("text") or ""), drive=False).state
+        return runtime.reject(run_id, request_id, by=by, comment=text, roles=roles, drive=False).state
+    return runtime.reply(run_id, request_id, by=by, text=str(text or ""), roles=roles, drive=False).state
 
