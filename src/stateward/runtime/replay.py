@@ -311,9 +311,7 @@ def replay_run(
     with tempfile.TemporaryDirectory(prefix="stateward-replay-") as tmp:
         runtime = Runtime(SQLiteStore(str(Path(tmp) / "replay.db")))
         try:
-            state = runtime.submit(
-                replay_agent, source.goal, run_id=run_id, budget=source.budget, tenant=source.tenant
-            )
+            state = runtime.submit(replay_agent, source.goal, run_id=run_id, budget=source.budget, tenant=source.tenant)
             steps = 0
             while steps < limit and not journal.unrecorded:
                 if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
@@ -333,9 +331,7 @@ def replay_run(
         finally:
             runtime.close()
     recorded, replayed = decisions(source_events), decisions(replay_events)
-    compared, matched, first = _compare(
-        recorded, replayed, source_events, from_seq, journal, stopped_unmatched
-    )
+    compared, matched, first = _compare(recorded, replayed, source_events, from_seq, journal, stopped_unmatched)
     return ReplayReport(
         run_id=run_id,
         model=model,
@@ -372,4 +368,3 @@ def _give(runtime: Any, run_id: str, request_id: str, given: dict[str, Any], rol
     if verdict == "rejected":
         return runtime.reject(run_id, request_id, by=by, comment=text, roles=roles, drive=False).state
     return runtime.reply(run_id, request_id, by=by, text=str(text or ""), roles=roles, drive=False).state
-
