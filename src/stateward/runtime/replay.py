@@ -29,7 +29,7 @@ from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
 from stateward.runtime.agent import Agent
 from stateward.store.base import Store
-from stateward.store.sqlite import SQLiteStore
+from stateward.store.backends import open_store
 from stateward.tools.errors import ToolFailure
 from stateward.tools.registry import ToolRegistry
 from stateward.tools.spec import ToolContext, ToolSpec
@@ -309,7 +309,7 @@ def replay_run(
     applied = 0
     stopped_unmatched = False
     with tempfile.TemporaryDirectory(prefix="stateward-replay-") as tmp:
-        runtime = Runtime(SQLiteStore(str(Path(tmp) / "replay.db")))
+        runtime = Runtime(open_store(str(Path(tmp) / "replay.db")))
         try:
             state = runtime.submit(replay_agent, source.goal, run_id=run_id, budget=source.budget, tenant=source.tenant)
             steps = 0
