@@ -28,8 +28,9 @@ from stateward.core.events import Event, EventType
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
 from stateward.runtime.agent import Agent
-from stateward.store.base import Store
+from stateward.runtime.runtime import Runtime
 from stateward.store.backends import open_store
+from stateward.store.base import Store
 from stateward.tools.errors import ToolFailure
 from stateward.tools.registry import ToolRegistry
 from stateward.tools.spec import ToolContext, ToolSpec
@@ -204,13 +205,14 @@ class _Journal:
 
 def _answering(spec: ToolSpec, journal: _Journal) -> ToolSpec:
     """``spec`` with its handler replaced by one that answers from the journal (same schema and shape)."""
-    context_param = spec._fast_shape().context_param
 
     def split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], ToolContext | None]:
-        context = kwargs.pop(context_param, None) if context_param else None
-        if "arguments" in kwargs and spec.input_json_schema is not None:
-            kwargs = dict(kwargs["arguments"])
-        return kwargs, context if isinstance(context, ToolContext) else None
+        # The context is injected under whatever name the handler gave it; it is never an argument.
+        context = next((v for v in kwargs.values() if isinstance(v, ToolContext)), None)
+        args = {k: v for k, v in kwargs.items() if not isinstance(v, ToolContext)}
+        if spec.input_json_schema is not None and isinstance(args.get("arguments"), dict):
+            args = dict(args["arguments"])  # a JSON-schema tool is called as handler(arguments=..., context=...)
+        return args, context
 
     def recorded(**kwargs: Any) -> Any:
         args, context = split(kwargs)
@@ -297,8 +299,6 @@ def replay_run(
     report. ``from_seq`` compares only the recorded decisions from that event on (earlier ones are driven
     but not judged). ``max_steps`` bounds the replay (default: the run's step budget, else 1000).
     """
-    from stateward.runtime.runtime import Runtime  # the runtime module imports this layer's neighbours
-
     source = store.load_run(run_id)
     source_events = _all_events(store, run_id)
     journal = _Journal(source_events, store, run_id, agent.tools)
