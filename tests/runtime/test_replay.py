@@ -198,3 +198,25 @@ def test_an_unknown_run_is_run_not_found(runtime: Runtime) -> None:
     with pytest.raises(RunNotFoundError) as caught:
         replay_run(runtime.store, "run_missing", payment_agent())
     assert caught.value.code is ErrorCode.RUN_NOT_FOUND
+
+
+def test_an_approval_of_another_action_is_not_given_again(runtime: Runtime, db_path: Path) -> None:
+    run_id = _payment_run(runtime)
+    answered = next(e for e in _events(runtime, run_id) if e.type is EventType.REQUEST_ANSWERED)
+    digest = answered.payload["guarded_digest"]
+    runtime.close()
+    con = sqlite3.connect(db_path)  # the record says the reviewer approved some other action
+    with con:
+        con.execute("update event_batches set events = replace(events, ?, ?)", (digest, "f" * 64))
+    con.close()
+    reopened = Runtime.open(str(db_path))
+    try:
+        report = replay_run(reopened.store, run_id, payment_agent())
+    finally:
+        reopened.close()
+
+    assert report.answers_applied == 0
+    assert report.replay_status is RunStatus.WAITING_FOR_USER
+    first = report.first_divergence
+    assert first is not None and first.kind is DivergenceKind.UNMATCHED_ANSWER
+    assert first.index == report.compared == report.matched

@@ -25,6 +25,7 @@ from pydantic_core import to_jsonable_python
 
 from stateward.core.canonical import canonical_json, sha256_hex
 from stateward.core.events import Event, EventType
+from stateward.core.state import PendingRequest
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
 from stateward.runtime.agent import Agent
@@ -315,7 +316,7 @@ def replay_run(
             steps = 0
             while steps < limit and not journal.unrecorded:
                 if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
-                    if not answers or answers[0].get("verdict") not in ANSWER_VERDICTS:
+                    if not answers or not _answers_this(answers[0], state.pending):
                         stopped_unmatched = True
                         break
                     given = answers.popleft()
@@ -350,6 +351,16 @@ def replay_run(
         input_tokens=state.usage.input_tokens,
         output_tokens=state.usage.output_tokens,
     )
+
+
+def _answers_this(given: dict[str, Any], pending: PendingRequest) -> bool:
+    """Whether a recorded answer may be given to the replay's request: a person's approval of one action is
+    never given to another (the digest of the action it guarded must be the same)."""
+    if given.get("verdict") not in ANSWER_VERDICTS:
+        return False
+    recorded = given.get("guarded_digest")
+    current = None if pending.guarded_action is None else pending.guarded_action.digest
+    return recorded == current
 
 
 def _roles(agent: Agent) -> frozenset[str]:
