@@ -15,7 +15,6 @@ import dataclasses
 import json
 import tempfile
 from collections import deque
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
 from stateward.core.canonical import canonical_json, sha256_hex
+from stateward.core.errors import ErrorCode
 from stateward.core.events import Event, EventType
 from stateward.core.state import PendingRequest
 from stateward.core.status import RunStatus
@@ -34,7 +34,7 @@ from stateward.store.backends import open_store
 from stateward.store.base import Store
 from stateward.tools.errors import ToolFailure
 from stateward.tools.registry import ToolRegistry
-from stateward.tools.spec import ToolContext, ToolSpec
+from stateward.tools.spec import REPLACED_CONTEXT, ToolContext, ToolSpec
 
 __all__ = ["Divergence", "DivergenceKind", "ReplayDecision", "ReplayReport", "replay_run"]
 
@@ -159,21 +159,27 @@ def decisions(events: list[Event]) -> list[ReplayDecision]:
 
 
 class _Journal:
-    """The source run's recorded tool answers, queued per (tool, arguments digest) in the order they happened."""
+    """The source run's recorded tool answers: by idempotency key (the same run, step, tool and canonical
+    arguments: a retried call gets its recorded outcome again), else queued per (tool, arguments digest) in the
+    order they happened (the same call at another step)."""
 
     def __init__(self, events: list[Event], store: Store, run_id: str, tools: ToolRegistry):
         self._tools = tools
-        self._answers: dict[tuple[str, str], deque[dict[str, Any]]] = {}
+        self._by_key: dict[str, dict[str, Any]] = {}
+        self._queued: dict[tuple[str, str], deque[tuple[str | None, dict[str, Any]]]] = {}
+        self._used: set[str] = set()
         self._store = store
         self._run_id = run_id
         self.unrecorded: list[dict[str, Any]] = []
-        self.answered = 0
         for event in events:
             if event.type is not EventType.TOOL_ATTEMPTED:
                 continue
             obs = event.payload.get("observation") or {}
-            key = (str(obs.get("action")), self.digest(str(obs.get("action")), obs.get("args")))
-            self._answers.setdefault(key, deque()).append(obs)
+            key = event.payload.get("idempotency_key")
+            if isinstance(key, str):
+                self._by_key[key] = obs
+            call = (str(obs.get("action")), self.digest(str(obs.get("action")), obs.get("args")))
+            self._queued.setdefault(call, deque()).append((key if isinstance(key, str) else None, obs))
 
     def digest(self, tool: str, args: Any) -> str:
         """The call's arguments as the gateway digests them (defaults filled in), else as given."""
@@ -185,14 +191,25 @@ class _Journal:
                 pass
         return args_digest(args)
 
+    def _find(self, tool: str, args: dict[str, Any], key: str | None) -> dict[str, Any] | None:
+        if key is not None and key in self._by_key:
+            self._used.add(key)
+            return self._by_key[key]
+        queue = self._queued.get((tool, self.digest(tool, args)), deque())
+        while queue:
+            recorded_key, obs = queue.popleft()
+            if recorded_key is None or recorded_key not in self._used:
+                if recorded_key is not None:
+                    self._used.add(recorded_key)
+                return obs
+        return None
+
     def answer(self, tool: str, args: dict[str, Any], context: ToolContext | None) -> Any:
-        """The recorded result of this call (its artifacts emitted again), or a refusal if none is left."""
-        queue = self._answers.get((tool, self.digest(tool, args)))
-        if not queue:
+        """The recorded result of this call (its artifacts emitted again), or a refusal if the record holds none."""
+        obs = self._find(tool, args, None if context is None else context.idempotency_key)
+        if obs is None:
             self.unrecorded.append({"tool": tool, "args": to_jsonable_python(args), "digest": self.digest(tool, args)})
             raise ToolFailure(f"replay: the record holds no answer for {tool}; the call is not executed")
-        obs = queue.popleft()
-        self.answered += 1
         if context is not None:
             for ref in obs.get("artifacts") or []:
                 name, _, version = str(ref).rpartition(":v")
@@ -200,20 +217,22 @@ class _Journal:
                 if found is not None:
                     context.emit_artifact(found.name, found.content, found.media_type)
         if obs.get("status") != "SUCCESS":
-            raise ToolFailure(str(obs.get("error") or "recorded failure"))
+            code = obs.get("error_code")
+            known = code if code in ErrorCode.__members__ else None
+            raise ToolFailure(f"replay: the recorded call failed ({code})", code=ErrorCode(known) if known else None)
         return obs.get("result")
 
 
 def _answering(spec: ToolSpec, journal: _Journal) -> ToolSpec:
-    """``spec`` with its handler replaced by one that answers from the journal (same schema and shape)."""
+    """``spec`` answering from the journal: same schema, checks and policies; its own handler is never called."""
 
     def split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], ToolContext | None]:
-        # The context is injected under whatever name the handler gave it; it is never an argument.
-        context = next((v for v in kwargs.values() if isinstance(v, ToolContext)), None)
+        context = kwargs.pop(REPLACED_CONTEXT, None)
+        context = next((v for v in kwargs.values() if isinstance(v, ToolContext)), context)
         args = {k: v for k, v in kwargs.items() if not isinstance(v, ToolContext)}
         if spec.input_json_schema is not None and isinstance(args.get("arguments"), dict):
             args = dict(args["arguments"])  # a JSON-schema tool is called as handler(arguments=..., context=...)
-        return args, context
+        return args, context if isinstance(context, ToolContext) else None
 
     def recorded(**kwargs: Any) -> Any:
         args, context = split(kwargs)
@@ -223,8 +242,7 @@ def _answering(spec: ToolSpec, journal: _Journal) -> ToolSpec:
         args, context = split(kwargs)
         return journal.answer(spec.name, args, context)
 
-    handler: Callable[..., Any] = recorded_async if spec.handler_is_async else recorded
-    return spec.model_copy(update={"handler": handler, "lookup": None})
+    return spec.answered_by(recorded_async if spec.handler_is_async else recorded)
 
 
 def _answers(events: list[Event]) -> deque[dict[str, Any]]:
