@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from stateward import RunStatus, Runtime
+from stateward import RequestKind, RunStatus, Runtime
 from stateward.controllers.plan_run.controller import PlanRunController
 from stateward.core.errors import ErrorCode, RunNotFoundError
 from stateward.core.events import Event, EventType
@@ -106,6 +106,7 @@ def test_payment_run_replays_with_its_own_models_without_divergence(runtime: Run
     assert report.replayed_decisions == len(recorded)
     assert report.unrecorded_calls == []
     assert report.answers_applied == 1  # the reviewer's approval, given again at the same wait
+    assert report.observations_differing == 0
     assert report.replay_status is RunStatus.COMPLETED
     assert report.model_calls == runtime.get(run_id).usage.model_calls
     assert calls == []  # every answer came from the record
@@ -220,3 +221,21 @@ def test_an_approval_of_another_action_is_not_given_again(runtime: Runtime, db_p
     first = report.first_divergence
     assert first is not None and first.kind is DivergenceKind.UNMATCHED_ANSWER
     assert first.index == report.compared == report.matched
+
+
+@pytest.mark.parametrize("fault", ["doc-search-timeout", "doc-search-timeout-once", "pause-resume", "injection"])
+def test_payment_fault_runs_replay_without_divergence(runtime: Runtime, fault: str) -> None:
+    """Timeouts, retries, a pause and a refused injected call: each answered from the record as it happened."""
+    state = runtime.start(payment_agent(fault=fault), payment_goal().objective)
+    while state.pending is not None and state.pending.kind is RequestKind.APPROVAL:
+        state = runtime.approve(state.run_id, state.pending.request_id, by="reviewer").state
+    if state.status is RunStatus.PAUSED:
+        state = runtime.resume(state.run_id)
+    calls: list[str] = []
+
+    report = replay_run(runtime.store, state.run_id, _counting(payment_agent(fault=fault), calls))
+
+    assert report.first_divergence is None, report.first_divergence
+    assert report.unrecorded_calls == [] and calls == []
+    assert report.matched == report.recorded_decisions
+    assert report.observations_differing == 0  # every observation is the recorded one, failures included

@@ -32,7 +32,15 @@ from stateward.runtime.agent import Agent
 from stateward.runtime.runtime import Runtime
 from stateward.store.backends import open_store
 from stateward.store.base import Store
-from stateward.tools.errors import ToolFailure
+from stateward.tools.errors import (
+    RateLimited,
+    ServiceUnavailable,
+    ToolFailure,
+    ToolInvalidArgument,
+    ToolOutcomeUnknown,
+    ToolPermissionDenied,
+    ToolTimeout,
+)
 from stateward.tools.registry import ToolRegistry
 from stateward.tools.spec import REPLACED_CONTEXT, ToolContext, ToolSpec
 
@@ -42,6 +50,7 @@ CONTEXT_OBSERVATIONS = 3  # observations shown before the first divergence: boun
 DEFAULT_MAX_STEPS = 1000  # when neither the caller nor the run's budget bounds the replay
 ANSWER_VERDICTS = ("approved", "rejected", "replied")
 PAGE = 1000
+FAILURES = (ToolTimeout, ToolOutcomeUnknown, RateLimited, ServiceUnavailable, ToolPermissionDenied, ToolInvalidArgument)
 
 
 class DivergenceKind(StrEnum):
@@ -101,6 +110,7 @@ class ReplayReport(BaseModel):
     first_divergence: Divergence | None
     unrecorded_calls: list[dict[str, Any]]
     answers_applied: int
+    observations_differing: int  # replayed tool observations unlike the recorded ones at the same place
     replay_status: RunStatus
     replay_steps: int
     max_steps: int
@@ -168,6 +178,7 @@ class _Journal:
         self._by_key: dict[str, dict[str, Any]] = {}
         self._queued: dict[tuple[str, str], deque[tuple[str | None, dict[str, Any]]]] = {}
         self._used: set[str] = set()
+        self._retried: set[str] = set()
         self._store = store
         self._run_id = run_id
         self.unrecorded: list[dict[str, Any]] = []
@@ -210,17 +221,27 @@ class _Journal:
         if obs is None:
             self.unrecorded.append({"tool": tool, "args": to_jsonable_python(args), "digest": self.digest(tool, args)})
             raise ToolFailure(f"replay: the record holds no answer for {tool}; the call is not executed")
+        if obs.get("status") != "SUCCESS":
+            raise _failure(obs.get("error_code"))
+        if obs.get("error_code") and context is not None and context.idempotency_key not in self._retried:
+            # It succeeded on a retry: the record keeps the last failure, so the first attempt fails as it did.
+            self._retried.add(context.idempotency_key)
+            raise _failure(obs.get("error_code"))
         if context is not None:
             for ref in obs.get("artifacts") or []:
                 name, _, version = str(ref).rpartition(":v")
                 found = self._store.get_artifact(self._run_id, name, int(version) if version.isdigit() else None)
                 if found is not None:
                     context.emit_artifact(found.name, found.content, found.media_type)
-        if obs.get("status") != "SUCCESS":
-            code = obs.get("error_code")
-            known = code if code in ErrorCode.__members__ else None
-            raise ToolFailure(f"replay: the recorded call failed ({code})", code=ErrorCode(known) if known else None)
         return obs.get("result")
+
+
+def _failure(code: Any) -> ToolFailure:
+    """The recorded failure raised again as the class the gateway classifies it by."""
+    known = ErrorCode(code) if isinstance(code, str) and code in ErrorCode.__members__ else ErrorCode.EXECUTION_ERROR
+    message = f"replay: the recorded call failed ({known.value})"
+    cls = next((c for c in FAILURES if c.default_code is known), None)
+    return ToolFailure(message, code=known) if cls is None else cls(message)
 
 
 def _answering(spec: ToolSpec, journal: _Journal) -> ToolSpec:
@@ -247,6 +268,21 @@ def _answering(spec: ToolSpec, journal: _Journal) -> ToolSpec:
 
 def _answers(events: list[Event]) -> deque[dict[str, Any]]:
     return deque(e.payload for e in events if e.type is EventType.REQUEST_ANSWERED)
+
+
+def _observations(events: list[Event]) -> list[tuple[Any, ...]]:
+    out = []
+    for e in events:
+        if e.type is EventType.TOOL_ATTEMPTED:
+            o = e.payload.get("observation") or {}
+            out.append((o.get("action"), o.get("status"), o.get("error_code"), args_digest(o.get("result"))))
+    return out
+
+
+def _differing(source: list[Event], replay: list[Event]) -> int:
+    """Replayed observations that are not what the record holds at the same place (0 for a faithful replay)."""
+    old, new = _observations(source), _observations(replay)
+    return sum(a != b for a, b in zip(old, new, strict=False))
 
 
 def _context(events: list[Event], before_seq: int | None) -> list[dict[str, Any]]:
@@ -362,6 +398,7 @@ def replay_run(
         first_divergence=first,
         unrecorded_calls=journal.unrecorded,
         answers_applied=applied,
+        observations_differing=_differing(source_events, replay_events),
         replay_status=state.status,
         replay_steps=state.usage.steps,
         max_steps=limit,
