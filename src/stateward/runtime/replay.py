@@ -28,6 +28,7 @@ from stateward.core.events import Event, EventType
 from stateward.core.state import PendingRequest
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
+from stateward.observability.tracing import Telemetry
 from stateward.runtime.agent import Agent
 from stateward.runtime.runtime import Runtime
 from stateward.store.backends import open_store
@@ -364,7 +365,8 @@ def replay_run(
     applied = 0
     stopped_unmatched = False
     with tempfile.TemporaryDirectory(prefix="stateward-replay-") as tmp:
-        runtime = Runtime(open_store(str(Path(tmp) / "replay.db")))
+        # No telemetry: a replay is not a run of the operator's, so it adds to no span, metric or gauge of theirs.
+        runtime = Runtime(open_store(str(Path(tmp) / "replay.db")), telemetry=Telemetry(enabled=False))
         try:
             state = runtime.submit(replay_agent, source.goal, run_id=run_id, budget=source.budget, tenant=source.tenant)
             steps = 0
