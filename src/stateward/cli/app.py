@@ -12,7 +12,7 @@ import typer
 if TYPE_CHECKING:
     pass
 
-from stateward.cli import DEFAULT_DB
+from stateward.cli import DEFAULT_DB, replay_cmd
 from stateward.cli.output import (
     CELL_CHARS,
     answer_hint,
@@ -78,6 +78,9 @@ def _mount(first: str | None) -> None:
     for name, entry_point in sorted(plugin_groups(builtin).items()):
         if first is None or name == first:
             app.add_typer(load_group(entry_point), name=name)
+
+
+app.command("replay")(replay_cmd.replay)  # its heavy imports happen inside the command
 
 
 # -- agents ---------------------------------------------------------------------------------------

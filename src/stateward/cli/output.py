@@ -19,11 +19,13 @@ from stateward.core.inert import inert
 # Exit codes: 0 success; 1 a request was refused or a run/request was not found (named error code);
 # 2 bad command-line usage (Typer's own); 3 bad input file or configuration; 4 an answer was
 # recorded but this process could not drive the run (it stays RUNNING for a worker or a resume);
-# 5 a worker stopped because of runs that crashed or could not be driven (see ``worker --help``).
+# 5 a worker stopped because of runs that crashed or could not be driven (see ``worker --help``);
+# 6 a replay found a divergence from the recorded run (see ``replay --help``).
 EXIT_REFUSED = 1
 EXIT_BAD_INPUT = 3
 EXIT_NOT_DRIVEN = 4
 EXIT_RUNS_TROUBLED = 5
+EXIT_DIVERGED = 6
 
 
 def say(line: str) -> None:

@@ -67,6 +67,7 @@ TooLarge = Literal["truncate", "refuse"]
 # Every result is bounded unless its tool says otherwise: ``max_result_bytes=None`` lifts the limit,
 # ``on_too_large="refuse"`` turns a cut into a RESULT_TOO_LARGE failure.
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024
+REPLACED_CONTEXT = "__context__"  # where :meth:`ToolSpec.answered_by`'s handler gets the ToolContext
 
 
 class ChildAgent(BaseModel):
@@ -217,6 +218,18 @@ class ToolSpec(BaseModel):
         # The private attribute read straight from pydantic's store: ``self._shape`` goes through pydantic's
         # ``__getattr__`` (a miss on the instance, then a probe of the attribute's descriptor) on every call.
         return self.__pydantic_private__["_shape"]  # type: ignore[index,no-any-return]
+
+    def answered_by(self, handler: Callable[..., Any]) -> ToolSpec:
+        """This tool with ``handler`` in place of its own (same schema, checks and policies, no lookup): the
+        handler gets the validated fields and, under ``REPLACED_CONTEXT``, the call's ToolContext whether or not
+        the original asked for it. A replay answers calls from a run's record this way (runtime/replay.py)."""
+        copy = self.model_copy(update={"handler": handler, "lookup": None})
+        shape = self._fast_shape()
+        context = shape.context_param or REPLACED_CONTEXT
+        copy.__pydantic_private__["_shape"] = replace(  # type: ignore[index]
+            shape, context_param=context, is_async=is_async_handler(handler)
+        )
+        return copy
 
     def validate_args(self, args: dict[str, Any]) -> BaseModel:
         """Raises pydantic.ValidationError on bad input."""

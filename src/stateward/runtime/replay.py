@@ -1,0 +1,438 @@
+"""Replay a recorded run against another model, offline: would it have decided the same?
+
+The source run is only read. A copy of its goal is driven in a throw-away SQLite store by the agent given
+(typically the same agent with a new model or prompt); every tool call is answered from the source's
+record of that call (same tool, same canonical arguments, in order) and no handler is called. A call the
+record does not hold is reported (UNRECORDED_CALL) and the replay stops there: it is never executed.
+The answers people gave the source run are given again at the same waits (an answer is data in the log).
+Then the two decision sequences are compared one by one and the first divergence is named with the
+observations that led to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from collections import deque
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
+
+from stateward.core.canonical import canonical_json, sha256_hex
+from stateward.core.errors import ErrorCode
+from stateward.core.events import Event, EventType
+from stateward.core.state import PendingRequest
+from stateward.core.status import RunStatus
+from stateward.observability.payloads import resolve
+from stateward.observability.tracing import Telemetry
+from stateward.runtime.agent import Agent
+from stateward.runtime.runtime import Runtime
+from stateward.store.backends import open_store
+from stateward.store.base import Store
+from stateward.tools.errors import (
+    RateLimited,
+    ServiceUnavailable,
+    ToolFailure,
+    ToolInvalidArgument,
+    ToolOutcomeUnknown,
+    ToolPermissionDenied,
+    ToolTimeout,
+)
+from stateward.tools.registry import ToolRegistry
+from stateward.tools.spec import REPLACED_CONTEXT, ToolContext, ToolSpec
+
+__all__ = ["Divergence", "DivergenceKind", "ReplayDecision", "ReplayReport", "replay_run"]
+
+CONTEXT_OBSERVATIONS = 3  # observations shown before the first divergence: bounded context
+DEFAULT_MAX_STEPS = 1000  # when neither the caller nor the run's budget bounds the replay
+ANSWER_VERDICTS = ("approved", "rejected", "replied")
+PAGE = 1000
+FAILURES = (ToolTimeout, ToolOutcomeUnknown, RateLimited, ServiceUnavailable, ToolPermissionDenied, ToolInvalidArgument)
+
+
+class DivergenceKind(StrEnum):
+    """How the replay first departed from the record."""
+
+    DECISION = "DECISION"  # another decision (type, action or arguments) at the same point
+    UNRECORDED_CALL = "UNRECORDED_CALL"  # a call the record does not hold: reported, never executed
+    EXTRA_DECISION = "EXTRA_DECISION"  # the replay went on where the record had stopped
+    MISSING_DECISION = "MISSING_DECISION"  # the replay stopped where the record went on
+    UNMATCHED_ANSWER = "UNMATCHED_ANSWER"  # the replay waited where the record holds no answer for it
+
+
+class ReplayDecision(BaseModel):
+    """One decision as the comparison sees it: its kind, action and a digest of its arguments."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seq: int  # the event (signal_received) that recorded it, in its own run's log
+    step: int | None = None
+    source: str | None = None  # rule, model, ...
+    type: str | None = None
+    action: str | None = None
+    args_digest: str | None = None
+    args: Any = None
+
+    def key(self) -> tuple[str | None, str | None, str | None]:
+        """What two decisions must share to match."""
+        return (self.type, self.action, self.args_digest)
+
+
+class Divergence(BaseModel):
+    """The first point where the replay decided otherwise, with what it had seen just before."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: DivergenceKind
+    index: int  # the decision's position in the run (0-based)
+    seq: int | None  # the recorded decision's seq in the source run (None past the record's end)
+    recorded: ReplayDecision | None
+    replayed: ReplayDecision | None
+    context: list[dict[str, Any]] = Field(default_factory=list)  # the last recorded observations before it
+    detail: str = ""
+
+
+class ReplayReport(BaseModel):
+    """What a replay found: how many decisions matched, the first divergence and the replay's model usage."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    model: str | None
+    from_seq: int | None
+    recorded_decisions: int
+    replayed_decisions: int
+    compared: int
+    matched: int
+    first_divergence: Divergence | None
+    unrecorded_calls: list[dict[str, Any]]
+    answers_applied: int
+    observations_differing: int  # replayed tool observations unlike the recorded ones at the same place
+    replay_status: RunStatus
+    replay_steps: int
+    max_steps: int
+    model_calls: int
+    input_tokens: int
+    output_tokens: int
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the replay decided otherwise anywhere it was compared."""
+        return self.first_divergence is not None
+
+
+def _all_events(store: Store, run_id: str) -> list[Event]:
+    """Every event of the run with offloaded payloads put back, page by page (a read: nothing is written)."""
+
+    def fetch(name: str) -> str | None:
+        found = store.get_artifact(run_id, name, 1)
+        return None if found is None else found.content
+
+    events: list[Event] = []
+    while page := store.read_events(run_id, events[-1].seq if events else 0, PAGE):
+        events += [e.model_copy(update={"payload": resolve(e.payload, fetch)}) for e in page]
+    return events
+
+
+def args_digest(args: Any) -> str:
+    """The digest a call's or decision's arguments are matched by."""
+    return sha256_hex(canonical_json(to_jsonable_python(args if args is not None else {})))
+
+
+def _decision(event: Event) -> ReplayDecision:
+    signal = event.payload.get("signal")
+    if isinstance(signal, str):
+        try:
+            signal = json.loads(signal)
+        except ValueError:
+            signal = {"type": None, "action": None, "args": signal}
+    if not isinstance(signal, dict):
+        signal = {"args": signal}
+    args = signal.get("args")
+    return ReplayDecision(
+        seq=event.seq,
+        step=event.payload.get("step"),
+        source=event.payload.get("signal_source"),
+        type=signal.get("type"),
+        action=signal.get("action"),
+        args_digest=args_digest(args),
+        args=args,
+    )
+
+
+def decisions(events: list[Event]) -> list[ReplayDecision]:
+    """The run's decisions in order, as its signal_received events recorded them."""
+    return [_decision(e) for e in events if e.type is EventType.SIGNAL_RECEIVED]
+
+
+class _Journal:
+    """The source run's recorded tool answers: by idempotency key (the same run, step, tool and canonical
+    arguments: a retried call gets its recorded outcome again), else queued per (tool, arguments digest) in the
+    order they happened (the same call at another step)."""
+
+    def __init__(self, events: list[Event], store: Store, run_id: str, tools: ToolRegistry):
+        self._tools = tools
+        self._by_key: dict[str, dict[str, Any]] = {}
+        self._queued: dict[tuple[str, str], deque[tuple[str | None, dict[str, Any]]]] = {}
+        self._used: set[str] = set()
+        self._retried: set[str] = set()
+        self._store = store
+        self._run_id = run_id
+        self.unrecorded: list[dict[str, Any]] = []
+        for event in events:
+            if event.type is not EventType.TOOL_ATTEMPTED:
+                continue
+            obs = event.payload.get("observation") or {}
+            key = event.payload.get("idempotency_key")
+            if isinstance(key, str):
+                self._by_key[key] = obs
+            call = (str(obs.get("action")), self.digest(str(obs.get("action")), obs.get("args")))
+            self._queued.setdefault(call, deque()).append((key if isinstance(key, str) else None, obs))
+
+    def digest(self, tool: str, args: Any) -> str:
+        """The call's arguments as the gateway digests them (defaults filled in), else as given."""
+        spec = self._tools.get(tool)
+        if spec is not None and isinstance(args, dict):
+            try:
+                return args_digest(spec.canonical_args(spec.validate_args(args)))
+            except ValueError:
+                pass
+        return args_digest(args)
+
+    def _find(self, tool: str, args: dict[str, Any], key: str | None) -> dict[str, Any] | None:
+        if key is not None and key in self._by_key:
+            self._used.add(key)
+            return self._by_key[key]
+        queue = self._queued.get((tool, self.digest(tool, args)), deque())
+        while queue:
+            recorded_key, obs = queue.popleft()
+            if recorded_key is None or recorded_key not in self._used:
+                if recorded_key is not None:
+                    self._used.add(recorded_key)
+                return obs
+        return None
+
+    def answer(self, tool: str, args: dict[str, Any], context: ToolContext | None) -> Any:
+        """The recorded result of this call (its artifacts emitted again), or a refusal if the record holds none."""
+        obs = self._find(tool, args, None if context is None else context.idempotency_key)
+        if obs is None:
+            self.unrecorded.append({"tool": tool, "args": to_jsonable_python(args), "digest": self.digest(tool, args)})
+            raise ToolFailure(f"replay: the record holds no answer for {tool}; the call is not executed")
+        if obs.get("status") != "SUCCESS":
+            raise _failure(obs.get("error_code"))
+        if obs.get("error_code") and context is not None and context.idempotency_key not in self._retried:
+            # It succeeded on a retry: the record keeps the last failure, so the first attempt fails as it did.
+            self._retried.add(context.idempotency_key)
+            raise _failure(obs.get("error_code"))
+        if context is not None:
+            for ref in obs.get("artifacts") or []:
+                name, _, version = str(ref).rpartition(":v")
+                found = self._store.get_artifact(self._run_id, name, int(version) if version.isdigit() else None)
+                if found is not None:
+                    context.emit_artifact(found.name, found.content, found.media_type)
+        return obs.get("result")
+
+
+def _failure(code: Any) -> ToolFailure:
+    """The recorded failure raised again as the class the gateway classifies it by."""
+    known = ErrorCode(code) if isinstance(code, str) and code in ErrorCode.__members__ else ErrorCode.EXECUTION_ERROR
+    message = f"replay: the recorded call failed ({known.value})"
+    cls = next((c for c in FAILURES if c.default_code is known), None)
+    return ToolFailure(message, code=known) if cls is None else cls(message)
+
+
+def _answering(spec: ToolSpec, journal: _Journal) -> ToolSpec:
+    """``spec`` answering from the journal: same schema, checks and policies; its own handler is never called."""
+
+    def split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], ToolContext | None]:
+        context = kwargs.pop(REPLACED_CONTEXT, None)
+        context = next((v for v in kwargs.values() if isinstance(v, ToolContext)), context)
+        args = {k: v for k, v in kwargs.items() if not isinstance(v, ToolContext)}
+        if spec.input_json_schema is not None and isinstance(args.get("arguments"), dict):
+            args = dict(args["arguments"])  # a JSON-schema tool is called as handler(arguments=..., context=...)
+        return args, context if isinstance(context, ToolContext) else None
+
+    def recorded(**kwargs: Any) -> Any:
+        args, context = split(kwargs)
+        return journal.answer(spec.name, args, context)
+
+    async def recorded_async(**kwargs: Any) -> Any:
+        args, context = split(kwargs)
+        return journal.answer(spec.name, args, context)
+
+    return spec.answered_by(recorded_async if spec.handler_is_async else recorded)
+
+
+def _answers(events: list[Event]) -> deque[dict[str, Any]]:
+    return deque(e.payload for e in events if e.type is EventType.REQUEST_ANSWERED)
+
+
+def _observations(events: list[Event]) -> list[tuple[Any, ...]]:
+    out = []
+    for e in events:
+        if e.type is EventType.TOOL_ATTEMPTED:
+            o = e.payload.get("observation") or {}
+            out.append((o.get("action"), o.get("status"), o.get("error_code"), args_digest(o.get("result"))))
+    return out
+
+
+def _differing(source: list[Event], replay: list[Event]) -> int:
+    """Replayed observations that are not what the record holds at the same place (0 for a faithful replay)."""
+    old, new = _observations(source), _observations(replay)
+    return sum(a != b for a, b in zip(old, new, strict=False))
+
+
+def _context(events: list[Event], before_seq: int | None) -> list[dict[str, Any]]:
+    seen = [
+        e.payload.get("observation") or {}
+        for e in events
+        if e.type is EventType.TOOL_ATTEMPTED and (before_seq is None or e.seq < before_seq)
+    ]
+    return [
+        {k: obs.get(k) for k in ("step", "action", "args", "status", "result", "error_code")}
+        for obs in seen[-CONTEXT_OBSERVATIONS:]
+    ]
+
+
+def _compare(
+    recorded: list[ReplayDecision],
+    replayed: list[ReplayDecision],
+    source_events: list[Event],
+    from_seq: int | None,
+    journal: _Journal,
+    stopped_unmatched: bool,
+) -> tuple[int, int, Divergence | None]:
+    compared = matched = 0
+    unrecorded = {(c["tool"], c["digest"]) for c in journal.unrecorded}
+    for index in range(max(len(recorded), len(replayed))):
+        old = recorded[index] if index < len(recorded) else None
+        new = replayed[index] if index < len(replayed) else None
+        if old is not None and from_seq is not None and old.seq < from_seq:
+            continue
+        if old is not None and new is not None:
+            compared += 1
+            if old.key() == new.key():
+                matched += 1
+                continue
+            call = (new.action, journal.digest(str(new.action), new.args))
+            kind = DivergenceKind.UNRECORDED_CALL if call in unrecorded else DivergenceKind.DECISION
+        elif new is not None:
+            kind = DivergenceKind.EXTRA_DECISION
+        else:
+            kind = DivergenceKind.UNMATCHED_ANSWER if stopped_unmatched else DivergenceKind.MISSING_DECISION
+        seq = None if old is None else old.seq
+        return (
+            compared,
+            matched,
+            Divergence(
+                kind=kind,
+                index=index,
+                seq=seq,
+                recorded=old,
+                replayed=new,
+                context=_context(source_events, seq),
+            ),
+        )
+    return compared, matched, None
+
+
+def replay_run(
+    store: Store,
+    run_id: str,
+    agent: Agent,
+    *,
+    model: str | None = None,
+    from_seq: int | None = None,
+    max_steps: int | None = None,
+) -> ReplayReport:
+    """Re-drive ``run_id`` of ``store`` with ``agent`` offline and compare its decisions with the record.
+
+    ``store`` is only read (RUN_NOT_FOUND for an unknown run). ``model`` names the model under test in the
+    report. ``from_seq`` compares only the recorded decisions from that event on (earlier ones are driven
+    but not judged). ``max_steps`` bounds the replay (default: the run's step budget, else 1000).
+    """
+    source = store.load_run(run_id)
+    source_events = _all_events(store, run_id)
+    journal = _Journal(source_events, store, run_id, agent.tools)
+    answering = ToolRegistry([_answering(spec, journal) for spec in agent.tools])
+    replay_agent = dataclasses.replace(agent, tools=answering)
+    limit = max_steps or source.budget.max_steps or agent.budget.max_steps or DEFAULT_MAX_STEPS
+    answers = _answers(source_events)
+    applied = 0
+    stopped_unmatched = False
+    with tempfile.TemporaryDirectory(prefix="stateward-replay-") as tmp:
+        # No telemetry: a replay is not a run of the operator's, so it adds to no span, metric or gauge of theirs.
+        runtime = Runtime(open_store(str(Path(tmp) / "replay.db")), telemetry=Telemetry(enabled=False))
+        try:
+            state = runtime.submit(replay_agent, source.goal, run_id=run_id, budget=source.budget, tenant=source.tenant)
+            steps = 0
+            while steps < limit and not journal.unrecorded:
+                if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
+                    if not answers or not _answers_this(answers[0], state.pending):
+                        stopped_unmatched = True
+                        break
+                    given = answers.popleft()
+                    state = _give(runtime, run_id, state.pending.request_id, given, _roles(agent))
+                    applied += 1
+                    continue
+                if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
+                    break
+                state = runtime.step(run_id)
+                steps += 1
+            replay_events = _all_events(runtime.store, run_id)
+            state = runtime.get(run_id)
+        finally:
+            runtime.close()
+    recorded, replayed = decisions(source_events), decisions(replay_events)
+    compared, matched, first = _compare(recorded, replayed, source_events, from_seq, journal, stopped_unmatched)
+    return ReplayReport(
+        run_id=run_id,
+        model=model,
+        from_seq=from_seq,
+        recorded_decisions=len(recorded),
+        replayed_decisions=len(replayed),
+        compared=compared,
+        matched=matched,
+        first_divergence=first,
+        unrecorded_calls=journal.unrecorded,
+        answers_applied=applied,
+        observations_differing=_differing(source_events, replay_events),
+        replay_status=state.status,
+        replay_steps=state.usage.steps,
+        max_steps=limit,
+        model_calls=state.usage.model_calls,
+        input_tokens=state.usage.input_tokens,
+        output_tokens=state.usage.output_tokens,
+    )
+
+
+def _answers_this(given: dict[str, Any], pending: PendingRequest) -> bool:
+    """Whether a recorded answer may be given to the replay's request: a person's approval of one action is
+    never given to another (the digest of the action it guarded must be the same)."""
+    if given.get("verdict") not in ANSWER_VERDICTS:
+        return False
+    recorded = given.get("guarded_digest")
+    current = None if pending.guarded_action is None else pending.guarded_action.digest
+    return recorded == current
+
+
+def _roles(agent: Agent) -> frozenset[str]:
+    """Every role the agent asks answers of: the recorded answerer held the one that was needed."""
+    named = {agent.approver_role, agent.escalation_role, *(spec.approver_role for spec in agent.tools)}
+    return frozenset(r for r in named if r)
+
+
+def _give(runtime: Any, run_id: str, request_id: str, given: dict[str, Any], roles: frozenset[str]) -> Any:
+    """The recorded answer, given again to the replay's request (not driven: the replay loop steps)."""
+    by = str(given.get("by") or "replay")
+    verdict = given.get("verdict")
+    text = given.get("text")
+    if verdict == "approved":
+        return runtime.approve(run_id, request_id, by=by, comment=text, roles=roles, drive=False).state
+    if verdict == "rejected":
+        return runtime.reject(run_id, request_id, by=by, comment=text, roles=roles, drive=False).state
+    return runtime.reply(run_id, request_id, by=by, text=str(text or ""), roles=roles, drive=False).state
