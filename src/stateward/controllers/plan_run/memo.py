@@ -35,6 +35,7 @@ from stateward.planning.plan import Plan, WorkItem
 from stateward.planning.progress import ProgressTracker
 from stateward.planning.readiness import ReadinessContract
 from stateward.planning.stages import RunStage, StageEntry, entered
+from stateward.verify.checks import AuthorityConflict
 from stateward.planning.termination import (
     FailureFact,
 )
@@ -97,6 +98,19 @@ class BudgetGrant(BaseModel):
     extra: BudgetAmount
 
 
+class SourceChoice(BaseModel):
+    """A person's answer to conflicting authorities: which source holds for the conflict's key, who, when.
+    Kept as a fact of the run; the checks read it on the item's next attempt."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str
+    source: str
+    by: str
+    at: datetime
+    request_id: str
+
+
 class ItemRun(BaseModel):
     """What the controller recorded about one work item."""
 
@@ -149,6 +163,10 @@ class PlanRunMemo(BaseModel):
     grants: list[BudgetGrant] = Field(default_factory=list)  # extra budget people granted, who, when, how much
     # A verification said HUMAN_HANDOFF (e.g. high risk at low confidence): (reason code, why) for the handoff.
     verification_handoff: tuple[str, str] | None = None
+    # A check found two authorities disagreeing (the handoff's subject, until a person answers) ...
+    authority_conflict: AuthorityConflict | None = None
+    # ... and the sources people chose, by conflict key.
+    source_choices: dict[str, SourceChoice] = Field(default_factory=dict)
     _read_from: dict[str, Sealed] = PrivateAttr(default_factory=dict)  # item id -> the record it was read from
 
     def enter(self, stage: RunStage, step: int) -> None:
