@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from tests.controllers.test_plan_run import GOAL, events
 from tests.controllers.test_plan_run_facts import ONE, agent_for, ended, search_then_record
 
@@ -37,7 +36,9 @@ def sources_agree(seen: list[dict[str, str]]) -> Any:
                 SourceStatement(source="release-notes", evidence_id=evidence, statement="retry_limit = 5"),
             ),
         )
-        return CheckResult(name="official_sources_agree", verdict=CheckVerdict.FAIL, detail="disagree", conflict=conflict)
+        return CheckResult(
+            name="official_sources_agree", verdict=CheckVerdict.FAIL, detail="disagree", conflict=conflict
+        )
 
     return official_sources_agree
 

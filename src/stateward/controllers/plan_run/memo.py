@@ -35,11 +35,10 @@ from stateward.planning.plan import Plan, WorkItem
 from stateward.planning.progress import ProgressTracker
 from stateward.planning.readiness import ReadinessContract
 from stateward.planning.stages import RunStage, StageEntry, entered
-from stateward.verify.checks import AuthorityConflict
 from stateward.planning.termination import (
     FailureFact,
 )
-from stateward.verify.checks import CheckResult
+from stateward.verify.checks import AuthorityConflict, CheckResult
 from stateward.verify.item_checks import ArtifactCheck
 
 PLAN_INSTRUCTIONS = "Reply with one JSON plan document: plan_id, version, goal_id, milestones, work_items."
