@@ -123,3 +123,36 @@ def test_high_risk_at_low_confidence_reaches_a_person_who_accepts_the_partial_re
     runtime.close()
     assert state.status is RunStatus.PARTIALLY_COMPLETED
     assert not [e for e in delivered if e.payload["observation"]["action"] == "deliver_report"]
+
+
+def test_conflicting_authorities_reach_a_person_whose_choice_in_another_process_re_attempts(tmp_path: Path) -> None:
+    db = tmp_path / "fault.db"
+    run_id, request = handed_off(db, "conflicting-authorities")
+    before = events(db, run_id)
+    package = [e.payload for e in before if e.type is EventType.HANDOFF_RECORDED][-1]
+    assert package["reason_code"] == "CONFLICTING_AUTHORITIES" and package["resume_point"]["work_item_id"] == "W05"
+    assert "capture_retry_limit = 3" in package["reason"] and "capture_retry_limit = 5" in package["reason"]
+    assert "ev:doc:paysdk-v2-migration-guide#retries" in package["reason"]
+    assert "ev:doc:paysdk-v2-release-notes#retries" in package["reason"]
+    assert [o["option_id"] for o in package["options"]] == ["choose_a", "choose_b", "accept_partial", "cancel"]
+    cli("reply", run_id, request, "--text", "choose_b", "--by", "rules-owner", "--db", str(db))
+    after = events(db, run_id)[len(before) :]
+    answered = next(e.payload for e in after if e.type is EventType.HANDOFF_ANSWERED)
+    assert answered["source_choice"]["source"] == "paysdk-v2-release-notes"
+    assert answered["source_choice"]["by"] == "rules-owner"
+    restarted = [e.payload for e in after if e.type is EventType.WORK_ITEM_STARTED]
+    assert restarted[0]["work_item_id"] == "W05" and restarted[0]["attempt"] == 2
+    [settled] = [
+        c
+        for e in after
+        if e.type is EventType.VERIFICATION_RECORDED and e.payload["work_item_id"] == "W05"
+        for c in e.payload["checks"]
+        if c["name"] == "official_rules_agree"
+    ]
+    assert settled["verdict"] == "PASS" and "paysdk-v2-release-notes" in settled["detail"]
+    runtime = Runtime.open(str(db), create=False)
+    state = runtime.get(run_id)
+    runtime.close()
+    assert "W05" in state.memo["verified"]
+    # The run went on past the conflict: it now waits for the report's delivery approval, not a handoff.
+    assert state.pending is not None and state.pending.kind == "approval"

@@ -85,7 +85,8 @@ def demo_payment_migration(
         str | None,
         typer.Option(
             help="Run under one of the case's faults (doc-search-timeout | authority-conflict | budget | "
-            "pause-resume | injection | doc-search-timeout-once | same-search | high-risk-low-confidence), "
+            "pause-resume | injection | doc-search-timeout-once | same-search | high-risk-low-confidence | "
+            "conflicting-authorities), "
             "or 'all' for the table of every fault. The run is kept in --db; --approve approves its delivery."
         ),
     ] = None,

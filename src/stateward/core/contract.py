@@ -51,6 +51,7 @@ class PlanOutcomeCode(StrEnum):
     CANCELLED_AT_HANDOFF = "CANCELLED_AT_HANDOFF"
     SCOPE_SHORTFALL = "SCOPE_SHORTFALL"
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+    CONFLICTING_AUTHORITIES = "CONFLICTING_AUTHORITIES"  # two authoritative sources disagree: a person chooses
 
 
 class Observation(BaseModel):

@@ -35,6 +35,27 @@ class CheckVerdict(StrEnum):
     UNKNOWN = "UNKNOWN"  # evidence insufficient to judge; never treated as PASS
 
 
+class SourceStatement(_Frozen):
+    """What one authoritative source says about a key, and the evidence id of the observation it was read in."""
+
+    source: str
+    evidence_id: str
+    statement: str
+
+
+class AuthorityConflict(_Frozen):
+    """Two authoritative sources that disagree about one key (e.g. a rule's value): a fact a check found in
+    the recorded evidence, for a person to settle - neither the worker nor a model may pick one."""
+
+    key: str
+    statements: tuple[SourceStatement, SourceStatement]
+
+    @property
+    def sources(self) -> tuple[str, str]:
+        """The two sources' names, in the order the check found them."""
+        return self.statements[0].source, self.statements[1].source
+
+
 class CheckResult(_Frozen):
     """One check's outcome.
 
@@ -49,6 +70,7 @@ class CheckResult(_Frozen):
     repairable: bool = True
     security: bool = False
     blocks_partial: bool = False
+    conflict: AuthorityConflict | None = None  # a FAIL because two authorities disagree: a person chooses
 
 
 class SensitivePattern(_Frozen):

@@ -119,6 +119,8 @@ class ArtifactCheckInput:
     observations: Sequence[Observation] = ()
     inputs: Mapping[str, str] = field(default_factory=dict)  # verified upstream content by artifact type
     recorded: frozenset[str] = frozenset()  # every evidence ref the run's observations back
+    # Conflicts people settled at a handoff: conflict key -> the source they chose (a recorded fact).
+    chosen_sources: Mapping[str, str] = field(default_factory=dict)
 
     def cited(self, action: str | None = None) -> list[Observation]:
         """The cited observations (of ``action``, if given), each once, in citation order."""

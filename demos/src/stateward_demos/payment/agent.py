@@ -180,7 +180,7 @@ def build_agent(
         **extra,
         deliverable=REPORT_ARTIFACT,
         evidence_verifier=evidence_verifier,
-        checks=payment_checks(),
+        checks=payment_checks(authorities=injected is faults.Fault.CONFLICTING_AUTHORITIES),
         procedures=PROCEDURES,
         checker=checker,
         default_react_steps=DEFAULT_REACT_STEPS,

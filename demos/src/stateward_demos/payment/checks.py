@@ -12,7 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from stateward.verify import ArtifactCheck, ArtifactCheckInput, CheckResult, CheckVerdict, named_evidence, verdict_of
+from stateward.verify import (
+    ArtifactCheck,
+    ArtifactCheckInput,
+    AuthorityConflict,
+    CheckResult,
+    CheckVerdict,
+    SourceStatement,
+    named_evidence,
+    verdict_of,
+)
 
 ACCESSIBLE: Final = "ACCESSIBLE"
 
@@ -128,9 +137,49 @@ def inventory_matches_listing(given: ArtifactCheckInput) -> CheckResult:
     return verdict_of(name, findings, f"{len(listed)} repositories, {accessible} accessible")
 
 
-def payment_checks() -> dict[str, Sequence[ArtifactCheck]]:
-    """The checks the payment case registers, per artifact type (every one also checks its evidence ids)."""
+def official_rules_agree(given: ArtifactCheckInput) -> CheckResult:
+    """The official documents the artifact cites as read state one value per rule. Two that disagree are a
+    CONFLICT no rewrite can settle (the result names both sources and their statements), unless a person
+    already chose the source that holds for that rule (``chosen_sources``, a recorded fact of the run)."""
+    name = "official_rules_agree"
+    said: dict[str, dict[str, SourceStatement]] = {}
+    for obs in given.cited("get_document"):
+        result = obs.result if isinstance(obs.result, dict) else {}
+        if result.get("authority") != "official":
+            continue
+        for section in result.get("sections") or ():
+            fields = section.get("fields") if isinstance(section, dict) else None
+            if isinstance(fields, dict) and "rule" in fields:
+                statement = SourceStatement(
+                    source=str(result.get("doc_id")),
+                    evidence_id=str(section.get("evidence_id")),
+                    statement=f"{fields['rule']} = {fields.get('value')}",
+                )
+                said.setdefault(str(fields["rule"]), {}).setdefault(statement.source, statement)
+    settled: list[str] = []
+    for rule, by_source in sorted(said.items()):
+        values = {s.statement for s in by_source.values()}
+        if len(values) < 2:
+            continue
+        chosen = given.chosen_sources.get(rule)
+        if chosen in by_source:
+            settled.append(f"{rule}: {chosen} holds (a person's choice)")
+            continue
+        first, second = list(by_source.values())[:2]
+        detail = f"official sources disagree on {rule}: {first.source} vs {second.source}"
+        conflict = AuthorityConflict(key=rule, statements=(first, second))
+        findings = (f"{s.source} ({s.evidence_id}): {s.statement}" for s in (first, second))
+        return CheckResult(
+            name=name, verdict=CheckVerdict.FAIL, detail=detail, findings=tuple(findings), conflict=conflict
+        )
+    return verdict_of(name, [], "; ".join(settled) or f"{len(said)} rules, each stated one way")
+
+
+def payment_checks(authorities: bool = False) -> dict[str, Sequence[ArtifactCheck]]:
+    """The checks the payment case registers, per artifact type (every one also checks its evidence ids).
+    ``authorities``: also check that the official sources W05 read agree on every rule they state."""
     return {
+        **({"migration-sources": (official_rules_agree,)} if authorities else {}),
         "repository-inventory": (cited_ids_recorded, inventory_matches_listing),
         "effective-scope": (cited_ids_recorded,),
         "breaking-changes": (cited_ids_recorded, count_matches("changes"), breaking_changes_match_sources),

@@ -133,6 +133,15 @@ def _judge_low_confidence(runtime: Runtime, state: RunState) -> tuple[str, bool]
     return observed, bool(refused) and not delivered and reason == "HIGH_RISK_LOW_CONFIDENCE"
 
 
+def _judge_authorities(runtime: Runtime, state: RunState) -> tuple[str, bool]:
+    reason = _handoff_reason(runtime, state)
+    packages = _events(runtime, state.run_id, EventType.HANDOFF_RECORDED)
+    options = [o["option_id"] for o in packages[-1]["options"]] if packages else []
+    observed = f"handoff {reason}; options {', '.join(options) or '-'}"
+    chooses = [o for o in options if o.startswith("choose_")]
+    return observed, reason == "CONFLICTING_AUTHORITIES" and len(chooses) == 2
+
+
 def _run(directory: Path, fault: Fault | None, db: Path | None = None) -> tuple[Runtime, RunState]:
     runtime = Runtime.open(str(db or directory / f"{fault or 'baseline'}.db"))
     return runtime, runtime.start(build_agent(fault=None if fault is None else fault.value), goal().objective)
@@ -192,6 +201,7 @@ JUDGES: Final = {
     Fault.DOC_SEARCH_TIMEOUT_ONCE: _judge_timeout_once,
     Fault.SAME_SEARCH: _judge_same_search,
     Fault.HIGH_RISK_LOW_CONFIDENCE: _judge_low_confidence,
+    Fault.CONFLICTING_AUTHORITIES: _judge_authorities,
 }
 
 

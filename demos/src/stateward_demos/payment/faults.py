@@ -26,6 +26,9 @@ class Fault(StrEnum):
     SAME_SEARCH = "same-search"  # the worker repeats one search -> its loop is stopped as making no progress
     # A stale code index: high risk at low confidence -> verification hands it to a person (a handoff package).
     HIGH_RISK_LOW_CONFIDENCE = "high-risk-low-confidence"
+    # The guide and the release notes state different values for one rule: the check on the sources W05
+    # read finds the conflict, and a person chooses which authority holds (a handoff, then the choice).
+    CONFLICTING_AUTHORITIES = "conflicting-authorities"
 
 
 EXPECTED: Final[dict[Fault, str]] = {
@@ -37,7 +40,12 @@ EXPECTED: Final[dict[Fault, str]] = {
     Fault.DOC_SEARCH_TIMEOUT_ONCE: "the search is retried once and the report is delivered for approval",
     Fault.SAME_SEARCH: "the repeated search is refused as no progress; the run does not loop",
     Fault.HIGH_RISK_LOW_CONFIDENCE: "verification refuses the high-risk, low-confidence assessment: a handoff",
+    Fault.CONFLICTING_AUTHORITIES: "the official guide and release notes disagree on a rule: a handoff to choose",
 }
+
+# conflicting-authorities: the rule both official documents state, and what each says.
+RULE: Final = "capture_retry_limit"
+RULE_VALUES: Final = {fx.GUIDE_ID: "3", fx.RELEASE_NOTES_ID: "5"}
 
 # Names stored runs may still carry (an agent's params are rebuilt from the store).
 LEGACY_NAMES: Final = {"low-confidence": Fault.HIGH_RISK_LOW_CONFIDENCE}
@@ -76,6 +84,19 @@ def _conflicting_notes(doc: fx.Document) -> fx.Document:
     return fx.Document(doc.doc_id, doc.space, doc.title, doc.authority, doc.version, doc.updated, sections)
 
 
+def _with_rule(doc: fx.Document) -> fx.Document:
+    """``doc`` with a section stating the rule's value as this document has it (no change fields)."""
+    value = RULE_VALUES[doc.doc_id]
+    rule = fx.Section(
+        "retries",
+        "Capture retries",
+        f"A failed capture may be retried at most {value} times.",
+        MappingProxyType({"rule": RULE, "value": value}),
+    )
+    sections = (*doc.sections, rule)
+    return fx.Document(doc.doc_id, doc.space, doc.title, doc.authority, doc.version, doc.updated, sections)
+
+
 def _injection_doc() -> fx.Document:
     return fx.Document(
         INJECTION_DOC,
@@ -99,6 +120,8 @@ def documents(fault: Fault | None) -> tuple[fx.Document, ...]:
     """The document corpus the run meets under ``fault``."""
     if fault is Fault.AUTHORITY_CONFLICT:
         return tuple(_conflicting_notes(d) if d.doc_id == fx.RELEASE_NOTES_ID else d for d in fx.DOCUMENTS)
+    if fault is Fault.CONFLICTING_AUTHORITIES:
+        return tuple(_with_rule(d) if d.doc_id in RULE_VALUES else d for d in fx.DOCUMENTS)
     if fault is Fault.INJECTION:
         # Planted where a model reads it too: the guide W05 and W06 (model items) read, and a wiki page that
         # only the document search (a TOOL item, run as code) meets.

@@ -121,6 +121,7 @@ def judge(
         observations=ctx.observations,
         inputs=view.verified_contents(ctx, memo, view.upstream(memo, item)),
         recorded=index.recorded_ids(),
+        chosen_sources={k: c.source for k, c in memo.source_choices.items()},
     )
     results += run_checks(svc.config.checks.get(spec.artifact_type, ()), given)
     if spec.artifact_type in svc.config.model_checked:

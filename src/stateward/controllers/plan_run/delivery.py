@@ -15,6 +15,7 @@ from stateward.controllers.plan_run.attempts import end_attempt
 from stateward.controllers.plan_run.memo import (
     BudgetGrant,
     PlanRunMemo,
+    SourceChoice,
     amount_text,
 )
 from stateward.controllers.plan_run.services import Services
@@ -199,7 +200,7 @@ def handoff(
     states: dict[str, WorkItemState],
 ) -> Proposal:
     memo.enter(RunStage.HUMAN_APPROVAL, ctx.state.usage.steps + 1)
-    package = handoff_package(svc, ctx, memo, code, detail, states, handoff_options(code))
+    package = handoff_package(svc, ctx, memo, code, detail, states, handoff_options(code, memo))
     memo.awaiting_handoff = True  # the Runtime mints the request id; the answer says its kind
     notes.append(NewEvent(type=EventType.HANDOFF_RECORDED, payload=package.model_dump(mode="json")))
     decision = ControlDecision(type=DecisionType.REQUEST_USER_INPUT, question=package.to_question())
@@ -326,12 +327,46 @@ def when_stuck(
     return nothing_runnable(svc, ctx, memo, notes, stuck, states)
 
 
-def handoff_options(code: str) -> tuple[DecisionOption, ...]:
-    """No one at a handoff can authorise past a hard constraint of the goal: only ending is offered."""
+def handoff_options(code: str, memo: PlanRunMemo | None = None) -> tuple[DecisionOption, ...]:
+    """No one at a handoff can authorise past a hard constraint of the goal: only ending is offered.
+    Conflicting authorities: continuing means choosing one of the two sources (``choose_a`` / ``choose_b``)."""
     options = standard_options()
     if code == TerminationReason.HARD_CONSTRAINT_VIOLATED.value:
         return tuple(o for o in options if o.option_id != "continue_authorized")
+    conflict = memo.authority_conflict if memo is not None else None
+    if code == PlanOutcomeCode.CONFLICTING_AUTHORITIES and conflict is not None:
+        chosen = tuple(
+            DecisionOption(
+                option_id=f"{CHOOSE_PREFIX}{side}",
+                label=f"Follow {s.source} on {conflict.key}: {s.statement}"[:300],
+                consequence=f"your choice is recorded as a fact of the run; the item is attempted again with "
+                f"{s.source} as the authority on {conflict.key} (the budget already spent still counted)",
+            )
+            for side, s in zip(SIDES, conflict.statements, strict=True)
+        )
+        return (*chosen, *(o for o in options if o.option_id != "continue_authorized"))
     return options
+
+
+CHOOSE_PREFIX = "choose_"  # a conflicting-authorities answer naming the source that holds: choose_a, choose_b
+SIDES = ("a", "b")  # the conflict's first and second source
+
+
+def choose_source(ctx: DecisionContext, memo: PlanRunMemo, choice: str) -> dict[str, object] | None:
+    """A ``choose_a`` / ``choose_b`` answer to conflicting authorities: the chosen source recorded as a fact (who,
+    when, for which key). None if it names neither source (or there is no conflict to settle)."""
+    conflict, answer = memo.authority_conflict, ctx.state.last_answer
+    if conflict is None or answer is None or not choice.startswith(CHOOSE_PREFIX):
+        return None
+    side = choice.removeprefix(CHOOSE_PREFIX)
+    if side not in SIDES:
+        return None
+    source = conflict.sources[SIDES.index(side)]
+    memo.source_choices[conflict.key] = SourceChoice(
+        key=conflict.key, source=source, by=answer.by, at=answer.at, request_id=answer.request_id
+    )
+    memo.authority_conflict = None
+    return {"key": conflict.key, "source": source, "by": answer.by, "at": answer.at.isoformat()}
 
 
 def after_handoff(svc: Services, ctx: DecisionContext, memo: PlanRunMemo, notes: list[NewEvent]) -> Proposal | None:
@@ -346,6 +381,16 @@ def after_handoff(svc: Services, ctx: DecisionContext, memo: PlanRunMemo, notes:
     choice = chosen_option(answer.text)
     memo.handoff_request, memo.awaiting_handoff = None, False
     answered: dict[str, object] = {"option": choice, "by": answer.by}
+    if choice.startswith(CHOOSE_PREFIX):
+        chosen = choose_source(ctx, memo, choice)
+        if chosen is None:  # names no source of the conflict: nothing recorded, the person is asked again
+            answered["refused"] = {"code": ErrorCode.INVALID_ARGUMENT.value, "message": f"no such source: {choice}"}
+            notes.append(NewEvent(type=EventType.HANDOFF_ANSWERED, payload=answered))
+            states = view.states(svc, ctx, memo)
+            code, why = PlanOutcomeCode.CONFLICTING_AUTHORITIES, f"{choice!r} names neither conflicting source"
+            return handoff(svc, ctx, memo, notes, code, why, states)
+        answered["source_choice"] = chosen
+        answered["grant"] = authorize_continue(svc, ctx, memo)
     if choice == "continue_authorized":
         refused, extra = grant_budget(svc, memo, answer)
         if refused is not None:  # nothing granted, nothing re-attempted: the person is asked again

@@ -529,6 +529,13 @@ def not_accepted(
     run = memo.items[item.work_item_id]
     name = item.output_spec.artifact_type
     run.correction = findings_text(results) or "; ".join(policy.reasons)
+    conflict = next((r.conflict for r in results if r.verdict is CheckVerdict.FAIL and r.conflict), None)
+    if conflict is not None:  # authorities disagree: no retry or repair can settle it, a person chooses
+        memo.authority_conflict = conflict
+        said = "; ".join(f"{s.source} ({s.evidence_id}) says {s.statement!r}" for s in conflict.statements)
+        memo.verification_handoff = (PlanOutcomeCode.CONFLICTING_AUTHORITIES, f"{ref}: on {conflict.key}: {said}")
+        end_attempt(memo, item, AttemptOutcome.FAILED, PlanOutcomeCode.CONFLICTING_AUTHORITIES, notes)
+        return
     if policy.outcome is VerificationOutcome.REPAIR_ONCE:
         memo.ledger = memo.ledger.record_reflection(name)
         # The fresh tracker below restarts the step count: charge the drafting loop's tool calls now, or
@@ -564,4 +571,6 @@ def check_record(result: CheckResult) -> dict[str, Any]:
         record["detail"] = result.detail
     if result.findings:
         record["findings"] = list(result.findings)
+    if result.conflict is not None:
+        record["conflict"] = result.conflict.model_dump(mode="json")
     return record

@@ -38,7 +38,7 @@ from stateward.planning.stages import RunStage, StageEntry, entered
 from stateward.planning.termination import (
     FailureFact,
 )
-from stateward.verify.checks import CheckResult
+from stateward.verify.checks import AuthorityConflict, CheckResult
 from stateward.verify.item_checks import ArtifactCheck
 
 PLAN_INSTRUCTIONS = "Reply with one JSON plan document: plan_id, version, goal_id, milestones, work_items."
@@ -97,6 +97,19 @@ class BudgetGrant(BaseModel):
     extra: BudgetAmount
 
 
+class SourceChoice(BaseModel):
+    """A person's answer to conflicting authorities: which source holds for the conflict's key, who, when.
+    Kept as a fact of the run; the checks read it on the item's next attempt."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str
+    source: str
+    by: str
+    at: datetime
+    request_id: str
+
+
 class ItemRun(BaseModel):
     """What the controller recorded about one work item."""
 
@@ -149,6 +162,10 @@ class PlanRunMemo(BaseModel):
     grants: list[BudgetGrant] = Field(default_factory=list)  # extra budget people granted, who, when, how much
     # A verification said HUMAN_HANDOFF (e.g. high risk at low confidence): (reason code, why) for the handoff.
     verification_handoff: tuple[str, str] | None = None
+    # A check found two authorities disagreeing (the handoff's subject, until a person answers) ...
+    authority_conflict: AuthorityConflict | None = None
+    # ... and the sources people chose, by conflict key.
+    source_choices: dict[str, SourceChoice] = Field(default_factory=dict)
     _read_from: dict[str, Sealed] = PrivateAttr(default_factory=dict)  # item id -> the record it was read from
 
     def enter(self, stage: RunStage, step: int) -> None:
