@@ -22,8 +22,8 @@ from stateward.api.errors import status_of
 from stateward.api.identity import Principal, Role, require
 from stateward.api.input_guard import MAX_SQL_INTEGER
 from stateward.api.web.dag import BOX_H, BOX_W, draw, plan_of
-from stateward.api.web.plan_versions import listed_versions, parse_version, plan_at_version
 from stateward.api.web.pages import CONSOLE_PREFIX, PREFIX, InboxPages, csrf_refused
+from stateward.api.web.plan_versions import listed_versions, parse_version, plan_at_version
 from stateward.api.web.run_rows import run_rows
 from stateward.api.web.session import csrf_ok
 from stateward.core.errors import ErrorCode, StatewardError, UserError
