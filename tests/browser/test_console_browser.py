@@ -74,6 +74,22 @@ def test_an_operator_sees_the_plan_runs_dag_with_its_items_states(deployment: De
     assert errors(deployment) == []
 
 
+def test_an_operator_picks_an_earlier_plan_version_and_the_live_reload_keeps_it(deployment: Deployment) -> None:
+    state = deployment.runtime.start(build_agent(), goal().objective, tenant="acme")
+    token, _ = deployment.key("acme", "viewer", name="vic")
+    page = deployment.page()
+    deployment.sign_in(page, token)
+    page.goto(f"{deployment.base}/runs/{state.run_id}")
+    assert page.get_by_test_id("plan-version-shown").inner_text() == "v2"
+    page.locator("[data-testid=plan-version][data-version='1']").click()
+    page.wait_for_url(f"{deployment.base}/runs/{state.run_id}?plan_version=1")
+    page.wait_for_timeout(800)  # the live section reloads at least once
+    assert page.get_by_test_id("plan-version-shown").inner_text() == "v1"
+    assert page.locator("[data-item=W18]").get_attribute("data-state") == "PENDING"
+    assert page.locator("[data-item=W01]").get_attribute("data-state") == "SUCCEEDED"
+    assert errors(deployment) == []
+
+
 HOSTILE_GOAL = 'pay the quarterly invoice <img src="x" onerror="window.__pwned = 1"><script>window.__pwned = 2</script>'
 
 

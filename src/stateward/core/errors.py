@@ -171,6 +171,7 @@ class ErrorCode(StrEnum):
     KEY_NOT_FOUND = "KEY_NOT_FOUND"
     INVALID_PAGE_SIZE = "INVALID_PAGE_SIZE"
     INVALID_FILTER = "INVALID_FILTER"
+    UNKNOWN_PLAN_VERSION = "UNKNOWN_PLAN_VERSION"  # the console asked for a plan version the run did not record
     # The Tool Gateway (ToolErrorCode is this subset) and tool definitions
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
     TOOL_UNAVAILABLE = "TOOL_UNAVAILABLE"

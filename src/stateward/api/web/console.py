@@ -23,6 +23,7 @@ from stateward.api.identity import Principal, Role, require
 from stateward.api.input_guard import MAX_SQL_INTEGER
 from stateward.api.web.dag import BOX_H, BOX_W, draw, plan_of
 from stateward.api.web.pages import CONSOLE_PREFIX, PREFIX, InboxPages, csrf_refused
+from stateward.api.web.plan_versions import listed_versions, parse_version, plan_at_version
 from stateward.api.web.run_rows import run_rows
 from stateward.api.web.session import csrf_ok
 from stateward.core.errors import ErrorCode, StatewardError, UserError
@@ -120,10 +121,15 @@ class Console:
         self.runtime = pages.runtime
 
     def run_context(
-        self, run_id: str, who: Principal, diff: str | None = None, before: int | None = None
+        self,
+        run_id: str,
+        who: Principal,
+        diff: str | None = None,
+        before: int | None = None,
+        plan_version: str | None = None,
     ) -> dict[str, Any]:
         """Everything ``/runs/{id}`` shows; ``before``: the timeline page of the events numbered below it
-        (else the newest page)."""
+        (else the newest page); ``plan_version``: the plan version the DAG draws (else the current one)."""
         runtime = self.runtime
         state = visible_run(runtime, run_id, who.tenant)
         last = runtime.store.last_seq(run_id)
@@ -144,7 +150,11 @@ class Console:
                 picked[kinds[event.type]].append(event)
         roles = {str(e.payload.get("request_id")): e.payload.get("roles") or [] for e in picked.pop("answers")}
         answered = [r for r in runtime.store.list_requests(run_id, open_only=False) if r.answer is not None]
+        asked = parse_version(plan_version)
         plan = plan_of(state.memo)
+        versions = [] if plan is None else listed_versions(plan[0].version)
+        if asked is not None:
+            plan = plan_at_version(runtime.store, run_id, state.memo, asked)
         return {
             "run": state,
             "last_seq": last,
@@ -155,6 +165,9 @@ class Console:
             "gauges": gauges(state),
             "artifacts": artifact_views(runtime.store.list_artifacts(run_id), _pick(diff)),
             "dag": None if plan is None else draw(*plan),
+            "plan_versions": versions,
+            "plan_version": asked,  # None: the current plan, which the page follows live
+            "live_query": urlencode({k: v for k, v in (("before", before), ("plan_version", asked)) if v is not None}),
             "may_operate": who.has(Role.OPERATOR),
             "answers": answered,  # every answer of the run, from the request records (not a window of events)
             "answer_roles": roles,
@@ -230,15 +243,19 @@ def _run_routes(router: APIRouter, console: Console) -> None:
         run_id: str,
         diff: Annotated[str | None, Query(max_length=300)] = None,
         before: Annotated[int | None, Query(ge=1, le=MAX_SQL_INTEGER)] = None,
+        plan_version: Annotated[str | None, Query(max_length=40)] = None,
     ) -> Response:
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            return "console_run.html", console.run_context(run_id, who, diff, before)
+            return "console_run.html", console.run_context(run_id, who, diff, before, plan_version)
 
         return pages.viewer_page(request, build)
 
     @router.get("/{run_id}/live")
     def live(
-        request: Request, run_id: str, before: Annotated[int | None, Query(ge=1, le=MAX_SQL_INTEGER)] = None
+        request: Request,
+        run_id: str,
+        before: Annotated[int | None, Query(ge=1, le=MAX_SQL_INTEGER)] = None,
+        plan_version: Annotated[str | None, Query(max_length=40)] = None,
     ) -> Response:
         """The live part (status, DAG, timeline) alone, for htmx to swap in while the run moves."""
         session = pages.sessions.read(request)
@@ -247,7 +264,7 @@ def _run_routes(router: APIRouter, console: Console) -> None:
             return Response(status_code=401)
         try:
             require(who, Role.VIEWER)
-            context = console.run_context(run_id, who, before=before)
+            context = console.run_context(run_id, who, before=before, plan_version=plan_version)
         except StatewardError as exc:
             return Response(status_code=status_of(exc))
         return pages.render("_console_live.html", who=who, session=session, **context)
