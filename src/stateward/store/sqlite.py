@@ -716,12 +716,16 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         return Lease(run_id=run_id, owner=row[0], version=row[1], expires_at=row[2])
 
     def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self._one_checkpoint(
+            run_id,
+            "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=? ORDER BY seq DESC LIMIT 1",
+            (run_id,),
+        )
+
+    def _one_checkpoint(self, run_id: str, sql: str, params: tuple[Any, ...]) -> Checkpoint | None:
+        """The checkpoint ``sql`` selects (seq, reason, snapshot, created_at, parts), joined with its parts."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=?"
-                " ORDER BY seq DESC LIMIT 1",
-                (run_id,),
-            ).fetchone()
+            row = self._db.execute(sql, params).fetchone()
             if row is None:
                 return None
             parts = self._read_parts(self._run_key(self._db, run_id), row[4]) if row[4] else {}
@@ -881,20 +885,10 @@ class SQLiteStore(OutboxMethods, SessionMethods):
         fork = self._fork_of(run_id)
         if fork is not None and seq <= fork[1]:
             return self.checkpoint_at(fork[0], seq)
-        with self._lock:
-            row = self._db.execute(
-                "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=? AND seq=?",
-                (run_id, seq),
-            ).fetchone()
-            if row is None:
-                return None
-            parts = self._read_parts(self._run_key(self._db, run_id), row[4]) if row[4] else {}
-        return Checkpoint(
-            run_id=run_id,
-            seq=row[0],
-            reason=row[1],
-            state=join_state(run_id, row[2], row[4], parts),
-            created_at=datetime.fromisoformat(row[3]),
+        return self._one_checkpoint(
+            run_id,
+            "SELECT seq, reason, snapshot, created_at, parts FROM checkpoints WHERE run_id=? AND seq=?",
+            (run_id, seq),
         )
 
     def checkpoints_of(self, run_id: str, limit: int = 1000) -> list[Checkpoint]:
