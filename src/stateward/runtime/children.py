@@ -198,9 +198,10 @@ def settle_one(store: Store, make: AgentMaker, parent: RunState, now: datetime) 
         child = store.load_run(call.run_id)
     except RunNotFoundError:
         existed = False
-        child = ensure_child(store, make, parent, now)  # type: ignore[assignment]
-        if child is None:
+        made = ensure_child(store, make, parent, now)
+        if made is None:
             return [parent.run_id] if waited_child(store.load_run(parent.run_id)) is None else []
+        child = made
     if child.status.is_terminal:
         return [parent.run_id] if deliver(store, child, now, final_answer(store, child)) else []
     return [] if existed else [child.run_id]

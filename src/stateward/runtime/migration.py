@@ -123,12 +123,13 @@ def migrate_write(
     events: list[NewEvent] = []
     closed: RequestAnswer | None = None
     pending = moved.pending
-    reason = None if pending is None or pending.guarded_action is None else stale_reason(pending.guarded_action, agent)
-    if pending is not None and reason is not None:
+    guarded = None if pending is None else pending.guarded_action
+    reason = None if guarded is None else stale_reason(guarded, agent)
+    if pending is not None and guarded is not None and reason is not None:
         closed = RequestAnswer(
             request_id=pending.request_id, verdict=AnswerVerdict.CLOSED, text=f"{STALE}: {reason}", by=by, at=now
         )
-        stale.append({"request_id": pending.request_id, "tool": pending.guarded_action.tool, "reason": reason})  # type: ignore[union-attr]
+        stale.append({"request_id": pending.request_id, "tool": guarded.tool, "reason": reason})
     migrated = NewEvent(
         type=EventType.AGENT_MIGRATED,
         payload={
