@@ -602,7 +602,7 @@ def test_a_search_reads_a_bounded_window_per_page_and_its_cursor_goes_on(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import stateward.store.postgres as pg_module
-    import stateward.store.sqlite as sqlite_module
+    import stateward.store.sqlite.listing as sqlite_module
 
     for module in (sqlite_module, pg_module):
         monkeypatch.setattr(module, "SEARCH_WINDOW", 3)
