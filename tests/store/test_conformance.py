@@ -601,7 +601,7 @@ def test_a_search_matches_a_run_id_prefix_or_goal_text_with_wildcards_taken_lite
 def test_a_search_reads_a_bounded_window_per_page_and_its_cursor_goes_on(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import stateward.store.postgres as pg_module
+    import stateward.store.postgres.listing as pg_module
     import stateward.store.sqlite.listing as sqlite_module
 
     for module in (sqlite_module, pg_module):
