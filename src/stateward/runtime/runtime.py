@@ -379,8 +379,10 @@ class Runtime:
     def chain(self, run_id: str, *, tenant: str | None = None) -> list[str]:
         """The runs above ``run_id`` in its tree, from the root down to its parent (empty for a run no run
         started): where a child's request came from, as the inbox shows it."""
-        self._visible(run_id, tenant)
-        return children.chain(self.store, self.store.load_run(run_id))
+        state = self.store.load_run(run_id)  # one read: the inbox asks this for every item of a page
+        if tenant is not None and state.tenant != tenant:
+            raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+        return children.chain(self.store, state)
 
     def children(self, run_id: str, *, tenant: str | None = None) -> list[RunState]:
         """The child runs ``run_id``'s calls started, in the order its calls made them."""
