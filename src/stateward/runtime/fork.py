@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from stateward.store.base import Store
 
 MAX_POINTS_NAMED = 50  # fork points a refusal lists
+MAX_CHECKPOINTS = 10_000  # checkpoints searched for the nearest one before a fork point
 
 
 def fork_run(
@@ -72,7 +73,7 @@ def fork_run(
         raise UserError(f"a fork point is an event number >= 1, not {at!r}"[:200], code=ErrorCode.INVALID_ARGUMENT)
     check_run_id(new_run_id)
     source, last = store.load_run_at(run_id)
-    point = state_at(store, source, last, at)
+    point = state_at(store, agents, source, last, at)
     if point.status.is_terminal:
         raise _unavailable(run_id, at, f"the run had ended ({point.status.value}) at event {at}: nothing to go on with")
     agent, ref = _fork_agent(agents, point.agent, agent_version, model_spec, params)
@@ -120,8 +121,10 @@ def fork_run(
     return forked, agent, events
 
 
-def state_at(store: Store, source: RunState, last: int, at: int) -> RunState:
-    """The run's state at event ``at``, rebuilt as recovery would (FORK_POINT_UNAVAILABLE if it cannot be)."""
+def state_at(store: Store, agents: AgentRegistry, source: RunState, last: int, at: int) -> RunState:
+    """The run's state at event ``at``: a checkpoint's, the stopped run's own at its last event, its first at
+    ``run_started``, else rebuilt from the nearest of those before it (runtime/fork_point.py).
+    FORK_POINT_UNAVAILABLE where no state existed or it cannot be rebuilt."""
     if at > last:
         raise _unavailable(source.run_id, at, f"the run has {last} events")
     checkpoint = store.checkpoint_at(source.run_id, at)
@@ -129,11 +132,17 @@ def state_at(store: Store, source: RunState, last: int, at: int) -> RunState:
         return checkpoint.state
     if at == last and source.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
         return source
-    first = store.read_events(source.run_id, at - 1, 1)
-    if first and first[0].type is EventType.RUN_STARTED:
-        return _started(source, first[0].payload)
-    points = sorted({1, *(c.seq for c in store.checkpoints_of(source.run_id, MAX_POINTS_NAMED))})
-    raise _unavailable(source.run_id, at, "no checkpoint was taken at that event", points)
+    first = store.read_events(source.run_id, 0, 1)
+    start = _started(source, first[0].payload if first else {})
+    if at == 1:
+        return start
+    before = [c for c in store.checkpoints_of(source.run_id, MAX_CHECKPOINTS) if c.seq < at]
+    base, base_seq = (before[-1].state, before[-1].seq) if before else (start, 1)
+    if base.status.is_terminal:
+        raise _unavailable(source.run_id, at, f"the run had ended at event {base_seq}")
+    from stateward.runtime.fork_point import redrive_to  # it drives a Runtime, whose module imports this one
+
+    return redrive_to(store, agents.build(base.agent), source, base, base_seq, at, _unavailable)
 
 
 def _started(source: RunState, payload: Mapping[str, Any]) -> RunState:
@@ -195,11 +204,14 @@ def _granted(point: RunState, budget: Budget) -> Budget:
     return budget
 
 
-def _unavailable(run_id: str, at: int, why: str, points: list[int] | None = None) -> RunError:
+def _unavailable(
+    run_id: str, at: int, why: str, points: list[int] | None = None, *, instead: int | None = None
+) -> RunError:
     named = (points or [])[:MAX_POINTS_NAMED]
     return RunError(
         f"run {run_id} cannot be forked at event {at}: {why}"
-        + (f" (fork points: {', '.join(map(str, named))})" if named else ""),
+        + (f" (fork points: {', '.join(map(str, named))})" if named else "")
+        + (f"; fork at event {instead} instead" if instead is not None else ""),
         code=ErrorCode.FORK_POINT_UNAVAILABLE,
-        details={"run_id": run_id, "at": at, "points": named},
+        details={"run_id": run_id, "at": at, "points": named, "instead": instead},
     )

@@ -267,6 +267,13 @@ def _answering(spec: ToolSpec, journal: _Journal) -> ToolSpec:
     return spec.answered_by(recorded_async if spec.handler_is_async else recorded)
 
 
+def answering_tools(tools: ToolRegistry, events: list[Event], store: Store, run_id: str) -> ToolRegistry:
+    """``tools`` answering from the journal ``events`` of ``run_id`` hold (the fork's re-drive uses it too):
+    the same schemas and policies, no handler ever called; a call the record does not hold fails."""
+    journal = _Journal(events, store, run_id, tools)
+    return ToolRegistry([_answering(spec, journal) for spec in tools])
+
+
 def _answers(events: list[Event]) -> deque[dict[str, Any]]:
     return deque(e.payload for e in events if e.type is EventType.REQUEST_ANSWERED)
 
@@ -376,7 +383,7 @@ def replay_run(
                         stopped_unmatched = True
                         break
                     given = answers.popleft()
-                    state = _give(runtime, run_id, state.pending.request_id, given, _roles(agent))
+                    state = give_answer(runtime, run_id, state.pending.request_id, given, roles_of(agent))
                     applied += 1
                     continue
                 if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
@@ -420,13 +427,13 @@ def _answers_this(given: dict[str, Any], pending: PendingRequest) -> bool:
     return recorded == current
 
 
-def _roles(agent: Agent) -> frozenset[str]:
+def roles_of(agent: Agent) -> frozenset[str]:
     """Every role the agent asks answers of: the recorded answerer held the one that was needed."""
     named = {agent.approver_role, agent.escalation_role, *(spec.approver_role for spec in agent.tools)}
     return frozenset(r for r in named if r)
 
 
-def _give(runtime: Any, run_id: str, request_id: str, given: dict[str, Any], roles: frozenset[str]) -> Any:
+def give_answer(runtime: Any, run_id: str, request_id: str, given: dict[str, Any], roles: frozenset[str]) -> Any:
     """The recorded answer, given again to the replay's request (not driven: the replay loop steps)."""
     by = str(given.get("by") or "replay")
     verdict = given.get("verdict")
