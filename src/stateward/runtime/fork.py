@@ -1,11 +1,11 @@
 """Forking a run: a new run whose history up to an event of its source is the source's.
 
 ``Runtime.fork(run_id, at=SEQ)`` (``stateward runs fork RUN --at SEQ``) starts from the run's state at
-event ``SEQ``, as recovery would rebuild it: a checkpoint taken at that event (the design keeps one before
-every wait and pause, at every plan change, work-item boundary, artifact write and migration), the run's
-snapshot when ``SEQ`` is its last event and nobody drives it, or its first state at ``run_started``. Any
-other event is refused by name (FORK_POINT_UNAVAILABLE, listing the points there are), as is a point at
-which the run had ended.
+event ``SEQ``: a checkpoint taken at that event, the run's snapshot when ``SEQ`` is its last event and nobody
+drives it, its first state at ``run_started``, or else the state rebuilt by re-driving the nearest of those
+before ``SEQ`` offline, checked event for event against the record (runtime/fork_point.py). An event inside
+a step, one at which an approved call had not run, one the re-drive does not reproduce, and one at which
+the run had ended are refused by name (FORK_POINT_UNAVAILABLE, with the event to fork at instead).
 
 What carries over, and what does not:
 
@@ -90,24 +90,7 @@ def fork_run(
             "lineage": Lineage(forked_from=run_id, at_seq=at, key_scope=key_scope, artifacts=dict(point.artifacts)),
         }
     )
-    events: list[NewEvent] = [
-        NewEvent(
-            type=EventType.RUN_FORKED,
-            payload={
-                "forked_from": run_id,
-                "at_seq": at,
-                "by": by,
-                "agent": point.agent.name,
-                "agent_version": point.agent.version,
-                "to_version": ref.version,
-                "params": ref.params,
-                "key_scope": key_scope,
-                "usage": point.usage.model_dump(),
-                "budget_granted": None if budget is None else forked.budget.model_dump(),
-                "dropped_grants": [g.request_id for g in point.approvals],
-            },
-        )
-    ]
+    events: list[NewEvent] = [_forked_event(point, forked, ref, by=by, key_scope=key_scope, granted=budget)]
     if forked.pending is not None:
         reopened = transition.reopen(forked, now=now)
         forked = reopened.state
@@ -119,6 +102,30 @@ def fork_run(
     opened = forked.pending
     store.create_fork(forked, events, source=run_id, at_seq=at, open_request=opened, checkpoint=CheckpointReason.FORK)
     return forked, agent, events
+
+
+def _forked_event(
+    point: RunState, forked: RunState, ref: AgentRef, *, by: str, key_scope: str, granted: Budget | None
+) -> NewEvent:
+    """``run_forked``: where from, by whom, under which version, the usage carried and any budget granted."""
+    lineage = forked.lineage
+    assert lineage is not None
+    return NewEvent(
+        type=EventType.RUN_FORKED,
+        payload={
+            "forked_from": lineage.forked_from,
+            "at_seq": lineage.at_seq,
+            "by": by,
+            "agent": point.agent.name,
+            "agent_version": point.agent.version,
+            "to_version": ref.version,
+            "params": ref.params,
+            "key_scope": key_scope,
+            "usage": point.usage.model_dump(),
+            "budget_granted": None if granted is None else forked.budget.model_dump(),
+            "dropped_grants": [g.request_id for g in point.approvals],
+        },
+    )
 
 
 def state_at(store: Store, agents: AgentRegistry, source: RunState, last: int, at: int) -> RunState:
