@@ -43,6 +43,7 @@ from stateward.core.state import AgentRef, Lineage, RunState
 from stateward.core.status import RunStatus
 from stateward.runtime import transition
 from stateward.runtime.agent import Agent
+from stateward.runtime.fork_point import OfflineDrivers, redrive_to
 from stateward.runtime.migration import migrate_write
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ def fork_run(
     model_spec: str | None = None,
     params: Mapping[str, Any] | None = None,
     budget: Budget | None = None,
+    drivers: OfflineDrivers,
 ) -> tuple[RunState, Agent, list[NewEvent]]:
     """Create the fork (see the module docstring) of a run the caller has checked is visible; return its first
     state, the agent it runs under and the events written. Nothing is driven here."""
@@ -73,7 +75,7 @@ def fork_run(
         raise UserError(f"a fork point is an event number >= 1, not {at!r}"[:200], code=ErrorCode.INVALID_ARGUMENT)
     check_run_id(new_run_id)
     source, last = store.load_run_at(run_id)
-    point = state_at(store, agents, source, last, at)
+    point = state_at(store, agents, source, last, at, drivers)
     if point.status.is_terminal:
         raise _unavailable(run_id, at, f"the run had ended ({point.status.value}) at event {at}: nothing to go on with")
     agent, ref = _fork_agent(agents, point.agent, agent_version, model_spec, params)
@@ -128,7 +130,9 @@ def _forked_event(
     )
 
 
-def state_at(store: Store, agents: AgentRegistry, source: RunState, last: int, at: int) -> RunState:
+def state_at(
+    store: Store, agents: AgentRegistry, source: RunState, last: int, at: int, drivers: OfflineDrivers
+) -> RunState:
     """The run's state at event ``at``: a checkpoint's, the stopped run's own at its last event, its first at
     ``run_started``, else rebuilt from the nearest of those before it (runtime/fork_point.py).
     FORK_POINT_UNAVAILABLE where no state existed or it cannot be rebuilt."""
@@ -147,9 +151,7 @@ def state_at(store: Store, agents: AgentRegistry, source: RunState, last: int, a
     base, base_seq = (before[-1].state, before[-1].seq) if before else (start, 1)
     if base.status.is_terminal:
         raise _unavailable(source.run_id, at, f"the run had ended at event {base_seq}")
-    from stateward.runtime.fork_point import redrive_to  # it drives a Runtime, whose module imports this one
-
-    return redrive_to(store, agents.build(base.agent), source, base, base_seq, at, _unavailable)
+    return redrive_to(store, agents.build(base.agent), source, base, base_seq, at, _unavailable, drivers)
 
 
 def _started(source: RunState, payload: Mapping[str, Any]) -> RunState:

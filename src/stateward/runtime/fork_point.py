@@ -21,23 +21,18 @@ import dataclasses
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from stateward.core.errors import RunError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
-from stateward.observability.tracing import Telemetry
 from stateward.runtime.agent import Agent
-from stateward.runtime.agent_registry import AgentRegistry
-from stateward.runtime.replay import answering_tools, give_answer, roles_of
+from stateward.runtime.recorded_answers import Journal, answering_tools, give_answer, roles_of
 from stateward.store.backends import open_store
 from stateward.store.base import Store
 from stateward.store.records import StepWrite
-
-if TYPE_CHECKING:
-    from stateward.runtime.runtime import Runtime
 
 PAGE = 1000
 STEP_EVENTS = 200  # events read past the fork point: the rest of its step (a call's outcome, for the journal)
@@ -45,6 +40,25 @@ VOLATILE = frozenset({"at", "created_at", "expires_at", "deadline", "elapsed_s",
 """Payload keys that name a moment or a span, not what happened: left out when the copy is checked."""
 
 Unavailable = Callable[..., RunError]  # (run_id, at, why, points=None, *, instead=None) -> the refusal
+
+
+class OfflineDriver(Protocol):
+    """What the re-drive needs of a Runtime: the scratch store, a step, answers (given through
+    ``give_answer``) and a close. The caller builds it, so this module never imports the Runtime."""
+
+    store: Store
+
+    def step(self, run_id: str) -> RunState:
+        """Run one step of the run."""
+        ...
+
+    def close(self) -> None:
+        """Release what the driver holds."""
+        ...
+
+
+OfflineDrivers = Callable[[Store, str, Agent], OfflineDriver]
+"""(scratch store, run id, the agent that run is driven by) -> a driver over that store."""
 
 
 def redrive_to(
@@ -55,26 +69,21 @@ def redrive_to(
     base_seq: int,
     at: int,
     unavailable: Unavailable,
+    drivers: OfflineDrivers,
 ) -> RunState:
     """``source``'s state at event ``at``, rebuilt from ``base`` (its state at ``base_seq`` < ``at``) as the
     module docstring says; the refusal built by ``unavailable`` where it cannot be."""
-    from stateward.runtime.runtime import Runtime
-
     raw = _events(store, source.run_id, 0, at + STEP_EVENTS)
     history = _resolved(store, source.run_id, raw)  # values, not references to the source store's payloads
     prefix, record = history[:base_seq], raw[base_seq:]
-    copy = dataclasses.replace(agent, tools=answering_tools(agent.tools, history[base_seq:], store, source.run_id))
+    copy = dataclasses.replace(
+        agent, tools=answering_tools(agent.tools, Journal(history[base_seq:], store, source.run_id, agent.tools))
+    )
     answers = [e.payload for e in record if e.type is EventType.REQUEST_ANSWERED and e.seq <= at]
-
-    class Redrive(Runtime):
-        """The copy's runtime: its one run is driven by the run's own agent, answering from the journal."""
-
-        def agent_for(self, state: RunState) -> Agent:
-            return copy
 
     with tempfile.TemporaryDirectory(prefix="stateward-fork-") as tmp:
         scratch = open_store(str(Path(tmp) / "fork.db"))
-        runtime = Redrive(scratch, agents=AgentRegistry(), telemetry=Telemetry(enabled=False))
+        runtime = drivers(scratch, base.run_id, copy)
         try:
             # The run's history up to the base, then the base's state: what the controller sees is the run's.
             scratch.create_run(base, [NewEvent(type=e.type, payload=e.payload) for e in prefix])
@@ -86,7 +95,7 @@ def redrive_to(
 
 
 def _walk(
-    runtime: Runtime,
+    runtime: OfflineDriver,
     agent: Agent,
     state: RunState,
     at: int,
