@@ -27,6 +27,7 @@ from stateward.core.state import (
     DeferredCall,
     Grant,
     GuardedAction,
+    ParentLink,
     PendingRequest,
     RequestKind,
     RunState,
@@ -713,6 +714,18 @@ def test_requests_page_by_run_and_tenant_open_only_by_default(store: Store) -> N
     for bad in ({"limit": 0}, {"cursor": "nope"}):
         with pytest.raises(UserError):
             store.page_requests(**bad)
+
+
+def test_a_listed_request_names_the_run_that_started_its_run(store: Store) -> None:
+    """The inbox draws a child's chain from the row (no load of every listed run): the row must carry the
+    parent its run was created with, and a root's none."""
+    link = ParentLink(run_id="run_root", request_id="child_001", idempotency_key="k" * 64, root_run_id="run_root")
+    start(store, "run_root")
+    start(store, "run_child", parent=link)
+    for run_id in ("run_root", "run_child"):
+        step(store, run_id, open_request=request("approval_001"))
+    rows = store.page_requests().items
+    assert [(r.run_id, r.parent_run_id) for r in rows] == [("run_child", "run_root"), ("run_root", None)]
 
 
 def test_requests_filter_by_kind_agent_and_role_in_the_query_with_full_pages(store: Store) -> None:

@@ -44,7 +44,7 @@ from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
 from stateward.store.backends import open_store
 from stateward.store.base import Store
 from stateward.store.offload import offloaded
-from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
+from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RequestRow, RunPage, page_size
 from stateward.store.records import ArtifactRecord, Lease
 from stateward.tools.gateway import ToolGateway
 
@@ -384,6 +384,13 @@ class Runtime:
         if tenant is not None and state.tenant != tenant:
             raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
         return children.chain(self.store, state)
+
+    def request_chain(self, row: RequestRow) -> list[str]:
+        """:meth:`chain` of a listed request's run, drawn from the row's parent: a root run's requests (nearly
+        every page's) need no read at all, a child's one read per run above it."""
+        if row.parent_run_id is None:
+            return []
+        return [*self.chain(row.parent_run_id), row.parent_run_id]
 
     def children(self, run_id: str, *, tenant: str | None = None) -> list[RunState]:
         """The child runs ``run_id``'s calls started, in the order its calls made them."""
