@@ -27,6 +27,7 @@ from stateward.core.state import (
     DeferredCall,
     Grant,
     GuardedAction,
+    Lineage,
     ParentLink,
     PendingRequest,
     RequestKind,
@@ -1841,6 +1842,22 @@ def test_a_fork_reads_its_sources_events_up_to_the_fork_point_then_its_own(store
             assert [(e.seq, e.payload) for e in page] == [(e.seq, e.payload) for e in expected], (after, limit)
     assert store.last_seq("run_f") == 7
     assert store.forks_of(RUN) == ["run_f"]
+
+
+def test_a_fork_opens_its_own_request_and_leaves_the_sources_alone(store: Store) -> None:
+    start(store)
+    step(store, open_request=request("approval_001"))
+    reopened = request("approval_f01")
+    forked = make_state("run_f", lineage=Lineage(forked_from=RUN, at_seq=2, key_scope=RUN), pending=reopened)
+    store.create_fork(forked, [ev(100, kind=EventType.RUN_FORKED)], source=RUN, at_seq=2, open_request=reopened)
+    record = store.get_request("run_f", "approval_f01")
+    assert record is not None and record.is_open and record.request == reopened
+    assert store.get_request("run_f", "approval_001") is None  # the source's request is not the fork's
+    listed = [(r.run_id, r.request.request_id) for r in store.page_requests().items]
+    assert listed == [(RUN, "approval_001"), ("run_f", "approval_f01")]
+    step(store, "run_f", close_request=answer("approval_f01"))
+    source = store.get_request(RUN, "approval_001")
+    assert source is not None and source.is_open  # answering the fork's never answers the source's
 
 
 def test_a_fork_of_a_fork_reads_each_source_up_to_its_own_bound(store: Store) -> None:
