@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -26,6 +27,7 @@ from stateward.api.caller import Caller
 from stateward.api.docs_route import PREFIX as DOCS_PREFIX
 from stateward.api.docs_route import docs_route
 from stateward.api.errors import error_body, status_of
+from stateward.api.heap import frozen_startup_heap
 from stateward.api.identity import Principal, Role, require
 from stateward.api.input_guard import MAX_SQL_INTEGER, InputGuard
 from stateward.api.limits import BodyLimit
@@ -100,6 +102,7 @@ class ApiSettings:
     webhook_targets: TargetPolicy = field(default_factory=TargetPolicy)  # where webhooks may go
     ready_check_s: float = DEFAULT_READY_CHECK_S  # /readyz runs the store's integrity check at most this often
     docs: bool = False  # serve /docs (Swagger UI, local assets, strict CSP); off unless the operator asks
+    freeze_startup_heap: bool = True  # see api/heap.py: full collections then skip the service's own heap
 
 
 def _utcnow() -> datetime:
@@ -123,6 +126,7 @@ def create_app(
         summary="The model proposes, the runtime decides.",
         docs_url=None,  # FastAPI's pages load CDN scripts: /docs only when asked for, from local files
         redoc_url=None,
+        lifespan=frozen_startup_heap if settings.freeze_startup_heap else None,
     )
     app.state.keys = keys
     app.state.oidc = None if settings.oidc is None else OidcVerifier(settings.oidc)
@@ -144,6 +148,11 @@ def create_app(
     app.add_middleware(InputGuard)  # inside BodyLimit: what it reads is bounded
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
+
+
+def _json(model: BaseModel) -> Response:
+    """A response model serialised once: the route built and validated it already."""
+    return Response(model.model_dump_json(), media_type="application/json")
 
 
 def _fingerprint(who: Principal, *parts: str | None) -> str:
@@ -350,18 +359,19 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
             Query(json_schema_extra={"enum": [k.value for k in RequestKind]}, description="INVALID_FILTER otherwise"),
         ] = None,
         agent: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-    ) -> Inbox:
+    ) -> Response:
         """Open requests of the caller's tenant that the caller may answer, each with its exact guarded action;
         ``role``: only those that approver role answers (a tool's own role, else its agent's); ``kind``: only
         requests of that kind; ``agent``: only those of that agent's runs (each filter in the store's query)."""
         require(who, Role.APPROVER)
         page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role, kind=kind, agent=agent)
         items = [
-            InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request, chain=runtime.chain(row.run_id))
+            InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request, chain=runtime.request_chain(row))
             for row in page.items
             if row.request.kind not in NOBODY_ANSWERS and may_answer(who, row.request.approver_role)
         ]
-        return Inbox(items=items, next_cursor=page.next_cursor)
+        # Built and checked above: serialised once (FastAPI would dump and re-validate the page again).
+        return _json(Inbox(items=items, next_cursor=page.next_cursor))
 
     keys = key_store(runtime)
 

@@ -128,7 +128,7 @@ def gates(
     child_timeout: GatesChildTimeoutOpt = 60.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """The eight hard gates (each count 0, pause/resume 100%) with their opportunities and the liveness
+    """The hard gates (each count 0, pause/resume 100%) with their opportunities and the liveness
     floor, audited from the event log and the side-effect journal; exit 1 on any breach.
 
     Without --db: the campaign (agent x fault x this store) runs first; its cells say which faults ran,

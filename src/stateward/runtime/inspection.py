@@ -16,7 +16,7 @@ from stateward.core.status import RunStatus
 from stateward.observability.payloads import is_payload_artifact, resolve
 from stateward.runtime import children
 from stateward.store.base import Store
-from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
+from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RequestRow, RunPage, page_size
 from stateward.store.records import ArtifactRecord
 
 DEFAULT_EVENT_PAGE = 1000
@@ -106,8 +106,17 @@ class RunReads:
     def chain(self, run_id: str, *, tenant: str | None = None) -> list[str]:
         """The runs above ``run_id`` in its tree, from the root down to its parent (empty for a run no run
         started): where a child's request came from, as the inbox shows it."""
-        self._visible(run_id, tenant)
-        return children.chain(self.store, self.store.load_run(run_id))
+        state = self.store.load_run(run_id)  # one read: the inbox asks this for every item of a page
+        if tenant is not None and state.tenant != tenant:
+            raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+        return children.chain(self.store, state)
+
+    def request_chain(self, row: RequestRow) -> list[str]:
+        """:meth:`chain` of a listed request's run, drawn from the row's parent: a root run's requests (nearly
+        every page's) need no read at all, a child's one read per run above it."""
+        if row.parent_run_id is None:
+            return []
+        return [*self.chain(row.parent_run_id), row.parent_run_id]
 
     def children(self, run_id: str, *, tenant: str | None = None) -> list[RunState]:
         """The child runs ``run_id``'s calls started, in the order its calls made them."""

@@ -261,6 +261,7 @@ class Runtime(RunReads):
             model_spec=model_spec,
             params=params,
             budget=budget,
+            drivers=_offline_runtime,
         )
         self._agents[forked.run_id] = agent
         self.telemetry.metrics.events(events)
@@ -589,3 +590,11 @@ class Runtime(RunReads):
     aresume = counterpart(resume)
     amigrate = counterpart(migrate)
     afork = counterpart(fork)
+
+
+def _offline_runtime(store: Store, run_id: str, agent: Agent) -> Runtime:
+    """A Runtime over a fork's scratch store whose one run is driven by ``agent`` (tools answering from the
+    journal), with no telemetry: the re-drive is a reading of the record, not a run."""
+    runtime = Runtime(store, agents=AgentRegistry(), telemetry=Telemetry(enabled=False))
+    runtime._agents[run_id] = agent
+    return runtime

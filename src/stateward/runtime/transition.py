@@ -577,8 +577,10 @@ def child_returned(
         by=f"run:{child_run_id}",
         at=now,
     )
-    resumed = resume_on_answer(state, answer, CHILD_RETURNED)
     delta = UsageDelta() if child_usage is None else spent(child_usage)
+    # Counted before the resume, so the run_resumed event carries the usage the parent goes on with.
+    counted = state.model_copy(update={"usage": state.usage.plus(delta)})
+    resumed = resume_on_answer(counted, answer, CHILD_RETURNED)
     returned = NewEvent(
         type=EventType.CHILD_RUN_RETURNED,
         payload={
@@ -588,5 +590,4 @@ def child_returned(
             "usage": delta.counts(),
         },
     )
-    counted = resumed.state.model_copy(update={"usage": resumed.state.usage.plus(delta)})
-    return dataclasses.replace(resumed, state=counted, usage=resumed.usage + delta).after(returned)
+    return dataclasses.replace(resumed, usage=resumed.usage + delta).after(returned)
