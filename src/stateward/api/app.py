@@ -61,7 +61,7 @@ from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import NOBODY_ANSWERS, RequestKind, RunState
 from stateward.core.status import RunStatus
-from stateward.runtime.agent_registry import refuse_operator_params
+from stateward.runtime.agent_params import refuse_operator_params
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 from stateward.store.keys import KeyStore, StoredResponse

@@ -211,7 +211,7 @@ class Runtime(RunReads):
         AGENT_VERSION_UNAVAILABLE, INVALID_MIGRATION, MIGRATION_NOT_NEEDED, LEASE_HELD, CONCURRENT_UPDATE.
         With ``drive``, a run that goes on RUNNING is driven here."""
         from stateward.core.state import AgentRef
-        from stateward.runtime.agent_registry import check_version
+        from stateward.runtime.agent_version import check_version
         from stateward.runtime.migration import check_migratable, migrate_write
 
         check_version(to_version)
