@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.events import Event, EventType
-from stateward.core.state import PendingRequest
+from stateward.core.state import PendingRequest, RunState
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
 from stateward.observability.tracing import Telemetry
@@ -243,28 +243,13 @@ def replay_run(
     journal = Journal(source_events, store, run_id, agent.tools)
     replay_agent = dataclasses.replace(agent, tools=answering_tools(agent.tools, journal))
     limit = max_steps or source.budget.max_steps or agent.budget.max_steps or DEFAULT_MAX_STEPS
-    answers = _answers(source_events)
-    applied = 0
-    stopped_unmatched = False
     with tempfile.TemporaryDirectory(prefix="stateward-replay-") as tmp:
         # No telemetry: a replay is not a run of the operator's, so it adds to no span, metric or gauge of theirs.
         runtime = Runtime(open_store(str(Path(tmp) / "replay.db")), telemetry=Telemetry(enabled=False))
         try:
             state = runtime.submit(replay_agent, source.goal, run_id=run_id, budget=source.budget, tenant=source.tenant)
-            steps = 0
-            while steps < limit and not journal.unrecorded:
-                if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
-                    if not answers or not _answers_this(answers[0], state.pending):
-                        stopped_unmatched = True
-                        break
-                    given = answers.popleft()
-                    state = give_answer(runtime, run_id, state.pending.request_id, given, roles_of(agent))
-                    applied += 1
-                    continue
-                if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
-                    break
-                state = runtime.step(run_id)
-                steps += 1
+            answers = _answers(source_events)
+            applied, stopped_unmatched = _drive(runtime, state, limit, journal, answers, roles_of(agent))
             replay_events = _all_events(runtime.store, run_id)
             state = runtime.get(run_id)
         finally:
@@ -290,6 +275,32 @@ def replay_run(
         input_tokens=state.usage.input_tokens,
         output_tokens=state.usage.output_tokens,
     )
+
+
+def _drive(
+    runtime: Runtime,
+    state: RunState,
+    limit: int,
+    journal: Journal,
+    answers: deque[dict[str, Any]],
+    roles: frozenset[str],
+) -> tuple[int, bool]:
+    """Step the replay until it ends, stops, calls what the record does not hold or reaches ``limit`` steps,
+    giving each wait the recorded answer (only to the same action); the answers given, and whether a wait had
+    none that matched."""
+    applied = steps = 0
+    while steps < limit and not journal.unrecorded:
+        if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
+            if not answers or not _answers_this(answers[0], state.pending):
+                return applied, True
+            state = give_answer(runtime, state.run_id, state.pending.request_id, answers.popleft(), roles)
+            applied += 1
+            continue
+        if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
+            break
+        state = runtime.step(state.run_id)
+        steps += 1
+    return applied, False
 
 
 def _answers_this(given: dict[str, Any], pending: PendingRequest) -> bool:
