@@ -261,7 +261,7 @@ class Runtime(RunReads):
             model_spec=model_spec,
             params=params,
             budget=budget,
-            drivers=_offline_runtime,
+            drivers=offline_runtime,
         )
         self._agents[forked.run_id] = agent
         self.telemetry.metrics.events(events)
@@ -592,7 +592,7 @@ class Runtime(RunReads):
     afork = counterpart(fork)
 
 
-def _offline_runtime(store: Store, run_id: str, agent: Agent) -> Runtime:
+def offline_runtime(store: Store, run_id: str, agent: Agent) -> Runtime:
     """A Runtime over a fork's scratch store whose one run is driven by ``agent`` (tools answering from the
     journal), with no telemetry: the re-drive is a reading of the record, not a run."""
     runtime = Runtime(store, agents=AgentRegistry(), telemetry=Telemetry(enabled=False))
