@@ -61,7 +61,7 @@ from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import NOBODY_ANSWERS, RequestKind, RunState
 from stateward.core.status import RunStatus
-from stateward.runtime.agent_registry import refuse_operator_params
+from stateward.runtime.agent_params import refuse_operator_params
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 from stateward.store.keys import KeyStore, StoredResponse
@@ -135,7 +135,9 @@ def create_app(
     if metrics is not None:
         metrics_route(app, metrics, token=settings.metrics_token)
     v1 = APIRouter(prefix="/v1", responses=_ERRORS)
-    _run_routes(v1, runtime, settings, clock)
+    _run_routes(v1, runtime)
+    _run_read_routes(v1, runtime)
+    _event_routes(v1, runtime, settings)
     _request_routes(v1, runtime, settings, clock)
     _control_routes(v1, runtime, settings, clock)
     webhook_routes(v1, runtime, settings.webhook_targets)
@@ -238,9 +240,8 @@ def _summary(runtime: Runtime, state: RunState) -> RunSummary:
     return RunSummary.model_validate(run_summary(runtime.store, state))
 
 
-def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: Callable[[], datetime]) -> None:
-    """Start, list and show runs; their events, paged and streamed."""
-    streams = StreamHub(runtime, settings.stream)
+def _run_routes(v1: APIRouter, runtime: Runtime) -> None:
+    """Start and fork runs."""
 
     # -- runs ----------------------------------------------------------------------------------
     @v1.post("/runs", response_model=RunSummary, status_code=201, tags=["runs"])
@@ -270,6 +271,10 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
             drive=body.drive,
         )
         return _summary(runtime, state)
+
+
+def _run_read_routes(v1: APIRouter, runtime: Runtime) -> None:
+    """List and show runs (the caller's tenant's only)."""
 
     @v1.get("/runs", response_model=RunList, tags=["runs"])
     def list_runs(
@@ -303,6 +308,11 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
         """One run, as ``stateward runs show --json``."""
         require(who, Role.VIEWER)
         return _summary(runtime, visible_run(runtime, run_id, who.tenant))
+
+
+def _event_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings) -> None:
+    """A run's events, paged and streamed (SSE, capped per key and in all: ``ApiSettings.stream``)."""
+    streams = StreamHub(runtime, settings.stream)
 
     @v1.get("/runs/{run_id}/events", response_model=EventPage, tags=["runs"])
     def run_events(

@@ -114,7 +114,13 @@ def replay(
     run_id: Annotated[str | None, typer.Argument(help="The recorded run (or use --runs).")] = None,
     model: ModelSpecOpt = None,
     from_seq: Annotated[
-        int | None, typer.Option("--from", min=1, help="Judge only the recorded decisions from this event seq on.")
+        int | None,
+        typer.Option(
+            "--from",
+            min=1,
+            help="Start from the run's state at this event (the step boundary at or before it):"
+            " the decisions after it are the new model's.",
+        ),
     ] = None,
     runs: Annotated[
         str | None,
@@ -143,7 +149,9 @@ def replay(
         registry = process_agents()
         if runs is None:
             agent = agent_for(registry, runtime.store, ids[0], model)
-            report = replay_run(runtime.store, ids[0], agent, model=model, from_seq=from_seq, max_steps=max_steps)
+            report = replay_run(
+                runtime.store, ids[0], agent, model=model, from_seq=from_seq, max_steps=max_steps, agents=registry
+            )
     if runs is None:
         if as_json:
             emit_json(report.model_dump(mode="json"))
@@ -154,7 +162,9 @@ def replay(
     for one in ids:
         try:
             agent = agent_for(registry, runtime.store, one, model)
-            found = replay_run(runtime.store, one, agent, model=model, from_seq=from_seq, max_steps=max_steps)
+            found = replay_run(
+                runtime.store, one, agent, model=model, from_seq=from_seq, max_steps=max_steps, agents=registry
+            )
             rows.append(row(one, found, None))
         except StatewardError as exc:
             rows.append(row(one, None, exc))

@@ -21,16 +21,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stateward.core.events import Event, EventType
-from stateward.core.state import PendingRequest
+from stateward.core.budget import Usage
+from stateward.core.errors import ErrorCode, RunError
+from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.state import PendingRequest, RunState
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
-from stateward.observability.tracing import Telemetry
 from stateward.runtime.agent import Agent
+from stateward.runtime.agent_registry import AgentRegistry
+from stateward.runtime.fork import state_at
 from stateward.runtime.recorded_answers import Journal, answering_tools, args_digest, give_answer, roles_of
-from stateward.runtime.runtime import Runtime
+from stateward.runtime.runtime import Runtime, offline_runtime
 from stateward.store.backends import open_store
 from stateward.store.base import Store
+from stateward.store.records import StepWrite
 
 __all__ = ["Divergence", "DivergenceKind", "ReplayDecision", "ReplayReport", "replay_run"]
 
@@ -90,6 +94,7 @@ class ReplayReport(BaseModel):
     run_id: str
     model: str | None
     from_seq: int | None
+    started_at: int | None = None  # the step boundary the replay started from (at or before ``from_seq``)
     recorded_decisions: int
     replayed_decisions: int
     compared: int
@@ -231,50 +236,44 @@ def replay_run(
     model: str | None = None,
     from_seq: int | None = None,
     max_steps: int | None = None,
+    agents: AgentRegistry | None = None,
 ) -> ReplayReport:
     """Re-drive ``run_id`` of ``store`` with ``agent`` offline and compare its decisions with the record.
 
     ``store`` is only read (RUN_NOT_FOUND for an unknown run). ``model`` names the model under test in the
-    report. ``from_seq`` compares only the recorded decisions from that event on (earlier ones are driven
-    but not judged). ``max_steps`` bounds the replay (default: the run's step budget, else 1000).
+    report. ``from_seq``: the replay starts from the run's state at that event (rebuilt as a fork's is, see
+    runtime/fork.py; ``agents`` builds the recorded agent where a re-drive is needed), so only the decisions
+    after it are the new model's; FORK_POINT_UNAVAILABLE where no state can be had there. ``max_steps`` bounds
+    the replay (default: the run's step budget, else 1000); the counts reported are the replay's own.
     """
-    source = store.load_run(run_id)
+    source, last = store.load_run_at(run_id)
     source_events = _all_events(store, run_id)
-    journal = Journal(source_events, store, run_id, agent.tools)
+    start, after = None, 0
+    if from_seq is not None:
+        start, after = _state_from(store, agents or AgentRegistry(), source, last, from_seq)
+    journal = Journal(source_events[after:], store, run_id, agent.tools)
     replay_agent = dataclasses.replace(agent, tools=answering_tools(agent.tools, journal))
     limit = max_steps or source.budget.max_steps or agent.budget.max_steps or DEFAULT_MAX_STEPS
-    answers = _answers(source_events)
-    applied = 0
-    stopped_unmatched = False
     with tempfile.TemporaryDirectory(prefix="stateward-replay-") as tmp:
         # No telemetry: a replay is not a run of the operator's, so it adds to no span, metric or gauge of theirs.
-        runtime = Runtime(open_store(str(Path(tmp) / "replay.db")), telemetry=Telemetry(enabled=False))
+        runtime = offline_runtime(open_store(str(Path(tmp) / "replay.db")), run_id, replay_agent)
         try:
-            state = runtime.submit(replay_agent, source.goal, run_id=run_id, budget=source.budget, tenant=source.tenant)
-            steps = 0
-            while steps < limit and not journal.unrecorded:
-                if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
-                    if not answers or not _answers_this(answers[0], state.pending):
-                        stopped_unmatched = True
-                        break
-                    given = answers.popleft()
-                    state = give_answer(runtime, run_id, state.pending.request_id, given, roles_of(agent))
-                    applied += 1
-                    continue
-                if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
-                    break
-                state = runtime.step(run_id)
-                steps += 1
+            state = _begin(runtime, replay_agent, source, start, source_events[:after])
+            answers = _answers(source_events[after:])
+            applied, stopped_unmatched = _drive(runtime, state, limit, journal, answers, roles_of(agent))
             replay_events = _all_events(runtime.store, run_id)
             state = runtime.get(run_id)
         finally:
             runtime.close()
+    used, before = state.usage, Usage() if start is None else start.usage
     recorded, replayed = decisions(source_events), decisions(replay_events)
-    compared, matched, first = _compare(recorded, replayed, source_events, from_seq, journal, stopped_unmatched)
+    judged_from = None if from_seq is None else after + 1
+    compared, matched, first = _compare(recorded, replayed, source_events, judged_from, journal, stopped_unmatched)
     return ReplayReport(
         run_id=run_id,
         model=model,
         from_seq=from_seq,
+        started_at=None if from_seq is None else after,
         recorded_decisions=len(recorded),
         replayed_decisions=len(replayed),
         compared=compared,
@@ -284,12 +283,62 @@ def replay_run(
         answers_applied=applied,
         observations_differing=_differing(source_events, replay_events),
         replay_status=state.status,
-        replay_steps=state.usage.steps,
+        replay_steps=used.steps - before.steps,
         max_steps=limit,
-        model_calls=state.usage.model_calls,
-        input_tokens=state.usage.input_tokens,
-        output_tokens=state.usage.output_tokens,
+        model_calls=used.model_calls - before.model_calls,
+        input_tokens=used.input_tokens - before.input_tokens,
+        output_tokens=used.output_tokens - before.output_tokens,
     )
+
+
+def _state_from(store: Store, agents: AgentRegistry, source: RunState, last: int, at: int) -> tuple[RunState, int]:
+    """The run's state at the step boundary at or before event ``at`` (as a fork there would have it) and
+    that boundary's seq: asked for an event inside a step, the replay starts before the step, so the decision
+    at ``at`` is the new model's. FORK_POINT_UNAVAILABLE where no state can be had."""
+    try:
+        return state_at(store, agents, source, last, at, offline_runtime), at
+    except RunError as refused:
+        instead = refused.details.get("instead")
+        if refused.code != ErrorCode.FORK_POINT_UNAVAILABLE or not isinstance(instead, int) or instead >= at:
+            raise
+    return state_at(store, agents, source, last, instead, offline_runtime), instead
+
+
+def _begin(runtime: Runtime, agent: Agent, source: RunState, start: RunState | None, prefix: list[Event]) -> RunState:
+    """The replay's run in the scratch store: a new run of ``agent`` on the source's goal, budget and tenant,
+    or (``--from``) the source's history up to the start and its state there, its open request open again."""
+    if start is None:
+        return runtime.submit(agent, source.goal, run_id=source.run_id, budget=source.budget, tenant=source.tenant)
+    runtime.store.create_run(start, [NewEvent(type=e.type, payload=e.payload) for e in prefix])
+    if start.pending is not None:
+        runtime.store.commit_step(start.run_id, len(prefix), StepWrite(state=start, open_request=start.pending))
+    return start
+
+
+def _drive(
+    runtime: Runtime,
+    state: RunState,
+    limit: int,
+    journal: Journal,
+    answers: deque[dict[str, Any]],
+    roles: frozenset[str],
+) -> tuple[int, bool]:
+    """Step the replay until it ends, stops, calls what the record does not hold or reaches ``limit`` steps,
+    giving each wait the recorded answer (only to the same action); the answers given, and whether a wait had
+    none that matched."""
+    applied = steps = 0
+    while steps < limit and not journal.unrecorded:
+        if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
+            if not answers or not _answers_this(answers[0], state.pending):
+                return applied, True
+            state = give_answer(runtime, state.run_id, state.pending.request_id, answers.popleft(), roles)
+            applied += 1
+            continue
+        if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
+            break
+        state = runtime.step(state.run_id)
+        steps += 1
+    return applied, False
 
 
 def _answers_this(given: dict[str, Any], pending: PendingRequest) -> bool:
