@@ -3,10 +3,17 @@ children are ``child_family``'s refund agent). ``main`` is what a process a test
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.runtime import child_family as family
 
 from stateward import Agent, AgentRegistry, Budget, FailNode, FinishNode, Runtime, ToolRegistry, WorkflowController
+from stateward.controllers.plan_run import PlanRunConfig, PlanRunController
+from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
 from stateward.controllers.workflow import AgentNode, DecisionContext
+from stateward.models.base import ModelRequest
+from stateward.planning.goal import GoalContract
+from stateward.testing import ScriptedModel
 from stateward.tools import agent_tool
 
 
@@ -30,13 +37,54 @@ def workflow_agent(guarded: bool = False, child_steps: int = 5) -> Agent:
     )
 
 
+PLAN = {
+    "plan_id": "p1",
+    "version": 1,
+    "goal_id": "g1",
+    "milestones": [{"milestone_id": "M1", "title": "all"}],
+    "work_items": [
+        {
+            "work_item_id": "W1",
+            "milestone_id": "M1",
+            "title": "refund A-1",
+            "task_type": "AGENT",
+            "required_capabilities": ["refund_agent"],
+            "output_spec": {"artifact_type": "refund"},
+            "completion_criteria": ["refund recorded"],
+            "max_react_steps": 4,
+            "estimated_cost": {"tool_calls": 2, "model_calls": 0, "tokens": 0},
+        }
+    ],
+}
+
+
+def _no_worker(request: ModelRequest) -> dict[str, Any]:
+    raise AssertionError("an AGENT item asks no model")
+
+
+def plan_agent(guarded: bool = False, endless: bool = False) -> Agent:
+    """A plan run whose one work item (type AGENT) is done by a refund-agent child run (``endless``: a
+    child that never finishes, until its carve ends it)."""
+    config = PlanRunConfig(goal=GoalContract(goal_id="g1", objective="refund A-1"), deliverable="refund")
+    controller = PlanRunController(ScriptedModel(lambda req: PLAN), ScriptedModel(_no_worker), config)
+    child = agent_tool("refund-agent", params={"guarded": guarded, "endless": endless}, budget=Budget(max_steps=8))
+    return Agent(
+        name="refund-planner",
+        controller=controller,
+        tools=ToolRegistry([child, *plan_run_tools()]),
+        finish_policy=plan_finish_policy,
+        budget=Budget(max_steps=30),
+    )
+
+
 def registry() -> AgentRegistry:
     agents = family.registry()
     agents.register("refund-workflow", workflow_agent)
+    agents.register("refund-planner", plan_agent)
     return agents
 
 
-def main(url: str, kill_at: str, nth: int) -> None:
+def main(url: str, kill_at: str, nth: int, agent: str = "refund-workflow") -> None:
     runtime = Runtime.open(url, agents=registry(), faults=family.KillAt(kill_at, nth), lease=family.LEASE)
-    runtime.start(runtime.agents.create("refund-workflow"), goal="refund order A-1", run_id="root")
+    runtime.start(runtime.agents.create(agent), goal="refund order A-1", run_id="root")
     runtime.close()

@@ -3,6 +3,7 @@ whatever crashes, the child's approvals answered anywhere, the parent resumed wi
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -109,8 +110,8 @@ def _recover(url: str) -> Runtime:
     return rt
 
 
-def _kill_and_check(url: str, kill_at: str, nth: int) -> None:
-    code = f"from tests.runtime import agent_nodes as a; a.main({url!r}, {kill_at!r}, {nth})"
+def _kill_and_check(url: str, kill_at: str, nth: int, agent: str = "refund-workflow") -> None:
+    code = f"from tests.runtime import agent_nodes as a; a.main({url!r}, {kill_at!r}, {nth}, {agent!r})"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]  # it died where it was told to
     rt = _recover(url)
@@ -121,7 +122,8 @@ def _kill_and_check(url: str, kill_at: str, nth: int) -> None:
     assert len([e for e in rt.events(kid.run_id) if e.type is EventType.RUN_STARTED]) == 1
     returned = [e for e in rt.events("root") if e.type is EventType.CHILD_RUN_RETURNED]
     assert len(returned) == 1  # delivered once
-    assert root.usage.steps == 2 + kid.usage.steps
+    if agent == "refund-workflow":
+        assert root.usage.steps == 2 + kid.usage.steps
     rt.close()
 
 
@@ -136,3 +138,61 @@ def test_a_crash_at_any_boundary_of_the_nodes_call_never_starts_a_second_child(
 @pytest.mark.parametrize(("kill_at", "nth"), [("after_commit", 1), ("child_before_start", 1)])
 def test_a_crash_on_postgres_never_starts_a_second_child(pg_url: str, kill_at: str, nth: int) -> None:
     _kill_and_check(pg_url, kill_at, nth)
+
+
+# --------------------------------------------------------------------------- plan items of type AGENT
+
+
+def test_a_plan_item_of_type_agent_runs_as_a_child_run_and_its_outcome_is_the_items_output(url: str) -> None:
+    rt = _runtime(url)
+    state = rt.start(rt.agents.create("refund-planner"), goal="refund A-1", tenant="acme", run_id="root")
+    assert state.status is RunStatus.COMPLETED, state.terminal_reason
+    (kid,) = _kids(rt, "root")
+    assert kid.agent.name == "refund-agent" and kid.goal == "refund A-1" and kid.tenant == "acme"
+    assert kid.status is RunStatus.COMPLETED and kid.budget.max_steps == 8
+    found = rt.store.get_artifact("root", "refund", 1)
+    assert found is not None
+    output = json.loads(found.content)
+    assert output["child_run_id"] == kid.run_id and output["answer"] == "refunded A-1"
+    assert output["status"] == "COMPLETED"
+    sources = [e.payload["signal_source"] for e in rt.events("root") if e.type is EventType.SIGNAL_RECEIVED]
+    assert sources.count("rule") == 2  # the agent tool's call and record_output: code, not a model
+    assert state.usage.steps >= 3 + kid.usage.steps  # the child's spend is the parent's
+    rt.close()
+
+
+def test_a_plan_items_child_waiting_for_approval_is_answered_with_its_own_role(tmp_path: Path) -> None:
+    url = str(tmp_path / "plan.db")
+    rt = _runtime(url)
+    state = rt.start(rt.agents.create("refund-planner", {"guarded": True}), goal="refund A-1", run_id="root")
+    assert state.status is RunStatus.WAITING_FOR_USER
+    (kid,) = _kids(rt, "root")
+    assert kid.pending is not None and kid.pending.kind is RequestKind.APPROVAL
+    rt.close()
+    other = _runtime(url)
+    other.approve(kid.run_id, kid.pending.request_id, by="ana", roles=frozenset({"refunds"}))
+    assert other.get("root").status is RunStatus.COMPLETED
+    found = other.store.get_artifact("root", "refund", 1)
+    assert found is not None and json.loads(found.content)["answer"] == "refunded A-1 with approval"
+    other.close()
+
+
+def test_an_agent_item_whose_child_fails_ends_its_attempt_by_name(tmp_path: Path) -> None:
+    rt = _runtime(str(tmp_path / "fail.db"))
+    state = rt.start(rt.agents.create("refund-planner", {"endless": True}), goal="refund A-1", run_id="root")
+    assert state.status is not RunStatus.COMPLETED
+    (kid,) = _kids(rt, "root")
+    assert kid.status is RunStatus.FAILED
+    blocked = [e.payload for e in rt.events("root") if e.type is EventType.WORK_ITEM_BLOCKED]
+    assert any("CHILD_RUN_FAILED" in b["message"] for b in blocked)
+    ended = [e.payload for e in rt.events("root") if e.type is EventType.WORK_ITEM_ENDED]
+    assert [e["error"] for e in ended] == ["PROCEDURE_FAILED"]
+    assert rt.store.get_artifact("root", "refund", 1) is None
+    rt.close()
+
+
+@pytest.mark.parametrize(
+    ("kill_at", "nth"), [("after_commit", 2), ("child_before_start", 1), ("child_before_return", 1)]
+)
+def test_a_crash_around_an_agent_items_call_never_starts_a_second_child(tmp_path: Path, kill_at: str, nth: int) -> None:
+    _kill_and_check(str(tmp_path / "kill.db"), kill_at, nth, agent="refund-planner")
