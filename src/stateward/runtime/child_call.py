@@ -14,7 +14,14 @@ from stateward.core.canonical import sha256_hex
 from stateward.core.contract import Observation, OutcomeStatus
 from stateward.core.decision import ControlDecision
 from stateward.core.errors import ErrorCode
-from stateward.core.state import ChildCall, RunState
+from stateward.core.state import (
+    ChildCall,
+    ChildHandoff,
+    HandoffEscalation,
+    PendingRequest,
+    RequestKind,
+    RunState,
+)
 from stateward.core.status import RunStatus
 from stateward.tools.spec import ChildAgent
 from stateward.tools.types import ToolOutcome
@@ -28,9 +35,16 @@ def child_run_id(parent_run_id: str, idempotency_key: str) -> str:
     return f"run_{sha256_hex(f'{parent_run_id}:{idempotency_key}')[:24]}"
 
 
-def child_call(state: RunState, declared: ChildAgent, decision: ControlDecision, outcome: ToolOutcome) -> ChildCall:
+def child_call(
+    state: RunState,
+    declared: ChildAgent,
+    decision: ControlDecision,
+    outcome: ToolOutcome,
+    parent_role: str | None = None,
+) -> ChildCall:
     """The child run an agent tool's call starts: its goal as the call gave it, its budget carved from what
-    ``state`` (the parent, this step counted) has left, held to what the tool declares and the call asked."""
+    ``state`` (the parent, this step counted) has left, held to what the tool declares and the call asked;
+    ``parent_role``, the parent agent's approver role, answers its handoffs if the tool escalates them."""
     result: dict[str, Any] = outcome.result if isinstance(outcome.result, dict) else {}
     key = outcome.idempotency_key or ""
     asked = Budget(**{"max_steps": None, **result.get("asked", {})})
@@ -43,7 +57,23 @@ def child_call(state: RunState, declared: ChildAgent, decision: ControlDecision,
         tool=outcome.tool,
         args=decision.args or {},
         idempotency_key=key,
+        on_handoff=declared.on_handoff,
+        parent_role=parent_role,
     )
+
+
+def escalated(state: RunState, pending: PendingRequest) -> PendingRequest:
+    """``pending`` as the run asks it: a child's HANDOFF request, when the call that started the child
+    escalates its handoffs, goes to the parent's approver role (and says so); every other request as it is."""
+    link = state.parent
+    if (
+        pending.kind is not RequestKind.HANDOFF
+        or link is None
+        or link.on_handoff is not ChildHandoff.ESCALATE_TO_PARENT
+    ):
+        return pending
+    escalation = HandoffEscalation(parent_run_id=link.run_id, child_role=pending.approver_role)
+    return pending.model_copy(update={"approver_role": link.parent_role, "escalation": escalation})
 
 
 def child_observation(

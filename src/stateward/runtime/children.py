@@ -90,6 +90,8 @@ def ensure_child(store: Store, make: AgentMaker, parent: RunState, now: datetime
         idempotency_key=call.idempotency_key,
         root_run_id=parent.run_id if parent.parent is None else parent.parent.root_run_id,
         depth=1 if parent.parent is None else parent.parent.depth + 1,
+        on_handoff=call.on_handoff,
+        parent_role=call.parent_role,
     )
     child = RunState(
         run_id=call.run_id,

@@ -93,7 +93,7 @@ def execute_tool(
     child = None
     if spec is not None and spec.child_agent is not None and outcome.status is OutcomeStatus.SUCCESS:
         # An agent tool: the call starts a child run, carved from what the run has left after this step.
-        child = child_call(state.model_copy(update=changes), spec.child_agent, decision, outcome)
+        child = child_call(state.model_copy(update=changes), spec.child_agent, decision, outcome, agent.approver_role)
         observation = observation.model_copy(update={"result": child.model_dump(mode="json", exclude={"params"})})
     observed = observation.model_dump(mode="json")
     events = [*written, NewEvent(type=EventType.TOOL_ATTEMPTED, payload=_attempted(observed, outcome))]

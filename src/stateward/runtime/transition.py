@@ -47,6 +47,7 @@ from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import Usage as ModelUsage
 from stateward.runtime import admission
 from stateward.runtime.agent import Agent, ExpiryPolicy
+from stateward.runtime.child_call import escalated
 from stateward.runtime.write import Write
 from stateward.store.records import RequestAnswer
 
@@ -179,6 +180,7 @@ def handle(
         created_at=now,
         expires_at=admission.wait_expiry(agent, wait, now),
     )
+    pending = escalated(state, pending)  # a child's handoff, if its call escalates them to the parent's approvers
     write = suspend(state, pending, reason, usage=delta, correction=None)
     return Transition(kind, state.status, after, True, reason, decision, write.after(*events))
 

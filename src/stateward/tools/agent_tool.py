@@ -12,11 +12,12 @@ from typing import Any
 from stateward.core.budget import Budget
 from stateward.core.errors import UserError
 from stateward.core.run_inputs import check_goal
+from stateward.core.state import ChildHandoff
 
 from .errors import ToolInvalidArgument
 from .spec import ChildAgent, ToolSpec
 
-__all__ = ["agent_tool"]
+__all__ = ["ChildHandoff", "agent_tool"]
 
 
 def agent_tool(
@@ -29,6 +30,7 @@ def agent_tool(
     permission: str | None = None,
     requires_approval: bool = False,
     approver_role: str | None = None,
+    on_handoff: ChildHandoff = ChildHandoff.ANSWER_IN_CHILD,
 ) -> ToolSpec:
     """A tool that runs the registered agent ``agent`` (built from ``params``) as a child run on the goal the
     model gives. ``budget``: the most the child may spend in each dimension (never more than the caller has
@@ -56,5 +58,5 @@ def agent_tool(
         permission=permission,
         requires_approval=requires_approval,
         approver_role=approver_role,
-        child_agent=ChildAgent(agent=agent, params=dict(params or {}), budget=budget),
+        child_agent=ChildAgent(agent=agent, params=dict(params or {}), budget=budget, on_handoff=on_handoff),
     )
