@@ -3,6 +3,7 @@ parent's. Either way the answer is bound to the exact request, single-use and te
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,21 @@ def test_a_handoff_answered_in_the_child_needs_the_childs_own_role(tmp_path: Pat
     assert rt.get(child.run_id).status is RunStatus.COMPLETED
     assert rt.get("root").status is RunStatus.COMPLETED
     rt.close()
+
+
+def test_the_cli_inbox_says_a_handoff_is_escalated_and_to_whom(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from stateward.cli.app import app
+
+    rt, child = _tree(tmp_path, ChildHandoff.ESCALATE_TO_PARENT)
+    rt.close()
+    db = str(tmp_path / "handoffs.db")
+    listed = CliRunner().invoke(app, ["requests", "list", "--db", db, "--role", "triage", "--json"])
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.output)
+    assert row["run_id"] == child.run_id and row["escalation"] == {"parent_run_id": "root", "child_role": "refunds"}
+    text = CliRunner().invoke(app, ["requests", "list", "--db", db]).output
+    assert "escalated:      to the approvers of parent run root (the child's role: refunds)" in text
+    shown = CliRunner().invoke(app, ["runs", "show", child.run_id, "--db", db, "--json"])
+    assert json.loads(shown.output)["pending"]["escalation"]["parent_run_id"] == "root"

@@ -37,6 +37,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             "asked_by": pending.asked_by,
             "model_text": pending.model_text,
             **({} if pending.reconciles is None else {"reconciles": pending.reconciles.model_dump(mode="json")}),
+            **({} if pending.escalation is None else {"escalation": pending.escalation.model_dump(mode="json")}),
         },
         "counters": {
             "steps": usage.steps,
