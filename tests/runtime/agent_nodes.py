@@ -7,10 +7,20 @@ from typing import Any
 
 from tests.runtime import child_family as family
 
-from stateward import Agent, AgentRegistry, Budget, FailNode, FinishNode, Runtime, ToolRegistry, WorkflowController
+from stateward import (
+    Agent,
+    AgentNode,
+    AgentRegistry,
+    Budget,
+    FailNode,
+    FinishNode,
+    Runtime,
+    ToolRegistry,
+    WorkflowController,
+)
 from stateward.controllers.plan_run import PlanRunConfig, PlanRunController
 from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
-from stateward.controllers.workflow import AgentNode, DecisionContext
+from stateward.core.contract import DecisionContext
 from stateward.models.base import ModelRequest
 from stateward.planning.goal import GoalContract
 from stateward.testing import ScriptedModel
