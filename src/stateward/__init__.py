@@ -18,7 +18,8 @@ Public-surface budget
 The top level holds at most 89 names: what a user's first file needs, for one of five jobs. It does not grow:
 a new name takes the place of one that moves to its subpackage, or the budget is raised here, with its
 reason, in the same change (89: ``AgentNode``, the workflow node whose step another agent does, issue 29;
-a workflow's nodes are one family, and the others are all here). Everything else lives in a named subpackage with its own pinned ``__all__``:
+a workflow's nodes are one family, and the others are all here). Everything else lives in a named
+subpackage with its own pinned ``__all__``:
 ``stateward.planning`` (goal contracts, plans, the plan-run engine), ``stateward.verify`` (contracts and
 checks), ``stateward.models`` (providers), ``stateward.tools`` (the gateway's parts), ``stateward.observability``,
 ``stateward.api``, ``stateward.cli.plugins``, ``stateward.testing`` (fakes). No name from those is re-exported
