@@ -22,6 +22,7 @@ from stateward.controllers.plan_run import PlanRunConfig, PlanRunController
 from stateward.controllers.plan_support import plan_finish_policy, plan_run_tools
 from stateward.core.contract import DecisionContext
 from stateward.models.base import ModelRequest
+from stateward.planning.budget import BudgetLimits
 from stateward.planning.goal import GoalContract
 from stateward.testing import ScriptedModel
 from stateward.tools import agent_tool
@@ -72,10 +73,11 @@ def _no_worker(request: ModelRequest) -> dict[str, Any]:
     raise AssertionError("an AGENT item asks no model")
 
 
-def plan_agent(guarded: bool = False, endless: bool = False) -> Agent:
+def plan_agent(guarded: bool = False, endless: bool = False, max_model_calls: int | None = None) -> Agent:
     """A plan run whose one work item (type AGENT) is done by a refund-agent child run (``endless``: a
     child that never finishes, until its carve ends it)."""
-    config = PlanRunConfig(goal=GoalContract(goal_id="g1", objective="refund A-1"), deliverable="refund")
+    goal = GoalContract(goal_id="g1", objective="refund A-1")
+    config = PlanRunConfig(goal=goal, deliverable="refund", budget=BudgetLimits(max_model_calls=max_model_calls))
     controller = PlanRunController(ScriptedModel(lambda req: PLAN), ScriptedModel(_no_worker), config)
     child = agent_tool("refund-agent", params={"guarded": guarded, "endless": endless}, budget=Budget(max_steps=8))
     return Agent(

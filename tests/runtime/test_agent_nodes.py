@@ -196,3 +196,18 @@ def test_an_agent_item_whose_child_fails_ends_its_attempt_by_name(tmp_path: Path
 )
 def test_a_crash_around_an_agent_items_call_never_starts_a_second_child(tmp_path: Path, kill_at: str, nth: int) -> None:
     _kill_and_check(str(tmp_path / "kill.db"), kill_at, nth, agent="refund-planner")
+
+
+def test_a_plans_budget_counts_what_its_items_children_spent(tmp_path: Path) -> None:
+    """The planner's one model call and the child's two use up a plan limited to 3: the item stops on the
+    plan's budget before it records its output; with 4 it completes."""
+    rt = _runtime(str(tmp_path / "budget.db"))
+    tight = rt.start(rt.agents.create("refund-planner", {"max_model_calls": 3}), goal="refund A-1", run_id="tight")
+    (kid,) = _kids(rt, "tight")
+    assert kid.status is RunStatus.COMPLETED and kid.usage.model_calls == 2
+    assert tight.status is RunStatus.PARTIALLY_COMPLETED
+    ended = [e.payload for e in rt.events("tight") if e.type is EventType.WORK_ITEM_ENDED]
+    assert [(e["outcome"], e["error"]) for e in ended] == [("FAILED", "BUDGET_EXHAUSTED")]
+    roomy = rt.start(rt.agents.create("refund-planner", {"max_model_calls": 4}), goal="refund A-1", run_id="roomy")
+    assert roomy.status is RunStatus.COMPLETED
+    rt.close()

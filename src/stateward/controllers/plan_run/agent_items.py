@@ -14,11 +14,12 @@ import json
 from typing import Any
 
 from stateward.controllers.plan_support import OUTPUT_TOOL, cite_evidence
-from stateward.core.contract import OutcomeStatus
+from stateward.core.contract import Observation, OutcomeStatus
 from stateward.core.decision import ControlDecision, DecisionType
 from stateward.models.base import ModelRequest
+from stateward.planning.budget import BudgetAmount
 
-__all__ = ["agent_procedure"]
+__all__ = ["agent_procedure", "child_spend"]
 
 
 def agent_procedure(request: ModelRequest) -> ControlDecision:
@@ -47,3 +48,16 @@ def agent_procedure(request: ModelRequest) -> ControlDecision:
         "evidence": cite_evidence(request),
     }
     return ControlDecision(type=DecisionType.EXECUTE_TOOL, action=OUTPUT_TOOL, args=args)
+
+
+def child_spend(observation: Observation) -> BudgetAmount | None:
+    """What a child run spent, from the observation its end made (None for any other observation): charged
+    to the plan's ledger, so a plan's limits hold its items' children too, whoever made the call."""
+    result = observation.result
+    if not isinstance(result, dict) or "child_run_id" not in result or not isinstance(result.get("usage"), dict):
+        return None
+    usage: dict[str, Any] = result["usage"]
+    tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+    return BudgetAmount(
+        tool_calls=int(usage.get("tool_attempts", 0)), model_calls=int(usage.get("model_calls", 0)), tokens=tokens
+    )

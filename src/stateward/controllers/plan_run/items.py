@@ -12,7 +12,7 @@ from stateward.controllers.base import provider_rejection
 from stateward.controllers.plan_run import acceptance
 from stateward.controllers.plan_run import facts as view
 from stateward.controllers.plan_run.acceptance import findings_text
-from stateward.controllers.plan_run.agent_items import agent_procedure
+from stateward.controllers.plan_run.agent_items import agent_procedure, child_spend
 from stateward.controllers.plan_run.attempts import end_attempt
 from stateward.controllers.plan_run.memo import (
     DENIED,
@@ -377,6 +377,8 @@ def absorb(
     mine = [o for o in ctx.observations if o.step in run.steps]
     for obs in mine[run.absorbed :]:
         run.absorbed += 1
+        if (child := child_spend(obs)) is not None:
+            memo.ledger = memo.ledger.charge(child)  # a child run's spend is the plan's (agent_items.py)
         if obs.evidence_id is not None:
             run.calls.append(obs.evidence_id)
         run.tracker, verdict = run.tracker.observe(step_record(obs), remaining=memo.ledger.remaining())
