@@ -366,7 +366,7 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         require(who, Role.APPROVER)
         page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role, kind=kind, agent=agent)
         items = [
-            InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request, chain=runtime.chain(row.run_id))
+            InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request, chain=runtime.request_chain(row))
             for row in page.items
             if row.request.kind not in NOBODY_ANSWERS and may_answer(who, row.request.approver_role)
         ]

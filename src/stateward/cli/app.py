@@ -296,7 +296,7 @@ def runs_fork(
     """A new run whose history up to event --at is RUN's (shared, not copied): side effects RUN journalled are
     replayed from the journal, never run again; usage is carried; grants and answers after --at are not (a
     guarded call asks again); the request open at --at is re-opened under a new id. --at must be a fork point
-    (a checkpoint, the run's start, or its last event while it is stopped): FORK_POINT_UNAVAILABLE lists them."""
+    (any event between steps; one inside a step is FORK_POINT_UNAVAILABLE naming the event to use)."""
     from stateward.cli.run_cmd import parse_params
     from stateward.runtime.summary import run_summary
 

@@ -44,7 +44,7 @@ from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
 from stateward.store.backends import open_store
 from stateward.store.base import Store
 from stateward.store.offload import offloaded
-from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
+from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RequestRow, RunPage, page_size
 from stateward.store.records import ArtifactRecord, Lease
 from stateward.tools.gateway import ToolGateway
 
@@ -277,6 +277,7 @@ class Runtime:
             model_spec=model_spec,
             params=params,
             budget=budget,
+            drivers=_offline_runtime,
         )
         self._agents[forked.run_id] = agent
         self.telemetry.metrics.events(events)
@@ -383,6 +384,13 @@ class Runtime:
         if tenant is not None and state.tenant != tenant:
             raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
         return children.chain(self.store, state)
+
+    def request_chain(self, row: RequestRow) -> list[str]:
+        """:meth:`chain` of a listed request's run, drawn from the row's parent: a root run's requests (nearly
+        every page's) need no read at all, a child's one read per run above it."""
+        if row.parent_run_id is None:
+            return []
+        return [*self.chain(row.parent_run_id), row.parent_run_id]
 
     def children(self, run_id: str, *, tenant: str | None = None) -> list[RunState]:
         """The child runs ``run_id``'s calls started, in the order its calls made them."""
@@ -800,3 +808,11 @@ class Runtime:
     aresume = counterpart(resume)
     amigrate = counterpart(migrate)
     afork = counterpart(fork)
+
+
+def _offline_runtime(store: Store, run_id: str, agent: Agent) -> Runtime:
+    """A Runtime over a fork's scratch store whose one run is driven by ``agent`` (tools answering from the
+    journal), with no telemetry: the re-drive is a reading of the record, not a run."""
+    runtime = Runtime(store, agents=AgentRegistry(), telemetry=Telemetry(enabled=False))
+    runtime._agents[run_id] = agent
+    return runtime

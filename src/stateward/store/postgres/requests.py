@@ -111,7 +111,7 @@ class PostgresRequests(PostgresBase):
             rows = conn.execute(sql, (*params, size + 1)).fetchall()
         more = len(rows) > size
         rows = rows[:size]
-        items = [request_row(r[0], r[1], r[2], r[3]) for r in rows]
+        items = [request_row(r[0], r[1], r[2], r[3], r[5]) for r in rows]
         last = rows[-1] if more else None
         return RequestPage(
             items=items, next_cursor=None if last is None else encode_cursor("requests", filters, [last[0], last[4]])

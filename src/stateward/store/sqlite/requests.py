@@ -123,7 +123,7 @@ class SQLiteRequests(SQLiteBase):
             where.append("(p.run_id, p.request_id) > (?, ?)")
             params += decode_cursor(cursor, "requests", filters, 2)
         sql = (
-            "SELECT p.run_id, p.body, p.answer, r.tenant, p.request_id"
+            "SELECT p.run_id, p.body, p.answer, r.tenant, p.request_id, json_extract(r.snapshot, '$.parent.run_id')"
             # CROSS JOIN keeps requests the outer loop: their index gives the order; a tenant's runs do not.
             " FROM pending_requests AS p CROSS JOIN runs AS r ON r.run_id=p.run_id"
         )
@@ -133,7 +133,7 @@ class SQLiteRequests(SQLiteBase):
             rows = self._db.execute(sql + " ORDER BY p.run_id, p.request_id LIMIT ?", (*params, size + 1)).fetchall()
         more = len(rows) > size
         rows = rows[:size]
-        items = [request_row(r[0], r[1], r[2], r[3]) for r in rows]
+        items = [request_row(r[0], r[1], r[2], r[3], r[5]) for r in rows]
         last = rows[-1] if more else None
         return RequestPage(
             items=items, next_cursor=None if last is None else encode_cursor("requests", filters, [last[0], last[4]])
