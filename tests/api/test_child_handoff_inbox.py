@@ -42,3 +42,17 @@ def test_an_escalated_handoff_is_the_parents_approvers_to_answer_through_the_api
     runtime.drive(child.run_id)  # the service leaves driving to workers; here, the library drives the tree
     assert runtime.get("root").status is RunStatus.COMPLETED
     runtime.close()
+
+
+def test_the_console_inbox_says_a_handoff_is_escalated(tmp_path: Path) -> None:
+    from tests.api.test_inbox_pages import Inbox, signed_in
+
+    runtime = Runtime(SQLiteStore(tmp_path / "console.db"), agents=family.registry())
+    agent = runtime.agents.create("escalating-parent", {"on_handoff": ChildHandoff.ESCALATE_TO_PARENT.value})
+    runtime.start(agent, goal="refund A-1", run_id="root", tenant="acme")
+    inbox = Inbox(runtime, ApiSettings())
+    token, _ = inbox.key("acme", "approver", "triage")
+    client, _ = signed_in(inbox, token)
+    page = client.get("/inbox").text
+    assert 'data-testid="escalated">escalated from child (its role: refunds)</span>' in page
+    runtime.close()
