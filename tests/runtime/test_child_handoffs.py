@@ -15,8 +15,15 @@ from stateward.core.state import RequestKind
 from stateward.tools import ChildHandoff
 
 
-def _tree(tmp_path: Path, on_handoff: ChildHandoff) -> tuple[Runtime, RunState]:
-    rt = Runtime.open(str(tmp_path / "handoffs.db"), agents=family.registry())
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "handoffs.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
+def _tree(url: str, on_handoff: ChildHandoff) -> tuple[Runtime, RunState]:
+    rt = Runtime.open(url, agents=family.registry())
     agent = rt.agents.create("escalating-parent", {"on_handoff": on_handoff.value})
     root = rt.start(agent, goal="refund A-1", tenant="acme", run_id="root")
     assert root.status is RunStatus.WAITING_FOR_USER
@@ -32,8 +39,8 @@ def _refused(call: object) -> ErrorCode:
     return caught.value.code
 
 
-def test_an_escalated_handoff_is_answered_by_the_parents_approvers_only(tmp_path: Path) -> None:
-    rt, child = _tree(tmp_path, ChildHandoff.ESCALATE_TO_PARENT)
+def test_an_escalated_handoff_is_answered_by_the_parents_approvers_only(url: str) -> None:
+    rt, child = _tree(url, ChildHandoff.ESCALATE_TO_PARENT)
     pending = child.pending
     assert pending is not None
     # The request says it is escalated, to whom, and whose it was.
@@ -61,8 +68,8 @@ def test_an_escalated_handoff_is_answered_by_the_parents_approvers_only(tmp_path
     rt.close()
 
 
-def test_a_handoff_answered_in_the_child_needs_the_childs_own_role(tmp_path: Path) -> None:
-    rt, child = _tree(tmp_path, ChildHandoff.ANSWER_IN_CHILD)
+def test_a_handoff_answered_in_the_child_needs_the_childs_own_role(url: str) -> None:
+    rt, child = _tree(url, ChildHandoff.ANSWER_IN_CHILD)
     pending = child.pending
     assert pending is not None and pending.approver_role == "refunds" and pending.escalation is None
     assert rt.list_requests(tenant="acme", role="triage").items == []
@@ -82,9 +89,9 @@ def test_the_cli_inbox_says_a_handoff_is_escalated_and_to_whom(tmp_path: Path) -
 
     from stateward.cli.app import app
 
-    rt, child = _tree(tmp_path, ChildHandoff.ESCALATE_TO_PARENT)
-    rt.close()
     db = str(tmp_path / "handoffs.db")
+    rt, child = _tree(db, ChildHandoff.ESCALATE_TO_PARENT)
+    rt.close()
     listed = CliRunner().invoke(app, ["requests", "list", "--db", db, "--role", "triage", "--json"])
     assert listed.exit_code == 0, listed.output
     (row,) = json.loads(listed.output)
