@@ -242,6 +242,7 @@ class PendingRequest(BaseModel):
     replaces: str | None = None  # an escalation's new request: the id of the one first asked (kept on re-escalation)
     reconciles: Reconciles | None = None  # a reconciliation: the journalled call its answer decides
     child: ChildCall | None = None  # a CHILD_RUN wait: the child run whose end answers it
+    siblings: tuple[ChildCall, ...] = ()  # the same call's other children (parallel): the wait ends with all
     escalation: HandoffEscalation | None = None  # a child's handoff its parent's approvers answer
 
 

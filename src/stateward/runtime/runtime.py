@@ -485,13 +485,26 @@ class Runtime:
             return None
         if state.parent is not None and state.status.is_terminal:
             return self._hand_back(state, now)
+        if state.parent is not None and state.status is RunStatus.WAITING_FOR_USER:
+            return self._runnable_sibling(state, now)
         return None
+
+    def _runnable_sibling(self, child: RunState, now: datetime) -> str | None:
+        """A parallel call's next child to drive while ``child`` waits (None: none is runnable here)."""
+        assert child.parent is not None
+        if not children.siblings_open(self.store, child):
+            return None
+        parent = self.store.load_run(child.parent.run_id)
+        following = children.ensure_child(self.store, self._child_agent, parent, now)
+        return following.run_id if following is not None and following.status in DRIVABLE else None
 
     def _hand_back(self, child: RunState, now: datetime) -> str | None:
         self.faults.point(CHILD_BOUNDARIES[1])
         answer = children.final_answer(self.store, child)
-        if children.deliver(self.store, child, now, answer) and child.parent is not None:
-            return child.parent.run_id
+        if child.parent is None:
+            return None
+        if children.deliver(self.store, child, now, answer) or children.siblings_open(self.store, child):
+            return child.parent.run_id  # resumed; or (a parallel call) its next child to drive is its parent's
         return None
 
     def _child_agent(self, name: str, params: dict[str, Any]) -> Agent:
@@ -642,9 +655,10 @@ class Runtime:
         state = self.store.load_run(run_id)
         if state.status is RunStatus.PAUSED:
             return state
-        call = children.waited_child(state)
-        if call is not None:
-            self._cascade(call.run_id, lambda child: self.pause(child, by=by, roles=roles), ErrorCode.NOT_PAUSABLE)
+        calls = children.waited_calls(state)
+        if calls:
+            for call in calls:
+                self._cascade(call.run_id, lambda child: self.pause(child, by=by, roles=roles), ErrorCode.NOT_PAUSABLE)
             return self.get(run_id)
         if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
             raise RunError(
@@ -666,9 +680,9 @@ class Runtime:
                 code=ErrorCode.RUN_ENDED,
                 details={"run_id": run_id, "status": state.status.value},
             )
-        call = children.waited_child(state)
+        calls = children.waited_calls(state)
         ended = self._cancel(run_id, state, by, roles)
-        if call is not None:
+        for call in calls:
             self._cascade(call.run_id, lambda child: self.cancel(child, by=by, roles=roles), ErrorCode.RUN_ENDED)
         return self._family(run_id, ended) if ended.status.is_terminal else ended
 
@@ -714,10 +728,11 @@ class Runtime:
         """
         state = self.store.load_run(run_id)
         authorize_resume(state, tenant=tenant, roles=roles)
-        call = children.waited_child(state)
-        if call is not None:  # the parent waits: what was paused is its child (or a descendant)
+        calls = children.waited_calls(state)
+        if calls:  # the parent waits: what was paused is its children (or a descendant)
             again = ErrorCode.NOT_RESUMABLE
-            self._cascade(call.run_id, lambda child: self.resume(child, by=by, tenant=tenant, roles=roles), again)
+            for call in calls:
+                self._cascade(call.run_id, lambda child: self.resume(child, by=by, tenant=tenant, roles=roles), again)
             return self.get(run_id)
         check_resumable(state)
         self.faults.point(RESUME_BEFORE_LEASE)

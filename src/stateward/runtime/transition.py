@@ -639,18 +639,24 @@ AWAITING_CHILD = "awaiting_child_run"
 CHILD_RETURNED = "child_run_returned"
 
 
-def await_child(state: RunState, child: ChildCall, *, call_step: int, now: datetime) -> Write:
-    """The call started a child run: the parent waits for it durably (no thread held) under a CHILD_RUN
-    request nobody answers; the child's end does (``child_returned``)."""
+def await_child(state: RunState, calls: tuple[ChildCall, ...], *, call_step: int, now: datetime) -> Write:
+    """The call started child runs (one, or a parallel call's several): the parent waits for them durably
+    (no thread held) under a CHILD_RUN request nobody answers; the end of the last of them does
+    (``child_returned``)."""
+    child, siblings = calls[0], calls[1:]
     pending = PendingRequest(
         request_id=mint_request_id(state),
         kind=RequestKind.CHILD_RUN,
-        question=f"waiting for child run {child.run_id} of agent {child.agent}: {child.goal}"[: admission.SHOWN_CHARS],
+        question=(
+            f"waiting for child run {child.run_id} of agent {child.agent}: {child.goal}"
+            + (f" (and {len(siblings)} more)" if siblings else "")
+        )[: admission.SHOWN_CHARS],
         state_before=state.status,
         asked_by=AskedBy.RUNTIME,
         call_step=call_step,
         created_at=now,
         child=child,
+        siblings=siblings,
     )
     return suspend(state, pending, AWAITING_CHILD)
 
@@ -678,6 +684,7 @@ def child_returned(
         type=EventType.CHILD_RUN_RETURNED,
         payload={
             "child_run_id": child_run_id,
+            **({"child_run_ids": [c.run_id for c in (pending.child, *pending.siblings)]} if pending.siblings else {}),
             "idempotency_key": pending.child.idempotency_key,
             "observation": observation,
             "usage": delta.counts(),

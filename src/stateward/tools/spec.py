@@ -73,7 +73,8 @@ REPLACED_CONTEXT = "__context__"  # where :meth:`ToolSpec.answered_by`'s handler
 class ChildAgent(BaseModel):
     """What a tool made by ``agent_tool`` calls: a registered agent, built from ``params``, run as a child run
     with at most ``budget`` (each bound further capped by what the caller has left; None: all it has left);
-    ``on_handoff``: whether the child's handoffs are answered by its own approvers or escalated to the caller's."""
+    ``on_handoff``: whether the child's handoffs are answered by its own approvers or escalated to the caller's;
+    ``parallel``: above 1, one call gives up to that many goals, one child each, and waits for them all."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -81,6 +82,7 @@ class ChildAgent(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     budget: Budget | None = None
     on_handoff: ChildHandoff = ChildHandoff.ANSWER_IN_CHILD  # who answers the child's handoffs
+    parallel: int = Field(default=1, ge=1, le=16)  # the most children one call starts, run concurrently
 
 
 @dataclass
