@@ -22,7 +22,7 @@ def _fan_out(request: ModelRequest) -> dict[str, Any]:
     return {"type": "FINISH", "reason": f"{outcome['status']}: {said}"}
 
 
-def parallel_agent(guarded: bool = False, endless: bool = False, child_steps: int = 10) -> Agent:
+def parallel_agent(guarded: bool = False, endless: bool = False, child_steps: int = 10, max_steps: int = 40) -> Agent:
     """Two children in one call, each carved half of at most ``child_steps`` steps."""
     both = agent_tool(
         "refund-agent",
@@ -35,7 +35,7 @@ def parallel_agent(guarded: bool = False, endless: bool = False, child_steps: in
         name="fan-out",
         controller=ReActController(ScriptedModel(_fan_out)),
         tools=ToolRegistry([both]),
-        budget=Budget(max_steps=40, max_tool_calls=40),
+        budget=Budget(max_steps=max_steps, max_tool_calls=max_steps),
         approver_role="triage",
     )
 

@@ -145,3 +145,45 @@ def test_a_crash_around_a_parallel_call_starts_each_child_once(tmp_path: Path, k
     assert len(_returned(rt, "root")) == 1  # delivered once
     assert root.usage.steps == 2 + sum(k.usage.steps for k in kids)
     rt.close()
+
+
+def test_the_shares_of_a_carve_never_add_up_to_more_than_it() -> None:
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from stateward import Budget
+    from stateward.core.budget import BOUNDED, split
+
+    bound = st.none() | st.integers(0, 100)
+
+    @given(whole=st.builds(Budget, max_steps=bound, max_model_calls=bound, max_tool_calls=bound), n=st.integers(1, 16))
+    def check(whole: Budget, n: int) -> None:
+        share = split(whole, n)
+        for name, _ in BOUNDED:
+            total, part = getattr(whole, name), getattr(share, name)
+            assert (part is None) == (total is None)
+            if total is not None:
+                assert part * n <= total
+
+    check()
+
+
+def test_no_parallel_call_spends_more_than_the_parents_limits(tmp_path: Path) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(max_steps=st.integers(2, 14), child_steps=st.integers(0, 12), endless=st.booleans(), n=st.integers(0, 10**9))
+    def check(max_steps: int, child_steps: int, endless: bool, n: int) -> None:
+        rt = _runtime(str(tmp_path / f"p{n}-{max_steps}-{child_steps}-{endless}.db"))
+        params = {"max_steps": max_steps, "child_steps": child_steps, "endless": endless}
+        root = rt.start(rt.agents.create("fan-out", params), goal="refund", run_id="root")
+        assert root.status.is_terminal
+        assert root.usage.steps <= max_steps and root.usage.tool_attempts <= max_steps
+        kids = _kids(rt, "root")
+        assert sum(k.usage.steps for k in kids) <= child_steps
+        for kid in kids:
+            assert kid.budget.max_steps is not None and kid.usage.steps <= kid.budget.max_steps
+        rt.close()
+
+    check()
