@@ -54,7 +54,8 @@ def child_spend(observation: Observation) -> BudgetAmount | None:
     """What a child run spent, from the observation its end made (None for any other observation): charged
     to the plan's ledger, so a plan's limits hold its items' children too, whoever made the call."""
     result = observation.result
-    if not isinstance(result, dict) or "child_run_id" not in result or not isinstance(result.get("usage"), dict):
+    started = isinstance(result, dict) and ("child_run_id" in result or "child_run_ids" in result)
+    if not started or not isinstance(result, dict) or not isinstance(result.get("usage"), dict):
         return None
     usage: dict[str, Any] = result["usage"]
     tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
