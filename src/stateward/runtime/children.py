@@ -5,7 +5,9 @@ id and carved budget); the child run is created after that, idempotently (an exi
 its end resumes the parent (``transition.child_returned``). Each step is a separate, idempotent write, so a
 process that dies between any two leaves nothing a later pass cannot finish: ``settle`` (a worker's sweep)
 starts a child whose parent waits for it but which was never created, and delivers an ended child's outcome
-its parent never received. A parent never waits on a second child for the same call.
+its parent never received. A parent never waits on a second child for the same call (a parallel call's
+children are one per goal, each its own key), and a parallel call's outcome is delivered by the last of
+its children to end, once.
 """
 
 from __future__ import annotations
