@@ -187,3 +187,18 @@ def test_no_parallel_call_spends_more_than_the_parents_limits(tmp_path: Path) ->
         rt.close()
 
     check()
+
+
+def test_the_async_runtime_and_worker_drive_a_parallel_call_too(tmp_path: Path) -> None:
+    import asyncio
+
+    from stateward import AsyncWorker
+
+    rt = _runtime(str(tmp_path / "async.db"))
+    root = asyncio.run(rt.astart(rt.agents.create("fan-out"), goal="refund every order", run_id="root"))
+    assert root.status is RunStatus.COMPLETED and len(_returned(rt, "root")) == 1
+    rt.submit(rt.agents.create("fan-out"), goal="refund every order", run_id="queued")
+    AsyncWorker(rt, concurrency=4, poll_s=0.02).run(idle_exit_s=1.0)  # children claimed like any run
+    assert rt.get("queued").status is RunStatus.COMPLETED
+    assert [k.status for k in _kids(rt, "queued")] == [RunStatus.COMPLETED] * 2
+    rt.close()
