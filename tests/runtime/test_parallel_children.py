@@ -202,3 +202,32 @@ def test_the_async_runtime_and_worker_drive_a_parallel_call_too(tmp_path: Path) 
     assert rt.get("queued").status is RunStatus.COMPLETED
     assert [k.status for k in _kids(rt, "queued")] == [RunStatus.COMPLETED] * 2
     rt.close()
+
+
+def test_a_workflow_agent_node_with_two_goals_runs_them_as_parallel_children(tmp_path: Path) -> None:
+    from stateward import Agent, AgentNode, Budget, FailNode, FinishNode, ToolRegistry, WorkflowController
+    from stateward.tools import agent_tool
+
+    both = agent_tool("refund-agent", name="refund_agents", parallel=2, params={"guarded": True})
+    nodes = [
+        AgentNode("refunds", "refund_agents", goal=["refund A-1", "refund B-2"], next="done", on_failure="failed"),
+        FinishNode("done", reason="both refunded"),
+        FailNode("failed", reason="a refund failed"),
+    ]
+    agent = Agent(
+        name="wf", controller=WorkflowController(nodes), tools=ToolRegistry([both]), budget=Budget(max_steps=30)
+    )
+    url = str(tmp_path / "wf.db")
+    rt = _runtime(url)
+    state = rt.start(agent, goal="refund both", run_id="root")
+    assert state.status is RunStatus.WAITING_FOR_USER
+    kids = _kids(rt, "root")
+    assert [k.status for k in kids] == [RunStatus.WAITING_FOR_USER] * 2  # both started, both waiting
+    first, second = kids
+    assert first.pending is not None and second.pending is not None
+    rt.approve(first.run_id, first.pending.request_id, by="ana", roles=frozenset({"refunds"}))
+    assert rt.get("root").status is RunStatus.WAITING_FOR_USER  # the node waits for both
+    rt.approve(second.run_id, second.pending.request_id, by="ana", roles=frozenset({"refunds"}))
+    done = rt.get("root")
+    assert done.status is RunStatus.COMPLETED and done.terminal_reason == "completed"
+    rt.close()

@@ -172,11 +172,13 @@ class AgentNode:
     It is that tool's call and nothing else (the gateway, its idempotency key, the carved budget, the durable
     wait, the cascade), so a workflow starts a child run exactly as a model's call of the tool does. The
     child's outcome routes the workflow: ``next`` when it delivered, ``on_failure`` when it failed, was
-    cancelled or could not start (None: the run fails). ``max_steps`` and friends ask for a smaller carve."""
+    cancelled or could not start (None: the run fails). ``max_steps`` and friends ask for a smaller carve.
+    A list of goals calls a ``parallel`` agent tool: one child per goal, run concurrently, the node's route
+    taken once they all ended (``next`` only if every one delivered)."""
 
     id: str
     tool: str
-    goal: Callable[[DecisionContext], str] | str
+    goal: Callable[[DecisionContext], str | list[str]] | str | list[str]
     next: str | None = None
     on_failure: str | None = None
     max_steps: int | None = None
@@ -189,7 +191,8 @@ class AgentNode:
         asked = {"max_steps": self.max_steps, "max_model_calls": self.max_model_calls}
         asked["max_tool_calls"] = self.max_tool_calls
         goal = self.goal(ctx) if callable(self.goal) else self.goal
-        return {"goal": goal, **{k: v for k, v in asked.items() if v is not None}}
+        given: dict[str, Any] = {"goals": list(goal)} if isinstance(goal, list) else {"goal": goal}
+        return {**given, **{k: v for k, v in asked.items() if v is not None}}
 
 
 Node = (
@@ -251,7 +254,8 @@ class WorkflowMemo(BaseModel):
 
 def _child_outcome(outcome: Observation | None) -> bool:
     """Whether ``outcome`` is a child run's (what an agent tool's call observes once its child ended)."""
-    return outcome is not None and isinstance(outcome.result, dict) and "child_run_id" in outcome.result
+    result = None if outcome is None else outcome.result
+    return isinstance(result, dict) and ("child_run_id" in result or "child_run_ids" in result)
 
 
 class WorkflowController:
