@@ -112,3 +112,20 @@ def test_the_cli_fails_on_a_child_past_its_carve_and_passes_a_normal_tree(tmp_pa
     data = json.loads(bad.output)
     assert GATE in data["breaches"]
     assert next(g for g in data["gates"] if g["name"] == GATE)["value"] == 3  # past its budget, its carve, the roll-up
+
+
+def test_a_parallel_calls_second_child_past_its_share_or_not_rolled_up_is_a_breach(tmp_path: Path) -> None:
+    from tests.runtime import parallel_family as parallel
+
+    rt = Runtime.open(str(tmp_path / "fan.db"), agents=parallel.registry(), lease=family.LEASE)
+    root = rt.start(rt.agents.create("fan-out"), goal="refund every order", run_id="root")
+    assert root.status is RunStatus.COMPLETED
+    found = _gate(rt)
+    assert found.holds and found.opportunities == 3 + 2 + 1  # three runs, two children, one return for both
+    second = next(k for k in rt.children("root") if k.goal == "refund B-2")
+    assert second.budget.max_steps == 5
+    # The second child, not the one the return names first: past its share (5 steps), and past the roll-up.
+    _write(rt, _used(second, steps=6))
+    found = _gate(rt)
+    assert not found.holds and found.value == 3  # past its own budget, its carve, and the parent's roll-up
+    rt.close()

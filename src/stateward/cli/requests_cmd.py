@@ -48,6 +48,7 @@ def requests_list(
             "asked_by": r.request.asked_by,
             "model_text": r.request.model_text,
             "reconciles": None if r.request.reconciles is None else r.request.reconciles.model_dump(mode="json"),
+            "escalation": None if r.request.escalation is None else r.request.escalation.model_dump(mode="json"),
             "expires_at": None if r.request.expires_at is None else r.request.expires_at.isoformat(),
             "tenant": r.tenant,
             "created_at": r.request.created_at.isoformat(),

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -130,21 +131,17 @@ class _Audit:
         if state.parent is not None:
             self.chances["budget_breaches"] += 1
             asked = store.get_request(state.parent.run_id, state.parent.request_id)
-            call = None if asked is None else asked.request.child
+            calls = (
+                () if asked is None or asked.request.child is None else (asked.request.child, *asked.request.siblings)
+            )
+            call = next((c for c in calls if c.run_id == state.run_id), None)
             # The carve is what the parent's wait recorded; a child without one was never carved at all.
             self.counts["budget_breaches"] += call is None or _overrun(call.budget, state.usage)
         for ev in events:
             if ev.type is not EventType.CHILD_RUN_RETURNED or not isinstance(ev.payload.get("child_run_id"), str):
                 continue
             self.chances["budget_breaches"] += 1
-            try:
-                child = store.load_run(ev.payload["child_run_id"])
-            except RunNotFoundError:
-                continue  # the call's child never started (its agent unavailable): it spent nothing
-            rolled = ev.payload.get("usage")
-            rolled = rolled if isinstance(rolled, dict) else {}
-            hidden = any(int(rolled.get(k) or 0) < v for k, v in spent(child.usage).counts().items())
-            self.counts["budget_breaches"] += hidden
+            self.counts["budget_breaches"] += _unrolled(store, ev.payload)
 
     def _transitions(self, state: RunState, events: list[Event]) -> None:
         self.counts["illegal_transitions"] += state.usage.illegal_transitions
@@ -301,3 +298,20 @@ def audit(
         passed=liveness and all(g.holds for g in gates),
         scope_violations_refused=scope_refused,
     )
+
+
+def _unrolled(store: Store, returned: dict[str, Any]) -> bool:
+    """Whether a ``child_run_returned`` counted less than its children spent (every child of a parallel call,
+    together); a child never started (its agent unavailable) spent nothing."""
+    ids = returned.get("child_run_ids")
+    spend: dict[str, int] = {}
+    for run_id in ids if isinstance(ids, list) else [returned["child_run_id"]]:
+        try:
+            child = store.load_run(str(run_id))
+        except RunNotFoundError:
+            continue
+        for name, n in spent(child.usage).counts().items():
+            spend[name] = spend.get(name, 0) + n
+    rolled = returned.get("usage")
+    rolled = rolled if isinstance(rolled, dict) else {}
+    return any(int(rolled.get(k) or 0) < v for k, v in spend.items())

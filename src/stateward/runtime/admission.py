@@ -15,7 +15,15 @@ from stateward.core.canonical import action_digest, canonical_json
 from stateward.core.contract import RefusalReason, Signal, SignalFailure, WaitCheck, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, non_finite_path, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode
-from stateward.core.state import ApprovalScope, AskedBy, GuardedAction, PendingRequest, RequestKind, RunState
+from stateward.core.state import (
+    ApprovalScope,
+    AskedBy,
+    ChildCall,
+    GuardedAction,
+    PendingRequest,
+    RequestKind,
+    RunState,
+)
 from stateward.runtime.agent import Agent, guard
 
 SHOWN_CHARS = 2000  # how much of a proposed call's arguments or the model's note a question repeats
@@ -173,4 +181,26 @@ def approval_request(
         approver_role=agent.approver_role_for(action.tool),
         created_at=now,
         expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
+    )
+
+
+def child_wait_request(
+    state: RunState, calls: tuple[ChildCall, ...], *, request_id: str, call_step: int, now: datetime
+) -> PendingRequest:
+    """The CHILD_RUN request a parent waits under while its call's children run (nobody answers it: the end
+    of the last child does); the first child is named, a parallel call's others are its siblings."""
+    child, siblings = calls[0], calls[1:]
+    return PendingRequest(
+        request_id=request_id,
+        kind=RequestKind.CHILD_RUN,
+        question=(
+            f"waiting for child run {child.run_id} of agent {child.agent}: {child.goal}"
+            + (f" (and {len(siblings)} more)" if siblings else "")
+        )[:SHOWN_CHARS],
+        state_before=state.status,
+        asked_by=AskedBy.RUNTIME,
+        call_step=call_step,
+        created_at=now,
+        child=child,
+        siblings=siblings,
     )

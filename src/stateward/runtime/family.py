@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from stateward.core.state import RunState
+from stateward.core.status import RunStatus
 from stateward.runtime import children
 from stateward.runtime.children import AgentMaker
 from stateward.runtime.driver import DRIVABLE
@@ -33,13 +34,27 @@ def hop(store: Store, faults: FaultInjector, make: AgentMaker, state: RunState, 
         return None
     if state.parent is not None and state.status.is_terminal:
         return hand_back(store, faults, state, now)
+    if state.parent is not None and state.status is RunStatus.WAITING_FOR_USER:
+        return runnable_sibling(store, make, state, now)
     return None
+
+
+def runnable_sibling(store: Store, make: AgentMaker, child: RunState, now: datetime) -> str | None:
+    """A parallel call's next child to drive while ``child`` waits (None: none is runnable here)."""
+    assert child.parent is not None
+    if not children.siblings_open(store, child):
+        return None
+    parent = store.load_run(child.parent.run_id)
+    following = children.ensure_child(store, make, parent, now)
+    return following.run_id if following is not None and following.status in DRIVABLE else None
 
 
 def hand_back(store: Store, faults: FaultInjector, child: RunState, now: datetime) -> str | None:
     """Deliver an ended child's outcome to its parent; the parent, if that made it runnable."""
     faults.point(CHILD_BOUNDARIES[1])
     answer = children.final_answer(store, child)
-    if children.deliver(store, child, now, answer) and child.parent is not None:
-        return child.parent.run_id
+    if child.parent is None:
+        return None
+    if children.deliver(store, child, now, answer) or children.siblings_open(store, child):
+        return child.parent.run_id  # resumed; or (a parallel call) its next child to drive is its parent's
     return None

@@ -248,9 +248,7 @@ def replay_run(
     """
     source, last = store.load_run_at(run_id)
     source_events = _all_events(store, run_id)
-    start, after = None, 0
-    if from_seq is not None:
-        start, after = _state_from(store, agents or AgentRegistry(), source, last, from_seq)
+    start, after = _state_from(store, agents or AgentRegistry(), source, last, from_seq)
     journal = Journal(source_events[after:], store, run_id, agent.tools)
     replay_agent = dataclasses.replace(agent, tools=answering_tools(agent.tools, journal))
     limit = max_steps or source.budget.max_steps or agent.budget.max_steps or DEFAULT_MAX_STEPS
@@ -291,10 +289,14 @@ def replay_run(
     )
 
 
-def _state_from(store: Store, agents: AgentRegistry, source: RunState, last: int, at: int) -> tuple[RunState, int]:
+def _state_from(
+    store: Store, agents: AgentRegistry, source: RunState, last: int, at: int | None
+) -> tuple[RunState | None, int]:
     """The run's state at the step boundary at or before event ``at`` (as a fork there would have it) and
     that boundary's seq: asked for an event inside a step, the replay starts before the step, so the decision
-    at ``at`` is the new model's. FORK_POINT_UNAVAILABLE where no state can be had."""
+    at ``at`` is the new model's. FORK_POINT_UNAVAILABLE where no state can be had; no ``at``: from the start."""
+    if at is None:
+        return None, 0
     try:
         return state_at(store, agents, source, last, at, offline_runtime), at
     except RunError as refused:

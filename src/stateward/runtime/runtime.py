@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +22,7 @@ from stateward.core.budget import Budget
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StatewardError, UserError
 from stateward.core.run_inputs import check_goal, check_run_id, check_tenant
 from stateward.core.setback import without_retry
-from stateward.core.state import RequestKind, RunState
+from stateward.core.state import ChildCall, RequestKind, RunState
 from stateward.core.status import RunStatus
 from stateward.observability.tracing import Telemetry
 from stateward.runtime import children, family, transition
@@ -451,9 +451,9 @@ class Runtime(RunReads):
         state = self.store.load_run(run_id)
         if state.status is RunStatus.PAUSED:
             return state
-        call = children.waited_child(state)
-        if call is not None:
-            self._cascade(call.run_id, lambda child: self.pause(child, by=by, roles=roles), ErrorCode.NOT_PAUSABLE)
+        calls = children.waited_calls(state)
+        if calls:
+            self._cascade(calls, lambda child: self.pause(child, by=by, roles=roles), ErrorCode.NOT_PAUSABLE)
             return self.get(run_id)
         if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
             raise RunError(
@@ -475,22 +475,22 @@ class Runtime(RunReads):
                 code=ErrorCode.RUN_ENDED,
                 details={"run_id": run_id, "status": state.status.value},
             )
-        call = children.waited_child(state)
+        calls = children.waited_calls(state)
         ended = self._cancel(run_id, state, by, roles)
-        if call is not None:
-            self._cascade(call.run_id, lambda child: self.cancel(child, by=by, roles=roles), ErrorCode.RUN_ENDED)
+        self._cascade(calls, lambda child: self.cancel(child, by=by, roles=roles), ErrorCode.RUN_ENDED)
         return self._family(run_id, ended) if ended.status.is_terminal else ended
 
-    def _cascade(self, child: str, act: Callable[[str], RunState], done: ErrorCode) -> None:
-        """A parent's pause, resume or cancel, passed on to the child it waits on (``done``: the child has
+    def _cascade(self, calls: Sequence[ChildCall], act: Callable[[str], RunState], done: ErrorCode) -> None:
+        """A parent's pause, resume or cancel, passed on to the children it waits on (``done``: a child has
         already stopped that way; a child never started has nothing to pass on to)."""
-        try:
-            act(child)
-        except RunNotFoundError:
-            return
-        except RunError as exc:
-            if exc.code is not done:
-                raise
+        for call in calls:
+            try:
+                act(call.run_id)
+            except RunNotFoundError:
+                continue
+            except RunError as exc:
+                if exc.code is not done:
+                    raise
 
     def _cancel(self, run_id: str, state: RunState, by: str, roles: frozenset[str]) -> RunState:
         asked = ControlRequest("cancel", by, tuple(sorted(roles)))
@@ -523,10 +523,10 @@ class Runtime(RunReads):
         """
         state = self.store.load_run(run_id)
         authorize_resume(state, tenant=tenant, roles=roles)
-        call = children.waited_child(state)
-        if call is not None:  # the parent waits: what was paused is its child (or a descendant)
+        calls = children.waited_calls(state)
+        if calls:  # the parent waits: what was paused is its children (or a descendant)
             again = ErrorCode.NOT_RESUMABLE
-            self._cascade(call.run_id, lambda child: self.resume(child, by=by, tenant=tenant, roles=roles), again)
+            self._cascade(calls, lambda child: self.resume(child, by=by, tenant=tenant, roles=roles), again)
             return self.get(run_id)
         check_resumable(state)
         self.faults.point(RESUME_BEFORE_LEASE)

@@ -19,7 +19,7 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
         "status": state.status.value,
         "terminal_reason": state.terminal_reason,
         "suspended": is_run_suspended(state),
-        "pending": None if pending is None else _pending_summary(pending),
+        "pending": None if pending is None else pending_summary(pending),
         "counters": _counters(state),
         "setback": None if state.setback is None else state.setback.model_dump(mode="json"),
         "approvals": [
@@ -45,8 +45,8 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
     }
 
 
-def _pending_summary(pending: PendingRequest) -> dict[str, Any]:
-    """The open request as ``runs show --json`` prints it."""
+def pending_summary(pending: PendingRequest) -> dict[str, Any]:
+    """The request a run waits on, as ``runs show`` prints it (an escalated handoff says so)."""
     return {
         "request_id": pending.request_id,
         "kind": pending.kind,
@@ -59,6 +59,7 @@ def _pending_summary(pending: PendingRequest) -> dict[str, Any]:
         "asked_by": pending.asked_by,
         "model_text": pending.model_text,
         **({} if pending.reconciles is None else {"reconciles": pending.reconciles.model_dump(mode="json")}),
+        **({} if pending.escalation is None else {"escalation": pending.escalation.model_dump(mode="json")}),
     }
 
 

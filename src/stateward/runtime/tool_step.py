@@ -14,7 +14,7 @@ from stateward.core.events import EventType, NewEvent
 from stateward.core.journal import AttemptRecord
 from stateward.core.state import AskedBy, PendingRequest, Reconciles, RequestKind, RunState
 from stateward.runtime.agent import Agent, guard
-from stateward.runtime.child_call import child_call
+from stateward.runtime.child_call import child_calls
 from stateward.runtime.transition import await_child, mint_request_id, suspend
 from stateward.runtime.write import Write
 from stateward.store.records import NewArtifact
@@ -83,8 +83,9 @@ def execute_tool(
     child = None
     if spec is not None and spec.child_agent is not None and outcome.status is OutcomeStatus.SUCCESS:
         # An agent tool: the call starts a child run, carved from what the run has left after this step.
-        child = child_call(state.model_copy(update=changes), spec.child_agent, decision, outcome)
-        observation = observation.model_copy(update={"result": child.model_dump(mode="json", exclude={"params"})})
+        child = child_calls(state.model_copy(update=changes), spec.child_agent, decision, outcome, agent.approver_role)
+        shown = [c.model_dump(mode="json", exclude={"params"}) for c in child]
+        observation = observation.model_copy(update={"result": shown[0] if len(shown) == 1 else {"children": shown}})
     observed = observation.model_dump(mode="json")
     events = [*written, NewEvent(type=EventType.TOOL_ATTEMPTED, payload=_attempted(observed, outcome))]
     if outcome.status is OutcomeStatus.BLOCKED:

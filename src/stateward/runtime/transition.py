@@ -45,6 +45,7 @@ from stateward.models.base import Usage as ModelUsage
 from stateward.runtime import admission
 from stateward.runtime.agent import Agent, ExpiryPolicy
 from stateward.runtime.answer_records import person_outcome, remembered_answer
+from stateward.runtime.child_call import escalated
 from stateward.runtime.write import Transition as Transition  # handle's answer; re-exported
 from stateward.runtime.write import Write
 from stateward.store.records import RequestAnswer
@@ -149,6 +150,7 @@ def _accept(
         return Transition(kind, state.status, after, True, reason, decision, write.after(*events))
 
     pending = admission.wait_request(state, agent, decision, wait, request_id=mint_request_id(state), now=now)
+    pending = escalated(state, pending)  # a child's handoff, if its call escalates them to the parent's approvers
     write = suspend(state, pending, reason, usage=delta, correction=None)
     return Transition(kind, state.status, after, True, reason, decision, write.after(*events))
 
@@ -546,19 +548,12 @@ AWAITING_CHILD = "awaiting_child_run"
 CHILD_RETURNED = "child_run_returned"
 
 
-def await_child(state: RunState, child: ChildCall, *, call_step: int, now: datetime) -> Write:
-    """The call started a child run: the parent waits for it durably (no thread held) under a CHILD_RUN
-    request nobody answers; the child's end does (``child_returned``)."""
-    pending = PendingRequest(
-        request_id=mint_request_id(state),
-        kind=RequestKind.CHILD_RUN,
-        question=f"waiting for child run {child.run_id} of agent {child.agent}: {child.goal}"[: admission.SHOWN_CHARS],
-        state_before=state.status,
-        asked_by=AskedBy.RUNTIME,
-        call_step=call_step,
-        created_at=now,
-        child=child,
-    )
+def await_child(state: RunState, calls: tuple[ChildCall, ...], *, call_step: int, now: datetime) -> Write:
+    """The call started child runs (one, or a parallel call's several): the parent waits for them durably
+    (no thread held) under a CHILD_RUN request nobody answers; the end of the last of them does
+    (``child_returned``)."""
+    request_id = mint_request_id(state)
+    pending = admission.child_wait_request(state, calls, request_id=request_id, call_step=call_step, now=now)
     return suspend(state, pending, AWAITING_CHILD)
 
 
@@ -585,6 +580,7 @@ def child_returned(
         type=EventType.CHILD_RUN_RETURNED,
         payload={
             "child_run_id": child_run_id,
+            **({"child_run_ids": [c.run_id for c in (pending.child, *pending.siblings)]} if pending.siblings else {}),
             "idempotency_key": pending.child.idempotency_key,
             "observation": observation,
             "usage": delta.counts(),
