@@ -18,7 +18,7 @@ import pytest
 
 from stateward import RequestKind, RunStatus, Runtime
 from stateward.controllers.plan_run.controller import PlanRunController
-from stateward.core.errors import ErrorCode, RunError, RunNotFoundError
+from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, UserError
 from stateward.core.events import Event, EventType
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
@@ -243,6 +243,16 @@ def test_from_past_the_runs_end_is_refused_by_name(runtime: Runtime) -> None:
         replay_run(runtime.store, run_id, payment_agent(), from_seq=last + 1, agents=AGENTS)
 
     assert caught.value.code is ErrorCode.FORK_POINT_UNAVAILABLE
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, "5"])
+def test_a_start_that_is_no_event_number_is_refused_by_name(runtime: Runtime, bad: Any) -> None:
+    run_id = _payment_run(runtime)
+
+    with pytest.raises(UserError) as caught:
+        replay_run(runtime.store, run_id, payment_agent(), from_seq=bad, agents=AGENTS)
+
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
 
 
 def test_replay_is_bounded_by_max_steps(runtime: Runtime) -> None:

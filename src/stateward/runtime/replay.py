@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stateward.core.budget import Usage
-from stateward.core.errors import ErrorCode, RunError
+from stateward.core.errors import ErrorCode, RunError, UserError
 from stateward.core.events import Event, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
 from stateward.core.status import RunStatus
@@ -297,6 +297,8 @@ def _state_from(
     at ``at`` is the new model's. FORK_POINT_UNAVAILABLE where no state can be had; no ``at``: from the start."""
     if at is None:
         return None, 0
+    if isinstance(at, bool) or not isinstance(at, int) or at < 1:
+        raise UserError(f"a replay starts at an event number >= 1, not {at!r}"[:200], code=ErrorCode.INVALID_ARGUMENT)
     try:
         return state_at(store, agents, source, last, at, offline_runtime), at
     except RunError as refused:
