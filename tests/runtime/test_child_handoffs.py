@@ -4,6 +4,7 @@ parent's. Either way the answer is bound to the exact request, single-use and te
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,9 @@ def _tree(url: str, on_handoff: ChildHandoff) -> tuple[Runtime, RunState]:
     return rt, child
 
 
-def _refused(call: object) -> ErrorCode:
+def _refused(call: Callable[[], object]) -> ErrorCode:
     with pytest.raises(RequestRefusedError) as caught:
-        call()  # type: ignore[operator]
+        call()
     return caught.value.code
 
 
