@@ -2,7 +2,8 @@
 
 Sequential: one parent makes 100 calls, each to a refund agent (a child run that looks an order up and
 finishes), against one parent making 100 plain ``lookup`` calls. Concurrent: 100 parents of one call each,
-driven by a threaded worker (8 slots), against 100 parents of one plain call. SQLite, a ScriptedModel; the
+driven by a threaded worker (8 slots), and by an async worker (one event loop, 100 in flight), against 100
+parents of one plain call under the same worker. SQLite, a ScriptedModel; the
 ratio is the child calls' wall time over the plain calls', both measured in this run.
 """
 
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchkit import emit, machine, parse_args, table
 from stateward import Agent, AgentRegistry, Budget, ReActController, Runtime, ToolRegistry, tool
+from stateward.runtime.async_worker import AsyncWorker
 from stateward.runtime.worker import Worker
 from stateward.testing import ScriptedModel
 from stateward.tools import agent_tool
@@ -77,13 +80,13 @@ def sequential(action: str) -> float:
     return took
 
 
-def concurrent(action: str) -> float:
+def concurrent(action: str, workers: type[Worker] = Worker, slots: int = 8) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         rt = Runtime.open(str(Path(tmp) / "b.db"), agents=_registry(1))
         for i in range(CALLS):
             rt.submit(rt.agents.create(f"parent-{action}"), goal=f"call {i}")
         began = time.perf_counter()
-        Worker(rt, concurrency=8, poll_s=0.01, expire_every_s=0.05).run(idle_exit_s=0.3)
+        workers(rt, concurrency=slots, poll_s=0.01, expire_every_s=0.05).run(idle_exit_s=0.3)
         took = time.perf_counter() - began - 0.3  # the idle exit's wait is no work
         rt.close()
     return took
@@ -92,7 +95,12 @@ def concurrent(action: str) -> float:
 def main() -> None:
     args = parse_args(__doc__)
     rows, result = [], {"machine": machine(), "calls": CALLS}
-    for name, measure in (("sequential", sequential), ("concurrent", concurrent)):
+    modes: tuple[tuple[str, Callable[[str], float]], ...] = (
+        ("sequential", sequential),
+        ("concurrent", concurrent),
+        ("concurrent async", lambda action: concurrent(action, AsyncWorker, CALLS)),
+    )
+    for name, measure in modes:
         child, plain = measure("refund_agent"), measure("lookup")
         ratio = child / plain
         rows.append((name, f"{plain * 1e3 / CALLS:.2f}", f"{child * 1e3 / CALLS:.2f}", f"{ratio:.2f}x"))

@@ -15,9 +15,11 @@ docs/architecture.md draws the layers and says where new code goes.
 
 Public-surface budget
 ---------------------
-The top level holds at most 88 names: what a user's first file needs, for one of five jobs. It does not grow:
+The top level holds at most 89 names: what a user's first file needs, for one of five jobs. It does not grow:
 a new name takes the place of one that moves to its subpackage, or the budget is raised here, with its
-reason, in the same change. Everything else lives in a named subpackage with its own pinned ``__all__``:
+reason, in the same change (89: ``AgentNode``, the workflow node whose step another agent does, issue 29;
+a workflow's nodes are one family, and the others are all here). Everything else lives in a named
+subpackage with its own pinned ``__all__``:
 ``stateward.planning`` (goal contracts, plans, the plan-run engine), ``stateward.verify`` (contracts and
 checks), ``stateward.models`` (providers), ``stateward.tools`` (the gateway's parts), ``stateward.observability``,
 ``stateward.api``, ``stateward.cli.plugins``, ``stateward.testing`` (fakes). No name from those is re-exported
@@ -28,10 +30,10 @@ exactly the names below, each job to its count, and the total to the budget.
   ``RedactionRules`` ``LookupStatus`` ``ToolFailure`` ``ToolTimeout`` ``ToolInvalidArgument``
   ``ToolPermissionDenied`` ``ToolOutcomeUnknown`` ``RateLimited`` ``ServiceUnavailable`` ``McpServer``
   ``McpTool`` ``mcp_tools``
-- Define an agent over one of the three controllers (22): ``Agent`` ``AgentRef`` ``AgentRegistry`` ``Budget``
+- Define an agent over one of the three controllers (23): ``Agent`` ``AgentRef`` ``AgentRegistry`` ``Budget``
   ``guard`` ``action_digest`` ``ReActController`` ``PlanAndExecuteController`` ``AwaitStep`` ``FinishStep``
   ``parse_step_plan`` ``WorkflowController`` ``RuleNode`` ``ModelNode`` ``ToolNode`` ``ValidationNode``
-  ``HumanNode`` ``TimerNode`` ``ReActNode`` ``FinishNode`` ``FailNode`` ``compensation``
+  ``HumanNode`` ``TimerNode`` ``ReActNode`` ``AgentNode`` ``FinishNode`` ``FailNode`` ``compensation``
 - Write a controller or a model (the Runtime's contract) (16): ``Controller`` ``DecisionContext`` ``Proposal``
   ``Observation`` ``SignalFailure`` ``FinishCheck`` ``WaitCheck`` ``ControlDecision`` ``DecisionType``
   ``SignalSource`` ``parse_decision`` ``action_specs`` ``Model`` ``AsyncModel`` ``ModelReply`` ``ModelRequest``
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from stateward.controllers.plan_execute import AwaitStep, FinishStep, PlanAndExecuteController, parse_step_plan
     from stateward.controllers.react import ReActController
     from stateward.controllers.workflow import (
+        AgentNode,
         FailNode,
         FinishNode,
         HumanNode,
@@ -157,6 +160,7 @@ _EXPORTS: dict[str, str] = {
     "ErrorCode": "stateward.core.errors",
     "DecisionType": "stateward.core.decision",
     "Event": "stateward.core.events",
+    "AgentNode": "stateward.controllers.workflow",
     "FailNode": "stateward.controllers.workflow",
     "FinishNode": "stateward.controllers.workflow",
     "Grant": "stateward.core.state",
@@ -221,6 +225,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = (
     "Agent",
+    "AgentNode",
     "AgentRef",
     "AgentRegistry",
     "AnswerResult",

@@ -158,6 +158,7 @@ CASES: dict[str, tuple[Switch, tuple[str, ...], tuple[str, ...]]] = {
     "high_risk_without_evidence": (no_evidence_check, ("report-missing-evidence",), ("payment-migration",)),
     "budget_resets": (resume_resets_budget, ("pause-resume-at-random-point",), ("blog",)),
     "unbounded_loops": (no_loop_bounds, ("same-search-repeated",), REFUND),
+    "budget_breaches": (no_loop_bounds, ("same-search-repeated",), REFUND),
     "pause_resume_correctness": (pause_checkpoint_loses_usage, ("pause-resume-at-random-point",), ("blog",)),
 }
 

@@ -106,6 +106,12 @@ def _unbounded(runtime: Runtime, run_id: str) -> None:
     forge(runtime, run_id, [], state=over)
 
 
+def _overspent(runtime: Runtime, run_id: str) -> None:
+    state = runtime.get(run_id)  # a run that called tools past the bound it had (the gateway not counting)
+    over = state.model_copy(update={"budget": state.budget.model_copy(update={"max_tool_calls": 0})})
+    forge(runtime, run_id, [], state=over)
+
+
 SWITCHED_OFF: dict[str, Callable[..., None]] = {
     "illegal_transitions": _illegal,
     "unauthorized_tool_executions": _unauthorized,
@@ -114,6 +120,7 @@ SWITCHED_OFF: dict[str, Callable[..., None]] = {
     "budget_resets": _reset,
     "double_executions": _unfenced,
     "unbounded_loops": _unbounded,
+    "budget_breaches": _overspent,
     RATE_GATE: _reset,
 }
 

@@ -88,6 +88,9 @@ def test_usage_rolls_up_exactly_and_each_carve_is_at_most_what_remains(url: str)
     # Each child's spend, in every budget dimension, is handed back with its outcome and counted once.
     rolled = [e.payload["usage"] for e in rt.events("root") if e.type is EventType.CHILD_RUN_RETURNED]
     assert rolled == [spent(r.usage).counts() for r in (first, second)]
+    # The parent's resume records the usage it goes on with: its own steps so far and the child's.
+    resumed = [e.payload["usage"]["steps"] for e in rt.events("root") if e.type is EventType.RUN_RESUMED]
+    assert resumed == [1 + first.usage.steps, 1 + first.usage.steps + 1 + second.usage.steps]
     for counter in ("input_tokens", "output_tokens"):
         children_spent = getattr(first.usage, counter) + getattr(second.usage, counter)
         assert children_spent > 0 and getattr(root.usage, counter) > children_spent

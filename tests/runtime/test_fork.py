@@ -60,43 +60,62 @@ def _usage(state: Any) -> dict[str, int]:
     return {name: getattr(state.usage, name) for name in USAGE_FIELDS}
 
 
-def test_a_refund_fork_at_every_point_replays_the_refund_never_pays_twice(runtime: Runtime, tmp_path: Path) -> None:
+def _logged_usage(events: list[Any], at: int) -> dict[str, int]:
+    """Usage at event ``at`` counted from the log itself: a step per decision, a model call per model signal."""
+    upto = [e for e in events if e.seq <= at]
+    signals = [e for e in upto if e.type == "signal_received"]
+    return {
+        "steps": len(signals),
+        "model_calls": sum(1 for e in signals if e.payload.get("signal_source") == "model"),
+        "tool_attempts": sum(1 for e in upto if e.type == "tool_attempted"),
+    }
+
+
+def _fork_every_seq(runtime: Runtime, source_id: str, after: Any = None) -> list[int]:
+    """Fork the run at every event: each fork carries the usage the log shows at its seq and completes; every
+    refused seq is FORK_POINT_UNAVAILABLE naming an earlier seq that forks. Returns the seqs forked."""
+    events = runtime.events(source_id, limit=10_000)
+    forked: list[int] = []
+    for at in range(1, len(events) + 2):
+        try:
+            fork = runtime.fork(source_id, at=at, by="ops")
+        except RunError as err:
+            assert err.code == "FORK_POINT_UNAVAILABLE", (at, err.code)
+            instead = err.details.get("instead")
+            assert instead is None or (instead < at and instead in forked), (at, instead, forked)
+            continue
+        forked.append(at)
+        counted = _logged_usage(events, at)
+        assert {k: getattr(fork.usage, k) for k in counted} == counted, at  # carried, never reset
+        assert fork.approvals == () and fork.next_call is None  # grants are not carried into a fork
+        shared = runtime.events(fork.run_id, limit=at)
+        assert [(e.seq, e.type, e.payload) for e in shared] == [(e.seq, e.type, e.payload) for e in events[:at]]
+        done = _finish(runtime, fork.run_id)
+        assert done.status is RunStatus.COMPLETED, (at, done.status, done.terminal_reason)
+        assert all(_usage(done)[k] >= v for k, v in counted.items())
+        if after is not None:
+            after(fork.run_id)
+    assert runtime.events(source_id, limit=10_000) == events  # the source is untouched
+    assert len(runtime.lineage(source_id)["forks"]) == len(forked)
+    return forked
+
+
+def test_a_refund_fork_at_every_seq_replays_the_refund_never_pays_twice(runtime: Runtime, tmp_path: Path) -> None:
     book_path = str(tmp_path / "book.db")
     book = refund_agent.RefundBook(book_path)
     source = runtime.start(AGENTS.create("refund", {"book": book_path}), "refund order A-1001")
     source = _finish(runtime, source.run_id)
-    assert source.status is RunStatus.COMPLETED
-    assert book.refunds_of(source.run_id) == 1
-    source_events = runtime.events(source.run_id, limit=10_000)
-    points = _points(runtime, source.run_id)
-    assert len(points) >= 2, points  # the start and the wait for the refund's approval at least
-    for at in points:
-        point_usage = _usage(runtime.store.checkpoints_of(source.run_id)[0].state) if at > 1 else None
-        fork = runtime.fork(source.run_id, at=at, by="ops")
-        assert fork.lineage is not None and fork.lineage.forked_from == source.run_id
-        assert fork.approvals == ()  # grants are not carried into a fork
-        shared = runtime.events(fork.run_id, limit=at)
-        assert [(e.seq, e.type, e.payload) for e in shared] == [
-            (e.seq, e.type, e.payload) for e in source_events[:at]
-        ]  # the source's history, read through
-        done = _finish(runtime, fork.run_id)
-        assert done.status is RunStatus.COMPLETED, (at, done.status, done.terminal_reason)
-        if point_usage is not None:
-            assert all(_usage(done)[k] >= v for k, v in point_usage.items())
+    assert source.status is RunStatus.COMPLETED and book.refunds_of(source.run_id) == 1
+
+    def one_refund(fork_id: str) -> None:
         # Exactly one refund was ever performed, by the source: the fork's was answered from the journal.
-        assert sum(book.performed(k) for k in _refund_keys(runtime, fork.run_id)) == 1
-        assert book.duplicates() == {}
-        assert book.refunds_of(fork.run_id) == 0
+        assert sum(book.performed(k) for k in _refund_keys(runtime, fork_id)) == 1
+        assert book.duplicates() == {} and book.refunds_of(fork_id) == 0
+
+    forked = _fork_every_seq(runtime, source.run_id, one_refund)
+    checkpoints = {c.seq for c in runtime.store.checkpoints_of(source.run_id) if not c.state.status.is_terminal}
+    assert checkpoints < set(forked) and len(forked) > len(checkpoints) + 2  # steps between checkpoints fork too
     assert book.refunds_of(source.run_id) == 1
-    # Every other event is no fork point: each is refused by name, nothing written.
-    for at in range(1, len(source_events) + 3):
-        if at in points:
-            continue
-        with pytest.raises(RunError) as err:
-            runtime.fork(source.run_id, at=at)
-        assert err.value.code == "FORK_POINT_UNAVAILABLE"
-    assert runtime.events(source.run_id, limit=10_000) == source_events  # the source is untouched
-    assert len(runtime.lineage(source.run_id)["forks"]) == len(points)
 
 
 def _refund_keys(runtime: Runtime, run_id: str) -> set[str]:
@@ -132,33 +151,32 @@ def test_a_fork_at_the_wait_reopens_the_request_and_carries_usage(runtime: Runti
     assert forked.payload["budget_granted"]["max_steps"] == 50 and grown.budget.max_steps == 50
 
 
-def test_a_blog_fork_at_every_point_completes_without_resetting_usage(runtime: Runtime) -> None:
+def test_a_blog_fork_at_every_seq_completes_without_resetting_usage(runtime: Runtime) -> None:
     source = runtime.start(AGENTS.create("blog"), BLOG_GOAL)
     source = _finish(runtime, source.run_id)
     assert source.status is RunStatus.COMPLETED
-    checkpoints = {c.seq: c.state for c in runtime.store.checkpoints_of(source.run_id)}
     drafts_before = [a for a in runtime.artifacts(source.run_id) if a.name == "draft"]
-    for at in _points(runtime, source.run_id):
-        fork = runtime.fork(source.run_id, at=at)
-        if at in checkpoints:
-            assert _usage(fork) == _usage(checkpoints[at])
-            # The artifacts the source had at the fork point are the fork's too (shared rows, not copies).
-            for name, version in checkpoints[at].artifacts.items():
-                assert (
-                    runtime.artifact(fork.run_id, name, version).content
-                    == runtime.artifact(source.run_id, name, version).content
-                )
-        done = _finish(runtime, fork.run_id)
-        assert done.status is RunStatus.COMPLETED, (at, done.terminal_reason)
-        assert all(_usage(done)[k] >= v for k, v in _usage(fork).items())
+    forked = _fork_every_seq(runtime, source.run_id)
+    checkpoints = {c.seq for c in runtime.store.checkpoints_of(source.run_id) if not c.state.status.is_terminal}
+    assert checkpoints < set(forked) and len(forked) > len(checkpoints) + 2
     assert [a for a in runtime.artifacts(source.run_id) if a.name == "draft"] == drafts_before
+
+
+def test_an_event_inside_a_step_names_the_seq_to_fork_at(runtime: Runtime, tmp_path: Path) -> None:
+    source = runtime.start(AGENTS.create("refund", {"book": str(tmp_path / "b.db")}), "refund")
+    events = runtime.events(source.run_id, limit=100)
+    intent = next(e.seq for e in events if e.type == "runtime_validated")  # between a call's decision and outcome
+    with pytest.raises(RunError) as err:
+        runtime.fork(source.run_id, at=intent)
+    assert err.value.code == "FORK_POINT_UNAVAILABLE" and err.value.details["instead"] == 1
+    assert f"fork at event {err.value.details['instead']} instead" in err.value.message
+    assert runtime.lineage(source.run_id)["forks"] == []
 
 
 def test_a_point_without_a_state_is_refused_by_name(runtime: Runtime, tmp_path: Path) -> None:
     source = runtime.start(AGENTS.create("refund", {"book": str(tmp_path / "b.db")}), "refund")
     last = runtime.store.last_seq(source.run_id)
-    inner = [s for s in range(2, last) if s not in {c.seq for c in runtime.store.checkpoints_of(source.run_id)}]
-    for at in (inner[0], last + 5):
+    for at in (2, last + 5):
         with pytest.raises(RunError) as err:
             runtime.fork(source.run_id, at=at)
         assert err.value.code == "FORK_POINT_UNAVAILABLE"

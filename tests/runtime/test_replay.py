@@ -18,7 +18,7 @@ import pytest
 
 from stateward import RequestKind, RunStatus, Runtime
 from stateward.controllers.plan_run.controller import PlanRunController
-from stateward.core.errors import ErrorCode, RunNotFoundError
+from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, UserError
 from stateward.core.events import Event, EventType
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
@@ -31,6 +31,7 @@ from stateward_demos.blog import build_agent as blog_agent
 from stateward_demos.payment.agent import build_agent as payment_agent
 from stateward_demos.payment.agent import goal as payment_goal
 from stateward_demos.payment.scripts import worker_policy
+from stateward_demos.registry import AGENTS
 
 CHANGED_QUERY = "breaking changes v2"
 
@@ -174,15 +175,84 @@ def test_a_changed_blog_model_diverges_at_its_second_decision(runtime: Runtime) 
     assert report.matched == 1
 
 
-def test_from_seq_judges_only_the_decisions_from_there(runtime: Runtime) -> None:
-    run_id = _payment_run(runtime)
+def _mid_decision(runtime: Runtime, run_id: str) -> tuple[int, list[Event]]:
+    """The seq of the run's first documentation search (inside its plan run), and the run's decisions."""
     signals = [e for e in _events(runtime, run_id) if e.type is EventType.SIGNAL_RECEIVED]
     first_search = next(e for e in signals if '"search_docs"' in str(e.payload["signal"]))
+    return first_search.seq, signals
 
-    report = replay_run(runtime.store, run_id, payment_agent(), from_seq=first_search.seq)
+
+def _refusing_before(agent: Agent, calls: list[int]) -> Agent:
+    """The agent whose worker counts its calls and never makes the run's first search: a replay that drove
+    the run from its start with this worker would diverge at that search."""
+
+    def policy(request: ModelRequest) -> Any:
+        calls.append(len(request.observations))
+        return _changed_worker(request)
+
+    return _with_worker(agent, policy)
+
+
+def test_from_seq_starts_from_the_recorded_state_there(runtime: Runtime) -> None:
+    run_id = _payment_run(runtime)
+    seq, signals = _mid_decision(runtime, run_id)
+    whole = replay_run(runtime.store, run_id, payment_agent())
+
+    report = replay_run(runtime.store, run_id, payment_agent(), from_seq=seq, agents=AGENTS)
 
     assert report.first_divergence is None
-    assert report.compared == len([e for e in signals if e.seq >= first_search.seq])
+    assert report.compared == len([e for e in signals if e.seq >= seq])
+    assert 0 < report.model_calls < whole.model_calls  # the decisions before the seq are the record's
+
+
+def test_from_seq_asks_the_new_model_nothing_before_the_seq_and_calls_no_handler(runtime: Runtime) -> None:
+    run_id = _payment_run(runtime)
+    seq, signals = _mid_decision(runtime, run_id)
+    after_search = next(e.seq for e in signals if e.seq > seq)
+    handlers: list[str] = []
+    worker_calls: list[int] = []
+    agent = _counting(_refusing_before(payment_agent(), worker_calls), handlers)
+
+    from_start = replay_run(runtime.store, run_id, agent)
+    assert from_start.first_divergence is not None  # the changed first search, when the worker makes it
+    worker_calls.clear()
+
+    report = replay_run(runtime.store, run_id, agent, from_seq=after_search, agents=AGENTS)
+
+    assert report.first_divergence is None  # that search was made before the start: the record's, not the worker's
+    assert worker_calls[0] > 0  # the worker was first asked with the record's search already observed
+    assert handlers == []
+
+
+def test_from_an_event_inside_a_step_starts_before_that_step(runtime: Runtime) -> None:
+    run_id = _payment_run(runtime)
+    inside, signals = _mid_decision(runtime, run_id)  # a decision is recorded inside its step
+
+    report = replay_run(runtime.store, run_id, payment_agent(), from_seq=inside, agents=AGENTS)
+
+    assert report.started_at is not None and report.started_at < inside
+    assert report.compared == len([e for e in signals if e.seq > report.started_at])  # the one at SEQ is judged
+    assert report.first_divergence is None
+
+
+def test_from_past_the_runs_end_is_refused_by_name(runtime: Runtime) -> None:
+    run_id = _payment_run(runtime)
+    last = _events(runtime, run_id)[-1].seq
+
+    with pytest.raises(RunError) as caught:
+        replay_run(runtime.store, run_id, payment_agent(), from_seq=last + 1, agents=AGENTS)
+
+    assert caught.value.code is ErrorCode.FORK_POINT_UNAVAILABLE
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, "5"])
+def test_a_start_that_is_no_event_number_is_refused_by_name(runtime: Runtime, bad: Any) -> None:
+    run_id = _payment_run(runtime)
+
+    with pytest.raises(UserError) as caught:
+        replay_run(runtime.store, run_id, payment_agent(), from_seq=bad, agents=AGENTS)
+
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
 
 
 def test_replay_is_bounded_by_max_steps(runtime: Runtime) -> None:

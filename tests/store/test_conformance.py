@@ -27,6 +27,8 @@ from stateward.core.state import (
     DeferredCall,
     Grant,
     GuardedAction,
+    Lineage,
+    ParentLink,
     PendingRequest,
     RequestKind,
     RunState,
@@ -601,8 +603,8 @@ def test_a_search_matches_a_run_id_prefix_or_goal_text_with_wildcards_taken_lite
 def test_a_search_reads_a_bounded_window_per_page_and_its_cursor_goes_on(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import stateward.store.postgres as pg_module
-    import stateward.store.sqlite as sqlite_module
+    import stateward.store.postgres.listing as pg_module
+    import stateward.store.sqlite.listing as sqlite_module
 
     for module in (sqlite_module, pg_module):
         monkeypatch.setattr(module, "SEARCH_WINDOW", 3)
@@ -713,6 +715,18 @@ def test_requests_page_by_run_and_tenant_open_only_by_default(store: Store) -> N
     for bad in ({"limit": 0}, {"cursor": "nope"}):
         with pytest.raises(UserError):
             store.page_requests(**bad)
+
+
+def test_a_listed_request_names_the_run_that_started_its_run(store: Store) -> None:
+    """The inbox draws a child's chain from the row (no load of every listed run): the row must carry the
+    parent its run was created with, and a root's none."""
+    link = ParentLink(run_id="run_root", request_id="child_001", idempotency_key="k" * 64, root_run_id="run_root")
+    start(store, "run_root")
+    start(store, "run_child", parent=link)
+    for run_id in ("run_root", "run_child"):
+        step(store, run_id, open_request=request("approval_001"))
+    rows = store.page_requests().items
+    assert [(r.run_id, r.parent_run_id) for r in rows] == [("run_child", "run_root"), ("run_root", None)]
 
 
 def test_requests_filter_by_kind_agent_and_role_in_the_query_with_full_pages(store: Store) -> None:
@@ -1828,6 +1842,22 @@ def test_a_fork_reads_its_sources_events_up_to_the_fork_point_then_its_own(store
             assert [(e.seq, e.payload) for e in page] == [(e.seq, e.payload) for e in expected], (after, limit)
     assert store.last_seq("run_f") == 7
     assert store.forks_of(RUN) == ["run_f"]
+
+
+def test_a_fork_opens_its_own_request_and_leaves_the_sources_alone(store: Store) -> None:
+    start(store)
+    step(store, open_request=request("approval_001"))
+    reopened = request("approval_f01")
+    forked = make_state("run_f", lineage=Lineage(forked_from=RUN, at_seq=2, key_scope=RUN), pending=reopened)
+    store.create_fork(forked, [ev(100, kind=EventType.RUN_FORKED)], source=RUN, at_seq=2, open_request=reopened)
+    record = store.get_request("run_f", "approval_f01")
+    assert record is not None and record.is_open and record.request == reopened
+    assert store.get_request("run_f", "approval_001") is None  # the source's request is not the fork's
+    listed = [(r.run_id, r.request.request_id) for r in store.page_requests().items]
+    assert listed == [(RUN, "approval_001"), ("run_f", "approval_f01")]
+    step(store, "run_f", close_request=answer("approval_f01"))
+    source = store.get_request(RUN, "approval_001")
+    assert source is not None and source.is_open  # answering the fork's never answers the source's
 
 
 def test_a_fork_of_a_fork_reads_each_source_up_to_its_own_bound(store: Store) -> None:

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -26,6 +27,7 @@ from stateward.api.caller import Caller
 from stateward.api.docs_route import PREFIX as DOCS_PREFIX
 from stateward.api.docs_route import docs_route
 from stateward.api.errors import error_body, status_of
+from stateward.api.heap import frozen_startup_heap
 from stateward.api.identity import Principal, Role, require
 from stateward.api.input_guard import MAX_SQL_INTEGER, InputGuard
 from stateward.api.limits import BodyLimit
@@ -59,7 +61,7 @@ from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import NOBODY_ANSWERS, RequestKind, RunState
 from stateward.core.status import RunStatus
-from stateward.runtime.agent_registry import refuse_operator_params
+from stateward.runtime.agent_params import refuse_operator_params
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
 from stateward.store.keys import KeyStore, StoredResponse
@@ -100,6 +102,7 @@ class ApiSettings:
     webhook_targets: TargetPolicy = field(default_factory=TargetPolicy)  # where webhooks may go
     ready_check_s: float = DEFAULT_READY_CHECK_S  # /readyz runs the store's integrity check at most this often
     docs: bool = False  # serve /docs (Swagger UI, local assets, strict CSP); off unless the operator asks
+    freeze_startup_heap: bool = True  # see api/heap.py: full collections then skip the service's own heap
 
 
 def _utcnow() -> datetime:
@@ -123,6 +126,7 @@ def create_app(
         summary="The model proposes, the runtime decides.",
         docs_url=None,  # FastAPI's pages load CDN scripts: /docs only when asked for, from local files
         redoc_url=None,
+        lifespan=frozen_startup_heap if settings.freeze_startup_heap else None,
     )
     app.state.keys = keys
     app.state.oidc = None if settings.oidc is None else OidcVerifier(settings.oidc)
@@ -131,7 +135,9 @@ def create_app(
     if metrics is not None:
         metrics_route(app, metrics, token=settings.metrics_token)
     v1 = APIRouter(prefix="/v1", responses=_ERRORS)
-    _run_routes(v1, runtime, settings, clock)
+    _run_routes(v1, runtime)
+    _run_read_routes(v1, runtime)
+    _event_routes(v1, runtime, settings)
     _request_routes(v1, runtime, settings, clock)
     _control_routes(v1, runtime, settings, clock)
     webhook_routes(v1, runtime, settings.webhook_targets)
@@ -144,6 +150,11 @@ def create_app(
     app.add_middleware(InputGuard)  # inside BodyLimit: what it reads is bounded
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
+
+
+def _json(model: BaseModel) -> Response:
+    """A response model serialised once: the route built and validated it already."""
+    return Response(model.model_dump_json(), media_type="application/json")
 
 
 def _fingerprint(who: Principal, *parts: str | None) -> str:
@@ -229,9 +240,8 @@ def _summary(runtime: Runtime, state: RunState) -> RunSummary:
     return RunSummary.model_validate(run_summary(runtime.store, state))
 
 
-def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: Callable[[], datetime]) -> None:
-    """Start, list and show runs; their events, paged and streamed."""
-    streams = StreamHub(runtime, settings.stream)
+def _run_routes(v1: APIRouter, runtime: Runtime) -> None:
+    """Start and fork runs."""
 
     # -- runs ----------------------------------------------------------------------------------
     @v1.post("/runs", response_model=RunSummary, status_code=201, tags=["runs"])
@@ -261,6 +271,10 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
             drive=body.drive,
         )
         return _summary(runtime, state)
+
+
+def _run_read_routes(v1: APIRouter, runtime: Runtime) -> None:
+    """List and show runs (the caller's tenant's only)."""
 
     @v1.get("/runs", response_model=RunList, tags=["runs"])
     def list_runs(
@@ -294,6 +308,11 @@ def _run_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: C
         """One run, as ``stateward runs show --json``."""
         require(who, Role.VIEWER)
         return _summary(runtime, visible_run(runtime, run_id, who.tenant))
+
+
+def _event_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings) -> None:
+    """A run's events, paged and streamed (SSE, capped per key and in all: ``ApiSettings.stream``)."""
+    streams = StreamHub(runtime, settings.stream)
 
     @v1.get("/runs/{run_id}/events", response_model=EventPage, tags=["runs"])
     def run_events(
@@ -350,18 +369,19 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
             Query(json_schema_extra={"enum": [k.value for k in RequestKind]}, description="INVALID_FILTER otherwise"),
         ] = None,
         agent: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-    ) -> Inbox:
+    ) -> Response:
         """Open requests of the caller's tenant that the caller may answer, each with its exact guarded action;
         ``role``: only those that approver role answers (a tool's own role, else its agent's); ``kind``: only
         requests of that kind; ``agent``: only those of that agent's runs (each filter in the store's query)."""
         require(who, Role.APPROVER)
         page = runtime.list_requests(tenant=who.tenant, limit=limit, cursor=cursor, role=role, kind=kind, agent=agent)
         items = [
-            InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request, chain=runtime.chain(row.run_id))
+            InboxItem(run_id=row.run_id, tenant=row.tenant, request=row.request, chain=runtime.request_chain(row))
             for row in page.items
             if row.request.kind not in NOBODY_ANSWERS and may_answer(who, row.request.approver_role)
         ]
-        return Inbox(items=items, next_cursor=page.next_cursor)
+        # Built and checked above: serialised once (FastAPI would dump and re-validate the page again).
+        return _json(Inbox(items=items, next_cursor=page.next_cursor))
 
     keys = key_store(runtime)
 

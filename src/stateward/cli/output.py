@@ -122,6 +122,7 @@ def pending_lines(pending: dict[str, Any], indent: str = "  ") -> list[str]:
         if isinstance(guarded, dict)
         else "  admits:         nothing by itself",
         f"  approver role:  {'any' if role is None else inert(role)}",
+        *_escalation_lines(pending),
         f"  expires:        {'never' if expires is None else inert(str(expires))}",
     ]
     if pending.get("asked_by") == "runtime" or reconciling:  # a reconciliation's question is always the Runtime's
@@ -145,6 +146,16 @@ def _reconciliation_lines(pending: dict[str, Any]) -> list[str]:
         "  approve:        it happened: recorded as succeeded, confirmed by you; the run goes on",
         f"  reject:         it did not happen: {no}",
     ]
+
+
+def _escalation_lines(pending: dict[str, Any]) -> list[str]:
+    """A child's handoff escalated to its parent's approvers says so: whose it was, whose it is now."""
+    escalation = pending.get("escalation")
+    if not isinstance(escalation, dict):
+        return []
+    was = escalation.get("child_role")
+    parent = inert(str(escalation.get("parent_run_id")))
+    return [f"  escalated:      to the approvers of parent run {parent} (the child's role: {inert(str(was))})"]
 
 
 def print_summary(summary: dict[str, object]) -> None:

@@ -114,7 +114,13 @@ def replay(
     run_id: Annotated[str | None, typer.Argument(help="The recorded run (or use --runs).")] = None,
     model: ModelSpecOpt = None,
     from_seq: Annotated[
-        int | None, typer.Option("--from", min=1, help="Judge only the recorded decisions from this event seq on.")
+        int | None,
+        typer.Option(
+            "--from",
+            min=1,
+            help="Start from the run's state at this event (the step boundary at or before it):"
+            " the decisions after it are the new model's.",
+        ),
     ] = None,
     runs: Annotated[
         str | None,
@@ -141,9 +147,15 @@ def replay(
         ids = [run_id] if run_id is not None else read_run_ids(str(runs))
         runtime = open_runtime(db)
         registry = process_agents()
+
+        def replayed(one: str) -> ReplayReport:
+            agent = agent_for(registry, runtime.store, one, model)
+            return replay_run(
+                runtime.store, one, agent, model=model, from_seq=from_seq, max_steps=max_steps, agents=registry
+            )
+
         if runs is None:
-            agent = agent_for(registry, runtime.store, ids[0], model)
-            report = replay_run(runtime.store, ids[0], agent, model=model, from_seq=from_seq, max_steps=max_steps)
+            report = replayed(ids[0])
     if runs is None:
         if as_json:
             emit_json(report.model_dump(mode="json"))
@@ -153,11 +165,14 @@ def replay(
     rows = []
     for one in ids:
         try:
-            agent = agent_for(registry, runtime.store, one, model)
-            found = replay_run(runtime.store, one, agent, model=model, from_seq=from_seq, max_steps=max_steps)
-            rows.append(row(one, found, None))
+            rows.append(row(one, replayed(one), None))
         except StatewardError as exc:
             rows.append(row(one, None, exc))
+    _report_rows(rows, as_json)
+
+
+def _report_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """The table over many runs, and the exit it calls for: 1 if any row was refused, 6 if any diverged."""
     if as_json:
         emit_json(rows)
     else:

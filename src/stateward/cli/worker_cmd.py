@@ -2,8 +2,8 @@
 
 A well-formed command line is parsed here with argparse and the worker starts without importing Typer
 (Typer, Click and building the whole command tree are about a fifth of an idle worker's CPU). Anything
-this parser does not fully accept (``--help``, a typo, a value out of range) is left to the Typer app in
-cli/app.py, which owns the help text and the usage errors; both paths run :func:`start_worker`, and a
+this parser does not fully accept (``--help``, a typo, a value out of range) is left to the Typer command in
+cli/fleet_cmd.py, which owns the help text and the usage errors; both paths run :func:`start_worker`, and a
 test holds the two option lists equal. The runtime is imported with this module, so cli/main.py imports
 it with the collector paused, as it does every command's imports.
 """

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stateward.controllers.base import provider_rejection
-from stateward.core.contract import DecisionContext, OutcomeStatus, Proposal, SignalFailure, WaitSpec
+from stateward.core.contract import DecisionContext, Observation, OutcomeStatus, Proposal, SignalFailure, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode, UserError
 from stateward.core.events import EventType, NewEvent
@@ -35,6 +35,7 @@ class NodeKind(StrEnum):
     WAIT = "WAIT"
     COMPENSATION = "COMPENSATION"
     REACT = "REACT"
+    AGENT = "AGENT"
     FINISH = "FINISH"
     FAIL = "FAIL"
 
@@ -164,7 +165,48 @@ class ReActNode:
             raise UserError(f"ReAct node {self.id} needs tools and max_steps >= 1", code=ErrorCode.INVALID_WORKFLOW)
 
 
-Node = ToolNode | ModelNode | RuleNode | HumanNode | ValidationNode | TimerNode | FinishNode | FailNode | ReActNode
+@dataclass(frozen=True)
+class AgentNode:
+    """A step another agent does: a call of ``tool``, an ``agent_tool`` of this workflow's agent, on ``goal``.
+
+    It is that tool's call and nothing else (the gateway, its idempotency key, the carved budget, the durable
+    wait, the cascade), so a workflow starts a child run exactly as a model's call of the tool does. The
+    child's outcome routes the workflow: ``next`` when it delivered, ``on_failure`` when it failed, was
+    cancelled or could not start (None: the run fails). ``max_steps`` and friends ask for a smaller carve.
+    A list of goals calls a ``parallel`` agent tool: one child per goal, run concurrently, the node's route
+    taken once they all ended (``next`` only if every one delivered)."""
+
+    id: str
+    tool: str
+    goal: Callable[[DecisionContext], str | list[str]] | str | list[str]
+    next: str | None = None
+    on_failure: str | None = None
+    max_steps: int | None = None
+    max_model_calls: int | None = None
+    max_tool_calls: int | None = None
+    kind: NodeKind = NodeKind.AGENT
+
+    def args(self, ctx: DecisionContext) -> dict[str, Any]:
+        """The agent tool's arguments: the goal, and the bounds the node asks for."""
+        asked = {"max_steps": self.max_steps, "max_model_calls": self.max_model_calls}
+        asked["max_tool_calls"] = self.max_tool_calls
+        goal = self.goal(ctx) if callable(self.goal) else self.goal
+        given: dict[str, Any] = {"goals": list(goal)} if isinstance(goal, list) else {"goal": goal}
+        return {**given, **{k: v for k, v in asked.items() if v is not None}}
+
+
+Node = (
+    AgentNode
+    | ToolNode
+    | ModelNode
+    | RuleNode
+    | HumanNode
+    | ValidationNode
+    | TimerNode
+    | FinishNode
+    | FailNode
+    | ReActNode
+)
 
 
 class ActedNode(BaseModel):
@@ -208,6 +250,12 @@ class WorkflowMemo(BaseModel):
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", include=set(self.model_fields_set))  # nested models whole
+
+
+def _child_outcome(outcome: Observation | None) -> bool:
+    """Whether ``outcome`` is a child run's (what an agent tool's call observes once its child ended)."""
+    result = None if outcome is None else outcome.result
+    return isinstance(result, dict) and ("child_run_id" in result or "child_run_ids" in result)
 
 
 class WorkflowController:
@@ -392,8 +440,8 @@ class WorkflowController:
             notes=notes,
         )
 
-    def _act(self, ctx: DecisionContext, node: ToolNode | ModelNode, notes: list[NewEvent]) -> Proposal:
-        usage: tuple[Usage, ...] = ()
+    def _act(self, ctx: DecisionContext, node: ToolNode | ModelNode | AgentNode, notes: list[NewEvent]) -> Proposal:
+        """The node's call, proposed: its arguments from code (TOOL, AGENT) or from the model (MODEL)."""
         calls = dict(WorkflowMemo.of(ctx.state.memo).calls)
         if isinstance(node, ToolNode) and node.max_calls is not None and calls.get(node.id, 0) >= node.max_calls:
             return self._fail(f"node {node.id} call budget exhausted ({node.max_calls})", notes)
@@ -405,52 +453,16 @@ class WorkflowController:
                     payload={"node": node.id, "branch": "compensation", "branch_taken": True},
                 )
             )
-        if isinstance(node, ToolNode):
-            args = dict(node.args(ctx) if callable(node.args) else node.args)
+        usage: tuple[Usage, ...] = ()
+        if isinstance(node, ModelNode):
+            filled = self._model_args(ctx, node, notes)
+            if isinstance(filled, Proposal):
+                return filled
+            args, usage = filled
+        elif isinstance(node, AgentNode):
+            args = node.args(ctx)
         else:
-            if self.model is None:
-                raise UserError(f"node {node.id} needs a model", code=ErrorCode.INVALID_WORKFLOW)
-            reply = complete(
-                self.model,
-                ModelRequest(
-                    purpose="content",
-                    contract=ReplyContract.NODE_CONTENT,
-                    goal=ctx.state.goal,
-                    inventory=list(ctx.inventory),
-                    observations=node.inputs(ctx),
-                    visible_actions=ctx.specs((node.tool,)),
-                    facts=ctx.facts(),
-                    instructions=node.instructions,
-                ),
-            )
-            usage = (reply.usage,)
-            rejected = provider_rejection(reply)
-            if rejected is not None:
-                return Proposal(
-                    signal=rejected,
-                    source=SignalSource.WORKFLOW_NODE,
-                    visible_actions=frozenset(),
-                    model_usage=usage,
-                    notes=notes,
-                )
-            try:
-                parsed = json.loads(reply.text)
-            except ValueError:
-                parsed = None
-            if not isinstance(parsed, dict):
-                failure = SignalFailure(
-                    code=ErrorCode.INVALID_NODE_OUTPUT,
-                    message=f"node {node.id} expected a JSON object of arguments",
-                    raw=reply.text[:2000],
-                )
-                return Proposal(
-                    signal=failure,
-                    source=SignalSource.WORKFLOW_NODE,
-                    visible_actions=frozenset(),
-                    model_usage=usage,
-                    notes=notes,
-                )
-            args = parsed
+            args = dict(node.args(ctx) if callable(node.args) else node.args)
         decision = ControlDecision(type=DecisionType.EXECUTE_TOOL, action=node.tool, args=args)
         return Proposal(
             signal=decision,
@@ -463,15 +475,61 @@ class WorkflowController:
             notes=notes,
         )
 
+    def _model_args(
+        self, ctx: DecisionContext, node: ModelNode, notes: list[NewEvent]
+    ) -> Proposal | tuple[dict[str, Any], tuple[Usage, ...]]:
+        """A MODEL node's arguments as the model filled them (and its usage), or the step's failure: the
+        provider refused, or the reply is not a JSON object."""
+        if self.model is None:
+            raise UserError(f"node {node.id} needs a model", code=ErrorCode.INVALID_WORKFLOW)
+        reply = complete(
+            self.model,
+            ModelRequest(
+                purpose="content",
+                contract=ReplyContract.NODE_CONTENT,
+                goal=ctx.state.goal,
+                inventory=list(ctx.inventory),
+                observations=node.inputs(ctx),
+                visible_actions=ctx.specs((node.tool,)),
+                facts=ctx.facts(),
+                instructions=node.instructions,
+            ),
+        )
+        usage = (reply.usage,)
+        signal: SignalFailure | None = provider_rejection(reply)
+        if signal is None:
+            try:
+                parsed = json.loads(reply.text)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                return parsed, usage
+            signal = SignalFailure(
+                code=ErrorCode.INVALID_NODE_OUTPUT,
+                message=f"node {node.id} expected a JSON object of arguments",
+                raw=reply.text[:2000],
+            )
+        return Proposal(
+            signal=signal,
+            source=SignalSource.WORKFLOW_NODE,
+            visible_actions=frozenset(),
+            model_usage=usage,
+            notes=notes,
+        )
+
     def _route_after(self, ctx: DecisionContext, acted: ActedNode) -> tuple[str | None, str | None]:
         """Where to go after a TOOL/MODEL node, from the recorded outcome of its call (a fact, not a claim).
 
         Returns (next node, failure reason); a failure without an ``on_failure`` route fails the run.
         """
         node = self.nodes[acted.node]
-        assert isinstance(node, ToolNode | ModelNode)
+        assert isinstance(node, ToolNode | ModelNode | AgentNode)
         outcome = next((o for o in reversed(ctx.observations) if o.step == acted.step), None)
         code = "no outcome recorded" if outcome is None else (outcome.error_code or outcome.status)
+        delivered = outcome is not None and outcome.status == OutcomeStatus.SUCCESS
+        if isinstance(node, AgentNode) and delivered and not _child_outcome(outcome):
+            # Not an agent tool's outcome: the node would have called a plain tool under an agent's name.
+            return None, f"node {node.id}: tool {node.tool} is not an agent tool (agent_tool)"
         if outcome is not None and outcome.status == OutcomeStatus.SUCCESS:
             schema = node.output_schema if isinstance(node, ToolNode) else None
             if schema is None:

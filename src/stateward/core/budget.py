@@ -60,6 +60,13 @@ def carve(limits: Budget, usage: Usage, *caps: Budget | None) -> Budget:
     return Budget(**bounds)
 
 
+def split(budget: Budget, ways: int) -> Budget:
+    """One of ``ways`` equal shares of ``budget`` in each dimension (rounded down, so the shares never add up
+    to more than the whole); an unbounded dimension stays unbounded."""
+    shares = {bound: None if (v := getattr(budget, bound)) is None else v // max(1, ways) for bound, _ in BOUNDED}
+    return Budget(**shares)
+
+
 def spent(usage: Usage) -> UsageDelta:
     """A run's spend in the budget's dimensions, as a delta: what a child's end adds to its parent's usage."""
     return UsageDelta(**{counter: getattr(usage, counter) for _, counter in BOUNDED})

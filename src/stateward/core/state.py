@@ -169,6 +169,24 @@ class DeferredCall(BaseModel):
     reconciled: PersonOutcome | None = None
 
 
+class ChildHandoff(StrEnum):
+    """Who answers a child run's handoff, as the agent tool that starts it declares: the child's own approvers
+    (the default: approvals are not inherited), or the parent's (the handoff is escalated to them)."""
+
+    ANSWER_IN_CHILD = "answer_in_child"
+    ESCALATE_TO_PARENT = "escalate_to_parent"
+
+
+class HandoffEscalation(BaseModel):
+    """A child's handoff request escalated to its parent's approvers: the parent whose approver role answers it
+    (``PendingRequest.approver_role``) instead of the role the child's agent names (``child_role``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    parent_run_id: str
+    child_role: str | None = None
+
+
 class ChildCall(BaseModel):
     """A call to another registered agent, waited on as a child run: the child's deterministic run id (from
     the parent's run id and the call's idempotency key, so a replayed call names the same child), what it is
@@ -184,6 +202,8 @@ class ChildCall(BaseModel):
     tool: str  # the parent's tool that made the call
     args: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str
+    on_handoff: ChildHandoff = ChildHandoff.ANSWER_IN_CHILD
+    parent_role: str | None = None  # the parent agent's approver role (who answers an escalated handoff)
 
 
 class ParentLink(BaseModel):
@@ -196,6 +216,8 @@ class ParentLink(BaseModel):
     idempotency_key: str  # the parent's call
     root_run_id: str
     depth: int = Field(default=1, ge=1)  # 1: a child of the root
+    on_handoff: ChildHandoff = ChildHandoff.ANSWER_IN_CHILD  # who answers this run's handoffs (the call's)
+    parent_role: str | None = None  # the parent agent's approver role, for an escalated handoff
 
 
 class PendingRequest(BaseModel):
@@ -220,6 +242,8 @@ class PendingRequest(BaseModel):
     replaces: str | None = None  # an escalation's new request: the id of the one first asked (kept on re-escalation)
     reconciles: Reconciles | None = None  # a reconciliation: the journalled call its answer decides
     child: ChildCall | None = None  # a CHILD_RUN wait: the child run whose end answers it
+    siblings: tuple[ChildCall, ...] = ()  # the same call's other children (parallel): the wait ends with all
+    escalation: HandoffEscalation | None = None  # a child's handoff its parent's approvers answer
 
 
 class Answer(BaseModel):

@@ -153,6 +153,31 @@ def _limits(env: Mapping[str, str], given: Mapping[ReplyContract, int] | None) -
     return out
 
 
+def _mode(env: Mapping[str, str], provider: str, asked: str | None) -> str:
+    """The provider's mode: the spec's or the caller's, else ``STATEWARD_<PROVIDER>_MODE``, else tools."""
+    chosen = asked or env.get(f"STATEWARD_{provider.upper()}_MODE") or "tools"
+    chosen = _ALIASES[provider].get(chosen, chosen)
+    if chosen not in MODES[provider]:
+        modes = MODES[provider]
+        raise UserError(f"{provider} mode {chosen!r} is not one of {modes}", code=ErrorCode.INVALID_MODEL_CONFIG)
+    return chosen
+
+
+def _endpoint(
+    env: Mapping[str, str], provider: str, base_url: str | None, api_key_env: str | None
+) -> tuple[str | None, str]:
+    """The base URL and API key: a local server (a base URL) may go without a key, a provider's API may not."""
+    upper = provider.upper()
+    url = base_url or env.get(f"STATEWARD_{upper}_BASE_URL") or env.get(f"{upper}_BASE_URL") or None
+    key_var = api_key_env or env.get(f"STATEWARD_{upper}_API_KEY_ENV") or f"{upper}_API_KEY"
+    key = env.get(key_var) or None
+    if key is None:
+        if url is None:
+            raise UserError(f"{key_var} is not set (needed by the {provider} provider)", code=ErrorCode.MISSING_API_KEY)
+        key = LOCAL_PLACEHOLDER_KEY
+    return url, key
+
+
 def model_from_spec(
     spec: str,
     *,
@@ -179,20 +204,8 @@ def model_from_spec(
         root = env.get(REPLAY_DIR_ENV) or None
         limit = int(_number(env, "STATEWARD_REPLAY_MAX_BYTES", MAX_RECORDING_BYTES) or MAX_RECORDING_BYTES)
         return ReplayModel(name, root=root, max_bytes=limit)
-    upper = provider.upper()
-    chosen_mode = spec_mode or mode or env.get(f"STATEWARD_{upper}_MODE") or "tools"
-    chosen_mode = _ALIASES[provider].get(chosen_mode, chosen_mode)
-    if chosen_mode not in MODES[provider]:
-        raise UserError(
-            f"{provider} mode {chosen_mode!r} is not one of {MODES[provider]}", code=ErrorCode.INVALID_MODEL_CONFIG
-        )
-    url = base_url or env.get(f"STATEWARD_{upper}_BASE_URL") or env.get(f"{upper}_BASE_URL") or None
-    key_var = api_key_env or env.get(f"STATEWARD_{upper}_API_KEY_ENV") or f"{upper}_API_KEY"
-    key = env.get(key_var) or None
-    if key is None:
-        if url is None:
-            raise UserError(f"{key_var} is not set (needed by the {provider} provider)", code=ErrorCode.MISSING_API_KEY)
-        key = LOCAL_PLACEHOLDER_KEY
+    chosen_mode = _mode(env, provider, spec_mode or mode)
+    url, key = _endpoint(env, provider, base_url, api_key_env)
     common: dict[str, Any] = {
         "api_key": key,
         "base_url": url,

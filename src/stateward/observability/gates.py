@@ -1,4 +1,4 @@
-"""The eight hard gates, audited from what a store recorded: the event log and the side-effect journal.
+"""The hard gates, audited from what a store recorded: the event log and the side-effect journal.
 
 Each gate is a count that must be 0 (pause/resume correctness is a rate that must be 100%), shown with
 how many opportunities it had: a gate nothing exercised proves nothing, and says so. The audit reads
@@ -23,6 +23,11 @@ records, never the code that wrote them, so it catches a protection that was swi
 - double executions: an event written under a lease older than one already seen (opportunities: events
   written under a newer lease);
 - unbounded loops: runs that took more steps than their budget allows (opportunities: runs with a step bound);
+- budget breaches: a run whose usage is past its budget in a dimension the Runtime bounds before it spends
+  (steps, model calls, tool calls; tokens are known only once a call returns, so a run may end past a token
+  bound by its last call), a child run past the carve its parent's wait recorded for it (whatever budget the
+  child's own record claims), and a child's spend not rolled up into its parent (the parent's returned usage
+  lower than the child's) (opportunities: runs, child runs and children returned);
 - pause/resume correctness: resumes that carried on with the usage the run had (not lower than before,
   no fewer steps than the decisions recorded before the resume) (opportunities: resumes).
 """
@@ -32,9 +37,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from stateward.core.budget import Budget, Usage, spent
+from stateward.core.errors import RunNotFoundError
 from stateward.core.events import Event, EventType
 from stateward.core.journal import SideEffectStatus
 from stateward.core.state import RunState
@@ -51,6 +59,7 @@ COUNT_GATES = (
     "budget_resets",
     "double_executions",
     "unbounded_loops",
+    "budget_breaches",
 )
 RATE_GATE = "pause_resume_correctness"
 LIVENESS_FLOOR = 0.95
@@ -63,6 +72,8 @@ _ALL_JOURNAL = tuple(s.value for s in SideEffectStatus)
 # A run's tool -> the permission it needs and whether the run's agent holds it (None: the agent is unknown here).
 PermissionsOf = Callable[[RunState], dict[str, bool] | None]
 JournalRow = tuple[str, str | None, str]  # idempotency key, grant id, tool
+# The dimensions the Runtime checks before it spends (a step, a model call, a tool call at a time).
+_SPENT_IN_UNITS = (("max_steps", "steps"), ("max_model_calls", "model_calls"), ("max_tool_calls", "tool_attempts"))
 
 
 class Gate(BaseModel):
@@ -113,6 +124,25 @@ class _Audit:
         if state.budget.max_steps is not None and state.usage.steps > state.budget.max_steps:
             self.counts["unbounded_loops"] += 1
 
+    def budgets(self, store: Store, state: RunState, events: list[Event]) -> None:
+        """A run past its budget, a child past its carve, a child's spend its parent never counted."""
+        self.chances["budget_breaches"] += 1
+        self.counts["budget_breaches"] += _overrun(state.budget, state.usage)
+        if state.parent is not None:
+            self.chances["budget_breaches"] += 1
+            asked = store.get_request(state.parent.run_id, state.parent.request_id)
+            calls = (
+                () if asked is None or asked.request.child is None else (asked.request.child, *asked.request.siblings)
+            )
+            call = next((c for c in calls if c.run_id == state.run_id), None)
+            # The carve is what the parent's wait recorded; a child without one was never carved at all.
+            self.counts["budget_breaches"] += call is None or _overrun(call.budget, state.usage)
+        for ev in events:
+            if ev.type is not EventType.CHILD_RUN_RETURNED or not isinstance(ev.payload.get("child_run_id"), str):
+                continue
+            self.chances["budget_breaches"] += 1
+            self.counts["budget_breaches"] += _unrolled(store, ev.payload)
+
     def _transitions(self, state: RunState, events: list[Event]) -> None:
         self.counts["illegal_transitions"] += state.usage.illegal_transitions
         for ev in events:
@@ -156,7 +186,7 @@ class _Audit:
         for ev in events:
             signals += ev.type is EventType.SIGNAL_RECEIVED
             usage = ev.payload.get("usage")
-            if not isinstance(usage, dict):
+            if not isinstance(usage, dict) or ev.type is EventType.CHILD_RUN_RETURNED:  # a child's spend: a delta
                 continue
             now = {k: int(v) for k, v in usage.items() if isinstance(v, int)}
             # Lower than before, or fewer steps than the decisions recorded so far: usage was lost.
@@ -210,6 +240,14 @@ class _Audit:
             self.counts["high_risk_without_evidence"] += 1
 
 
+def _overrun(budget: Budget, usage: Usage) -> bool:
+    """``usage`` past ``budget`` in a dimension spent a unit at a time (reaching a bound is allowed, not passing it)."""
+    return any(
+        (limit := getattr(budget, bound)) is not None and getattr(usage, counter) > limit
+        for bound, counter in _SPENT_IN_UNITS
+    )
+
+
 def _accepted_bare(payload: dict[str, object], cited: object) -> bool:
     """An artifact accepted citing no evidence while it backs a high-risk conclusion (its own item's or one
     built on it): delivered as sound with nothing under it."""
@@ -223,7 +261,7 @@ def audit(
     permissions: PermissionsOf | None = None,
     witnessed_duplicates: int = 0,
 ) -> GateReport:
-    """The eight gates over ``run_ids`` as ``store`` recorded them. ``permissions`` (e.g.
+    """The hard gates over ``run_ids`` as ``store`` recorded them. ``permissions`` (e.g.
     :func:`stateward.chaos.permissions.agent_permissions`) lets the audit check journalled calls against
     the permissions the run's agent holds; ``witnessed_duplicates`` adds side effects a domain saw performed
     twice."""
@@ -239,7 +277,9 @@ def audit(
         bounded = state.status is RunStatus.FAILED and state.terminal_reason in _BOUNDED_ENDS
         statuses["BOUNDED" if bounded else state.status.value] += 1
         journal = [(r.idempotency_key, r.grant_id, r.tool) for r in store.side_effects_of(run_id, _ALL_JOURNAL)]
-        found.run(state, store.read_events(run_id), journal, None if permissions is None else permissions(state))
+        events = store.read_events(run_id)
+        found.run(state, events, journal, None if permissions is None else permissions(state))
+        found.budgets(store, state, events)
     gates = [
         Gate(name=n, value=found.counts[n], opportunities=found.chances[n], holds=found.counts[n] == 0)
         for n in COUNT_GATES
@@ -258,3 +298,20 @@ def audit(
         passed=liveness and all(g.holds for g in gates),
         scope_violations_refused=scope_refused,
     )
+
+
+def _unrolled(store: Store, returned: dict[str, Any]) -> bool:
+    """Whether a ``child_run_returned`` counted less than its children spent (every child of a parallel call,
+    together); a child never started (its agent unavailable) spent nothing."""
+    ids = returned.get("child_run_ids")
+    spend: dict[str, int] = {}
+    for run_id in ids if isinstance(ids, list) else [returned["child_run_id"]]:
+        try:
+            child = store.load_run(str(run_id))
+        except RunNotFoundError:
+            continue
+        for name, n in spent(child.usage).counts().items():
+            spend[name] = spend.get(name, 0) + n
+    rolled = returned.get("usage")
+    rolled = rolled if isinstance(rolled, dict) else {}
+    return any(int(rolled.get(k) or 0) < v for k, v in spend.items())

@@ -46,7 +46,8 @@ class TaskType(StrEnum):
     until the output artifact exists, and runs every other item as the procedure registered for its
     artifact type; an item a person or an outside event decides (HUMAN, WAIT, TIMER) must also declare
     ``approval_required``, so the run stops for that answer before its procedure runs (the validator says
-    MISSING_APPROVAL otherwise).
+    MISSING_APPROVAL otherwise). An AGENT item runs as a child run of the agent tool it names in its
+    ``required_capabilities`` (``controllers/plan_run/agent_items.py``).
     """
 
     TOOL = "TOOL"
@@ -59,6 +60,7 @@ class TaskType(StrEnum):
     WAIT = "WAIT"  # a callback or an outside event
     TIMER = "TIMER"  # a deadline
     COMPENSATION = "COMPENSATION"  # undo a reservation, mark something invalid
+    AGENT = "AGENT"  # another agent does it: a child run, by a call of the agent tool it names
 
 
 # The items a model carries out (its bounded local ReAct). Every other item runs as the procedure registered

@@ -1,7 +1,8 @@
 """What a signal must satisfy before anything moves (``handle``'s steps 1 and 2): it parses, every value in it
 can be stored, and it meets its type's preconditions against the run's state and the agent's policies; and, for a
-guarded call, whether an approval bound to exactly that action is already held. Read-only: nothing here builds
-an event or changes a state (``runtime/transition.py`` does, with what this module answers)."""
+guarded call, whether an approval bound to exactly that action is already held; and the request a wait opens
+(its question, kind, approver and expiry), as a value. Read-only: nothing here builds an event or changes a state
+(``runtime/transition.py`` does, with what this module answers, and mints the request ids)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from stateward.core.canonical import action_digest, canonical_json
 from stateward.core.contract import RefusalReason, Signal, SignalFailure, WaitCheck, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, non_finite_path, parse_decision
 from stateward.core.errors import DecisionParseError, ErrorCode
-from stateward.core.state import ApprovalScope, GuardedAction, RunState
+from stateward.core.state import (
+    ApprovalScope,
+    AskedBy,
+    ChildCall,
+    GuardedAction,
+    PendingRequest,
+    RequestKind,
+    RunState,
+)
 from stateward.runtime.agent import Agent, guard
 
 SHOWN_CHARS = 2000  # how much of a proposed call's arguments or the model's note a question repeats
@@ -124,3 +133,74 @@ def wait_expiry(agent: Agent, wait: WaitSpec | None, now: datetime) -> datetime 
     if wait is not None and wait.expires_in_s is not None:
         return now + timedelta(seconds=wait.expires_in_s)
     return None if agent.request_ttl is None else now + agent.request_ttl
+
+
+def wait_request(
+    state: RunState, agent: Agent, decision: ControlDecision, wait: WaitSpec | None, *, request_id: str, now: datetime
+) -> PendingRequest:
+    """The request an accepted REQUEST_USER_INPUT opens: an approval when the agent's wait policy (or the
+    controller's wait) guards an action, else the wait's kind; asked of the role that answers it."""
+    check = agent.wait_policy(decision, state)
+    guarded = check.guarded_action or (wait.guard if wait is not None else None)
+    return PendingRequest(
+        request_id=request_id,
+        kind=RequestKind.APPROVAL if guarded is not None else (wait.kind if wait is not None else check.kind),
+        question=(decision.question or "").strip(),
+        state_before=state.status,
+        guarded_action=guarded,
+        options=() if wait is None else wait.options,
+        approver_role=agent.approver_role_for(None if guarded is None else guarded.tool),
+        created_at=now,
+        expires_at=wait_expiry(agent, wait, now),
+    )
+
+
+def approval_request(
+    state: RunState,
+    agent: Agent,
+    decision: ControlDecision,
+    action: GuardedAction,
+    request_id: str,
+    call_step: int,
+    now: datetime,
+) -> PendingRequest:
+    """The approval the Runtime asks by itself for a guarded call without one: its question is the Runtime's,
+    written from the action; the model's reason goes with it, labelled as the model's words."""
+    spec = agent.tools.get(action.tool)
+    assert spec is not None
+    return PendingRequest(
+        request_id=request_id,
+        kind=RequestKind.APPROVAL,
+        question=approval_question(action, spec.approval_scope),
+        state_before=state.status,
+        guarded_action=action,
+        approval_scope=spec.approval_scope,
+        asked_by=AskedBy.RUNTIME,
+        model_text=(decision.reason or "")[:SHOWN_CHARS] or None,
+        call_step=call_step,
+        approver_role=agent.approver_role_for(action.tool),
+        created_at=now,
+        expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
+    )
+
+
+def child_wait_request(
+    state: RunState, calls: tuple[ChildCall, ...], *, request_id: str, call_step: int, now: datetime
+) -> PendingRequest:
+    """The CHILD_RUN request a parent waits under while its call's children run (nobody answers it: the end
+    of the last child does); the first child is named, a parallel call's others are its siblings."""
+    child, siblings = calls[0], calls[1:]
+    return PendingRequest(
+        request_id=request_id,
+        kind=RequestKind.CHILD_RUN,
+        question=(
+            f"waiting for child run {child.run_id} of agent {child.agent}: {child.goal}"
+            + (f" (and {len(siblings)} more)" if siblings else "")
+        )[:SHOWN_CHARS],
+        state_before=state.status,
+        asked_by=AskedBy.RUNTIME,
+        call_step=call_step,
+        created_at=now,
+        child=child,
+        siblings=siblings,
+    )

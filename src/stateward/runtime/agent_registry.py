@@ -25,7 +25,6 @@ a refused param is INVALID_AGENT_PARAMS naming it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import inspect
@@ -41,7 +40,8 @@ from stateward.core.entry_points import load_entry_point
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import AgentRef, RunState
 from stateward.runtime.agent import Agent
-from stateward.runtime.agent_version import FINGERPRINT_PREFIX, fingerprint
+from stateward.runtime.agent_params import MODEL_PARAM, invalid_params, takes_params_dict
+from stateward.runtime.agent_version import FINGERPRINT_PREFIX, check_version, fingerprint
 
 ENTRY_POINT_GROUP = "stateward.agents"
 ENV_VAR = "STATEWARD_AGENTS"
@@ -52,7 +52,6 @@ AgentFactory = Callable[..., Agent]
 Migration = Callable[[RunState], RunState]
 """Moves a run recorded under an earlier version to this one: takes the run's state and returns it with its
 ``facts`` and ``memo`` changed as the new version needs (nothing else may change: see runtime/migration.py)."""
-MODEL_PARAM = "model_spec"  # the param a model spec (``--model``) reaches a factory as
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ class RegisteredAgent:
     def build(self, params: Mapping[str, Any]) -> Agent:
         """Call the factory with the run's JSON parameters (``factory(**params)``, or ``factory(params)``
         when its one parameter is named ``params``)."""
-        if _takes_params_dict(self.factory):
+        if takes_params_dict(self.factory):
             return self.factory(dict(params))
         return self.factory(**params)
 
@@ -122,7 +121,7 @@ class RegisteredAgent:
             parameters = inspect.signature(self.factory).parameters.values()
         except (TypeError, ValueError):
             return False
-        if _takes_params_dict(self.factory):
+        if takes_params_dict(self.factory):
             return True
         by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         return any(
@@ -131,7 +130,7 @@ class RegisteredAgent:
 
     def refusal(self, params: Mapping[str, Any]) -> str | None:
         """Why the factory's signature cannot take ``params`` (unknown or missing ones), or None."""
-        if _takes_params_dict(self.factory):
+        if takes_params_dict(self.factory):
             return None
         try:
             inspect.signature(self.factory).bind(**params)
@@ -140,29 +139,6 @@ class RegisteredAgent:
         except ValueError:
             return None  # no signature to check against: calling the factory decides
         return None
-
-
-def _takes_params_dict(factory: AgentFactory) -> bool:
-    """Whether ``factory`` takes one ``params`` dict; remembered per factory (a worker builds an agent per run)."""
-    try:
-        return _params_dict_cached(factory)
-    except TypeError:  # an unhashable callable: inspect it every time
-        return _inspect_params_dict(factory)
-
-
-def _inspect_params_dict(factory: AgentFactory) -> bool:
-    try:
-        parameters = list(inspect.signature(factory).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    return (
-        len(parameters) == 1
-        and parameters[0].name == "params"
-        and parameters[0].kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    )
-
-
-_params_dict_cached = functools.lru_cache(maxsize=256)(_inspect_params_dict)
 
 
 class AgentRegistry:
@@ -322,7 +298,7 @@ class AgentRegistry:
 
             parse_spec(model_spec)
             if given.get(MODEL_PARAM, model_spec) != model_spec:
-                raise _invalid_params(name, f"--model and param {MODEL_PARAM} disagree")
+                raise invalid_params(name, f"--model and param {MODEL_PARAM} disagree")
             if not entry.accepts(MODEL_PARAM):
                 raise RunError(
                     f"agent {name!r} takes no model (its factory has no {MODEL_PARAM} parameter)",
@@ -334,17 +310,17 @@ class AgentRegistry:
             # Exactly what the store keeps and a worker reads back (key order kept; NaN refused).
             given = json.loads(json.dumps(given, allow_nan=False, ensure_ascii=False))
         except (TypeError, ValueError) as exc:
-            raise _invalid_params(name, f"params must be JSON values: {exc}") from None
+            raise invalid_params(name, f"params must be JSON values: {exc}") from None
         entry.check(given)
         why = entry.refusal(given)
         if why is not None:
-            raise _invalid_params(name, why)
+            raise invalid_params(name, why)
         try:
             agent = entry.build(given)
         except StatewardError:
             raise
         except Exception as exc:
-            raise _invalid_params(name, f"{type(exc).__name__}: {exc}") from exc
+            raise invalid_params(name, f"{type(exc).__name__}: {exc}") from exc
         if not isinstance(agent, Agent):
             raise RunError(
                 f"the factory of agent {name!r} returned {type(agent).__name__}, not an Agent",
@@ -451,21 +427,6 @@ class AgentRegistry:
         return entry
 
 
-MAX_VERSION_CHARS = 100
-
-
-def check_version(version: object) -> str:
-    """A version is 1-100 printable characters without spaces (INVALID_AGENT_VERSION otherwise)."""
-    if not isinstance(version, str) or not 0 < len(version) <= MAX_VERSION_CHARS or not version.isprintable():
-        raise UserError(
-            f"an agent version must be 1-{MAX_VERSION_CHARS} printable characters, not {version!r}"[:300],
-            code=ErrorCode.INVALID_AGENT_VERSION,
-        )
-    if any(c.isspace() for c in version):
-        raise UserError(f"an agent version has no spaces: {version!r}"[:300], code=ErrorCode.INVALID_AGENT_VERSION)
-    return version
-
-
 def _default_fingerprint(entry: RegisteredAgent) -> str:
     """The fingerprint of the agent the factory builds with no params, or, for a factory that needs
     params, of its module's source (so a changed definition still changes the version)."""
@@ -487,29 +448,6 @@ def _source_fingerprint(factory: AgentFactory) -> str:
     except (OSError, TypeError):
         text = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}"
     return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-OPERATOR_PARAMS = frozenset({MODEL_PARAM})  # params only the operator sets (CLI --model), never a tenant
-
-
-def refuse_operator_params(params: Mapping[str, Any]) -> None:
-    """Refuse, by name, params a tenant may not send (``POST /v1/runs``): the model a run uses is the
-    operator's choice (``stateward run NAME --model SPEC``, an agent's own default), never a request's."""
-    refused = sorted(OPERATOR_PARAMS.intersection(params))
-    if refused:
-        raise RunError(
-            f"param {refused[0]!r} is chosen by the operator, not by a request",
-            code=ErrorCode.PARAM_NOT_ALLOWED,
-            details={"params": refused},
-        )
-
-
-def _invalid_params(name: str, why: str) -> RunError:
-    return RunError(
-        f"agent {name!r} does not take these params: {why}"[:1000],
-        code=ErrorCode.INVALID_AGENT_PARAMS,
-        details={"agent": name},
-    )
 
 
 class _LazyFactory:

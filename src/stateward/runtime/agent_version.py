@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from stateward.core.errors import ErrorCode, UserError
+
 if TYPE_CHECKING:
     from stateward.runtime.agent import Agent
 
@@ -131,3 +133,18 @@ def _qualname(obj: Any) -> str:
     module = getattr(obj, "__module__", None) or ""
     name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
     return f"{module}.{name}" if module else str(name)
+
+
+MAX_VERSION_CHARS = 100
+
+
+def check_version(version: object) -> str:
+    """A version is 1-100 printable characters without spaces (INVALID_AGENT_VERSION otherwise)."""
+    if not isinstance(version, str) or not 0 < len(version) <= MAX_VERSION_CHARS or not version.isprintable():
+        raise UserError(
+            f"an agent version must be 1-{MAX_VERSION_CHARS} printable characters, not {version!r}"[:300],
+            code=ErrorCode.INVALID_AGENT_VERSION,
+        )
+    if any(c.isspace() for c in version):
+        raise UserError(f"an agent version has no spaces: {version!r}"[:300], code=ErrorCode.INVALID_AGENT_VERSION)
+    return version

@@ -5,7 +5,9 @@ id and carved budget); the child run is created after that, idempotently (an exi
 its end resumes the parent (``transition.child_returned``). Each step is a separate, idempotent write, so a
 process that dies between any two leaves nothing a later pass cannot finish: ``settle`` (a worker's sweep)
 starts a child whose parent waits for it but which was never created, and delivers an ended child's outcome
-its parent never received. A parent never waits on a second child for the same call.
+its parent never received. A parent never waits on a second child for the same call (a parallel call's
+children are one per goal, each its own key), and a parallel call's outcome is delivered by the last of
+its children to end, once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
 from stateward.runtime import transition
 from stateward.runtime.agent import Agent
-from stateward.runtime.child_call import child_observation
+from stateward.runtime.child_call import child_observation, children_observation, total_usage
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.write import Write
 from stateward.store.base import Store
@@ -58,23 +60,47 @@ def waited_child(state: RunState) -> ChildCall | None:
     return pending.child
 
 
-def ensure_child(store: Store, make: AgentMaker, parent: RunState, now: datetime) -> RunState | None:
-    """The child run ``parent`` waits on, created if it does not exist yet (tenant inherited, approvals not:
-    the child starts with none). None if ``parent`` waits on no child, if a cancel of ``parent`` was asked
-    (it is cancelled, and no child starts), or if the child's agent cannot be built (the parent's call then
-    fails with CHILD_AGENT_UNAVAILABLE)."""
-    call = waited_child(parent)
-    if call is None:
-        return None
+def waited_calls(state: RunState) -> tuple[ChildCall, ...]:
+    """Every child call ``state`` waits on: one, or a parallel call's several (none if it waits on none)."""
+    call = waited_child(state)
+    if call is None or state.pending is None:
+        return ()
+    return (call, *state.pending.siblings)
+
+
+def _existing(store: Store, run_id: str) -> RunState | None:
     try:
-        return store.load_run(call.run_id)
+        return store.load_run(run_id)
     except RunNotFoundError:
-        pass
+        return None
+
+
+def ensure_child(store: Store, make: AgentMaker, parent: RunState, now: datetime) -> RunState | None:
+    """The child runs ``parent`` waits on, each created if it does not exist yet (tenant inherited, approvals
+    not: a child starts with none); returned is the one to look at next: the first runnable one, else the
+    first still open, else (all ended) the last. None if ``parent`` waits on no child, if a cancel of
+    ``parent`` was asked (it is cancelled, and no child starts), or if the child's agent cannot be built (the
+    parent's call then fails with CHILD_AGENT_UNAVAILABLE)."""
+    found: list[RunState] = []
+    for call in waited_calls(parent):
+        child = _existing(store, call.run_id) or _start(store, make, parent, call, now)
+        if child is None:
+            return None
+        found.append(child)
+    if not found:
+        return None
+    runnable = [c for c in found if c.status in (RunStatus.RUNNING, RunStatus.PAUSING)]
+    still_open = [c for c in found if not c.status.is_terminal]
+    return (runnable or still_open or found[-1:])[0]
+
+
+def _start(store: Store, make: AgentMaker, parent: RunState, call: ChildCall, now: datetime) -> RunState | None:
+    """``call``'s child run, created (or the one another process created first)."""
     control = ControlRequest.decode(store.get_control(parent.run_id))
     if control is not None and control.kind == "cancel":
         # Cancelled while the step that made the call was in flight: the call starts nothing.
         state, seq = store.load_run_at(parent.run_id)
-        if waited_child(state) == call:
+        if call in waited_calls(state):
             _commit(store, state, seq, transition.cancel(state, by=control.by, roles=control.roles, now=now))
         return None
     try:
@@ -90,6 +116,8 @@ def ensure_child(store: Store, make: AgentMaker, parent: RunState, now: datetime
         idempotency_key=call.idempotency_key,
         root_run_id=parent.run_id if parent.parent is None else parent.parent.root_run_id,
         depth=1 if parent.parent is None else parent.parent.depth + 1,
+        on_handoff=call.on_handoff,
+        parent_role=call.parent_role,
     )
     child = RunState(
         run_id=call.run_id,
@@ -112,23 +140,42 @@ def ensure_child(store: Store, make: AgentMaker, parent: RunState, now: datetime
 
 
 def deliver(store: Store, child: RunState, now: datetime, answer: str | None = None) -> bool:
-    """Resume ``child``'s parent with its outcome, if it ended and the parent still waits on it; False when
-    there was nothing to do (someone delivered it first, or the parent no longer waits: it was cancelled)."""
+    """Resume ``child``'s parent with the call's outcome, if ``child`` ended, its parent still waits on it
+    and (a parallel call) every other child of the call ended too; False when there was nothing to do
+    (a sibling is still open, someone delivered it first, or the parent no longer waits: it was cancelled)."""
     link = child.parent
     if link is None or not child.status.is_terminal:
         return False
     parent, seq = store.load_run_at(link.run_id)
-    call = waited_child(parent)
-    if call is None or call.run_id != child.run_id or parent.pending is None:
+    calls = waited_calls(parent)
+    if child.run_id not in {c.run_id for c in calls} or parent.pending is None:
         return False
-    observed = child_observation(call, parent.pending.call_step or 0, child, answer=answer)
-    write = transition.child_returned(parent, call.run_id, child.usage, observed, now=now)
+    ended: list[tuple[RunState, str | None]] = []
+    for call in calls:
+        other = child if call.run_id == child.run_id else _existing(store, call.run_id)
+        if other is None or not other.status.is_terminal:
+            return False  # the last of the call's children to end delivers
+        ended.append((other, answer if other is child else final_answer(store, other)))
+    observed = children_observation(calls, parent.pending.call_step or 0, ended)
+    usage = total_usage([state for state, _ in ended])
+    write = transition.child_returned(parent, calls[0].run_id, usage, observed, now=now)
     return _commit(store, parent, seq, write)
+
+
+def siblings_open(store: Store, child: RunState) -> bool:
+    """Whether the parallel call that started ``child`` still waits on another of its children."""
+    if child.parent is None:
+        return False
+    calls = waited_calls(store.load_run(child.parent.run_id))
+    if child.run_id not in {c.run_id for c in calls}:
+        return False
+    others = [c for c in calls if c.run_id != child.run_id]
+    return any((o := _existing(store, c.run_id)) is None or not o.status.is_terminal for c in others)
 
 
 def _return_failure(store: Store, parent: RunState, call: ChildCall, error: str, now: datetime) -> bool:
     state, seq = store.load_run_at(parent.run_id)
-    if waited_child(state) != call or state.pending is None:
+    if call not in waited_calls(state) or state.pending is None:
         return False
     observed = child_observation(call, state.pending.call_step or 0, None, error=error)
     write = transition.child_returned(state, call.run_id, None, observed, now=now)
@@ -189,22 +236,18 @@ def settle(store: Store, make: AgentMaker, now: datetime) -> list[str]:
 
 
 def settle_one(store: Store, make: AgentMaker, parent: RunState, now: datetime) -> list[str]:
-    """``settle`` for one parent: its child started if missing, its outcome delivered if it ended."""
-    call = waited_child(parent)
-    if call is None:
+    """``settle`` for one parent: its children started if missing, the call's outcome delivered if they all
+    ended."""
+    calls = waited_calls(parent)
+    if not calls:
         return []
-    existed = True
-    try:
-        child = store.load_run(call.run_id)
-    except RunNotFoundError:
-        existed = False
-        made = ensure_child(store, make, parent, now)
-        if made is None:
-            return [parent.run_id] if waited_child(store.load_run(parent.run_id)) is None else []
-        child = made
+    missing = [c.run_id for c in calls if _existing(store, c.run_id) is None]
+    child = ensure_child(store, make, parent, now)
+    if child is None:
+        return [parent.run_id] if waited_child(store.load_run(parent.run_id)) is None else []
     if child.status.is_terminal:
         return [parent.run_id] if deliver(store, child, now, final_answer(store, child)) else []
-    return [] if existed else [child.run_id]
+    return [r for r in missing if _existing(store, r) is not None]
 
 
 MAX_CHAIN = 64  # how far up a chain is walked (a tree deeper than this is shown cut at its top)
@@ -230,10 +273,9 @@ def children_of(store: Store, run_id: str) -> list[RunState]:
         for row in page.items:
             call = row.request.child
             if row.request.kind is RequestKind.CHILD_RUN and call is not None:
-                try:
-                    found.append(store.load_run(call.run_id))
-                except RunNotFoundError:
-                    continue
+                for each in (call, *row.request.siblings):
+                    if (child := _existing(store, each.run_id)) is not None:
+                        found.append(child)
         cursor = page.next_cursor
         if cursor is None:
             break

@@ -36,8 +36,8 @@ from stateward.runtime.observed import observations_of
 from stateward.runtime.pause_watch import DEFAULT_POLL_S, PauseWatch
 from stateward.runtime.recovery import RecoveryPolicy, describe, error_code, is_store_refusal
 from stateward.runtime.tool_step import ToolStep, execute_tool
-from stateward.runtime.transition import Transition, accepted_step, cancel, handle, pause
-from stateward.runtime.write import Write
+from stateward.runtime.transition import Transition, cancel, handle, pause
+from stateward.runtime.write import Write, accepted_step
 from stateward.store.base import Store
 from stateward.store.records import Lease, NewArtifact, StepWrite
 from stateward.tools.gateway import ToolGateway

@@ -1,11 +1,11 @@
 """Forking a run: a new run whose history up to an event of its source is the source's.
 
 ``Runtime.fork(run_id, at=SEQ)`` (``stateward runs fork RUN --at SEQ``) starts from the run's state at
-event ``SEQ``, as recovery would rebuild it: a checkpoint taken at that event (the design keeps one before
-every wait and pause, at every plan change, work-item boundary, artifact write and migration), the run's
-snapshot when ``SEQ`` is its last event and nobody drives it, or its first state at ``run_started``. Any
-other event is refused by name (FORK_POINT_UNAVAILABLE, listing the points there are), as is a point at
-which the run had ended.
+event ``SEQ``: a checkpoint taken at that event, the run's snapshot when ``SEQ`` is its last event and nobody
+drives it, its first state at ``run_started``, or else the state rebuilt by re-driving the nearest of those
+before ``SEQ`` offline, checked event for event against the record (runtime/fork_point.py). An event inside
+a step, one at which an approved call had not run, one the re-drive does not reproduce, and one at which
+the run had ended are refused by name (FORK_POINT_UNAVAILABLE, with the event to fork at instead).
 
 What carries over, and what does not:
 
@@ -43,6 +43,7 @@ from stateward.core.state import AgentRef, Lineage, RunState
 from stateward.core.status import RunStatus
 from stateward.runtime import transition
 from stateward.runtime.agent import Agent
+from stateward.runtime.fork_point import OfflineDrivers, redrive_to
 from stateward.runtime.migration import migrate_write
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from stateward.store.base import Store
 
 MAX_POINTS_NAMED = 50  # fork points a refusal lists
+MAX_CHECKPOINTS = 10_000  # checkpoints searched for the nearest one before a fork point
 
 
 def fork_run(
@@ -65,6 +67,7 @@ def fork_run(
     model_spec: str | None = None,
     params: Mapping[str, Any] | None = None,
     budget: Budget | None = None,
+    drivers: OfflineDrivers,
 ) -> tuple[RunState, Agent, list[NewEvent]]:
     """Create the fork (see the module docstring) of a run the caller has checked is visible; return its first
     state, the agent it runs under and the events written. Nothing is driven here."""
@@ -72,7 +75,7 @@ def fork_run(
         raise UserError(f"a fork point is an event number >= 1, not {at!r}"[:200], code=ErrorCode.INVALID_ARGUMENT)
     check_run_id(new_run_id)
     source, last = store.load_run_at(run_id)
-    point = state_at(store, source, last, at)
+    point = state_at(store, agents, source, last, at, drivers)
     if point.status.is_terminal:
         raise _unavailable(run_id, at, f"the run had ended ({point.status.value}) at event {at}: nothing to go on with")
     agent, ref = _fork_agent(agents, point.agent, agent_version, model_spec, params)
@@ -89,24 +92,7 @@ def fork_run(
             "lineage": Lineage(forked_from=run_id, at_seq=at, key_scope=key_scope, artifacts=dict(point.artifacts)),
         }
     )
-    events: list[NewEvent] = [
-        NewEvent(
-            type=EventType.RUN_FORKED,
-            payload={
-                "forked_from": run_id,
-                "at_seq": at,
-                "by": by,
-                "agent": point.agent.name,
-                "agent_version": point.agent.version,
-                "to_version": ref.version,
-                "params": ref.params,
-                "key_scope": key_scope,
-                "usage": point.usage.model_dump(),
-                "budget_granted": None if budget is None else forked.budget.model_dump(),
-                "dropped_grants": [g.request_id for g in point.approvals],
-            },
-        )
-    ]
+    events: list[NewEvent] = [_forked_event(point, forked, ref, by=by, key_scope=key_scope, granted=budget)]
     if forked.pending is not None:
         reopened = transition.reopen(forked, now=now)
         forked = reopened.state
@@ -120,8 +106,36 @@ def fork_run(
     return forked, agent, events
 
 
-def state_at(store: Store, source: RunState, last: int, at: int) -> RunState:
-    """The run's state at event ``at``, rebuilt as recovery would (FORK_POINT_UNAVAILABLE if it cannot be)."""
+def _forked_event(
+    point: RunState, forked: RunState, ref: AgentRef, *, by: str, key_scope: str, granted: Budget | None
+) -> NewEvent:
+    """``run_forked``: where from, by whom, under which version, the usage carried and any budget granted."""
+    lineage = forked.lineage
+    assert lineage is not None
+    return NewEvent(
+        type=EventType.RUN_FORKED,
+        payload={
+            "forked_from": lineage.forked_from,
+            "at_seq": lineage.at_seq,
+            "by": by,
+            "agent": point.agent.name,
+            "agent_version": point.agent.version,
+            "to_version": ref.version,
+            "params": ref.params,
+            "key_scope": key_scope,
+            "usage": point.usage.model_dump(),
+            "budget_granted": None if granted is None else forked.budget.model_dump(),
+            "dropped_grants": [g.request_id for g in point.approvals],
+        },
+    )
+
+
+def state_at(
+    store: Store, agents: AgentRegistry, source: RunState, last: int, at: int, drivers: OfflineDrivers
+) -> RunState:
+    """The run's state at event ``at``: a checkpoint's, the stopped run's own at its last event, its first at
+    ``run_started``, else rebuilt from the nearest of those before it (runtime/fork_point.py).
+    FORK_POINT_UNAVAILABLE where no state existed or it cannot be rebuilt."""
     if at > last:
         raise _unavailable(source.run_id, at, f"the run has {last} events")
     checkpoint = store.checkpoint_at(source.run_id, at)
@@ -129,11 +143,15 @@ def state_at(store: Store, source: RunState, last: int, at: int) -> RunState:
         return checkpoint.state
     if at == last and source.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
         return source
-    first = store.read_events(source.run_id, at - 1, 1)
-    if first and first[0].type is EventType.RUN_STARTED:
-        return _started(source, first[0].payload)
-    points = sorted({1, *(c.seq for c in store.checkpoints_of(source.run_id, MAX_POINTS_NAMED))})
-    raise _unavailable(source.run_id, at, "no checkpoint was taken at that event", points)
+    first = store.read_events(source.run_id, 0, 1)
+    start = _started(source, first[0].payload if first else {})
+    if at == 1:
+        return start
+    before = [c for c in store.checkpoints_of(source.run_id, MAX_CHECKPOINTS) if c.seq < at]
+    base, base_seq = (before[-1].state, before[-1].seq) if before else (start, 1)
+    if base.status.is_terminal:
+        raise _unavailable(source.run_id, at, f"the run had ended at event {base_seq}")
+    return redrive_to(store, agents.build(base.agent), source, base, base_seq, at, _unavailable, drivers)
 
 
 def _started(source: RunState, payload: Mapping[str, Any]) -> RunState:
@@ -195,11 +213,14 @@ def _granted(point: RunState, budget: Budget) -> Budget:
     return budget
 
 
-def _unavailable(run_id: str, at: int, why: str, points: list[int] | None = None) -> RunError:
+def _unavailable(
+    run_id: str, at: int, why: str, points: list[int] | None = None, *, instead: int | None = None
+) -> RunError:
     named = (points or [])[:MAX_POINTS_NAMED]
     return RunError(
         f"run {run_id} cannot be forked at event {at}: {why}"
-        + (f" (fork points: {', '.join(map(str, named))})" if named else ""),
+        + (f" (fork points: {', '.join(map(str, named))})" if named else "")
+        + (f"; fork at event {instead} instead" if instead is not None else ""),
         code=ErrorCode.FORK_POINT_UNAVAILABLE,
-        details={"run_id": run_id, "at": at, "points": named},
+        details={"run_id": run_id, "at": at, "points": named, "instead": instead},
     )

@@ -104,22 +104,7 @@ def migrate_write(
     ``stopped_only=False`` is a fork's (a new run nobody drives yet may start under another version)."""
     if stopped_only:
         check_migratable(state)
-    moved = apply_migration(state, move).model_copy(update={"agent": to})
-    stale: list[dict[str, Any]] = []
-    kept = []
-    for grant in moved.approvals:
-        why = stale_reason(grant.action, agent)
-        if why is None:
-            kept.append(grant)
-        else:
-            stale.append({"grant": grant.request_id, "tool": grant.action.tool, "reason": why})
-    next_call = moved.next_call
-    if next_call is not None and next_call.reconciled is None:
-        why = stale_reason(next_call.action, agent)
-        if why is not None:
-            stale.append({"approved_call": next_call.request_id, "tool": next_call.action.tool, "reason": why})
-            next_call = None
-    moved = moved.model_copy(update={"approvals": tuple(kept), "next_call": next_call})
+    moved, stale = _without_stale_grants(apply_migration(state, move).model_copy(update={"agent": to}), agent)
     events: list[NewEvent] = []
     closed: RequestAnswer | None = None
     pending = moved.pending
@@ -155,6 +140,26 @@ def migrate_write(
     return StepWrite(
         state=moved, events=events, close_request=closed, checkpoint=CheckpointReason.MIGRATION, set_agent_version=True
     )
+
+
+def _without_stale_grants(moved: RunState, agent: Agent) -> tuple[RunState, list[dict[str, Any]]]:
+    """``moved`` without the grants and the approved call whose action ``agent`` no longer has (never
+    re-bound to another), and what was dropped and why."""
+    stale: list[dict[str, Any]] = []
+    kept = []
+    for grant in moved.approvals:
+        why = stale_reason(grant.action, agent)
+        if why is None:
+            kept.append(grant)
+        else:
+            stale.append({"grant": grant.request_id, "tool": grant.action.tool, "reason": why})
+    next_call = moved.next_call
+    if next_call is not None and next_call.reconciled is None:
+        why = stale_reason(next_call.action, agent)
+        if why is not None:
+            stale.append({"approved_call": next_call.request_id, "tool": next_call.action.tool, "reason": why})
+            next_call = None
+    return moved.model_copy(update={"approvals": tuple(kept), "next_call": next_call}), stale
 
 
 def _invalid(state: RunState, why: str) -> RunError:

@@ -20,30 +20,21 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_core import to_jsonable_python
 
-from stateward.core.canonical import canonical_json, sha256_hex
-from stateward.core.errors import ErrorCode
-from stateward.core.events import Event, EventType
-from stateward.core.state import PendingRequest
+from stateward.core.budget import Usage
+from stateward.core.errors import ErrorCode, RunError, UserError
+from stateward.core.events import Event, EventType, NewEvent
+from stateward.core.state import PendingRequest, RunState
 from stateward.core.status import RunStatus
 from stateward.observability.payloads import resolve
-from stateward.observability.tracing import Telemetry
 from stateward.runtime.agent import Agent
-from stateward.runtime.runtime import Runtime
+from stateward.runtime.agent_registry import AgentRegistry
+from stateward.runtime.fork import state_at
+from stateward.runtime.recorded_answers import Journal, answering_tools, args_digest, give_answer, roles_of
+from stateward.runtime.runtime import Runtime, offline_runtime
 from stateward.store.backends import open_store
 from stateward.store.base import Store
-from stateward.tools.errors import (
-    RateLimited,
-    ServiceUnavailable,
-    ToolFailure,
-    ToolInvalidArgument,
-    ToolOutcomeUnknown,
-    ToolPermissionDenied,
-    ToolTimeout,
-)
-from stateward.tools.registry import ToolRegistry
-from stateward.tools.spec import REPLACED_CONTEXT, ToolContext, ToolSpec
+from stateward.store.records import StepWrite
 
 __all__ = ["Divergence", "DivergenceKind", "ReplayDecision", "ReplayReport", "replay_run"]
 
@@ -51,7 +42,6 @@ CONTEXT_OBSERVATIONS = 3  # observations shown before the first divergence: boun
 DEFAULT_MAX_STEPS = 1000  # when neither the caller nor the run's budget bounds the replay
 ANSWER_VERDICTS = ("approved", "rejected", "replied")
 PAGE = 1000
-FAILURES = (ToolTimeout, ToolOutcomeUnknown, RateLimited, ServiceUnavailable, ToolPermissionDenied, ToolInvalidArgument)
 
 
 class DivergenceKind(StrEnum):
@@ -104,6 +94,7 @@ class ReplayReport(BaseModel):
     run_id: str
     model: str | None
     from_seq: int | None
+    started_at: int | None = None  # the step boundary the replay started from (at or before ``from_seq``)
     recorded_decisions: int
     replayed_decisions: int
     compared: int
@@ -138,11 +129,6 @@ def _all_events(store: Store, run_id: str) -> list[Event]:
     return events
 
 
-def args_digest(args: Any) -> str:
-    """The digest a call's or decision's arguments are matched by."""
-    return sha256_hex(canonical_json(to_jsonable_python(args if args is not None else {})))
-
-
 def _decision(event: Event) -> ReplayDecision:
     signal = event.payload.get("signal")
     if isinstance(signal, str):
@@ -167,104 +153,6 @@ def _decision(event: Event) -> ReplayDecision:
 def decisions(events: list[Event]) -> list[ReplayDecision]:
     """The run's decisions in order, as its signal_received events recorded them."""
     return [_decision(e) for e in events if e.type is EventType.SIGNAL_RECEIVED]
-
-
-class _Journal:
-    """The source run's recorded tool answers: by idempotency key (the same run, step, tool and canonical
-    arguments: a retried call gets its recorded outcome again), else queued per (tool, arguments digest) in the
-    order they happened (the same call at another step)."""
-
-    def __init__(self, events: list[Event], store: Store, run_id: str, tools: ToolRegistry):
-        self._tools = tools
-        self._by_key: dict[str, dict[str, Any]] = {}
-        self._queued: dict[tuple[str, str], deque[tuple[str | None, dict[str, Any]]]] = {}
-        self._used: set[str] = set()
-        self._retried: set[str] = set()
-        self._store = store
-        self._run_id = run_id
-        self.unrecorded: list[dict[str, Any]] = []
-        for event in events:
-            if event.type is not EventType.TOOL_ATTEMPTED:
-                continue
-            obs = event.payload.get("observation") or {}
-            key = event.payload.get("idempotency_key")
-            if isinstance(key, str):
-                self._by_key[key] = obs
-            call = (str(obs.get("action")), self.digest(str(obs.get("action")), obs.get("args")))
-            self._queued.setdefault(call, deque()).append((key if isinstance(key, str) else None, obs))
-
-    def digest(self, tool: str, args: Any) -> str:
-        """The call's arguments as the gateway digests them (defaults filled in), else as given."""
-        spec = self._tools.get(tool)
-        if spec is not None and isinstance(args, dict):
-            try:
-                return args_digest(spec.canonical_args(spec.validate_args(args)))
-            except ValueError:
-                pass
-        return args_digest(args)
-
-    def _find(self, tool: str, args: dict[str, Any], key: str | None) -> dict[str, Any] | None:
-        if key is not None and key in self._by_key:
-            self._used.add(key)
-            return self._by_key[key]
-        queue = self._queued.get((tool, self.digest(tool, args)), deque())
-        while queue:
-            recorded_key, obs = queue.popleft()
-            if recorded_key is None or recorded_key not in self._used:
-                if recorded_key is not None:
-                    self._used.add(recorded_key)
-                return obs
-        return None
-
-    def answer(self, tool: str, args: dict[str, Any], context: ToolContext | None) -> Any:
-        """The recorded result of this call (its artifacts emitted again), or a refusal if the record holds none."""
-        obs = self._find(tool, args, None if context is None else context.idempotency_key)
-        if obs is None:
-            self.unrecorded.append({"tool": tool, "args": to_jsonable_python(args), "digest": self.digest(tool, args)})
-            raise ToolFailure(f"replay: the record holds no answer for {tool}; the call is not executed")
-        if obs.get("status") != "SUCCESS":
-            raise _failure(obs.get("error_code"))
-        if obs.get("error_code") and context is not None and context.idempotency_key not in self._retried:
-            # It succeeded on a retry: the record keeps the last failure, so the first attempt fails as it did.
-            self._retried.add(context.idempotency_key)
-            raise _failure(obs.get("error_code"))
-        if context is not None:
-            for ref in obs.get("artifacts") or []:
-                name, _, version = str(ref).rpartition(":v")
-                found = self._store.get_artifact(self._run_id, name, int(version) if version.isdigit() else None)
-                if found is not None:
-                    context.emit_artifact(found.name, found.content, found.media_type)
-        return obs.get("result")
-
-
-def _failure(code: Any) -> ToolFailure:
-    """The recorded failure raised again as the class the gateway classifies it by."""
-    known = ErrorCode(code) if isinstance(code, str) and code in ErrorCode.__members__ else ErrorCode.EXECUTION_ERROR
-    message = f"replay: the recorded call failed ({known.value})"
-    cls = next((c for c in FAILURES if c.default_code is known), None)
-    return ToolFailure(message, code=known) if cls is None else cls(message)
-
-
-def _answering(spec: ToolSpec, journal: _Journal) -> ToolSpec:
-    """``spec`` answering from the journal: same schema, checks and policies; its own handler is never called."""
-
-    def split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], ToolContext | None]:
-        context = kwargs.pop(REPLACED_CONTEXT, None)
-        context = next((v for v in kwargs.values() if isinstance(v, ToolContext)), context)
-        args = {k: v for k, v in kwargs.items() if not isinstance(v, ToolContext)}
-        if spec.input_json_schema is not None and isinstance(args.get("arguments"), dict):
-            args = dict(args["arguments"])  # a JSON-schema tool is called as handler(arguments=..., context=...)
-        return args, context if isinstance(context, ToolContext) else None
-
-    def recorded(**kwargs: Any) -> Any:
-        args, context = split(kwargs)
-        return journal.answer(spec.name, args, context)
-
-    async def recorded_async(**kwargs: Any) -> Any:
-        args, context = split(kwargs)
-        return journal.answer(spec.name, args, context)
-
-    return spec.answered_by(recorded_async if spec.handler_is_async else recorded)
 
 
 def _answers(events: list[Event]) -> deque[dict[str, Any]]:
@@ -303,7 +191,7 @@ def _compare(
     replayed: list[ReplayDecision],
     source_events: list[Event],
     from_seq: int | None,
-    journal: _Journal,
+    journal: Journal,
     stopped_unmatched: bool,
 ) -> tuple[int, int, Divergence | None]:
     compared = matched = 0
@@ -348,51 +236,42 @@ def replay_run(
     model: str | None = None,
     from_seq: int | None = None,
     max_steps: int | None = None,
+    agents: AgentRegistry | None = None,
 ) -> ReplayReport:
     """Re-drive ``run_id`` of ``store`` with ``agent`` offline and compare its decisions with the record.
 
     ``store`` is only read (RUN_NOT_FOUND for an unknown run). ``model`` names the model under test in the
-    report. ``from_seq`` compares only the recorded decisions from that event on (earlier ones are driven
-    but not judged). ``max_steps`` bounds the replay (default: the run's step budget, else 1000).
+    report. ``from_seq``: the replay starts from the run's state at that event (rebuilt as a fork's is, see
+    runtime/fork.py; ``agents`` builds the recorded agent where a re-drive is needed), so only the decisions
+    after it are the new model's; FORK_POINT_UNAVAILABLE where no state can be had there. ``max_steps`` bounds
+    the replay (default: the run's step budget, else 1000); the counts reported are the replay's own.
     """
-    source = store.load_run(run_id)
+    source, last = store.load_run_at(run_id)
     source_events = _all_events(store, run_id)
-    journal = _Journal(source_events, store, run_id, agent.tools)
-    answering = ToolRegistry([_answering(spec, journal) for spec in agent.tools])
-    replay_agent = dataclasses.replace(agent, tools=answering)
+    start, after = _state_from(store, agents or AgentRegistry(), source, last, from_seq)
+    journal = Journal(source_events[after:], store, run_id, agent.tools)
+    replay_agent = dataclasses.replace(agent, tools=answering_tools(agent.tools, journal))
     limit = max_steps or source.budget.max_steps or agent.budget.max_steps or DEFAULT_MAX_STEPS
-    answers = _answers(source_events)
-    applied = 0
-    stopped_unmatched = False
     with tempfile.TemporaryDirectory(prefix="stateward-replay-") as tmp:
         # No telemetry: a replay is not a run of the operator's, so it adds to no span, metric or gauge of theirs.
-        runtime = Runtime(open_store(str(Path(tmp) / "replay.db")), telemetry=Telemetry(enabled=False))
+        runtime = offline_runtime(open_store(str(Path(tmp) / "replay.db")), run_id, replay_agent)
         try:
-            state = runtime.submit(replay_agent, source.goal, run_id=run_id, budget=source.budget, tenant=source.tenant)
-            steps = 0
-            while steps < limit and not journal.unrecorded:
-                if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
-                    if not answers or not _answers_this(answers[0], state.pending):
-                        stopped_unmatched = True
-                        break
-                    given = answers.popleft()
-                    state = _give(runtime, run_id, state.pending.request_id, given, _roles(agent))
-                    applied += 1
-                    continue
-                if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
-                    break
-                state = runtime.step(run_id)
-                steps += 1
+            state = _begin(runtime, replay_agent, source, start, source_events[:after])
+            answers = _answers(source_events[after:])
+            applied, stopped_unmatched = _drive(runtime, state, limit, journal, answers, roles_of(agent))
             replay_events = _all_events(runtime.store, run_id)
             state = runtime.get(run_id)
         finally:
             runtime.close()
+    used, before = state.usage, Usage() if start is None else start.usage
     recorded, replayed = decisions(source_events), decisions(replay_events)
-    compared, matched, first = _compare(recorded, replayed, source_events, from_seq, journal, stopped_unmatched)
+    judged_from = None if from_seq is None else after + 1
+    compared, matched, first = _compare(recorded, replayed, source_events, judged_from, journal, stopped_unmatched)
     return ReplayReport(
         run_id=run_id,
         model=model,
         from_seq=from_seq,
+        started_at=None if from_seq is None else after,
         recorded_decisions=len(recorded),
         replayed_decisions=len(replayed),
         compared=compared,
@@ -402,12 +281,68 @@ def replay_run(
         answers_applied=applied,
         observations_differing=_differing(source_events, replay_events),
         replay_status=state.status,
-        replay_steps=state.usage.steps,
+        replay_steps=used.steps - before.steps,
         max_steps=limit,
-        model_calls=state.usage.model_calls,
-        input_tokens=state.usage.input_tokens,
-        output_tokens=state.usage.output_tokens,
+        model_calls=used.model_calls - before.model_calls,
+        input_tokens=used.input_tokens - before.input_tokens,
+        output_tokens=used.output_tokens - before.output_tokens,
     )
+
+
+def _state_from(
+    store: Store, agents: AgentRegistry, source: RunState, last: int, at: int | None
+) -> tuple[RunState | None, int]:
+    """The run's state at the step boundary at or before event ``at`` (as a fork there would have it) and
+    that boundary's seq: asked for an event inside a step, the replay starts before the step, so the decision
+    at ``at`` is the new model's. FORK_POINT_UNAVAILABLE where no state can be had; no ``at``: from the start."""
+    if at is None:
+        return None, 0
+    if isinstance(at, bool) or not isinstance(at, int) or at < 1:
+        raise UserError(f"a replay starts at an event number >= 1, not {at!r}"[:200], code=ErrorCode.INVALID_ARGUMENT)
+    try:
+        return state_at(store, agents, source, last, at, offline_runtime), at
+    except RunError as refused:
+        instead = refused.details.get("instead")
+        if refused.code != ErrorCode.FORK_POINT_UNAVAILABLE or not isinstance(instead, int) or instead >= at:
+            raise
+    return state_at(store, agents, source, last, instead, offline_runtime), instead
+
+
+def _begin(runtime: Runtime, agent: Agent, source: RunState, start: RunState | None, prefix: list[Event]) -> RunState:
+    """The replay's run in the scratch store: a new run of ``agent`` on the source's goal, budget and tenant,
+    or (``--from``) the source's history up to the start and its state there, its open request open again."""
+    if start is None:
+        return runtime.submit(agent, source.goal, run_id=source.run_id, budget=source.budget, tenant=source.tenant)
+    runtime.store.create_run(start, [NewEvent(type=e.type, payload=e.payload) for e in prefix])
+    if start.pending is not None:
+        runtime.store.commit_step(start.run_id, len(prefix), StepWrite(state=start, open_request=start.pending))
+    return start
+
+
+def _drive(
+    runtime: Runtime,
+    state: RunState,
+    limit: int,
+    journal: Journal,
+    answers: deque[dict[str, Any]],
+    roles: frozenset[str],
+) -> tuple[int, bool]:
+    """Step the replay until it ends, stops, calls what the record does not hold or reaches ``limit`` steps,
+    giving each wait the recorded answer (only to the same action); the answers given, and whether a wait had
+    none that matched."""
+    applied = steps = 0
+    while steps < limit and not journal.unrecorded:
+        if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
+            if not answers or not _answers_this(answers[0], state.pending):
+                return applied, True
+            state = give_answer(runtime, state.run_id, state.pending.request_id, answers.popleft(), roles)
+            applied += 1
+            continue
+        if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
+            break
+        state = runtime.step(state.run_id)
+        steps += 1
+    return applied, False
 
 
 def _answers_this(given: dict[str, Any], pending: PendingRequest) -> bool:
@@ -418,21 +353,3 @@ def _answers_this(given: dict[str, Any], pending: PendingRequest) -> bool:
     recorded = given.get("guarded_digest")
     current = None if pending.guarded_action is None else pending.guarded_action.digest
     return recorded == current
-
-
-def _roles(agent: Agent) -> frozenset[str]:
-    """Every role the agent asks answers of: the recorded answerer held the one that was needed."""
-    named = {agent.approver_role, agent.escalation_role, *(spec.approver_role for spec in agent.tools)}
-    return frozenset(r for r in named if r)
-
-
-def _give(runtime: Any, run_id: str, request_id: str, given: dict[str, Any], roles: frozenset[str]) -> Any:
-    """The recorded answer, given again to the replay's request (not driven: the replay loop steps)."""
-    by = str(given.get("by") or "replay")
-    verdict = given.get("verdict")
-    text = given.get("text")
-    if verdict == "approved":
-        return runtime.approve(run_id, request_id, by=by, comment=text, roles=roles, drive=False).state
-    if verdict == "rejected":
-        return runtime.reject(run_id, request_id, by=by, comment=text, roles=roles, drive=False).state
-    return runtime.reply(run_id, request_id, by=by, text=str(text or ""), roles=roles, drive=False).state

@@ -13,23 +13,19 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from stateward.core.budget import Budget
-from stateward.core.canonical import sha256_hex
 from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StatewardError, UserError
-from stateward.core.events import Event
-from stateward.core.journal import SideEffectStatus
 from stateward.core.run_inputs import check_goal, check_run_id, check_tenant
 from stateward.core.setback import without_retry
-from stateward.core.state import RequestKind, RunState
+from stateward.core.state import ChildCall, RequestKind, RunState
 from stateward.core.status import RunStatus
-from stateward.observability.payloads import is_payload_artifact, resolve
 from stateward.observability.tracing import Telemetry
-from stateward.runtime import children, transition
+from stateward.runtime import children, family, transition
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry, process_agents
 from stateward.runtime.aio import counterpart
@@ -37,36 +33,23 @@ from stateward.runtime.authority import authorize_resume
 from stateward.runtime.continuation import Answerer, AnswerResult, answer_request
 from stateward.runtime.control import ControlRequest
 from stateward.runtime.driver import DRIVABLE, Driver, SetbackObserver, action_specs, default_telemetry
-from stateward.runtime.faults import CHILD_BOUNDARIES, NO_FAULTS, RESUME_BEFORE_LEASE, FaultInjector
+from stateward.runtime.faults import NO_FAULTS, RESUME_BEFORE_LEASE, FaultInjector
 from stateward.runtime.fork import fork_run
+from stateward.runtime.inspection import RunReads
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
+from stateward.runtime.resumption import check_resumable, reconcile_in_flight, verify_checkpoint
 from stateward.store.backends import open_store
 from stateward.store.base import Store
 from stateward.store.offload import offloaded
-from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestPage, RunPage, page_size
-from stateward.store.records import ArtifactRecord, Lease
-from stateward.tools.gateway import ToolGateway
+from stateward.store.records import Lease
 
 Clock = Callable[[], datetime]
-IN_FLIGHT = (SideEffectStatus.STARTED.value, SideEffectStatus.UNKNOWN_OUTCOME.value)
-DEFAULT_EVENT_PAGE = 1000
 # The async entry points' store calls run on this many threads: the SQLite store serializes on one
 # connection (more threads only contend for it), and two keep a PostgreSQL round trip overlapping another.
 STORE_THREADS = 2
-MAX_EVENT_PAGE = 10_000
 
 __all__ = ["Runtime", "action_specs", "new_run_id"]
-
-
-def check_resumable(state: RunState) -> None:
-    """Only a PAUSED run, or a RUNNING one whose process died, resumes: NOT_RESUMABLE otherwise."""
-    if state.status not in (RunStatus.PAUSED, RunStatus.RUNNING):
-        raise RunError(
-            f"run {state.run_id} is {state.status.value}; only a PAUSED or abandoned RUNNING run resumes",
-            code=ErrorCode.NOT_RESUMABLE,
-            details={"run_id": state.run_id, "status": state.status.value},
-        )
 
 
 def _utcnow() -> datetime:
@@ -84,12 +67,13 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-class Runtime:
+class Runtime(RunReads):
     """Starts runs, drives them to their next stop, and answers, pauses, resumes or cancels them.
 
     ``agents`` is every agent this process may rebuild from a stored run (by registered name); by
     default the process's operator configuration (:func:`~stateward.runtime.agent_registry.process_agents`:
     the built-ins, the ``stateward.agents`` entry points and ``STATEWARD_AGENTS``), loaded on first need.
+    Its read methods (listings, events, artifacts, lineage) are :class:`RunReads`' (runtime/inspection.py).
     """
 
     def __init__(
@@ -227,7 +211,7 @@ class Runtime:
         AGENT_VERSION_UNAVAILABLE, INVALID_MIGRATION, MIGRATION_NOT_NEEDED, LEASE_HELD, CONCURRENT_UPDATE.
         With ``drive``, a run that goes on RUNNING is driven here."""
         from stateward.core.state import AgentRef
-        from stateward.runtime.agent_registry import check_version
+        from stateward.runtime.agent_version import check_version
         from stateward.runtime.migration import check_migratable, migrate_write
 
         check_version(to_version)
@@ -277,25 +261,13 @@ class Runtime:
             model_spec=model_spec,
             params=params,
             budget=budget,
+            drivers=offline_runtime,
         )
         self._agents[forked.run_id] = agent
         self.telemetry.metrics.events(events)
         if drive and forked.status in DRIVABLE:
             return self.drive(forked.run_id)
         return forked
-
-    def lineage(self, run_id: str, *, tenant: str | None = None) -> dict[str, Any]:
-        """Where a run came from and what was forked from it: ``forked_from``, ``at_seq``, ``forks``."""
-        self._visible(run_id, tenant)
-        state = self.store.load_run(run_id)
-        forks = self.store.forks_of(run_id)
-        if tenant is not None:
-            forks = [f for f in forks if self.store.load_run(f).tenant == tenant]
-        return {
-            "forked_from": None if state.lineage is None else state.lineage.forked_from,
-            "at_seq": None if state.lineage is None else state.lineage.at_seq,
-            "forks": forks,
-        }
 
     def _check_version(self, run_id: str) -> None:
         """Refuse (AGENT_VERSION_UNAVAILABLE, nothing written) to act on a run whose agent this process
@@ -310,138 +282,6 @@ class Runtime:
         accepted = self.agents.accepted_versions(ref.name)
         if ref.version not in accepted:
             self.agents.build(ref)  # raises the named refusal, with what this process can build
-
-    # -- inspection -----------------------------------------------------------------------------
-    # Every listing is a bounded page. ``tenant`` scopes a read the way the service does: another
-    # tenant's run looks exactly like an unknown one (RUN_NOT_FOUND).
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | str | None = None,
-        tenant: str | None = None,
-        agent: str | None = None,
-        limit: int = DEFAULT_PAGE_SIZE,
-        cursor: str | None = None,
-        version: str | None = None,
-        search: str | None = None,
-    ) -> RunPage:
-        """Runs newest first, filters combined; pass ``page.next_cursor`` back (same filters) for the next page.
-
-        A run created between two pages never shifts them: each run is listed once. INVALID_CURSOR,
-        INVALID_PAGE_SIZE (1 to 1000) or INVALID_FILTER (an unknown status, a search over 200 characters)
-        for a bad argument. ``version``: runs of that agent version. ``search``: runs whose id starts with it
-        or whose goal holds it (see ``Store.page_runs``: a searched page may hold fewer than ``limit``).
-        """
-        status_value = None if status is None else status.value if isinstance(status, RunStatus) else status
-        return self.store.page_runs(
-            status=status_value,
-            tenant=tenant,
-            agent=agent,
-            limit=limit,
-            cursor=cursor,
-            version=version,
-            search=search,
-        )
-
-    def list_requests(
-        self,
-        *,
-        run_id: str | None = None,
-        tenant: str | None = None,
-        open_only: bool = True,
-        limit: int = DEFAULT_PAGE_SIZE,
-        cursor: str | None = None,
-        role: str | None = None,
-        kind: RequestKind | str | None = None,
-        agent: str | None = None,
-    ) -> RequestPage:
-        """Pending requests (open ones unless ``open_only=False``) in (run_id, request_id) order, a page at a time.
-
-        Naming a run that does not exist (or is another tenant's) is RUN_NOT_FOUND, not an empty inbox.
-        ``role``: only the requests that role answers (their tool's or agent's ``approver_role``); ``kind``:
-        only requests of that kind (INVALID_FILTER for no RequestKind); ``agent``: only those of that
-        agent's runs. The filters run in the store's query: a page is full while more match.
-        """
-        if run_id is not None:
-            self._visible(run_id, tenant)
-        kind_value = kind.value if isinstance(kind, RequestKind) else kind
-        return self.store.page_requests(
-            run_id=run_id,
-            tenant=tenant,
-            open_only=open_only,
-            limit=limit,
-            cursor=cursor,
-            kind=kind_value,
-            agent=agent,
-            role=role,
-        )
-
-    def chain(self, run_id: str, *, tenant: str | None = None) -> list[str]:
-        """The runs above ``run_id`` in its tree, from the root down to its parent (empty for a run no run
-        started): where a child's request came from, as the inbox shows it."""
-        self._visible(run_id, tenant)
-        return children.chain(self.store, self.store.load_run(run_id))
-
-    def children(self, run_id: str, *, tenant: str | None = None) -> list[RunState]:
-        """The child runs ``run_id``'s calls started, in the order its calls made them."""
-        self._visible(run_id, tenant)
-        return children.children_of(self.store, run_id)
-
-    def events(
-        self,
-        run_id: str,
-        after: int = 0,
-        *,
-        limit: int = DEFAULT_EVENT_PAGE,
-        tenant: str | None = None,
-        content: bool = False,
-    ) -> list[Event]:
-        """The run's events numbered above ``after``, in order, at most ``limit`` (1 to 10,000).
-
-        The last event's ``seq`` is the ``after`` of the next call; an empty list means none yet. Large
-        values are stored as references (a hash and a size); ``content=True`` puts them back.
-        """
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            raise UserError(f"after must be an event number >= 0, not {after!r}"[:200], code=ErrorCode.INVALID_CURSOR)
-        size = page_size(limit, MAX_EVENT_PAGE)
-        self._visible(run_id, tenant)
-        events = self.store.read_events(run_id, after, size)
-        if not content:
-            return events
-
-        def fetch(name: str) -> str | None:
-            found = self.store.get_artifact(run_id, name, 1)
-            return None if found is None else found.content
-
-        return [e.model_copy(update={"payload": resolve(e.payload, fetch)}) for e in events]
-
-    def artifacts(self, run_id: str, *, tenant: str | None = None) -> list[ArtifactRecord]:
-        """Every version of every artifact of the run, by name then version (offloaded event payloads
-        are left out: fetch one by the name its reference gives)."""
-        self._visible(run_id, tenant)
-        return [a for a in self.store.list_artifacts(run_id) if not is_payload_artifact(a.name)]
-
-    def artifact(
-        self, run_id: str, name: str, version: int | None = None, *, tenant: str | None = None
-    ) -> ArtifactRecord:
-        """One artifact version (the latest without ``version``); ARTIFACT_NOT_FOUND if there is none."""
-        self._visible(run_id, tenant)
-        found = self.store.get_artifact(run_id, name, version)
-        if found is None:
-            which = name if version is None else f"{name}:v{version}"
-            raise RunError(
-                f"run {run_id} has no artifact {which}",
-                code=ErrorCode.ARTIFACT_NOT_FOUND,
-                details={"run_id": run_id, "name": name, "version": version},
-            )
-        return found
-
-    def _visible(self, run_id: str, tenant: str | None) -> None:
-        """RUN_NOT_FOUND unless the run exists and, with ``tenant``, belongs to it."""
-        if tenant is None:
-            self.store.last_seq(run_id)
-        elif self.store.load_run(run_id).tenant != tenant:
-            raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
 
     # -- driving --------------------------------------------------------------------------------
     def drive(self, run_id: str) -> RunState:
@@ -461,28 +301,7 @@ class Runtime:
     def _hop(self, state: RunState) -> str | None:
         """One move between a run and its family: start the child it waits on (or hand back an ended one's
         outcome), or hand its own outcome to its parent. The run to drive next, if any."""
-        call = children.waited_child(state)
-        now = self.clock()
-        if call is not None:
-            self.faults.point(CHILD_BOUNDARIES[0])
-            child = children.ensure_child(self.store, self._child_agent, state, now)
-            if child is None:
-                return state.run_id if children.waited_child(self.get(state.run_id)) is None else None
-            if child.status in DRIVABLE:
-                return child.run_id
-            if child.status.is_terminal:
-                return self._hand_back(child, now)
-            return None
-        if state.parent is not None and state.status.is_terminal:
-            return self._hand_back(state, now)
-        return None
-
-    def _hand_back(self, child: RunState, now: datetime) -> str | None:
-        self.faults.point(CHILD_BOUNDARIES[1])
-        answer = children.final_answer(self.store, child)
-        if children.deliver(self.store, child, now, answer) and child.parent is not None:
-            return child.parent.run_id
-        return None
+        return family.hop(self.store, self.faults, self._child_agent, state, self.clock())
 
     def _child_agent(self, name: str, params: dict[str, Any]) -> Agent:
         """A child run's agent: built by registered name, as every process that drives it will."""
@@ -632,9 +451,9 @@ class Runtime:
         state = self.store.load_run(run_id)
         if state.status is RunStatus.PAUSED:
             return state
-        call = children.waited_child(state)
-        if call is not None:
-            self._cascade(call.run_id, lambda child: self.pause(child, by=by, roles=roles), ErrorCode.NOT_PAUSABLE)
+        calls = children.waited_calls(state)
+        if calls:
+            self._cascade(calls, lambda child: self.pause(child, by=by, roles=roles), ErrorCode.NOT_PAUSABLE)
             return self.get(run_id)
         if state.status not in (RunStatus.RUNNING, RunStatus.PAUSING):
             raise RunError(
@@ -656,22 +475,22 @@ class Runtime:
                 code=ErrorCode.RUN_ENDED,
                 details={"run_id": run_id, "status": state.status.value},
             )
-        call = children.waited_child(state)
+        calls = children.waited_calls(state)
         ended = self._cancel(run_id, state, by, roles)
-        if call is not None:
-            self._cascade(call.run_id, lambda child: self.cancel(child, by=by, roles=roles), ErrorCode.RUN_ENDED)
+        self._cascade(calls, lambda child: self.cancel(child, by=by, roles=roles), ErrorCode.RUN_ENDED)
         return self._family(run_id, ended) if ended.status.is_terminal else ended
 
-    def _cascade(self, child: str, act: Callable[[str], RunState], done: ErrorCode) -> None:
-        """A parent's pause, resume or cancel, passed on to the child it waits on (``done``: the child has
+    def _cascade(self, calls: Sequence[ChildCall], act: Callable[[str], RunState], done: ErrorCode) -> None:
+        """A parent's pause, resume or cancel, passed on to the children it waits on (``done``: a child has
         already stopped that way; a child never started has nothing to pass on to)."""
-        try:
-            act(child)
-        except RunNotFoundError:
-            return
-        except RunError as exc:
-            if exc.code is not done:
-                raise
+        for call in calls:
+            try:
+                act(call.run_id)
+            except RunNotFoundError:
+                continue
+            except RunError as exc:
+                if exc.code is not done:
+                    raise
 
     def _cancel(self, run_id: str, state: RunState, by: str, roles: frozenset[str]) -> RunState:
         asked = ControlRequest("cancel", by, tuple(sorted(roles)))
@@ -704,10 +523,10 @@ class Runtime:
         """
         state = self.store.load_run(run_id)
         authorize_resume(state, tenant=tenant, roles=roles)
-        call = children.waited_child(state)
-        if call is not None:  # the parent waits: what was paused is its child (or a descendant)
+        calls = children.waited_calls(state)
+        if calls:  # the parent waits: what was paused is its children (or a descendant)
             again = ErrorCode.NOT_RESUMABLE
-            self._cascade(call.run_id, lambda child: self.resume(child, by=by, tenant=tenant, roles=roles), again)
+            self._cascade(calls, lambda child: self.resume(child, by=by, tenant=tenant, roles=roles), again)
             return self.get(run_id)
         check_resumable(state)
         self.faults.point(RESUME_BEFORE_LEASE)
@@ -723,8 +542,8 @@ class Runtime:
             # Again under the lease: another resumer may have resumed the run (and driven it into a wait
             # or to its end) since the first check; resuming a wait would skip its answer.
             check_resumable(state)
-            self._verify_checkpoint(state, seq)
-            reconciled = self._reconcile(state, lease.version)
+            verify_checkpoint(self.store, state, seq)
+            reconciled = reconcile_in_flight(self.store, self.agent_for(state), state, lease.version)
             write = transition.resume(
                 state, "resumed", by=by, roles=roles, reconciled=reconciled, setback=without_retry(state.setback)
             )
@@ -734,33 +553,6 @@ class Runtime:
             self.store.release_lease(lease)
             raise
         return self._family(run_id, self.driver.drive(lease, self.agent_for))
-
-    def _verify_checkpoint(self, state: RunState, seq: int) -> None:
-        checkpoint = self.store.latest_checkpoint(state.run_id)
-        if checkpoint is not None and checkpoint.seq == seq and checkpoint.state != state:
-            raise RunError(
-                f"run {state.run_id}: snapshot and checkpoint {seq} disagree", code=ErrorCode.CHECKPOINT_INVALID
-            )
-        for art in self.store.list_artifacts(state.run_id):
-            if sha256_hex(art.content) != art.sha256:
-                raise RunError(
-                    f"artifact {art.ref} of run {state.run_id} does not match its hash",
-                    code=ErrorCode.ARTIFACT_CORRUPTED,
-                    details={"artifact": art.ref},
-                )
-
-    def _reconcile(self, state: RunState, fencing_token: int) -> list[dict[str, str]]:
-        agent = self.agent_for(state)
-        gateway = ToolGateway(agent.tools, self.store)
-        return [
-            {
-                "idempotency_key": rec.idempotency_key,
-                "tool": rec.tool,
-                "was": rec.status,
-                "lookup": gateway.reconcile(rec, fencing_token).value,
-            }
-            for rec in self.store.side_effects_of(state.run_id, IN_FLIGHT)
-        ]
 
     def resume_due(self, *, drive: bool = True) -> list[str]:
         """Resume PAUSED runs whose retry time came (a model outage); with ``drive``, drive them here."""
@@ -798,3 +590,11 @@ class Runtime:
     aresume = counterpart(resume)
     amigrate = counterpart(migrate)
     afork = counterpart(fork)
+
+
+def offline_runtime(store: Store, run_id: str, agent: Agent) -> Runtime:
+    """A Runtime over a fork's scratch store whose one run is driven by ``agent`` (tools answering from the
+    journal), with no telemetry: the re-drive is a reading of the record, not a run."""
+    runtime = Runtime(store, agents=AgentRegistry(), telemetry=Telemetry(enabled=False))
+    runtime._agents[run_id] = agent
+    return runtime

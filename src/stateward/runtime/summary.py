@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from stateward.core.state import RunState, is_run_suspended
+from stateward.core.state import PendingRequest, RunState, is_run_suspended
 from stateward.observability.payloads import is_payload_artifact
 from stateward.store.base import Store
 
 
 def run_summary(store: Store, state: RunState) -> dict[str, Any]:
-    model_after, tool_after = state.calls_after_wait()
     pending = state.pending
-    usage = state.usage
     return {
         "run_id": state.run_id,
         "tenant": state.tenant,
@@ -21,36 +19,8 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
         "status": state.status.value,
         "terminal_reason": state.terminal_reason,
         "suspended": is_run_suspended(state),
-        "pending": None
-        if pending is None
-        else {
-            "request_id": pending.request_id,
-            "kind": pending.kind,
-            "question": pending.question,
-            "state_before": pending.state_before.value,
-            "guarded_action": None
-            if pending.guarded_action is None
-            else pending.guarded_action.model_dump(mode="json"),
-            "approver_role": pending.approver_role,
-            "expires_at": None if pending.expires_at is None else pending.expires_at.isoformat(),
-            "approval_scope": pending.approval_scope.value,
-            "asked_by": pending.asked_by,
-            "model_text": pending.model_text,
-            **({} if pending.reconciles is None else {"reconciles": pending.reconciles.model_dump(mode="json")}),
-        },
-        "counters": {
-            "steps": usage.steps,
-            "model_calls": usage.model_calls,
-            "tool_attempts": usage.tool_attempts,
-            "model_calls_after_wait": model_after,
-            "tool_calls_after_wait": tool_after,
-            "rejected_signals": usage.rejected_signals,
-            "rejected_actions": usage.rejected_actions,
-            "illegal_transitions": usage.illegal_transitions,
-            "approvals_consumed": usage.approvals_consumed,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-        },
+        "pending": None if pending is None else pending_summary(pending),
+        "counters": _counters(state),
         "setback": None if state.setback is None else state.setback.model_dump(mode="json"),
         "approvals": [
             {
@@ -72,6 +42,43 @@ def run_summary(store: Store, state: RunState) -> dict[str, Any]:
             "at_seq": None if state.lineage is None else state.lineage.at_seq,
             "forks": store.forks_of(state.run_id),
         },
+    }
+
+
+def pending_summary(pending: PendingRequest) -> dict[str, Any]:
+    """The request a run waits on, as ``runs show`` prints it (an escalated handoff says so)."""
+    return {
+        "request_id": pending.request_id,
+        "kind": pending.kind,
+        "question": pending.question,
+        "state_before": pending.state_before.value,
+        "guarded_action": None if pending.guarded_action is None else pending.guarded_action.model_dump(mode="json"),
+        "approver_role": pending.approver_role,
+        "expires_at": None if pending.expires_at is None else pending.expires_at.isoformat(),
+        "approval_scope": pending.approval_scope.value,
+        "asked_by": pending.asked_by,
+        "model_text": pending.model_text,
+        **({} if pending.reconciles is None else {"reconciles": pending.reconciles.model_dump(mode="json")}),
+        **({} if pending.escalation is None else {"escalation": pending.escalation.model_dump(mode="json")}),
+    }
+
+
+def _counters(state: RunState) -> dict[str, int]:
+    """What the run has used, and the calls made since its last wait (zero after a wait: the stop held)."""
+    model_after, tool_after = state.calls_after_wait()
+    usage = state.usage
+    return {
+        "steps": usage.steps,
+        "model_calls": usage.model_calls,
+        "tool_attempts": usage.tool_attempts,
+        "model_calls_after_wait": model_after,
+        "tool_calls_after_wait": tool_after,
+        "rejected_signals": usage.rejected_signals,
+        "rejected_actions": usage.rejected_actions,
+        "illegal_transitions": usage.illegal_transitions,
+        "approvals_consumed": usage.approvals_consumed,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
     }
 
 

@@ -14,7 +14,7 @@ from stateward.core.events import EventType, NewEvent
 from stateward.core.journal import AttemptRecord
 from stateward.core.state import AskedBy, PendingRequest, Reconciles, RequestKind, RunState
 from stateward.runtime.agent import Agent, guard
-from stateward.runtime.child_call import child_call
+from stateward.runtime.child_call import child_calls
 from stateward.runtime.transition import await_child, mint_request_id, suspend
 from stateward.runtime.write import Write
 from stateward.store.records import NewArtifact
@@ -68,17 +68,7 @@ def execute_tool(
     deferred = state.next_call
     ctx = call_context(agent, state, fencing_token)
     outcome = gateway.invoke(ToolCall(tool=decision.action, args=args), ctx)
-    blocked = outcome.status is OutcomeStatus.BLOCKED
-    consumed = outcome.consumed_grant
-    delta = UsageDelta(
-        tool_attempts=max(1, outcome.budget_used),
-        rejected_actions=1 if blocked else 0,
-        approvals_consumed=1 if consumed else 0,
-        scope_violations=1 if outcome.error_code is ToolErrorCode.SCOPE_VIOLATION else 0,
-    )
-    changes: dict[str, object] = {"usage": state.usage.plus(delta), "next_call": None}
-    if consumed is not None:
-        changes["approvals"] = tuple(g for g in state.approvals if g.request_id != consumed)
+    delta, changes = _spent(state, outcome)
     artifacts, written, versions = _artifacts(state, outcome)
     if artifacts:
         changes["artifacts"] = versions
@@ -93,21 +83,13 @@ def execute_tool(
     child = None
     if spec is not None and spec.child_agent is not None and outcome.status is OutcomeStatus.SUCCESS:
         # An agent tool: the call starts a child run, carved from what the run has left after this step.
-        child = child_call(state.model_copy(update=changes), spec.child_agent, decision, outcome)
-        observation = observation.model_copy(update={"result": child.model_dump(mode="json", exclude={"params"})})
+        child = child_calls(state.model_copy(update=changes), spec.child_agent, decision, outcome, agent.approver_role)
+        shown = [c.model_dump(mode="json", exclude={"params"}) for c in child]
+        observation = observation.model_copy(update={"result": shown[0] if len(shown) == 1 else {"children": shown}})
     observed = observation.model_dump(mode="json")
     events = [*written, NewEvent(type=EventType.TOOL_ATTEMPTED, payload=_attempted(observed, outcome))]
-    if blocked:
-        events.append(
-            NewEvent(
-                type=EventType.ACTION_BLOCKED,
-                payload={
-                    "action": decision.action,
-                    "reason": "blocked_by_action_gateway",
-                    "message": outcome.error,
-                },
-            )
-        )
+    if outcome.status is OutcomeStatus.BLOCKED:
+        events.append(_blocked(decision.action, outcome))
     write = Write(state.model_copy(update=changes), tuple(events), delta)
     if child is not None:
         write = write.then(await_child(write.state, child, call_step=observation.step, now=now))
@@ -121,6 +103,27 @@ def execute_tool(
         attempts=list(outcome.attempts),
         outcome=outcome,
     )
+
+
+def _spent(state: RunState, outcome: ToolOutcome) -> tuple[UsageDelta, dict[str, object]]:
+    """What the call used (every attempt, a refusal, the grant it consumed) and the state's changes for it."""
+    consumed = outcome.consumed_grant
+    delta = UsageDelta(
+        tool_attempts=max(1, outcome.budget_used),
+        rejected_actions=1 if outcome.status is OutcomeStatus.BLOCKED else 0,
+        approvals_consumed=1 if consumed else 0,
+        scope_violations=1 if outcome.error_code is ToolErrorCode.SCOPE_VIOLATION else 0,
+    )
+    changes: dict[str, object] = {"usage": state.usage.plus(delta), "next_call": None}
+    if consumed is not None:
+        changes["approvals"] = tuple(g for g in state.approvals if g.request_id != consumed)
+    return delta, changes
+
+
+def _blocked(action: str, outcome: ToolOutcome) -> NewEvent:
+    """The gateway refused the action before it ran (permission, approval, policy)."""
+    payload = {"action": action, "reason": "blocked_by_action_gateway", "message": outcome.error}
+    return NewEvent(type=EventType.ACTION_BLOCKED, payload=payload)
 
 
 def _observe(step: int, decision: ControlDecision, outcome: ToolOutcome, artifacts: list[str]) -> Observation:

@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from stateward.core.budget import Usage, UsageDelta, spent
-from stateward.core.contract import Proposal, Signal, WaitSpec
+from stateward.core.contract import Signal, WaitSpec
 from stateward.core.decision import ControlDecision, DecisionType, SignalSource
 from stateward.core.errors import IllegalTransitionError
 from stateward.core.events import EventType, NewEvent
 from stateward.core.state import (
-    Answer,
     AnswerVerdict,
     AskedBy,
     ChildCall,
@@ -38,7 +36,6 @@ from stateward.core.state import (
     Grant,
     GuardedAction,
     PendingRequest,
-    PersonOutcome,
     RequestKind,
     RunState,
     WaitSnapshot,
@@ -47,6 +44,9 @@ from stateward.core.status import RunStatus, TransitionKind, next_status
 from stateward.models.base import Usage as ModelUsage
 from stateward.runtime import admission
 from stateward.runtime.agent import Agent, ExpiryPolicy
+from stateward.runtime.answer_records import person_outcome, remembered_answer
+from stateward.runtime.child_call import escalated
+from stateward.runtime.write import Transition as Transition  # handle's answer; re-exported
 from stateward.runtime.write import Write
 from stateward.store.records import RequestAnswer
 
@@ -64,35 +64,6 @@ _REASON_BY_KIND = {
 REJECTED_BY_APPROVER = "rejected_by_approver"
 APPROVAL_REQUIRED = "approval_required"
 _ASKS_CONSENT = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
-
-
-@dataclass(frozen=True)
-class Transition:
-    """What ``handle`` decided about one signal: the kind of move, whether the signal was accepted and why,
-    and the write that records it."""
-
-    kind: TransitionKind
-    state_before: RunStatus
-    state_after: RunStatus
-    accepted: bool
-    reason: str | None
-    decision: ControlDecision | None
-    write: Write
-
-    @property
-    def state(self) -> RunState:
-        """The run's state after the decision."""
-        return self.write.state
-
-    @property
-    def events(self) -> tuple[NewEvent, ...]:
-        """Every event of the decision, in order."""
-        return self.write.events
-
-    @property
-    def pending(self) -> PendingRequest | None:
-        """The request the decision opened, if it entered a wait."""
-        return self.write.open_request
 
 
 def _step_delta(usage: Sequence[ModelUsage], **more: int) -> UsageDelta:
@@ -131,6 +102,16 @@ def handle(
     if rejection is not None:
         return _reject(state, agent, decision, rejection, received, model_usage)
     assert decision is not None
+    kind, decision = _kind_of(decision, state, agent)
+    if kind is TransitionKind.CONTINUE and not admission.reconciling(decision, state):
+        unapproved = admission.unapproved_action(decision, state, agent)
+        if unapproved is not None:
+            return _ask_approval(state, agent, decision, unapproved, received, model_usage, now)
+    return _accept(state, agent, decision, kind, (received,), model_usage, now, wait)
+
+
+def _kind_of(decision: ControlDecision, state: RunState, agent: Agent) -> tuple[TransitionKind, ControlDecision]:
+    """The move an admitted decision asks for, as the agent's finish policy and a standing refusal read it."""
     kind = _KIND_BY_DECISION[decision.type]
     if kind is TransitionKind.COMPLETE and agent.finish_policy(decision, state).partial:
         kind = TransitionKind.PARTIAL
@@ -138,22 +119,24 @@ def handle(
         # A person refused what the run needed and nobody approved anything since: that is no success.
         kind = TransitionKind.CANCEL if agent.on_refusal == "cancel" else TransitionKind.FAIL
         decision = decision.model_copy(update={"reason": REJECTED_BY_APPROVER})
-    if kind is TransitionKind.CONTINUE and not admission.reconciling(decision, state):
-        unapproved = admission.unapproved_action(decision, state, agent)
-        if unapproved is not None:
-            return _ask_approval(state, agent, decision, unapproved, received, model_usage, now)
+    return kind, decision
+
+
+def _accept(
+    state: RunState,
+    agent: Agent,
+    decision: ControlDecision,
+    kind: TransitionKind,
+    received: tuple[NewEvent, ...],
+    model_usage: Sequence[ModelUsage],
+    now: datetime,
+    wait: WaitSpec | None,
+) -> Transition:
+    """An accepted decision's move (``handle``'s step 3, and 4 for a wait): on, to an end, or into a wait."""
     after = next_status(state.status, kind)
     delta = _step_delta(model_usage)
     usage = state.usage.plus(delta)
-    validated = NewEvent(
-        type=EventType.RUNTIME_VALIDATED,
-        payload={
-            "runtime_decision": "accepted",
-            "decision_type": decision.type.value,
-            "transition": kind.value,
-        },
-    )
-    events = (received, validated)
+    events = (*received, _validated("accepted", decision_type=decision.type.value, transition=kind.value))
     # One copy of the state per decision; an accepted decision ends any correction.
     if kind is TransitionKind.CONTINUE:
         new_state = state.model_copy(update={"usage": usage, "status": after, "correction": None})
@@ -166,36 +149,15 @@ def handle(
         write = _moved_write(state, new_state, [_moved(state, new_state)], usage=delta)
         return Transition(kind, state.status, after, True, reason, decision, write.after(*events))
 
-    check = agent.wait_policy(decision, state)
-    guarded = check.guarded_action or (wait.guard if wait is not None else None)
-    pending = PendingRequest(
-        request_id=mint_request_id(state),
-        kind=RequestKind.APPROVAL if guarded is not None else (wait.kind if wait is not None else check.kind),
-        question=(decision.question or "").strip(),
-        state_before=state.status,
-        guarded_action=guarded,
-        options=() if wait is None else wait.options,
-        approver_role=agent.approver_role_for(None if guarded is None else guarded.tool),
-        created_at=now,
-        expires_at=admission.wait_expiry(agent, wait, now),
-    )
+    pending = admission.wait_request(state, agent, decision, wait, request_id=mint_request_id(state), now=now)
+    pending = escalated(state, pending)  # a child's handoff, if its call escalates them to the parent's approvers
     write = suspend(state, pending, reason, usage=delta, correction=None)
     return Transition(kind, state.status, after, True, reason, decision, write.after(*events))
 
 
-def accepted_step(transition: Transition, proposal: Proposal) -> Write:
-    """The write of a decided step: an accepted proposal's notes go first and its memo is kept (a refused one
-    leaves no trace of the controller's own: its notes describe the memo it would have kept); a step that
-    completes ends the run's run of setbacks."""
-    write = transition.write
-    update: dict[str, Any] = {}
-    if write.state.setback is not None:
-        update["setback"] = None
-    if transition.accepted and proposal.memo is not None:
-        update["memo"] = proposal.memo
-    if update:
-        write = write.with_state(write.state.model_copy(update=update))
-    return write.after(*proposal.notes) if transition.accepted else write
+def _validated(verdict: str, **payload: Any) -> NewEvent:
+    """``runtime_validated``: what the Runtime said of a signal (accepted, refused, or asked about first)."""
+    return NewEvent(type=EventType.RUNTIME_VALIDATED, payload={"runtime_decision": verdict, **payload})
 
 
 def mint_request_id(state: RunState) -> str:
@@ -228,19 +190,26 @@ def suspend(
             **changes,
         }
     )
-    recorded = NewEvent(
+    recorded = _pending_recorded(pending)
+    return _moved_write(state, new_state, [_moved(state, new_state), recorded], usage=delta, open_request=pending)
+
+
+def _pending_recorded(pending: PendingRequest, **extra: Any) -> NewEvent:
+    """``pending_recorded`` of a request a run now waits on (``extra``: where a re-opened one came from)."""
+    guarded = pending.guarded_action
+    return NewEvent(
         type=EventType.PENDING_RECORDED,
         payload={
             "pending_request_id": pending.request_id,
+            **extra,
             "question": pending.question,
             "state_before": pending.state_before.value,
             "kind": pending.kind,
             "asked_by": pending.asked_by,
             "approval_scope": pending.approval_scope.value,
-            "guarded_action": None if (guarded := pending.guarded_action) is None else guarded.model_dump(mode="json"),
+            "guarded_action": None if guarded is None else guarded.model_dump(mode="json"),
         },
     )
-    return _moved_write(state, new_state, [_moved(state, new_state), recorded], usage=delta, open_request=pending)
 
 
 def _ask_approval(
@@ -257,33 +226,13 @@ def _ask_approval(
     The question is the Runtime's own, written from the action; the model's reason, if any, goes with
     it labelled as the model's words. On approval exactly this call runs first (``RunState.next_call``).
     """
-    spec = agent.tools.get(action.tool)
-    assert spec is not None
     delta = _step_delta(model_usage)
-    scope = spec.approval_scope
-    pending = PendingRequest(
-        request_id=mint_request_id(state),
-        kind=RequestKind.APPROVAL,
-        question=admission.approval_question(action, scope),
-        state_before=state.status,
-        guarded_action=action,
-        approval_scope=scope,
-        asked_by=AskedBy.RUNTIME,
-        model_text=(decision.reason or "")[: admission.SHOWN_CHARS] or None,
-        call_step=state.usage.plus(delta).steps,
-        approver_role=agent.approver_role_for(action.tool),
-        created_at=now,
-        expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
-    )
+    call_step = state.usage.plus(delta).steps
+    pending = admission.approval_request(state, agent, decision, action, mint_request_id(state), call_step, now)
     write = suspend(state, pending, APPROVAL_REQUIRED, usage=delta, correction=None)
-    validated = NewEvent(
-        type=EventType.RUNTIME_VALIDATED,
-        payload={
-            "runtime_decision": APPROVAL_REQUIRED,
-            "decision_type": decision.type.value,
-            "transition": TransitionKind.SUSPEND.value,
-            "action_digest": action.digest,
-        },
+    suspended = TransitionKind.SUSPEND.value
+    validated = _validated(
+        APPROVAL_REQUIRED, decision_type=decision.type.value, transition=suspended, action_digest=action.digest
     )
     after = write.state.status
     return Transition(
@@ -307,15 +256,8 @@ def _reject(
     code, message = rejection
     delta = _step_delta(model_usage, rejected_signals=1)
     usage = state.usage.plus(delta)
-    validated = NewEvent(
-        type=EventType.RUNTIME_VALIDATED,
-        payload={
-            "runtime_decision": "rejected",
-            "code": code,
-            "message": message,
-            "decision_type": None if decision is None else decision.type.value,
-        },
-    )
+    decision_type = None if decision is None else decision.type.value
+    validated = _validated("rejected", code=code, message=message, decision_type=decision_type)
     if agent.on_rejected_signal == "correct_once" and state.correction is None:
         correction = f"Your last reply was refused ({code}): {message}. Reply with exactly one valid decision."
         new_state = state.model_copy(update={"usage": usage, "correction": correction})
@@ -494,16 +436,7 @@ def resume_on_answer(state: RunState, answer: RequestAnswer, reason: str) -> Wri
     target = pending.reconciles
     if pending.kind is RequestKind.RECONCILIATION and action is not None and target is not None:
         # The person's word decides the call's outcome: the Runtime has the gateway record it before anything else.
-        said = PersonOutcome(
-            happened=answer.verdict is AnswerVerdict.APPROVED,
-            by=answer.by,
-            at=answer.at,
-            comment=answer.text,
-            request_id=answer.request_id,
-            idempotency_key=target.idempotency_key,
-            key_step=target.key_step,
-            retry_spent=target.retry_spent,
-        )
+        said = person_outcome(answer, target)
         next_call = DeferredCall(
             request_id=answer.request_id, action=action, step=pending.call_step or 0, reconciled=said
         )
@@ -517,16 +450,7 @@ def resume_on_answer(state: RunState, answer: RequestAnswer, reason: str) -> Wri
             "granted": granted,
             "next_call": next_call,
             "refused_request": refused,
-            "last_answer": Answer(
-                request_id=answer.request_id,
-                verdict=answer.verdict,
-                text=answer.text,
-                by=answer.by,
-                at=answer.at,
-                guarded_action=pending.guarded_action,
-                replaces=pending.replaces,
-                kind=pending.kind,
-            ),
+            "last_answer": remembered_answer(answer, pending),
         }
     )
     events = [_moved(state, new, reason=reason), _resumed(state, request_id=answer.request_id)]
@@ -591,20 +515,7 @@ def reopen(state: RunState, *, now: datetime) -> Write:
         }
     )
     new = state.model_copy(update={"pending": reopened, "requests_issued": state.requests_issued + 1})
-    recorded = NewEvent(
-        type=EventType.PENDING_RECORDED,
-        payload={
-            "pending_request_id": reopened.request_id,
-            "reopened_from": request.request_id,
-            "question": reopened.question,
-            "state_before": reopened.state_before.value,
-            "kind": reopened.kind,
-            "asked_by": reopened.asked_by,
-            "approval_scope": reopened.approval_scope.value,
-            "guarded_action": None if (guarded := reopened.guarded_action) is None else guarded.model_dump(mode="json"),
-        },
-    )
-    return Write(new, (recorded,))
+    return Write(new, (_pending_recorded(reopened, reopened_from=request.request_id),))
 
 
 def escalate(state: RunState, *, role: str | None, now: datetime, expires_at: datetime | None) -> Write:
@@ -637,19 +548,12 @@ AWAITING_CHILD = "awaiting_child_run"
 CHILD_RETURNED = "child_run_returned"
 
 
-def await_child(state: RunState, child: ChildCall, *, call_step: int, now: datetime) -> Write:
-    """The call started a child run: the parent waits for it durably (no thread held) under a CHILD_RUN
-    request nobody answers; the child's end does (``child_returned``)."""
-    pending = PendingRequest(
-        request_id=mint_request_id(state),
-        kind=RequestKind.CHILD_RUN,
-        question=f"waiting for child run {child.run_id} of agent {child.agent}: {child.goal}"[: admission.SHOWN_CHARS],
-        state_before=state.status,
-        asked_by=AskedBy.RUNTIME,
-        call_step=call_step,
-        created_at=now,
-        child=child,
-    )
+def await_child(state: RunState, calls: tuple[ChildCall, ...], *, call_step: int, now: datetime) -> Write:
+    """The call started child runs (one, or a parallel call's several): the parent waits for them durably
+    (no thread held) under a CHILD_RUN request nobody answers; the end of the last of them does
+    (``child_returned``)."""
+    request_id = mint_request_id(state)
+    pending = admission.child_wait_request(state, calls, request_id=request_id, call_step=call_step, now=now)
     return suspend(state, pending, AWAITING_CHILD)
 
 
@@ -668,16 +572,18 @@ def child_returned(
         by=f"run:{child_run_id}",
         at=now,
     )
-    resumed = resume_on_answer(state, answer, CHILD_RETURNED)
     delta = UsageDelta() if child_usage is None else spent(child_usage)
+    # Counted before the resume, so the run_resumed event carries the usage the parent goes on with.
+    counted = state.model_copy(update={"usage": state.usage.plus(delta)})
+    resumed = resume_on_answer(counted, answer, CHILD_RETURNED)
     returned = NewEvent(
         type=EventType.CHILD_RUN_RETURNED,
         payload={
             "child_run_id": child_run_id,
+            **({"child_run_ids": [c.run_id for c in (pending.child, *pending.siblings)]} if pending.siblings else {}),
             "idempotency_key": pending.child.idempotency_key,
             "observation": observation,
             "usage": delta.counts(),
         },
     )
-    counted = resumed.state.model_copy(update={"usage": resumed.state.usage.plus(delta)})
-    return dataclasses.replace(resumed, state=counted, usage=resumed.usage + delta).after(returned)
+    return dataclasses.replace(resumed, usage=resumed.usage + delta).after(returned)

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stateward.core.budget import UsageDelta
+from stateward.core.contract import Proposal
+from stateward.core.decision import ControlDecision
 from stateward.core.errors import StatewardError
 from stateward.core.events import CHECKPOINT_EVENTS, CheckpointReason, EventType, NewEvent
 from stateward.core.state import PendingRequest, RunState
-from stateward.core.status import RunStatus
+from stateward.core.status import RunStatus, TransitionKind
 from stateward.store.records import RequestAnswer, StepWrite
 
 if TYPE_CHECKING:
@@ -106,3 +108,47 @@ def illegal(state: RunState, exc: StatewardError) -> Write:
     delta = UsageDelta(illegal_transitions=1)
     event = NewEvent(type=EventType.ILLEGAL_TRANSITION, payload=exc.to_dict())
     return Write(state.model_copy(update={"usage": state.usage.plus(delta)}), (event,), delta)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What ``handle`` decided about one signal: the kind of move, whether the signal was accepted and why,
+    and the write that records it."""
+
+    kind: TransitionKind
+    state_before: RunStatus
+    state_after: RunStatus
+    accepted: bool
+    reason: str | None
+    decision: ControlDecision | None
+    write: Write
+
+    @property
+    def state(self) -> RunState:
+        """The run's state after the decision."""
+        return self.write.state
+
+    @property
+    def events(self) -> tuple[NewEvent, ...]:
+        """Every event of the decision, in order."""
+        return self.write.events
+
+    @property
+    def pending(self) -> PendingRequest | None:
+        """The request the decision opened, if it entered a wait."""
+        return self.write.open_request
+
+
+def accepted_step(transition: Transition, proposal: Proposal) -> Write:
+    """The write of a decided step: an accepted proposal's notes go first and its memo is kept (a refused one
+    leaves no trace of the controller's own: its notes describe the memo it would have kept); a step that
+    completes ends the run's run of setbacks."""
+    write = transition.write
+    update: dict[str, Any] = {}
+    if write.state.setback is not None:
+        update["setback"] = None
+    if transition.accepted and proposal.memo is not None:
+        update["memo"] = proposal.memo
+    if update:
+        write = write.with_state(write.state.model_copy(update=update))
+    return write.after(*proposal.notes) if transition.accepted else write

@@ -97,7 +97,7 @@ def page_requests(*, run_id: bool, tenant: bool, open_only: bool, after: bool, c
     ]
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     return (
-        "SELECT p.run_id, p.body, p.answer, r.tenant, p.request_id"
+        "SELECT p.run_id, p.body, p.answer, r.tenant, p.request_id, r.snapshot::json->'parent'->>'run_id'"
         f" FROM pending_requests AS p JOIN runs AS r ON r.run_id=p.run_id{clause}"
         " ORDER BY p.run_id, p.request_id LIMIT %s"
     )

@@ -47,9 +47,11 @@ class RunPage(BaseModel):
 
 
 class RequestRow(PendingRecord):
-    """A pending request with the tenant of its run."""
+    """A pending request with the tenant of its run, and the run that started its run (a child's parent; None
+    for a root): the inbox draws a request's chain from it without loading the run."""
 
     tenant: str
+    parent_run_id: str | None = None
 
 
 class RequestPage(BaseModel):
@@ -207,10 +209,11 @@ def decode_run_cursor(cursor: str, filters: RunFilters) -> list[str]:
     return key
 
 
-def request_row(run_id: str, body: str, answer: str | None, tenant: str) -> RequestRow:
+def request_row(run_id: str, body: str, answer: str | None, tenant: str, parent: str | None = None) -> RequestRow:
     return RequestRow(
         run_id=run_id,
         request=PendingRequest.model_validate_json(body),
         answer=None if answer is None else RequestAnswer.model_validate_json(answer),
         tenant=tenant,
+        parent_run_id=parent,
     )

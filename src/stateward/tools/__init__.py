@@ -2,7 +2,7 @@
 
 from stateward.core.journal import AttemptRecord, BreakerPosition, BreakerState, SideEffectRecord, SideEffectStatus
 
-from .agent_tool import agent_tool
+from .agent_tool import ChildHandoff, agent_tool
 from .breaker import BreakerPolicy, CircuitBreaker
 from .errors import (
     RateLimited,
@@ -43,6 +43,7 @@ __all__ = [
     "BreakerState",
     "CallContext",
     "ChildAgent",
+    "ChildHandoff",
     "CircuitBreaker",
     "GatewayStore",
     "InMemoryGatewayStore",

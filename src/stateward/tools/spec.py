@@ -23,7 +23,7 @@ from pydantic_core import to_jsonable_python
 from stateward.core.bridge import resolve
 from stateward.core.budget import Budget
 from stateward.core.errors import UserError
-from stateward.core.state import ApprovalScope
+from stateward.core.state import ApprovalScope, ChildHandoff
 
 from . import json_args
 from .breaker import BreakerPolicy
@@ -72,13 +72,17 @@ REPLACED_CONTEXT = "__context__"  # where :meth:`ToolSpec.answered_by`'s handler
 
 class ChildAgent(BaseModel):
     """What a tool made by ``agent_tool`` calls: a registered agent, built from ``params``, run as a child run
-    with at most ``budget`` (each bound further capped by what the caller has left; None: all it has left)."""
+    with at most ``budget`` (each bound further capped by what the caller has left; None: all it has left);
+    ``on_handoff``: whether the child's handoffs are answered by its own approvers or escalated to the caller's;
+    ``parallel``: above 1, one call gives up to that many goals, one child each, and waits for them all."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     agent: str = Field(min_length=1, max_length=200)
     params: dict[str, Any] = Field(default_factory=dict)
     budget: Budget | None = None
+    on_handoff: ChildHandoff = ChildHandoff.ANSWER_IN_CHILD  # who answers the child's handoffs
+    parallel: int = Field(default=1, ge=1, le=16)  # the most children one call starts, run concurrently
 
 
 @dataclass

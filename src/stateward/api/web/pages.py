@@ -202,6 +202,34 @@ def _session_routes(router: APIRouter, pages: InboxPages) -> None:
         return response
 
 
+def _inbox_context(
+    runtime: Runtime, who: Principal, cursor: str | None, role: str | None, kind: str | None, agent: str | None
+) -> dict[str, Any]:
+    """One page of the requests ``who`` may answer, with their runs (agent and goal) and the filters shown
+    (an empty choice of the filter form is every role, kind and agent)."""
+    page = runtime.list_requests(
+        tenant=who.tenant, limit=DEFAULT_PAGE_SIZE, cursor=cursor, role=role, kind=kind, agent=agent
+    )
+    shown = {"role": role or "", "kind": kind or "", "agent": agent or ""}
+    rows = [
+        row
+        for row in page.items
+        if row.request.kind not in NOBODY_ANSWERS and may_answer(who, row.request.approver_role)
+    ]
+    runs = {row.run_id: runtime.store.load_run(row.run_id) for row in rows}  # agent and goal, one page
+    return {
+        "rows": rows,
+        "runs": runs,
+        "next_cursor": page.next_cursor,
+        "may_answer_any": who.has(Role.APPROVER),
+        "role": role,
+        "kind": shown["kind"],
+        "agent": shown["agent"],
+        "kinds": [k.value for k in RequestKind if k not in NOBODY_ANSWERS],
+        "next_query": urlencode({**{k: v for k, v in shown.items() if v}, "cursor": page.next_cursor or ""}),
+    }
+
+
 def _read_routes(router: APIRouter, pages: InboxPages) -> None:
     runtime, sessions = pages.runtime, pages.sessions
 
@@ -213,35 +241,8 @@ def _read_routes(router: APIRouter, pages: InboxPages) -> None:
         kind: Annotated[str | None, Query(max_length=32)] = None,
         agent: Annotated[str | None, Query(max_length=128)] = None,
     ) -> Response:
-        wanted = role or None  # the filter form's empty choices: every role, kind and agent
-
         def build(who: Principal) -> tuple[str, dict[str, Any]]:
-            page = runtime.list_requests(
-                tenant=who.tenant,
-                limit=DEFAULT_PAGE_SIZE,
-                cursor=cursor,
-                role=wanted,
-                kind=kind or None,
-                agent=agent or None,
-            )
-            shown = {"role": wanted or "", "kind": kind or "", "agent": agent or ""}
-            rows = [
-                row
-                for row in page.items
-                if row.request.kind not in NOBODY_ANSWERS and may_answer(who, row.request.approver_role)
-            ]
-            runs = {row.run_id: runtime.store.load_run(row.run_id) for row in rows}  # agent and goal, one page
-            return "inbox.html", {
-                "rows": rows,
-                "runs": runs,
-                "next_cursor": page.next_cursor,
-                "may_answer_any": who.has(Role.APPROVER),
-                "role": wanted,
-                "kind": shown["kind"],
-                "agent": shown["agent"],
-                "kinds": [k.value for k in RequestKind if k not in NOBODY_ANSWERS],
-                "next_query": urlencode({**{k: v for k, v in shown.items() if v}, "cursor": page.next_cursor or ""}),
-            }
+            return "inbox.html", _inbox_context(runtime, who, cursor, role or None, kind or None, agent or None)
 
         return pages.viewer_page(request, build)
 

@@ -12,6 +12,7 @@ from stateward.controllers.base import provider_rejection
 from stateward.controllers.plan_run import acceptance
 from stateward.controllers.plan_run import facts as view
 from stateward.controllers.plan_run.acceptance import findings_text
+from stateward.controllers.plan_run.agent_items import agent_procedure, child_spend
 from stateward.controllers.plan_run.attempts import end_attempt
 from stateward.controllers.plan_run.memo import (
     DENIED,
@@ -56,7 +57,7 @@ from stateward.planning.patch import (
     AttemptOutcome,
     WorkItemState,
 )
-from stateward.planning.plan import MODEL_TASK_TYPES, WorkItem
+from stateward.planning.plan import MODEL_TASK_TYPES, TaskType, WorkItem
 from stateward.planning.progress import ProgressTracker, ReactDecisionSummary
 from stateward.planning.stages import RunStage
 from stateward.planning.termination import (
@@ -314,6 +315,8 @@ def code_step(
     (visible actions, scope, gateway) with the signal source ``rule``, and no model call. An item with no
     procedure, or whose procedure fails or proposes anything but a call, ends its attempt by name."""
     procedure = svc.config.procedures.get(item.output_spec.artifact_type)
+    if procedure is None and item.task_type is TaskType.AGENT:
+        procedure = agent_procedure  # another agent does the item: a call of its agent tool (agent_items.py)
     if procedure is None:
         end_attempt(memo, item, AttemptOutcome.FAILED, ErrorCode.NO_PROCEDURE.value, notes)
         return DecideAgain(notes)
@@ -374,6 +377,8 @@ def absorb(
     mine = [o for o in ctx.observations if o.step in run.steps]
     for obs in mine[run.absorbed :]:
         run.absorbed += 1
+        if (child := child_spend(obs)) is not None:
+            memo.ledger = memo.ledger.charge(child)  # a child run's spend is the plan's (agent_items.py)
         if obs.evidence_id is not None:
             run.calls.append(obs.evidence_id)
         run.tracker, verdict = run.tracker.observe(step_record(obs), remaining=memo.ledger.remaining())
