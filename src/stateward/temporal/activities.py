@@ -8,7 +8,10 @@ write-ahead entry, reconciliation and the breaker are the gateway's own, unchang
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import activity
 
@@ -24,6 +27,9 @@ from stateward.tools.gateway import ToolGateway
 
 PROPOSE = "stateward.propose"
 CALL_TOOL = "stateward.call_tool"
+HEARTBEAT = timedelta(seconds=4)  # an activity silent this long is lost (its worker died): the workflow learns fast
+_BEAT_S = 1.0
+T = TypeVar("T")
 
 
 class Journal:
@@ -65,7 +71,10 @@ class Journal:
 
 
 class Activities:
-    """The activities one worker hosts, over the agents its operator registered."""
+    """The activities one worker hosts, over the agents its operator registered.
+
+    Each runs its (blocking) work in a thread while the activity heartbeats: a worker killed mid-call is known
+    lost within ``HEARTBEAT``, not after the call's whole timeout."""
 
     def __init__(self, agents: AgentRegistry):
         self._agents = agents
@@ -74,8 +83,11 @@ class Activities:
         return self._agents.build(input_state.state.agent)
 
     @activity.defn(name=PROPOSE)
-    def propose(self, request: ProposeInput) -> ProposeResult:
+    async def propose(self, request: ProposeInput) -> ProposeResult:
         """The controller (and its model) propose the run's next step; nothing is decided here."""
+        return await _beating(lambda: self._propose(request))
+
+    def _propose(self, request: ProposeInput) -> ProposeResult:
         agent = self._agent(request)
         ctx = DecisionContext(
             state=request.state,
@@ -100,9 +112,26 @@ class Activities:
         )
 
     @activity.defn(name=CALL_TOOL)
-    def call_tool(self, request: ToolInput) -> ToolResult:
+    async def call_tool(self, request: ToolInput) -> ToolResult:
         """One call through the Tool Gateway (every admission stage, the key, the journal, the breaker)."""
+        return await _beating(lambda: self._call_tool(request))
+
+    def _call_tool(self, request: ToolInput) -> ToolResult:
         agent = self._agent(request)
         journal = Journal(request.journal, request.breakers)
         outcome = ToolGateway(agent.tools, journal).invoke(request.call, request.ctx)
         return ToolResult(outcome=outcome, journal=journal.records(), breakers=journal.breakers())
+
+    def all(self) -> list[Callable[..., object]]:
+        """The activities a worker registers."""
+        return [self.propose, self.call_tool]
+
+
+async def _beating(work: Callable[[], T]) -> T:
+    """``work`` in a thread, heartbeating until it returns."""
+    task = asyncio.ensure_future(asyncio.to_thread(work))
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=_BEAT_S)
+        if done:
+            return task.result()
+        activity.heartbeat()

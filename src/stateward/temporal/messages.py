@@ -14,7 +14,7 @@ from stateward.core.events import Event, NewEvent
 from stateward.core.journal import BreakerState, SideEffectRecord
 from stateward.core.model_io import Usage
 from stateward.core.state import RunState
-from stateward.store.records import PendingRecord, RequestAnswer
+from stateward.store.records import ArtifactRecord, PendingRecord, RequestAnswer
 from stateward.tools.types import CallContext, ToolCall, ToolOutcome
 
 ControlKind = Literal["pause", "cancel"]
@@ -107,17 +107,6 @@ class ControlInput(_Frozen):
     tenant: str | None = None
 
 
-class ArtifactEntry(_Frozen):
-    """An artifact a tool wrote, versioned, as the run's book keeps it."""
-
-    name: str
-    version: int
-    content: str
-    media_type: str
-    sha256: str
-    created_at: datetime
-
-
 class Book(_Frozen):
     """Everything the workflow knows of its run, as a query returns it: the state, every event in order, every
     request with its answer, the artifacts, and a pause or cancel asked but not yet honoured."""
@@ -125,7 +114,8 @@ class Book(_Frozen):
     state: RunState
     events: list[Event] = Field(default_factory=list)
     requests: list[PendingRecord] = Field(default_factory=list)
-    artifacts: list[ArtifactEntry] = Field(default_factory=list)
-    control: ControlKind | None = None
+    artifacts: list[ArtifactRecord] = Field(default_factory=list)
+    journal: list[SideEffectRecord] = Field(default_factory=list)
+    control: str | None = None  # a ControlRequest, encoded as the stores keep it
     created_at: datetime
     updated_at: datetime

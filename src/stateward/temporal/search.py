@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
 from temporalio.common import SearchAttributeKey, SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
 
 from stateward.core.state import RunState
+from stateward.store.paging import GOAL_SEARCH_CHARS, RequestRow
+from stateward.store.records import PendingRecord, RunRow
 
 STATUS = SearchAttributeKey.for_keyword("StatewardStatus")
 TENANT = SearchAttributeKey.for_keyword("StatewardTenant")
@@ -42,3 +48,33 @@ def attributes(state: RunState) -> TypedSearchAttributes:
 def dev_server_flags() -> list[str]:
     """``--search-attribute`` flags that register the keys on ``temporal server start-dev``."""
     return [flag for key in KEYS for flag in ("--search-attribute", f"{key.name}=Keyword")]
+
+
+def memo(
+    state: RunState, requests: Iterable[PendingRecord], created_at: datetime, updated_at: datetime, last_seq: int
+) -> dict[str, Any]:
+    """The memo a listing reads with each workflow (no query, no worker needed): the run's row and its open
+    requests, as the stores' listings return them."""
+    parent = None if state.parent is None else state.parent.run_id
+    row = RunRow(
+        run_id=state.run_id,
+        tenant=state.tenant,
+        agent=state.agent.name,
+        status=state.status.value,
+        terminal_reason=state.terminal_reason,
+        last_seq=last_seq,
+        created_at=created_at,
+        updated_at=updated_at,
+        agent_version=state.agent.version,
+        goal=state.goal[:GOAL_SEARCH_CHARS],
+        forked_from=None if state.lineage is None else state.lineage.forked_from,
+        fork_seq=None if state.lineage is None else state.lineage.at_seq,
+    )
+    open_requests = [
+        RequestRow(run_id=r.run_id, request=r.request, tenant=state.tenant, parent_run_id=parent).model_dump(
+            mode="json"
+        )
+        for r in requests
+        if r.is_open
+    ]
+    return {"row": row.model_dump(mode="json"), "requests": open_requests}

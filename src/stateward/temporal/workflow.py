@@ -33,19 +33,19 @@ with workflow.unsafe.imports_passed_through():
     from stateward.runtime import transition
     from stateward.runtime import write as write_ops
     from stateward.runtime.agent import Agent
-    from stateward.runtime.agent_registry import AgentRegistry
     from stateward.runtime.continuation import Answerer, decide_answer
+    from stateward.runtime.control import ControlRequest
     from stateward.runtime.driver import DRIVABLE, approved_call_proposal, park
     from stateward.runtime.observed import observations_in
-    from stateward.runtime.tool_step import call_context, execute_tool
+    from stateward.runtime.tool_step import execute_tool
     from stateward.runtime.write import Write
-    from stateward.store.records import PendingRecord, RequestAnswer
+    from stateward.store.records import ArtifactRecord, PendingRecord, RequestAnswer
     from stateward.temporal import search
-    from stateward.temporal.activities import CALL_TOOL, PROPOSE
+    from stateward.temporal.activities import CALL_TOOL, HEARTBEAT, PROPOSE
+    from stateward.temporal.agents import hosted_agents
     from stateward.temporal.messages import (
         AnswerInput,
         AnswerReply,
-        ArtifactEntry,
         Book,
         ControlInput,
         ControlKind,
@@ -60,22 +60,34 @@ with workflow.unsafe.imports_passed_through():
 
 WORKFLOW = "stateward.run"
 PROPOSE_TIMEOUT = timedelta(minutes=5)
-PROPOSE_RETRY = RetryPolicy(maximum_attempts=3)  # a proposal has no side effect: a lost one is asked again
+# A proposal has no side effect: a lost one is asked again; an agent this worker cannot build is not retried.
+PROPOSE_RETRY = RetryPolicy(
+    maximum_attempts=5,
+    non_retryable_error_types=["AGENT_NOT_REGISTERED", "AGENT_VERSION_UNAVAILABLE", "AGENT_UNAVAILABLE"],
+)
 NO_RETRY = RetryPolicy(maximum_attempts=1)  # a tool call is never retried blind
 TOOL_MARGIN_S = 10.0  # beyond the tool's own timeouts and retries, before an attempt counts as lost
 LOST_ATTEMPTS = 5  # lost attempts of one call the gateway reconciles before the step is given up
-_AGENTS: list[AgentRegistry] = []
 
 
-def use_agents(registry: AgentRegistry) -> None:
-    """The agents this worker's workflows build (set by ``run_worker`` before it polls)."""
-    _AGENTS[:] = [registry]
+class _Asked(Exception):
+    """The call ``execute_tool`` would make, caught before anything runs (the activity makes it)."""
+
+    def __init__(self, call: ToolCall, ctx: CallContext):
+        super().__init__(call.tool)
+        self.call = call
+        self.ctx = ctx
 
 
-def _registry() -> AgentRegistry:
-    if not _AGENTS:
-        raise ApplicationError("no agents registered in this worker", non_retryable=True)
-    return _AGENTS[0]
+class _Capture(ToolGateway):
+    """A gateway that only learns which call and context ``execute_tool`` sends: exactly those go to the activity."""
+
+    def __init__(self) -> None:  # no registry, no store: nothing runs here
+        pass
+
+    def invoke(self, call: ToolCall, ctx: CallContext) -> ToolOutcome:
+        """Never answers: raises the call as asked."""
+        raise _Asked(call, ctx)
 
 
 class _Answered(ToolGateway):
@@ -99,24 +111,27 @@ class RunWorkflow:
         self._state: RunState = start.state
         self._events: list[Event] = []
         self._requests: dict[str, PendingRecord] = {}
-        self._artifacts: list[ArtifactEntry] = []
+        self._artifacts: list[ArtifactRecord] = []
         self._journal: dict[str, SideEffectRecord] = {}
         self._breakers: dict[str, BreakerState] = {}
         self._control: tuple[ControlKind, str, tuple[str, ...]] | None = None
         self._created_at = now
         self._updated_at = now
         self._agent: Agent | None = None
+        self._attributes: list[Any] = search.updates(start.state)  # the workflow started with these
+        self._memo: dict[str, Any] = {}
         self._append([start.started])
 
     # -- the loop -------------------------------------------------------------------------------
     @workflow.run
-    async def run(self, start: StartRun) -> RunState:
-        """Step while RUNNING, wait while suspended, return the state once the run ended."""
+    async def run(self, start: StartRun) -> Book:
+        """Step while RUNNING, wait while suspended; once the run ended, its book is the workflow's result (readable
+        with no worker up)."""
         while True:
             await workflow.wait_condition(lambda: self._state.status in DRIVABLE or self._state.status.is_terminal)
             if self._state.status.is_terminal:
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                return self._state
+                return self.book()
             control = self._control
             if control is not None and control[0] == "cancel":
                 self._commit(transition.cancel(self._state, by=control[1], roles=control[2], now=workflow.now()))
@@ -132,7 +147,7 @@ class RunWorkflow:
 
     def _agent_of(self) -> Agent:
         if self._agent is None:
-            self._agent = _registry().build(self._state.agent)
+            self._agent = hosted_agents().build(self._state.agent)
         return self._agent
 
     async def _step(self) -> None:
@@ -161,14 +176,17 @@ class RunWorkflow:
             illegal = write_ops.illegal(state, exc)
             self._commit(illegal.then(transition.end(illegal.state, TransitionKind.FAIL, "illegal_transition")))
             return
-        write = transition.accepted_step(decided, proposal)
+        write = write_ops.accepted_step(decided, proposal)
         decision = decided.decision
         acts = decided.kind is TransitionKind.CONTINUE and decided.accepted
         if not (acts and decision is not None and decision.type is DecisionType.EXECUTE_TOOL):
             self._commit(write)
             return
-        ctx = call_context(agent, write.state)
-        call = ToolCall(tool=decision.action or "", args=decision.args or {})
+        try:
+            execute_tool(_Capture(), agent, write.state, decision, now=workflow.now())
+            raise AssertionError("execute_tool made no call")  # pragma: no cover - every accepted call reaches it
+        except _Asked as asked:
+            call, ctx = asked.call, asked.ctx
         outcome = await self._call(write.state, call, ctx, agent)
         if outcome is None:
             self._commit(write.then(transition.end(write.state, TransitionKind.FAIL, "tool_attempts_lost")))
@@ -176,7 +194,8 @@ class RunWorkflow:
         done = execute_tool(_Answered(outcome), agent, write.state, decision, now=workflow.now())
         for art in done.artifacts:
             self._artifacts.append(
-                ArtifactEntry(
+                ArtifactRecord(
+                    run_id=self._state.run_id,
                     name=art.name,
                     version=art.version,
                     content=art.content,
@@ -190,13 +209,23 @@ class RunWorkflow:
     async def _propose(self, state: RunState) -> Proposal | None:
         """The controller's proposal (an activity), or None once its failure was recorded."""
         observed = observations_in(self._events, state) if state.usage.steps else []
-        result: ProposeResult = await workflow.execute_activity(
-            PROPOSE,
-            ProposeInput(state=state, observations=list(observed)),
-            result_type=ProposeResult,
-            start_to_close_timeout=PROPOSE_TIMEOUT,
-            retry_policy=PROPOSE_RETRY,
-        )
+        try:
+            result: ProposeResult = await workflow.execute_activity(
+                PROPOSE,
+                ProposeInput(state=state, observations=list(observed)),
+                result_type=ProposeResult,
+                start_to_close_timeout=PROPOSE_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=PROPOSE_RETRY,
+            )
+        except ActivityError as exc:
+            # No proposal came back (its attempts lost, or this build cannot make the agent): PAUSED with the
+            # reason, nothing decided; an operator resumes it where a worker can.
+            cause = exc.cause
+            code = cause.type if isinstance(cause, ApplicationError) and cause.type else "STEP_CRASHED"
+            event = NewEvent(type=EventType.STEP_CRASHED, payload={"error": code, "message": str(cause or exc)[:500]})
+            self._commit(park(state, EventType.STEP_CRASHED.value, event))
+            return None
         failure = result.failure
         if failure is not None:
             if failure.retryable:  # the provider stayed down past the model's own retries: PAUSED, never FAILED
@@ -237,6 +266,7 @@ class RunWorkflow:
                     ),
                     result_type=ToolResult,
                     start_to_close_timeout=timedelta(seconds=timeout_s),
+                    heartbeat_timeout=HEARTBEAT,
                     retry_policy=NO_RETRY,
                 )
             except ActivityError:
@@ -280,7 +310,19 @@ class RunWorkflow:
         if write.clear_control:
             self._control = None
         self._updated_at = workflow.now()
-        workflow.upsert_search_attributes(search.updates(self._state))
+        self._publish()
+
+    def _publish(self) -> None:
+        """What a listing reads without asking the workflow: its search attributes and its memo (the run's row,
+        its open requests), each written only when it changed."""
+        attributes = search.updates(self._state)
+        if attributes != self._attributes:
+            self._attributes = attributes
+            workflow.upsert_search_attributes(attributes)
+        memo = search.memo(self._state, self._requests.values(), self._created_at, self._updated_at, len(self._events))
+        if memo != self._memo:
+            self._memo = memo
+            workflow.upsert_memo(memo)
 
     def _close(self, answer: RequestAnswer) -> None:
         for request_id, record in list(self._requests.items()):
@@ -296,7 +338,8 @@ class RunWorkflow:
             events=self._events,
             requests=list(self._requests.values()),
             artifacts=self._artifacts,
-            control=None if self._control is None else self._control[0],
+            journal=list(self._journal.values()),
+            control=None if self._control is None else ControlRequest(*self._control).encode(),
             created_at=self._created_at,
             updated_at=self._updated_at,
         )
@@ -305,6 +348,16 @@ class RunWorkflow:
     def state(self) -> RunState:
         """The run's current state."""
         return self._state
+
+    @workflow.update(name="settled")
+    async def settled(self, asked: ControlInput) -> RunState:
+        """The run once it stopped (waiting, paused or ended): what ``start`` and an answer that drives return."""
+        await workflow.wait_condition(lambda: self._state.status not in DRIVABLE)
+        return self._state
+
+    @settled.validator
+    def _check_settled(self, asked: ControlInput) -> None:
+        _refused(lambda: self._visible(asked))
 
     # -- answers ----------------------------------------------------------------------------------
     def _decide(self, answer: AnswerInput) -> tuple[Write | None, RequestAnswer]:
@@ -407,7 +460,7 @@ def _refused(check: Callable[[], Any]) -> None:
     try:
         check()
     except StatewardError as exc:
-        raise ApplicationError(exc.message, exc.to_dict(), type=exc.code, non_retryable=True) from None
+        raise ApplicationError(exc.message, exc.to_dict(), type(exc).__name__, type=exc.code, non_retryable=True) from None
 
 
 def _request_kind(value: str) -> RequestKind:
@@ -423,4 +476,4 @@ def _key_of(spec: Any, call: ToolCall, ctx: CallContext) -> str | None:
     return idempotency_key_of(ctx.key_scope or ctx.run_id, ctx.step, spec.name, canonical_json(args))
 
 
-__all__ = ["WORKFLOW", "RunWorkflow", "use_agents"]
+__all__ = ["WORKFLOW", "RunWorkflow"]

@@ -1,0 +1,77 @@
+"""One Temporal client on a private event loop: the sync surfaces (the CLI, the facade, the book) call through it.
+
+The SDK's client is async; stateward's operator surfaces are sync. A connection owns its loop, so a command
+is one ``run(coro)`` per round trip and nothing here touches a loop the caller may run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+
+from stateward.core.errors import ErrorCode, RunNotFoundError, StoreError
+from stateward.temporal.target import TemporalTarget
+
+T = TypeVar("T")
+CONNECT_TIMEOUT = timedelta(seconds=10)
+RPC_TIMEOUT = timedelta(seconds=30)
+
+
+class Connection:
+    """A connected client and the loop it lives on."""
+
+    def __init__(self, target: TemporalTarget, client: Client, loop: asyncio.AbstractEventLoop):
+        self.target = target
+        self.client = client
+        self._loop = loop
+
+    @classmethod
+    def open(cls, target: TemporalTarget) -> Connection:
+        """Connect to ``target``; STORE_UNAVAILABLE (naming the address) when nothing answers there."""
+        loop = asyncio.new_event_loop()
+        try:
+            client = loop.run_until_complete(_connect(target))
+        except BaseException:
+            loop.close()
+            raise
+        return cls(target, client, loop)
+
+    def run(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run one coroutine of the client to its end."""
+        return self._loop.run_until_complete(work)
+
+    def handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
+        """The workflow of run ``run_id`` (its latest execution)."""
+        return self.client.get_workflow_handle(run_id)
+
+    def close(self) -> None:
+        """Close the loop (the client's channel goes with it)."""
+        if not self._loop.is_closed():
+            self._loop.close()
+
+
+async def _connect(target: TemporalTarget) -> Client:
+    try:
+        return await asyncio.wait_for(
+            Client.connect(target.address, namespace=target.namespace, data_converter=pydantic_data_converter),
+            CONNECT_TIMEOUT.total_seconds(),
+        )
+    except (TimeoutError, RuntimeError, OSError) as exc:
+        raise StoreError(
+            f"no Temporal frontend answers at {target.address} ({exc})"[:500],
+            code=ErrorCode.STORE_UNAVAILABLE,
+            details={"address": target.address, "namespace": target.namespace},
+        ) from None
+
+
+def not_found(run_id: str, exc: RPCError) -> RunNotFoundError | RPCError:
+    """A workflow the server does not know is a run that does not exist; any other RPC failure is itself."""
+    if exc.status is RPCStatusCode.NOT_FOUND:
+        return RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
+    return exc
