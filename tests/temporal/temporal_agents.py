@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stateward import Agent, AgentRegistry, Budget, ReActController, ToolRegistry, tool
+from stateward import Agent, AgentRegistry, Budget, LookupStatus, ReActController, ToolContext, ToolRegistry, tool
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
-from stateward import LookupStatus, ToolContext
 
 registry = AgentRegistry()
 

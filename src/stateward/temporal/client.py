@@ -29,7 +29,7 @@ from stateward.core.errors import (
 from stateward.core.state import RunState
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry
-from stateward.runtime.continuation import AnswerResult
+from stateward.runtime.continuation import AnswerResult, decide_answer
 from stateward.runtime.inspection import RunReads
 from stateward.runtime.run_start import new_run
 from stateward.temporal import search
@@ -132,8 +132,7 @@ class TemporalRuntime(RunReads):
 
     def settled(self, run_id: str, *, tenant: str | None = None) -> RunState:
         """The run once it is not RUNNING (a worker drives it meanwhile)."""
-        reply: RunState = self._update(run_id, "settled", ControlInput(tenant=tenant), RunState)
-        return reply
+        return self._control(run_id, "settled", ControlInput(tenant=tenant))
 
     def get(self, run_id: str) -> RunState:
         """The run's current state."""
@@ -206,11 +205,33 @@ class TemporalRuntime(RunReads):
         return self._answer(run_id, asked, drive)
 
     def _answer(self, run_id: str, asked: AnswerInput, drive: bool) -> AnswerResult:
-        reply: AnswerReply = self._update(run_id, "answer", asked, AnswerReply)
+        try:
+            reply: AnswerReply = self._update(run_id, "answer", asked, AnswerReply)
+        except _WorkflowClosed:
+            return self._answer_ended(run_id, asked)
         state = reply.state
         if drive and not reply.already_answered:
             state = self.settled(run_id, tenant=asked.tenant)
         return AnswerResult(state=state, already_answered=reply.already_answered, answer=reply.answer)
+
+    def _answer_ended(self, run_id: str, asked: AnswerInput) -> AnswerResult:
+        """An answer to a run whose workflow ended, judged by the same checks against its final book (which no
+        one can change any more): the identical repeat of the answer it got returns that answer, anything else
+        is refused as on a store."""
+        book = self.store.book(run_id)
+        record = next((r for r in book.requests if r.request.request_id == asked.request_id), None)
+        write, answer = decide_answer(
+            book.state,
+            record,
+            asked.request_id,
+            asked.verdict,
+            asked.answerer(),
+            text=asked.text,
+            now=datetime.now(UTC),
+        )
+        if write is not None:  # an open request on an ended run: no store leaves one either
+            raise _run_ended(book.state)
+        return AnswerResult(state=book.state, already_answered=True, answer=answer)
 
     # -- pause, resume, cancel --------------------------------------------------------------------
     def pause(
@@ -233,7 +254,15 @@ class TemporalRuntime(RunReads):
         return self._control(run_id, "cancel", ControlInput(by=by, roles=sorted(roles), tenant=tenant))
 
     def _control(self, run_id: str, update: str, asked: ControlInput) -> RunState:
-        state: RunState = self._update(run_id, update, asked, RunState)
+        try:
+            state: RunState = self._update(run_id, update, asked, RunState)
+        except _WorkflowClosed:
+            ended = self.store.load_run(run_id)
+            if asked.tenant is not None and ended.tenant != asked.tenant:
+                raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id}) from None
+            if update == "settled":
+                return ended
+            raise _run_ended(ended) from None
         return state
 
     # -- the round trip ---------------------------------------------------------------------------
@@ -244,25 +273,25 @@ class TemporalRuntime(RunReads):
         except WorkflowUpdateFailedError as exc:
             raise refusal(exc.cause) from None
         except RPCError as exc:
-            if exc.status is RPCStatusCode.NOT_FOUND or "workflow execution already completed" in exc.message:
-                ended = self._ended(run_id, exc)
-                raise ended from None
-            raise
+            if "already completed" in exc.message:
+                raise _WorkflowClosed(run_id) from None
+            raise not_found(run_id, exc) from None
 
-    def _ended(self, run_id: str, exc: RPCError) -> StatewardError | RPCError:
-        """An Update to a run whose workflow is gone (ended) is the store's answer for an ended run."""
-        found = not_found(run_id, exc)
-        if isinstance(found, RunNotFoundError) and "completed" not in exc.message:
-            return found
-        try:
-            state = self.store.load_run(run_id)
-        except RunNotFoundError as missing:
-            return missing
-        return RunError(
-            f"run {run_id} is {state.status.value}",
-            code=ErrorCode.RUN_ENDED,
-            details={"run_id": run_id, "status": state.status.value},
-        )
+    def _ended(self, run_id: str) -> RunError:
+        """What an operation on an ended run is on a store: RUN_ENDED (RUN_NOT_FOUND if there is no such run)."""
+        return _run_ended(self.store.load_run(run_id))
+
+
+class _WorkflowClosed(Exception):
+    """The run's workflow has ended: no Update reaches it any more."""
+
+
+def _run_ended(state: RunState) -> RunError:
+    return RunError(
+        f"run {state.run_id} is {state.status.value}",
+        code=ErrorCode.RUN_ENDED,
+        details={"run_id": state.run_id, "status": state.status.value},
+    )
 
 
 def refusal(cause: BaseException | None) -> StatewardError:

@@ -13,7 +13,8 @@ from stateward.core.decision import ControlDecision, SignalSource
 from stateward.core.events import Event, NewEvent
 from stateward.core.journal import BreakerState, SideEffectRecord
 from stateward.core.model_io import Usage
-from stateward.core.state import RunState
+from stateward.core.state import RequestKind, RunState
+from stateward.runtime.continuation import Answerer
 from stateward.store.records import ArtifactRecord, PendingRecord, RequestAnswer
 from stateward.tools.types import CallContext, ToolCall, ToolOutcome
 
@@ -89,6 +90,16 @@ class AnswerInput(_Frozen):
     roles: list[str] = Field(default_factory=list)
     digest: str | None = None
     expects: str | None = None
+
+    def answerer(self) -> Answerer:
+        """Who answers, and what they vouch for, as the Runtime's answer checks take it."""
+        return Answerer(
+            by=self.by,
+            tenant=self.tenant,
+            roles=frozenset(self.roles),
+            digest=self.digest,
+            expects=None if self.expects is None else RequestKind(self.expects),
+        )
 
 
 class AnswerReply(_Frozen):

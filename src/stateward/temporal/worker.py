@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from temporalio.worker import Worker
@@ -40,7 +41,9 @@ def build_worker(connection: Connection, agents: AgentRegistry, limits: WorkerLi
         task_queue=connection.target.task_queue,
         workflows=[RunWorkflow],
         activities=Activities(agents).all(),
-        workflow_runner=SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_all_modules()),
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
+        ),
         max_concurrent_activities=limits.activities,
         max_concurrent_workflow_tasks=limits.workflow_tasks,
     )
@@ -51,10 +54,10 @@ def run_worker(
     agents: AgentRegistry,
     *,
     stop: threading.Event | None = None,
-    ready: threading.Event | None = None,
+    ready: Callable[[], object] | None = None,
     limits: WorkerLimits = WorkerLimits(),
 ) -> None:
-    """Poll ``url``'s task queue until ``stop`` is set (or forever), on a loop of its own; ``ready`` is set once
+    """Poll ``url``'s task queue until ``stop`` is set (or forever), on a loop of its own; ``ready`` is called once
     the worker polls. STORE_UNAVAILABLE when no Temporal frontend answers there."""
     connection = Connection.open(TemporalTarget.parse(url))
     try:
@@ -68,10 +71,10 @@ async def _poll(
     agents: AgentRegistry,
     limits: WorkerLimits,
     stop: threading.Event | None,
-    ready: threading.Event | None,
+    ready: Callable[[], object] | None,
 ) -> None:
     async with build_worker(connection, agents, limits):  # the SDK builds a worker on its running loop
         if ready is not None:
-            ready.set()
+            ready()
         while stop is None or not stop.is_set():
             await asyncio.sleep(0.1)

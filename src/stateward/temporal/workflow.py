@@ -28,12 +28,12 @@ with workflow.unsafe.imports_passed_through():
     from stateward.core.errors import ErrorCode, IllegalTransitionError, RunError, StatewardError
     from stateward.core.events import Event, EventType, NewEvent
     from stateward.core.journal import BreakerState, SideEffectRecord, SideEffectStatus
-    from stateward.core.state import RequestKind, RunState
+    from stateward.core.state import RunState
     from stateward.core.status import RunStatus, TransitionKind
     from stateward.runtime import transition
     from stateward.runtime import write as write_ops
     from stateward.runtime.agent import Agent
-    from stateward.runtime.continuation import Answerer, decide_answer
+    from stateward.runtime.continuation import decide_answer
     from stateward.runtime.control import ControlRequest
     from stateward.runtime.driver import DRIVABLE, approved_call_proposal, park
     from stateward.runtime.observed import observations_in
@@ -361,16 +361,15 @@ class RunWorkflow:
 
     # -- answers ----------------------------------------------------------------------------------
     def _decide(self, answer: AnswerInput) -> tuple[Write | None, RequestAnswer]:
-        who = Answerer(
-            by=answer.by,
-            tenant=answer.tenant,
-            roles=frozenset(answer.roles),
-            digest=answer.digest,
-            expects=None if answer.expects is None else _request_kind(answer.expects),
-        )
         record = self._requests.get(answer.request_id)
         return decide_answer(
-            self._state, record, answer.request_id, answer.verdict, who, text=answer.text, now=workflow.now()
+            self._state,
+            record,
+            answer.request_id,
+            answer.verdict,
+            answer.answerer(),
+            text=answer.text,
+            now=workflow.now(),
         )
 
     @workflow.update(name="answer")
@@ -460,11 +459,8 @@ def _refused(check: Callable[[], Any]) -> None:
     try:
         check()
     except StatewardError as exc:
-        raise ApplicationError(exc.message, exc.to_dict(), type(exc).__name__, type=exc.code, non_retryable=True) from None
-
-
-def _request_kind(value: str) -> RequestKind:
-    return RequestKind(value)
+        details = (exc.to_dict(), type(exc).__name__)  # the client rebuilds the same error from these
+        raise ApplicationError(exc.message, *details, type=exc.code, non_retryable=True) from None
 
 
 def _key_of(spec: Any, call: ToolCall, ctx: CallContext) -> str | None:
