@@ -102,14 +102,14 @@ class WorkerProcess:
 
 def start_worker_process(url: str, log: Path) -> WorkerProcess:
     """A worker subprocess, returned once it polls."""
-    out = log.open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "stateward.cli.main", "worker", "--db", url, "--agents", AGENTS_SPEC],
-        env=cli_env(),
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    with log.open("w") as out:  # the child writes through its own descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stateward.cli.main", "worker", "--db", url, "--agents", AGENTS_SPEC],
+            env=cli_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     worker = WorkerProcess(proc, log)
     wait_for(lambda: "slot(s) on temporal://" in log.read_text(), "the worker process to poll", worker)
     return worker

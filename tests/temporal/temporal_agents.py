@@ -2,7 +2,8 @@
 
 ``refunds``: a scripted model searches, then proposes a guarded, side-effecting refund (a person approves it),
 then finishes. Each refund the handler performs is a line in the file ``ledger`` names, so a test counts the
-side effects across processes; ``hold_s`` keeps the handler in flight (a worker can be killed mid-call).
+side effects across processes; ``hold_s`` keeps the handler in flight (a worker can be killed mid-call),
+``hold_workflow_mark`` a workflow task.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+
+from temporalio import workflow
 
 from stateward import Agent, AgentRegistry, Budget, LookupStatus, ReActController, ToolContext, ToolRegistry, tool
 from stateward.models.base import ModelRequest
@@ -31,8 +34,14 @@ def _policy(request: ModelRequest) -> dict[str, Any]:
 
 
 @registry.agent("refunds")
-def build(ledger: str, hold_s: float = 0.0, max_steps: int = 8) -> Agent:
+def build(ledger: str, hold_s: float = 0.0, max_steps: int = 8, hold_workflow_mark: str = "") -> Agent:
     book = Path(ledger)
+    if hold_workflow_mark and workflow.in_workflow() and not Path(hold_workflow_mark).exists():
+        # Built inside a workflow task (the workflow decides with the agent's tools): the first time, say so and
+        # hold the task a moment, so a test can kill the worker in the middle of it (the SDK's deadlock
+        # detector allows two seconds).
+        Path(hold_workflow_mark).touch()
+        time.sleep(1.5)
 
     def performed(key: str) -> bool:
         return book.exists() and key in book.read_text().split()
