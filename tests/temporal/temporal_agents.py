@@ -21,7 +21,9 @@ from stateward.models.scripted import ScriptedModel
 registry = AgentRegistry()
 
 
-def _policy(request: ModelRequest) -> dict[str, Any]:
+def _policy(request: ModelRequest, think_s: float = 0.0) -> dict[str, Any]:
+    if think_s:
+        time.sleep(think_s)  # a slow model: a pause asked meanwhile is honoured at the step's end
     obs = request.observations
     if not obs:
         return {"type": "EXECUTE_TOOL", "action": "search_orders", "args": {"query": "c-42"}}
@@ -34,7 +36,9 @@ def _policy(request: ModelRequest) -> dict[str, Any]:
 
 
 @registry.agent("refunds")
-def build(ledger: str, hold_s: float = 0.0, max_steps: int = 8, hold_workflow_mark: str = "") -> Agent:
+def build(
+    ledger: str, hold_s: float = 0.0, max_steps: int = 8, hold_workflow_mark: str = "", think_s: float = 0.0
+) -> Agent:
     book = Path(ledger)
     if hold_workflow_mark and workflow.in_workflow() and not Path(hold_workflow_mark).exists():
         # Built inside a workflow task (the workflow decides with the agent's tools): the first time, say so and
@@ -69,7 +73,7 @@ def build(ledger: str, hold_s: float = 0.0, max_steps: int = 8, hold_workflow_ma
 
     return Agent(
         name="refunds",
-        controller=ReActController(ScriptedModel(_policy)),
+        controller=ReActController(ScriptedModel(lambda request: _policy(request, think_s))),
         tools=ToolRegistry([search_orders, refund_order]),
         budget=Budget(max_steps=max_steps),
     )

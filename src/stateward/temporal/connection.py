@@ -20,6 +20,7 @@ from stateward.temporal.target import TemporalTarget
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = timedelta(seconds=10)
+_opened: list[str] = []  # addresses this process connected to (see clients_opened)
 RPC_TIMEOUT = timedelta(seconds=30)
 
 
@@ -40,6 +41,7 @@ class Connection:
         except BaseException:
             loop.close()
             raise
+        _opened.append(target.address)
         return cls(target, client, loop)
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
@@ -75,3 +77,9 @@ def not_found(run_id: str, exc: RPCError) -> RunNotFoundError | RPCError:
     if exc.status is RPCStatusCode.NOT_FOUND:
         return RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
     return exc
+
+
+def clients_opened() -> bool:
+    """Whether this process ever connected a Temporal client: its native threads then outlive the interpreter's
+    teardown, so a command line ends with ``os._exit`` after flushing (cli/main.py)."""
+    return bool(_opened)
