@@ -27,13 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
 
 
-@pytest.fixture(scope="session")
-def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    server = DevServer(tmp_path_factory.mktemp("temporal") / "temporal.db").start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def temporal_url(temporal_server: DevServer) -> str:
     return temporal_server.url(task_queue=f"q-{uuid.uuid4().hex[:10]}")

@@ -9,12 +9,23 @@ side effects across processes; ``hold_s`` keeps the handler in flight (a worker 
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio import workflow
 
-from stateward import Agent, AgentRegistry, Budget, LookupStatus, ReActController, ToolContext, ToolRegistry, tool
+from stateward import (
+    Agent,
+    AgentRegistry,
+    Budget,
+    LookupStatus,
+    ReActController,
+    RetryPolicy,
+    ToolContext,
+    ToolRegistry,
+    tool,
+)
 from stateward.models.base import ModelRequest
 from stateward.models.scripted import ScriptedModel
 
@@ -37,7 +48,14 @@ def _policy(request: ModelRequest, think_s: float = 0.0) -> dict[str, Any]:
 
 @registry.agent("refunds")
 def build(
-    ledger: str, hold_s: float = 0.0, max_steps: int = 8, hold_workflow_mark: str = "", think_s: float = 0.0
+    ledger: str,
+    hold_s: float = 0.0,
+    max_steps: int = 8,
+    hold_workflow_mark: str = "",
+    think_s: float = 0.0,
+    request_ttl_s: float | None = None,
+    lookup: bool = True,
+    timeout_s: float = 60.0,
 ) -> Agent:
     book = Path(ledger)
     if hold_workflow_mark and workflow.in_workflow() and not Path(hold_workflow_mark).exists():
@@ -50,7 +68,7 @@ def build(
     def performed(key: str) -> bool:
         return book.exists() and key in book.read_text().split()
 
-    def lookup(key: str) -> tuple[LookupStatus, Any]:
+    def find(key: str) -> tuple[LookupStatus, Any]:
         return (LookupStatus.SUCCEEDED, {"refunded": True}) if performed(key) else (LookupStatus.NOT_EXECUTED, None)
 
     @tool(description="Search orders by customer.")
@@ -61,8 +79,9 @@ def build(
         description="Refund an order: money leaves the shop.",
         side_effect=True,
         requires_approval=True,
-        timeout_s=60,
-        lookup=lookup,
+        timeout_s=timeout_s,
+        retry=RetryPolicy(max_attempts=1),
+        lookup=find if lookup else None,
     )
     def refund_order(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
         with book.open("a") as out:
@@ -76,4 +95,5 @@ def build(
         controller=ReActController(ScriptedModel(lambda request: _policy(request, think_s))),
         tools=ToolRegistry([search_orders, refund_order]),
         budget=Budget(max_steps=max_steps),
+        request_ttl=None if request_ttl_s is None else timedelta(seconds=request_ttl_s),
     )

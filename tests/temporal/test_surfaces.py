@@ -46,7 +46,7 @@ def test_run_then_the_inbox_lists_it_and_approve_finishes_it(worker: None, tempo
     assert done["status"] == "COMPLETED"
     wait_for(lambda: listed() == [], "the inbox to drop the answered request")
     traced = _json("trace", run_id, "--db", temporal_url)
-    assert [e["type"] for e in traced][0] == "run_started" and traced[-1]["type"] == "run_exited"
+    assert (traced[0]["type"], traced[-1]["type"]) == ("run_started", "run_exited")
     assert ledger.read_text().count("\n") == 1
 
 

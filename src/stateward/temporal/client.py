@@ -26,7 +26,7 @@ from stateward.core.errors import (
     StatewardError,
     UserError,
 )
-from stateward.core.state import RunState
+from stateward.core.state import RequestKind, RunState
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry
 from stateward.runtime.continuation import AnswerResult, decide_answer
@@ -184,6 +184,31 @@ class TemporalRuntime(RunReads):
             tenant=tenant,
             roles=sorted(roles),
             digest=digest,
+        )
+        return self._answer(run_id, asked, drive)
+
+    def reconcile(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        happened: bool,
+        by: str,
+        comment: str | None = None,
+        tenant: str | None = None,
+        roles: frozenset[str] = frozenset(),
+        drive: bool = True,
+    ) -> AnswerResult:
+        """Answer a reconciliation, and only that (WRONG_ANSWER_KIND otherwise): ``happened`` says whether the call
+        whose outcome was lost took effect, as ``Runtime.reconcile``."""
+        asked = AnswerInput(
+            request_id=request_id,
+            verdict="approved" if happened else "rejected",
+            by=by,
+            text=comment,
+            tenant=tenant,
+            roles=sorted(roles),
+            expects=RequestKind.RECONCILIATION.value,
         )
         return self._answer(run_id, asked, drive)
 
