@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.controllers import batch_agents
 from tests.temporal.conftest import cli
-from tests.temporal.temporal_agents import registry
+from tests.temporal.temporal_agents import registry as refund_agents
 
-from stateward import Runtime
+from stateward import AgentRegistry, Runtime
 from stateward.core.errors import ErrorCode, RequestRefusedError, RunError, RunNotFoundError
 from stateward.core.state import RequestKind, RunState
 from stateward.core.status import RunStatus
@@ -31,6 +32,10 @@ from stateward.temporal.dev_server import DevServer
 from stateward.temporal.worker import run_worker
 
 pytestmark = pytest.mark.slow
+
+registry = AgentRegistry()  # every agent of the suite, hosted by each backend alike
+registry.merge(refund_agents)
+registry.merge(batch_agents.AGENTS)
 
 
 @dataclass
@@ -194,3 +199,15 @@ def test_a_lost_outcome_waits_for_a_person_and_their_answer_is_recorded_not_retr
     done = rt.reconcile(state.run_id, asked.pending.request_id, happened=True, by="ops").state
     assert (done.status, done.terminal_reason) == (RunStatus.COMPLETED, "completed")
     assert _refunds(ledger) == 1
+
+
+def test_a_plan_run_goes_through_its_items_each_side_effect_once(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "stamps"
+    monkeypatch.setenv("BATCH_LOG", str(log))
+    state = backend.runtime.start(batch_agents.build(side_effect=True), "stamp four ledgers, then sum them")
+    assert (state.status, state.terminal_reason) == (RunStatus.COMPLETED, "completed")
+    stamps = log.read_text().split()
+    assert sorted(stamps) == sorted(f"W{i}#{n}" for i in range(1, 6) for n in (1, 2))  # each once
+    assert stamps.index("W5#1") > max(stamps.index("W1#2"), stamps.index("W2#2"))  # after what it depends on
