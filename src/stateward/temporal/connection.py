@@ -7,21 +7,70 @@ is one ``run(coro)`` per round trip and nothing here touches a loop the caller m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import os
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
-from stateward.core.errors import ErrorCode, RunNotFoundError, StoreError
+from stateward.core.errors import ErrorCode, RunNotFoundError, StoreError, UserError
 from stateward.temporal.target import TemporalTarget
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = timedelta(seconds=10)
 _opened: list[str] = []  # addresses this process connected to (see clients_opened)
 RPC_TIMEOUT = timedelta(seconds=30)
+
+
+API_KEY_ENV = "STATEWARD_TEMPORAL_API_KEY"
+TLS_ENV = {
+    "cert": "STATEWARD_TEMPORAL_TLS_CERT",
+    "key": "STATEWARD_TEMPORAL_TLS_KEY",
+    "ca": "STATEWARD_TEMPORAL_TLS_CA",
+}
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How this process proves itself to the frontend: an API key (Temporal Cloud) and/or a client certificate
+    (mTLS), read from the environment, never from the URL (which is logged and shown)."""
+
+    api_key: str | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+    ca: bytes | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Credentials:
+        """The credentials ``env`` names; CONFIGURATION_ERROR for a file that cannot be read, or half a key pair."""
+        files = {part: _read(env, name) for part, name in TLS_ENV.items()}
+        if (files["cert"] is None) != (files["key"] is None):
+            raise UserError(
+                f"{TLS_ENV['cert']} and {TLS_ENV['key']} are set together or not at all",
+                code=ErrorCode.CONFIGURATION_ERROR,
+            )
+        return cls(api_key=env.get(API_KEY_ENV) or None, **files)
+
+    def tls(self, asked: bool) -> TLSConfig | bool:
+        """TLS when the URL asks for it, or whenever a certificate or an API key is set (neither goes in clear)."""
+        if self.cert is not None or self.ca is not None:
+            return TLSConfig(server_root_ca_cert=self.ca, client_cert=self.cert, client_private_key=self.key)
+        return asked or self.api_key is not None
+
+
+def _read(env: Mapping[str, str], name: str) -> bytes | None:
+    path = env.get(name)
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"{name}: cannot read {path} ({exc.strerror})", code=ErrorCode.CONFIGURATION_ERROR) from None
 
 
 class Connection:
@@ -59,9 +108,16 @@ class Connection:
 
 
 async def _connect(target: TemporalTarget) -> Client:
+    credentials = Credentials.from_env(os.environ)
     try:
         return await asyncio.wait_for(
-            Client.connect(target.address, namespace=target.namespace, data_converter=pydantic_data_converter),
+            Client.connect(
+                target.address,
+                namespace=target.namespace,
+                data_converter=pydantic_data_converter,
+                tls=credentials.tls(target.tls),
+                api_key=credentials.api_key,
+            ),
             CONNECT_TIMEOUT.total_seconds(),
         )
     except (TimeoutError, RuntimeError, OSError) as exc:
