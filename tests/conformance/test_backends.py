@@ -151,11 +151,24 @@ def test_answers_after_cancel_or_expiry_are_refused_and_change_nothing(backend: 
     expiring = backend.start(tmp_path / "b", request_ttl_s=0.5)
     assert expiring.pending is not None and expiring.pending.expires_at is not None
     time.sleep(0.8)
-    with pytest.raises(RequestRefusedError) as expired:
+    if backend.name != "temporal":
+        with pytest.raises(RequestRefusedError) as expired:  # past its time, before any sweep
+            rt.approve(expiring.run_id, expiring.pending.request_id, by="alice")
+        assert expired.value.code is ErrorCode.REQUEST_EXPIRED
+        assert rt.expire_requests(drive=False) == [expiring.pending.request_id]  # the sweep a worker runs
+    ended = _ended(rt, expiring.run_id)  # on Temporal the workflow's own timer expired it
+    assert (ended.status, ended.terminal_reason) == (RunStatus.FAILED, "request_expired")
+    with pytest.raises(RequestRefusedError) as closed:
         rt.approve(expiring.run_id, expiring.pending.request_id, by="alice")
-    assert expired.value.code is ErrorCode.REQUEST_EXPIRED
-    assert rt.get(expiring.run_id).status is RunStatus.WAITING_FOR_USER
+    assert closed.value.code is ErrorCode.REQUEST_CLOSED
     assert _refunds(tmp_path / "a") == _refunds(tmp_path / "b") == 0
+
+
+def _ended(rt: Any, run_id: str) -> RunState:
+    deadline = time.monotonic() + 30
+    while not (state := rt.get(run_id)).status.is_terminal and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return state  # type: ignore[no-any-return]
 
 
 def test_another_tenants_run_and_request_look_like_none(backend: Backend, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ again, which reconciles (the tool's lookup, else a person) before anything could
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from stateward.runtime.continuation import decide_answer
     from stateward.runtime.control import ControlRequest
     from stateward.runtime.driver import DRIVABLE, approved_call_proposal, park
+    from stateward.runtime.expiry import expiry_write, retry_write
     from stateward.runtime.observed import observations_in
     from stateward.runtime.tool_step import execute_tool
     from stateward.runtime.write import Write
@@ -128,7 +129,7 @@ class RunWorkflow:
         """Step while RUNNING, wait while suspended; once the run ended, its book is the workflow's result (readable
         with no worker up)."""
         while True:
-            await workflow.wait_condition(lambda: self._state.status in DRIVABLE or self._state.status.is_terminal)
+            await self._until_work()
             if self._state.status.is_terminal:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 return self.book()
@@ -144,6 +145,42 @@ class RunWorkflow:
                 )
             else:
                 await self._step()
+
+    async def _until_work(self) -> None:
+        """Wait until the run can be driven or has ended; meanwhile a request that expires, or a retry time that
+        comes, is applied when it is due (a workflow timer: what a store's sweep does)."""
+        while not self._drivable():
+            due = self._due_at()
+            if due is None:
+                await workflow.wait_condition(self._drivable)
+                return
+            wait = (due - workflow.now()).total_seconds()
+            if wait > 0:
+                try:
+                    await workflow.wait_condition(self._drivable, timeout=wait)
+                    return
+                except TimeoutError:
+                    pass
+            if not self._drivable() and self._due_at() == due:
+                self._apply_due()
+
+    def _drivable(self) -> bool:
+        return self._state.status in DRIVABLE or self._state.status.is_terminal
+
+    def _due_at(self) -> datetime | None:
+        state = self._state
+        if state.status is RunStatus.WAITING_FOR_USER and state.pending is not None:
+            return state.pending.expires_at
+        if state.status is RunStatus.PAUSED and state.setback is not None:
+            return state.setback.retry_at
+        return None
+
+    def _apply_due(self) -> None:
+        if self._state.status is RunStatus.PAUSED:
+            self._commit(retry_write(self._state))
+            return
+        write, _ = expiry_write(self._state, workflow.now(), lambda _state: self._agent_of())
+        self._commit(write)
 
     def _agent_of(self) -> Agent:
         if self._agent is None:
