@@ -124,3 +124,24 @@ def test_an_unknown_run_is_run_not_found(runtime: TemporalRuntime, worker: None)
         runtime.get("run_nosuchrun0000000")
     with pytest.raises(RunNotFoundError):
         runtime.approve("run_nosuchrun0000000", "approval_001", by="alice")
+
+
+def test_a_long_history_goes_on_as_new_executions_with_the_whole_book(
+    temporal_url: str, worker: None, tmp_path: Path
+) -> None:
+    runtime = TemporalRuntime.open(temporal_url, agents=registry, max_history_events=20)
+    try:
+        ledger = tmp_path / "ledger"
+        state = _waiting(runtime, ledger)
+        first = runtime._conn.run(runtime._conn.handle(state.run_id).describe())
+        assert state.pending is not None
+        done = runtime.approve(state.run_id, state.pending.request_id, by="alice")
+        assert done.state.status is RunStatus.COMPLETED and len(_refunds(ledger)) == 1
+        last = runtime._conn.run(runtime._conn.handle(state.run_id).describe())
+        assert last.run_id != first.run_id  # continued as new at least once since it waited
+        events = runtime.events(state.run_id)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))  # nothing of the book was lost
+        assert [e.type.value for e in events].count("run_started") == 1 and events[-1].type.value == "run_exited"
+        assert _history_length(runtime, state.run_id) < 60
+    finally:
+        runtime.close()

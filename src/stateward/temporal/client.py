@@ -35,7 +35,7 @@ from stateward.runtime.run_start import new_run
 from stateward.temporal import search
 from stateward.temporal.book import TemporalBook
 from stateward.temporal.connection import RPC_TIMEOUT, Connection, not_found
-from stateward.temporal.messages import AnswerInput, AnswerReply, ControlInput, StartRun
+from stateward.temporal.messages import DEFAULT_HISTORY_EVENTS, AnswerInput, AnswerReply, ControlInput, StartRun
 from stateward.temporal.target import TemporalTarget
 from stateward.temporal.workflow import WORKFLOW
 
@@ -54,15 +54,25 @@ class TemporalRuntime(RunReads):
 
     store: TemporalBook
 
-    def __init__(self, connection: Connection, agents: AgentRegistry | None = None):
+    def __init__(
+        self,
+        connection: Connection,
+        agents: AgentRegistry | None = None,
+        *,
+        max_history_events: int = DEFAULT_HISTORY_EVENTS,
+    ):
+        """``max_history_events``: Temporal events a run's workflow execution gathers before it continues as new."""
         self._conn = connection
         self.store = TemporalBook(connection)
         self._registry = agents if agents is not None else AgentRegistry()
+        self._max_history_events = max_history_events
 
     @classmethod
-    def open(cls, url: str, *, agents: AgentRegistry | None = None) -> TemporalRuntime:
+    def open(
+        cls, url: str, *, agents: AgentRegistry | None = None, max_history_events: int = DEFAULT_HISTORY_EVENTS
+    ) -> TemporalRuntime:
         """Connect to the Temporal frontend ``url`` names (STORE_UNAVAILABLE if none answers there)."""
-        return cls(Connection.open(TemporalTarget.parse(url)), agents)
+        return cls(Connection.open(TemporalTarget.parse(url)), agents, max_history_events=max_history_events)
 
     @property
     def target(self) -> TemporalTarget:
@@ -98,7 +108,7 @@ class TemporalRuntime(RunReads):
             self._conn.run(
                 self._conn.client.start_workflow(
                     WORKFLOW,
-                    StartRun(state=state, started=started),
+                    StartRun(state=state, started=started, max_history_events=self._max_history_events),
                     id=state.run_id,
                     task_queue=self.target.task_queue,
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

@@ -19,17 +19,13 @@ from stateward.store.records import ArtifactRecord, PendingRecord, RequestAnswer
 from stateward.tools.types import CallContext, ToolCall, ToolOutcome
 
 ControlKind = Literal["pause", "cancel"]
+# Temporal events one workflow execution gathers before it continues as new (the server suggests it sooner for
+# a large history): a long run's history stays bounded, its book carried over whole.
+DEFAULT_HISTORY_EVENTS = 2000
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class StartRun(_Frozen):
-    """The workflow's input: the run as created (RUNNING, nothing spent) and its ``run_started`` event."""
-
-    state: RunState
-    started: NewEvent
 
 
 class ProposeInput(_Frozen):
@@ -127,6 +123,17 @@ class Book(_Frozen):
     requests: list[PendingRecord] = Field(default_factory=list)
     artifacts: list[ArtifactRecord] = Field(default_factory=list)
     journal: list[SideEffectRecord] = Field(default_factory=list)
+    breakers: list[BreakerState] = Field(default_factory=list)
     control: str | None = None  # a ControlRequest, encoded as the stores keep it
     created_at: datetime
     updated_at: datetime
+
+
+class StartRun(_Frozen):
+    """The workflow's input: the run as created (RUNNING, nothing spent) and its ``run_started`` event; after a
+    continue-as-new, the book the previous execution left, which the new one goes on from."""
+
+    state: RunState
+    started: NewEvent
+    book: Book | None = None
+    max_history_events: int = Field(default=DEFAULT_HISTORY_EVENTS, ge=20)

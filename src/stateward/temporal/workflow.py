@@ -109,19 +109,24 @@ class RunWorkflow:
     @workflow.init
     def __init__(self, start: StartRun) -> None:
         now = workflow.now()
-        self._state: RunState = start.state
-        self._events: list[Event] = []
-        self._requests: dict[str, PendingRecord] = {}
-        self._artifacts: list[ArtifactRecord] = []
-        self._journal: dict[str, SideEffectRecord] = {}
-        self._breakers: dict[str, BreakerState] = {}
-        self._control: tuple[ControlKind, str, tuple[str, ...]] | None = None
-        self._created_at = now
-        self._updated_at = now
+        book = start.book or Book(state=start.state, created_at=now, updated_at=now)  # a new run: an empty book
+        self._state: RunState = book.state
+        self._events: list[Event] = list(book.events)
+        self._requests: dict[str, PendingRecord] = {r.request.request_id: r for r in book.requests}
+        self._artifacts: list[ArtifactRecord] = list(book.artifacts)
+        self._journal: dict[str, SideEffectRecord] = {r.idempotency_key: r for r in book.journal}
+        self._breakers: dict[str, BreakerState] = {b.tool: b for b in book.breakers}
+        asked = ControlRequest.decode(book.control)
+        self._control: tuple[ControlKind, str, tuple[str, ...]] | None = (
+            None if asked is None else (asked.kind, asked.by, asked.roles)
+        )
+        self._created_at = book.created_at
+        self._updated_at = book.updated_at
         self._agent: Agent | None = None
-        self._attributes: list[Any] = search.updates(start.state)  # the workflow started with these
+        self._attributes: list[Any] = search.updates(self._state)  # the workflow started with these
         self._memo: dict[str, Any] = {}
-        self._append([start.started])
+        if start.book is None:
+            self._append([start.started])
 
     # -- the loop -------------------------------------------------------------------------------
     @workflow.run
@@ -129,6 +134,9 @@ class RunWorkflow:
         """Step while RUNNING, wait while suspended; once the run ended, its book is the workflow's result (readable
         with no worker up)."""
         while True:
+            if self._history_full(start):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(start.model_copy(update={"book": self.book()}))
             await self._until_work()
             if self._state.status.is_terminal:
                 await workflow.wait_condition(workflow.all_handlers_finished)
@@ -145,6 +153,12 @@ class RunWorkflow:
                 )
             else:
                 await self._step()
+
+    @staticmethod
+    def _history_full(start: StartRun) -> bool:
+        """Whether this execution's history is long enough to go on as a new one (never for an ended run)."""
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= start.max_history_events
 
     async def _until_work(self) -> None:
         """Wait until the run can be driven or has ended; meanwhile a request that expires, or a retry time that
@@ -376,6 +390,7 @@ class RunWorkflow:
             requests=list(self._requests.values()),
             artifacts=self._artifacts,
             journal=list(self._journal.values()),
+            breakers=list(self._breakers.values()),
             control=None if self._control is None else ControlRequest(*self._control).encode(),
             created_at=self._created_at,
             updated_at=self._updated_at,
