@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,13 @@ def temporal_url(temporal_server: DevServer) -> str:
 @pytest.fixture
 def worker(temporal_url: str) -> Iterator[None]:
     """A worker in this process, polling the test's queue, hosting the test agents."""
+    with hosted_worker(temporal_url):
+        yield
+
+
+@contextmanager
+def hosted_worker(temporal_url: str) -> Iterator[None]:
+    """A worker in this process for ``temporal_url``'s queue while the block runs."""
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(
         target=run_worker, args=(temporal_url, registry), kwargs={"stop": stop, "ready": ready.set}, daemon=True

@@ -6,16 +6,18 @@ tests wait for it as an operator's inbox would."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.temporal.conftest import cli, wait_for
+from tests.temporal.conftest import cli, hosted_worker, wait_for
 from tests.temporal.temporal_agents import registry
 
 from stateward.core.errors import ErrorCode, StoreError, UserError
 from stateward.core.status import RunStatus
 from stateward.temporal.client import TemporalRuntime
+from stateward.temporal.dev_server import DevServer
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 
@@ -99,3 +101,29 @@ def test_commands_and_urls_a_temporal_backend_does_not_take_are_refused_by_name(
     with pytest.raises(StoreError) as down:
         TemporalRuntime.open("temporal://127.0.0.1:1/default")
     assert down.value.code is ErrorCode.STORE_UNAVAILABLE
+
+
+def test_stats_and_the_gates_audit_read_a_temporal_backend(temporal_server: DevServer, tmp_path: Path) -> None:
+    namespace = temporal_server.create_namespace(f"stats-{uuid.uuid4().hex[:8]}")  # its runs alone
+    temporal_url = temporal_server.url(task_queue="stats", namespace=namespace)
+    with hosted_worker(temporal_url):
+        _stats_and_gates(temporal_url, tmp_path / "ledger")
+
+
+def _stats_and_gates(temporal_url: str, ledger: Path) -> None:
+    started = _json("run", "refunds", "--goal", "refund A-1", "--param", f"ledger={ledger}", "--db", temporal_url)
+    _json("approve", started["run_id"], "approval_001", "--db", temporal_url, "--by", "alice")
+    waiting = _json("run", "refunds", "--goal", "refund A-2", "--param", f"ledger={ledger}", "--db", temporal_url)
+
+    def counted() -> dict[str, Any]:
+        stats: dict[str, Any] = _json("stats", "--db", temporal_url)
+        return stats
+
+    wait_for(lambda: counted()["runs_scanned"] == 2, "visibility to list both runs")
+    by_status = {status: n for status, n in counted()["runs_by_status"].items() if n}
+    assert by_status == {"COMPLETED": 1, "WAITING_FOR_USER": 1}
+    gates = cli("gates", "--db", temporal_url, "--json")
+    assert gates.returncode == 0, gates.stdout + gates.stderr
+    report = json.loads(gates.stdout)
+    assert report["passed"] is True and report["breaches"] == []
+    assert waiting["status"] == "WAITING_FOR_USER" and ledger.read_text().count("\n") == 1

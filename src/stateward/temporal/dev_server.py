@@ -53,9 +53,9 @@ class DevServer:
         """``127.0.0.1:PORT`` of its frontend."""
         return f"127.0.0.1:{self.port}"
 
-    def url(self, task_queue: str = "stateward") -> str:
-        """The ``temporal://`` URL of a task queue on it."""
-        return f"temporal://{self.address}/{self.namespace}?task_queue={task_queue}"
+    def url(self, task_queue: str = "stateward", namespace: str | None = None) -> str:
+        """The ``temporal://`` URL of a task queue on it (in its namespace, or ``namespace``)."""
+        return f"temporal://{self.address}/{namespace or self.namespace}?task_queue={task_queue}"
 
     def start(self) -> DevServer:
         """Start the server and wait until its frontend and namespace answer."""
@@ -101,6 +101,21 @@ class DevServer:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"temporal start-dev did not answer within {READY_TIMEOUT_S}s: {self.log_file.read_text()}")
+
+    def create_namespace(self, name: str) -> str:
+        """A new namespace on the running server, stateward's search attributes registered in it (a test whose
+        listings must see its own runs alone); returns its name."""
+        cli = temporal_cli()
+        steps = [
+            ["operator", "namespace", "create", "-n", name],
+            *(
+                ["operator", "search-attribute", "create", "-n", name, "--name", key.name, "--type", "Keyword"]
+                for key in search.KEYS
+            ),
+        ]
+        for step in steps:
+            subprocess.run([cli, *step, "--address", self.address], capture_output=True, timeout=60, check=True)
+        return name
 
     def kill(self) -> None:
         """SIGKILL the server (its database file stays)."""
