@@ -57,9 +57,7 @@ def test_pause_at_a_step_boundary_then_resume_with_usage_carried(
 ) -> None:
     agent = registry.create("refunds", {"ledger": str(tmp_path / "ledger"), "think_s": 1.0})
     state = runtime.submit(agent, "refund A-1")
-    wait_for(lambda: runtime.get(state.run_id).status is RunStatus.RUNNING, "the first step to be under way")
-    paused = _json("pause", state.run_id, "--db", temporal_url, "--by", "ops")
-    assert paused["control"] == "pause" or paused["status"] == "PAUSED"
+    assert runtime.pause(state.run_id, by="ops").status is RunStatus.RUNNING  # honoured at its next step boundary
     settled = runtime.settled(state.run_id)
     assert settled.status is RunStatus.PAUSED
     spent = settled.usage

@@ -12,6 +12,31 @@ Needs the ``temporal`` extra (``pip install 'stateward[temporal]'``): nothing he
 
 from __future__ import annotations
 
-__all__ = ["TemporalTarget", "is_temporal_url"]
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from stateward.temporal.target import TemporalTarget, is_temporal_url
+
+if TYPE_CHECKING:
+    from stateward.temporal.client import TemporalRuntime
+    from stateward.temporal.dev_server import DevServer
+    from stateward.temporal.worker import WorkerLimits, run_worker
+
+__all__ = ["DevServer", "TemporalRuntime", "TemporalTarget", "WorkerLimits", "is_temporal_url", "run_worker"]
+
+# What needs the SDK is imported on first use (a fixed table: nothing read from data picks a module).
+_LAZY = {
+    "TemporalRuntime": "stateward.temporal.client",
+    "DevServer": "stateward.temporal.dev_server",
+    "WorkerLimits": "stateward.temporal.worker",
+    "run_worker": "stateward.temporal.worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stateward.temporal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
