@@ -8,7 +8,7 @@ import pytest
 from stateward import Runtime
 from stateward.store.sqlite import SQLiteStore
 
-pytest_plugins = ["pg_fixtures"]
+pytest_plugins = ["pg_fixtures", "temporal_fixtures"]
 
 
 @pytest.fixture

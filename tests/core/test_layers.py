@@ -10,7 +10,7 @@ The order, bottom first (one tier per line; packages on one tier are peers and i
     verify                    contracts, checks, repair policy
     observability             spans, metrics and figures of runs (the runtime reports to it)
     controllers · runtime     meet in core.contract, never in each other
-    chaos · testing           harnesses over the runtime
+    chaos · testing · temporal  harnesses over the runtime; the Temporal backend (a run as a workflow)
     api · pytest_plugin       the HTTP service; the pytest plugin over stateward.testing
     cli                       the operator's command line
     stateward (the package)   the public facade re-exports from every layer
@@ -48,7 +48,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "verify",
         "observability",
         "controllers runtime",
-        "chaos testing",
+        "chaos testing temporal",
         "api pytest_plugin",
         "cli",
         "stateward",

@@ -23,6 +23,7 @@ PUBLIC_MODULES = (
     "stateward.planning",
     "stateward.models",
     "stateward.observability",
+    "stateward.temporal",
     "stateward.testing",
     "stateward.tools",
     "stateward.tools.mcp",

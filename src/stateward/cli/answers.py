@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import EXIT_NOT_DRIVEN, answer_hint, emit_json, print_summary, reported_errors
-from stateward.cli.stores import open_runtime
+from stateward.cli.stores import open_backend
 from stateward.core.errors import StatewardError
 from stateward.runtime.summary import run_summary
 
@@ -38,7 +38,7 @@ def answer(
 ) -> None:
     """Record the answer, resume the run to its next stop (unless told not to) and print its summary."""
     with reported_errors(as_json):
-        runtime = open_runtime(db, writes=True)
+        runtime = open_backend(db, writes=True)
         roles = frozenset(check.roles)
         if verdict == "replied":
             result = runtime.reply(

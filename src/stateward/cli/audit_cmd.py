@@ -10,7 +10,8 @@ import typer
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, print_table, reported_errors
-from stateward.cli.plugins import DbOpt, JsonOpt, open_runtime
+from stateward.cli.plugins import DbOpt, JsonOpt
+from stateward.cli.stores import open_backend
 from stateward.core.errors import ErrorCode, UserError
 
 
@@ -30,7 +31,7 @@ def stats(
     with reported_errors(as_json):
         now = datetime.now(UTC)
         start = None if since is None else parse_since(since, now)
-        runtime = open_runtime(db)
+        runtime = open_backend(db)
         report = compute_stats(runtime.store, now=now, since=start, max_runs=max_runs)
     data = report.model_dump(mode="json")
     if as_json:
@@ -157,7 +158,7 @@ def gates(
                 quick=quick,
                 child_timeout_s=child_timeout,
             )
-        runtime = open_runtime(db)
+        runtime = open_backend(db)
         witnessed = 0 if campaign is None else campaign["witnessed_duplicates"]
         ids = _run_ids(runtime, max_runs)
         report = audit(runtime.store, ids, permissions=agent_permissions(agents), witnessed_duplicates=witnessed)

@@ -7,7 +7,8 @@ import os
 from stateward.cli import DEFAULT_DB
 from stateward.cli.answer_cmd import ByOpt
 from stateward.cli.output import emit_json, print_summary, reported_errors
-from stateward.cli.plugins import DbOpt, JsonOpt, open_runtime
+from stateward.cli.plugins import DbOpt, JsonOpt
+from stateward.cli.stores import open_backend
 
 
 def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> None:
@@ -15,7 +16,7 @@ def _lifecycle(action: str, run_id: str, db: str, as_json: bool, by: str) -> Non
     from stateward.runtime.summary import run_summary
 
     with reported_errors(as_json):
-        runtime = open_runtime(db, writes=True)
+        runtime = open_backend(db, writes=True)
         if action == "pause":
             state = runtime.pause(run_id, by=by)
         elif action == "resume":

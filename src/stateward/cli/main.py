@@ -110,6 +110,27 @@ def _telemetry_from_env() -> None:
 
 def main() -> None:
     """Answers to pending requests and ``worker`` take a short path; every other command goes through Typer."""
+    try:
+        _main()
+    except SystemExit as ended:
+        _leave_past_temporal(ended.code)
+        raise
+    _leave_past_temporal(0)
+
+
+def _leave_past_temporal(code: object) -> None:
+    """A process that opened a Temporal client ends without the interpreter's teardown: the SDK's native threads
+    can outlive it and crash the exit (temporalio/sdk-python#300). Output is flushed, the status kept."""
+    connection = sys.modules.get("stateward.temporal.connection")
+    if connection is None or not connection.clients_opened():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    status = code if isinstance(code, int) else 0 if code is None else 1
+    os._exit(status)
+
+
+def _main() -> None:
     argv = sys.argv[1:]
     _refuse_undecodable(argv)
     _project_file(argv)

@@ -9,6 +9,7 @@ import typer
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import emit_json, reported_errors
 from stateward.cli.plugins import DbOpt, JsonOpt, open_runtime
+from stateward.cli.stores import open_backend
 
 
 def requests_list(
@@ -25,7 +26,7 @@ def requests_list(
     from stateward.store.paging import MAX_PAGE_SIZE, RequestRow
 
     with reported_errors(as_json):
-        runtime = open_runtime(db)
+        runtime = open_backend(db)
         records: list[RequestRow] = []
         cursor: str | None = None
         while True:  # the whole inbox, read a bounded page at a time

@@ -22,7 +22,8 @@ import typer
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import answer_hint, emit_json, print_summary, reported_errors
-from stateward.cli.plugins import DbOpt, JsonOpt, ModelOpt, open_runtime
+from stateward.cli.plugins import DbOpt, JsonOpt, ModelOpt
+from stateward.cli.stores import open_backend
 from stateward.core.errors import DecisionParseError, ErrorCode, RunError
 
 
@@ -79,7 +80,7 @@ def run_agent(
     with reported_errors(as_json):
         registry = process_agents()
         agent = registry.create(name, parse_params(param or []), model_spec=model)
-        runtime = open_runtime(db, create=True, writes=True, agents=registry)
+        runtime = open_backend(db, create=True, writes=True, agents=registry)
         state = runtime.submit(agent, goal, tenant=tenant) if no_drive else runtime.start(agent, goal, tenant=tenant)
         out = run_summary(runtime.store, state)
     out["pending_request_id"] = None if state.pending is None else state.pending.request_id

@@ -9,6 +9,7 @@ import typer
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import answer_hint, emit_json, print_summary, print_table, reported_errors
 from stateward.cli.plugins import DbOpt, JsonOpt, ModelOpt, open_runtime
+from stateward.cli.stores import open_backend
 
 
 def runs_show(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
@@ -17,7 +18,7 @@ def runs_show(run_id: str, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> 
     from stateward.runtime.summary import family_summary, run_summary
 
     with reported_errors(as_json):
-        runtime = open_runtime(db)
+        runtime = open_backend(db)
         state = runtime.get(run_id)
         summary = {**run_summary(runtime.store, state), **family_summary(runtime.store, state)}
     if as_json:
@@ -46,7 +47,7 @@ def runs_list(
     --tree each row also names its parent_run_id, and the table shows each child under its parent.
     """
     with reported_errors(as_json):
-        runtime = open_runtime(db)
+        runtime = open_backend(db)
         page = runtime.list_runs(status=status, tenant=tenant, agent=agent, limit=limit, cursor=cursor)
         rows = [r.model_dump(mode="json") for r in page.items]
         if tree:

@@ -3,9 +3,14 @@ writes first checks the store is not damaged. Free of Typer, so the short answer
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from stateward.core.errors import ErrorCode, UserError
 from stateward.runtime.runtime import Runtime
+from stateward.temporal.target import is_temporal_url
+
+if TYPE_CHECKING:
+    from stateward.temporal.client import TemporalRuntime
 
 
 def open_runtime(db: str, *, create: bool = False, writes: bool = False, **kwargs: Any) -> Runtime:
@@ -13,6 +18,13 @@ def open_runtime(db: str, *, create: bool = False, writes: bool = False, **kwarg
     that holds none (``STORE_NOT_FOUND``), so a typo never leaves an empty store behind. A command that
     ``writes`` first runs the store's integrity check: nothing is written into a damaged store
     (``STORE_CORRUPT``)."""
+    if is_temporal_url(db):
+        raise UserError(
+            "this command does not run on a Temporal backend (it works on a store: a SQLite path or a postgresql://"
+            " URL); see docs/deployment.md for what a Temporal backend offers",
+            code=ErrorCode.STORE_UNSUPPORTED,
+            details={"db": db[:200]},
+        )
     runtime = Runtime.open(db, create=create, **kwargs)
     if writes:
         try:
@@ -21,3 +33,18 @@ def open_runtime(db: str, *, create: bool = False, writes: bool = False, **kwarg
             runtime.close()
             raise
     return runtime
+
+
+def open_backend(db: str, *, create: bool = False, writes: bool = False, **kwargs: Any) -> Runtime | TemporalRuntime:
+    """:func:`open_runtime`, or for a ``temporal://`` URL the runtime over that Temporal namespace (its runs are
+    workflows: the commands that start, answer, control and read runs work on either)."""
+    if not is_temporal_url(db):
+        return open_runtime(db, create=create, writes=writes, **kwargs)
+    try:
+        from stateward.temporal.client import TemporalRuntime
+    except ImportError as exc:
+        raise UserError(
+            f"a Temporal backend needs the temporal extra ({exc}); install it with: pip install 'stateward[temporal]'",
+            code=ErrorCode.STORE_UNSUPPORTED,
+        ) from None
+    return TemporalRuntime.open(db, agents=kwargs.get("agents"))

@@ -9,7 +9,8 @@ import typer
 
 from stateward.cli import DEFAULT_DB
 from stateward.cli.output import CELL_CHARS, emit_json_lines, print_table, reported_errors
-from stateward.cli.plugins import DbOpt, JsonOpt, open_runtime
+from stateward.cli.plugins import DbOpt, JsonOpt
+from stateward.cli.stores import open_backend
 
 _TRACE_FIELDS = {"seq", "type", "at", "payload"}
 
@@ -40,7 +41,7 @@ def trace(
     """A run's events in order (``--json``: one event per line, as the API writes them). Payloads longer
     than --width are cut with a marker, and a last line says how many were cut and how to see them whole."""
     with reported_errors(as_json):
-        runtime = open_runtime(db)
+        runtime = open_backend(db)
         runtime.get(run_id)
         events = runtime.store.read_events(run_id)
     rows = [_trace_row(e.model_dump(mode="json", include=_TRACE_FIELDS)) for e in events]

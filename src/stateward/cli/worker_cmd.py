@@ -20,10 +20,12 @@ from stateward.cli import DEFAULT_DB
 from stateward.cli.output import EXIT_RUNS_TROUBLED, emit_json, reported_errors, say
 from stateward.cli.prefork import MAX_PROCESSES, check_processes, supervise
 from stateward.cli.worker_options import WorkerOptions as WorkerOptions  # the command's options, re-exported
+from stateward.core.errors import ErrorCode, UserError
 from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.recovery import RecoveryPolicy
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.worker import Worker, positive_seconds
+from stateward.temporal.target import is_temporal_url
 
 if TYPE_CHECKING:
     from stateward.observability.prometheus import MetricsEndpoint
@@ -45,6 +47,8 @@ def start_worker(opts: WorkerOptions) -> int:
 def run_worker(opts: WorkerOptions, agents: AgentRegistry | None = None) -> tuple[int, dict[str, int | bool]]:
     """One worker in this process: (its exit status, its final counts). ``agents``: those this process may
     build, if already loaded (by a forking supervisor); by default loaded on the first claim."""
+    if is_temporal_url(opts.db):
+        return _temporal_worker(opts, agents)
     with reported_errors(opts.as_json):
         if opts.idle_exit is not None:
             positive_seconds("--idle-exit", opts.idle_exit)
@@ -88,6 +92,33 @@ def run_worker(opts: WorkerOptions, agents: AgentRegistry | None = None) -> tupl
     if stats.stopped_on_crashes or (not stopped_by_signal and stats.troubled):
         return EXIT_RUNS_TROUBLED, counts
     return 0, counts
+
+
+def _temporal_worker(opts: WorkerOptions, agents: AgentRegistry | None) -> tuple[int, dict[str, int | bool]]:
+    """A Temporal worker polling the URL's task queue until SIGTERM or SIGINT: Temporal hands it workflow and
+    activity tasks (no claims, leases or sweeps of ours); ``--concurrency`` bounds the activities it runs at once."""
+    import threading
+
+    from stateward.runtime.agent_registry import process_agents
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with reported_errors(opts.as_json):
+        try:
+            from stateward.temporal.worker import WorkerLimits
+            from stateward.temporal.worker import run_worker as poll_temporal
+        except ImportError as exc:
+            raise UserError(
+                f"a Temporal worker needs the temporal extra ({exc}): pip install 'stateward[temporal]'",
+                code=ErrorCode.STORE_UNSUPPORTED,
+            ) from None
+        registry = agents if agents is not None else process_agents()
+        limits = WorkerLimits(activities=opts.concurrency)
+        ready = f"worker temporal:{os.getpid()}: {opts.concurrency} slot(s) on {opts.db}"
+        poll_temporal(opts.db, registry, stop=stop, ready=lambda: say(ready), limits=limits)
+    say("worker stopped: temporal")
+    return 0, {}
 
 
 def _metrics_endpoint(opts: WorkerOptions) -> MetricsEndpoint:

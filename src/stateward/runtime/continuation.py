@@ -30,8 +30,9 @@ from stateward.core.state import (
 from stateward.core.status import RunStatus
 from stateward.runtime.faults import NO_FAULTS, FaultInjector
 from stateward.runtime.transition import resume_on_answer
+from stateward.runtime.write import Write
 from stateward.store.base import Store
-from stateward.store.records import RequestAnswer
+from stateward.store.records import PendingRecord, RequestAnswer
 
 _VERDICTS_BY_KIND = {
     RequestKind.APPROVAL: {AnswerVerdict.APPROVED, AnswerVerdict.REJECTED},
@@ -252,22 +253,11 @@ def answer_request(
     limit = answer_limit() if max_answer_bytes is FROM_ENV else max_answer_bytes
     check_answer_size(text, who.by, run_id, request_id, limit)
     state, seq = store.load_run_at(run_id)
-    record = store.get_request(run_id, request_id)
-    if record is None or (who.tenant is not None and who.tenant != state.tenant):
-        # A request of another tenant is reported exactly like a missing one: nothing leaks.
-        raise _refuse(ErrorCode.UNKNOWN_REQUEST, f"run {run_id} has no request {request_id!r}", run_id, request_id)
-    if record.answer is not None:
-        _earlier_answer(record.answer, verdict, text, run_id)
-        return AnswerResult(state=state, already_answered=True, answer=record.answer)
-    asked = _Asked(run_id, request_id, verdict, text, who, now, _open_request(state, run_id, request_id))
-    for check in ANSWER_CHECKS:
-        refused = check(asked)
-        if refused is not None:
-            raise _refuse(*refused, run_id, request_id)
-
-    answer = RequestAnswer(request_id=request_id, verdict=AnswerVerdict(verdict), text=text, by=who.by, at=now)
-    write = resume_on_answer(state, answer, f"request_{answer.verdict.value}")
-    write = write.after(*_answer_events(asked.pending, answer, who.roles))
+    write, answer = decide_answer(
+        state, store.get_request(run_id, request_id), request_id, verdict, who, text=text, now=now
+    )
+    if write is None:
+        return AnswerResult(state=state, already_answered=True, answer=answer)
     faults.point("approval_before_commit")
     try:
         store.commit_step(run_id, seq, write.stored())
@@ -280,6 +270,38 @@ def answer_request(
             store, run_id, request_id, verdict, who, text=text, now=now, faults=faults, max_answer_bytes=limit
         )
     return AnswerResult(state=write.state, already_answered=False, answer=answer)
+
+
+def decide_answer(
+    state: RunState,
+    record: PendingRecord | None,
+    request_id: str,
+    verdict: str,
+    who: Answerer,
+    *,
+    text: str | None,
+    now: datetime,
+) -> tuple[Write | None, RequestAnswer]:
+    """The checks of an answer against the run's state and the request's record, with no I/O (every backend's
+    answer path runs these same checks: a store's transaction, a Temporal Update's validator).
+
+    Raises RequestRefusedError with the refusal's code; returns ``(None, first)`` for an identical repeat of an
+    earlier answer (nothing to do again), else the write that records the answer and resumes the run."""
+    run_id = state.run_id
+    if record is None or (who.tenant is not None and who.tenant != state.tenant):
+        # A request of another tenant is reported exactly like a missing one: nothing leaks.
+        raise _refuse(ErrorCode.UNKNOWN_REQUEST, f"run {run_id} has no request {request_id!r}", run_id, request_id)
+    if record.answer is not None:
+        _earlier_answer(record.answer, verdict, text, run_id)
+        return None, record.answer
+    asked = _Asked(run_id, request_id, verdict, text, who, now, _open_request(state, run_id, request_id))
+    for check in ANSWER_CHECKS:
+        refused = check(asked)
+        if refused is not None:
+            raise _refuse(*refused, run_id, request_id)
+    answer = RequestAnswer(request_id=request_id, verdict=AnswerVerdict(verdict), text=text, by=who.by, at=now)
+    write = resume_on_answer(state, answer, f"request_{answer.verdict.value}")
+    return write.after(*_answer_events(asked.pending, answer, who.roles)), answer
 
 
 def refusal_observation(pending: PendingRequest, answer: RequestAnswer) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from stateward.core.state import RunState
     from stateward.runtime.agent import Agent
+    from stateward.runtime.write import Write
     from stateward.store.base import Store
 
 
@@ -35,35 +36,46 @@ def expire_due(store: Store, now: datetime, agent_for: Callable[[RunState], Agen
         state, seq = store.load_run_at(record.run_id)
         if state.status is not RunStatus.WAITING_FOR_USER or state.pending != request:
             continue
-        if request.kind is RequestKind.TIMER:
-            try:
-                store.commit_step(record.run_id, seq, transition.fire_timer(state, now).stored())
-            except RunError as exc:
-                if exc.code in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.LEASE_HELD}:
-                    continue
-                raise
-            expired.append((record.run_id, request.request_id, "timer_fired"))
-            continue
         try:
-            agent = agent_for(state)
+            write, happened = expiry_write(state, now, agent_for)
         except Exception as exc:  # one run whose agent cannot be built here must not stop the sweep
             log.warning("run %s: cannot apply its expiry policy here: %s", record.run_id, exc)
             continue
-        write = transition.expire(
-            state,
-            agent.on_request_expiry,
-            now=now,
-            role=agent.escalation_role,
-            expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
-        )
         try:
             store.commit_step(record.run_id, seq, write.stored())
         except RunError as exc:
             if exc.code in {ErrorCode.CONCURRENT_UPDATE, ErrorCode.LEASE_HELD}:
                 continue  # answered or moved on meanwhile: the next sweep looks again
             raise
-        expired.append((record.run_id, request.request_id, agent.on_request_expiry))
+        expired.append((record.run_id, request.request_id, happened))
     return expired
+
+
+def expiry_write(state: RunState, now: datetime, agent_for: Callable[[RunState], Agent]) -> tuple[Write, str]:
+    """What the expiry of the request ``state`` waits on does (a timer fires; any other request takes its
+    agent's policy: fail, cancel or escalate), and its name: every backend's sweep, a store's or a workflow's."""
+    pending = state.pending
+    assert pending is not None
+    if pending.kind is RequestKind.TIMER:
+        return transition.fire_timer(state, now), "timer_fired"
+    agent = agent_for(state)
+    write = transition.expire(
+        state,
+        agent.on_request_expiry,
+        now=now,
+        role=agent.escalation_role,
+        expires_at=None if agent.request_ttl is None else now + agent.request_ttl,
+    )
+    return write, agent.on_request_expiry
+
+
+def retry_write(state: RunState) -> Write:
+    """A PAUSED run whose retry time came -> RUNNING, recorded as stateward's doing; setbacks and usage carry on."""
+    setback = state.setback
+    assert setback is not None
+    return transition.resume(
+        state, "retry_due", by=RETRY_BY, retrying=setback.kind.value, setback=without_retry(setback)
+    )
 
 
 def resume_due(store: Store, now: datetime) -> list[str]:
@@ -79,9 +91,7 @@ def resume_due(store: Store, now: datetime) -> list[str]:
             continue
         if now < setback.retry_at:
             continue
-        write = transition.resume(
-            state, "retry_due", by=RETRY_BY, retrying=setback.kind.value, setback=without_retry(setback)
-        )
+        write = retry_write(state)
         try:
             store.commit_step(run_id, seq, write.stored())
         except RunError as exc:

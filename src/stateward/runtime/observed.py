@@ -6,10 +6,11 @@ person's answer to its reconciliation) is seen as what was recorded about it, ne
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from stateward.core.contract import Observation, ObservationLog
-from stateward.core.events import EventType
+from stateward.core.events import Event, EventType
 from stateward.core.state import RunState
 from stateward.observability.payloads import resolve
 from stateward.store.base import Store
@@ -29,7 +30,15 @@ def observations_of(store: Store, state: RunState) -> ObservationLog:
         found = store.get_artifact(run_id, name, 1)
         return None if found is None else found.content
 
-    events = [ev for ev in store.read_events(run_id) if ev.type in OBSERVED]
+    return observations_in(store.read_events(run_id), state, fetch)
+
+
+def observations_in(
+    log: Iterable[Event], state: RunState, fetch: Callable[[str], str | None] = lambda _name: None
+) -> ObservationLog:
+    """:func:`observations_of` over events already read (a backend that keeps them itself, e.g. a Temporal
+    workflow); ``fetch`` resolves a payload offloaded to an artifact."""
+    events = [ev for ev in log if ev.type in OBSERVED]
     observed = [
         (ev.payload.get("idempotency_key"), Observation.model_validate(resolve(ev.payload["observation"], fetch)))
         for ev in events

@@ -19,8 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stateward.core.budget import Budget
-from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StatewardError, UserError
-from stateward.core.run_inputs import check_goal, check_run_id, check_tenant
+from stateward.core.errors import ErrorCode, RunError, RunNotFoundError, StatewardError
 from stateward.core.setback import without_retry
 from stateward.core.state import ChildCall, RequestKind, RunState
 from stateward.core.status import RunStatus
@@ -39,6 +38,7 @@ from stateward.runtime.inspection import RunReads
 from stateward.runtime.leases import AsyncLeaseKeeper, LeasePolicy
 from stateward.runtime.recovery import AGENT_BUILD_CODES, RecoveryPolicy
 from stateward.runtime.resumption import check_resumable, reconcile_in_flight, verify_checkpoint
+from stateward.runtime.run_start import new_run, new_run_id
 from stateward.store.backends import open_store
 from stateward.store.base import Store
 from stateward.store.offload import offloaded
@@ -54,10 +54,6 @@ __all__ = ["Runtime", "action_specs", "new_run_id"]
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def new_run_id() -> str:
-    return f"run_{uuid.uuid4().hex[:16]}"
 
 
 _mint_run_id = new_run_id  # for methods whose ``new_run_id`` parameter hides the function
@@ -160,18 +156,8 @@ class Runtime(RunReads):
         (steps, model or tool calls, tokens) is refused: nothing is unbounded by default. So are a blank
         or oversized goal, a malformed tenant or run id (INVALID_GOAL, INVALID_TENANT, INVALID_RUN_ID).
         """
-        check_goal(goal)
-        check_tenant(tenant)
-        if run_id is not None:
-            check_run_id(run_id)
-        limits = budget or agent.budget
-        if all(value is None for value in limits.model_dump().values()):
-            raise UserError(
-                "a run needs at least one bound (max_steps, max_model_calls, max_tool_calls or tokens)",
-                code=ErrorCode.UNBOUNDED_RUN,
-            )
-        state = RunState(run_id=run_id or new_run_id(), tenant=tenant, agent=agent.agent_ref, goal=goal, budget=limits)
-        self.store.create_run(state, [children.run_started(agent, state)])
+        state, started = new_run(agent, goal, run_id=run_id, budget=budget, tenant=tenant)
+        self.store.create_run(state, [started])
         self._agents[state.run_id] = agent
         return state
 

@@ -1,0 +1,80 @@
+"""A Temporal worker for stateward runs: it hosts the run workflow and its two activities for one task queue.
+
+The workflow runs in the SDK's sandbox (its globals isolated per run, its clock and ids the workflow's). Every
+module is passed through the sandbox rather than re-imported: stateward's core is pure, and an agent factory
+the operator registered runs with the modules it was imported with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from stateward.runtime.agent_registry import AgentRegistry
+from stateward.temporal.activities import Activities
+from stateward.temporal.agents import host_agents
+from stateward.temporal.connection import Connection
+from stateward.temporal.target import TemporalTarget
+from stateward.temporal.workflow import RunWorkflow
+
+DEFAULT_ACTIVITIES = 64  # activities one worker runs at once (model and tool calls, each in a thread)
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    """How much one worker takes on at once."""
+
+    activities: int = DEFAULT_ACTIVITIES
+    workflow_tasks: int = 64
+
+
+def build_worker(connection: Connection, agents: AgentRegistry, limits: WorkerLimits = WorkerLimits()) -> Worker:
+    """The SDK worker for ``connection``'s task queue, hosting ``agents`` (call it on the connection's loop)."""
+    host_agents(agents)
+    return Worker(
+        connection.client,
+        task_queue=connection.target.task_queue,
+        workflows=[RunWorkflow],
+        activities=Activities(agents).all(),
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
+        ),
+        max_concurrent_activities=limits.activities,
+        max_concurrent_workflow_tasks=limits.workflow_tasks,
+    )
+
+
+def run_worker(
+    url: str,
+    agents: AgentRegistry,
+    *,
+    stop: threading.Event | None = None,
+    ready: Callable[[], object] | None = None,
+    limits: WorkerLimits = WorkerLimits(),
+) -> None:
+    """Poll ``url``'s task queue until ``stop`` is set (or forever), on a loop of its own; ``ready`` is called once
+    the worker polls. STORE_UNAVAILABLE when no Temporal frontend answers there."""
+    connection = Connection.open(TemporalTarget.parse(url))
+    try:
+        connection.run(_poll(connection, agents, limits, stop, ready))
+    finally:
+        connection.close()
+
+
+async def _poll(
+    connection: Connection,
+    agents: AgentRegistry,
+    limits: WorkerLimits,
+    stop: threading.Event | None,
+    ready: Callable[[], object] | None,
+) -> None:
+    async with build_worker(connection, agents, limits):  # the SDK builds a worker on its running loop
+        if ready is not None:
+            ready()
+        while stop is None or not stop.is_set():
+            await asyncio.sleep(0.1)
