@@ -162,15 +162,7 @@ class TemporalRuntime(RunReads):
         drive: bool = True,
     ) -> AnswerResult:
         """Approve the exact action the request guards (``digest``, when given, must be its digest)."""
-        asked = AnswerInput(
-            request_id=request_id,
-            verdict="approved",
-            by=by,
-            text=comment,
-            tenant=tenant,
-            roles=sorted(roles),
-            digest=digest,
-        )
+        asked = _asked(request_id, "approved", by, comment, tenant, roles, digest=digest)
         return self._answer(run_id, asked, drive)
 
     def reject(
@@ -186,15 +178,7 @@ class TemporalRuntime(RunReads):
         drive: bool = True,
     ) -> AnswerResult:
         """Reject the request: the guarded call never runs; the controller sees the refusal."""
-        asked = AnswerInput(
-            request_id=request_id,
-            verdict="rejected",
-            by=by,
-            text=comment,
-            tenant=tenant,
-            roles=sorted(roles),
-            digest=digest,
-        )
+        asked = _asked(request_id, "rejected", by, comment, tenant, roles, digest=digest)
         return self._answer(run_id, asked, drive)
 
     def reconcile(
@@ -211,15 +195,8 @@ class TemporalRuntime(RunReads):
     ) -> AnswerResult:
         """Answer a reconciliation, and only that (WRONG_ANSWER_KIND otherwise): ``happened`` says whether the call
         whose outcome was lost took effect, as ``Runtime.reconcile``."""
-        asked = AnswerInput(
-            request_id=request_id,
-            verdict="approved" if happened else "rejected",
-            by=by,
-            text=comment,
-            tenant=tenant,
-            roles=sorted(roles),
-            expects=RequestKind.RECONCILIATION.value,
-        )
+        verdict = "approved" if happened else "rejected"
+        asked = _asked(request_id, verdict, by, comment, tenant, roles, expects=RequestKind.RECONCILIATION)
         return self._answer(run_id, asked, drive)
 
     def reply(
@@ -234,9 +211,7 @@ class TemporalRuntime(RunReads):
         drive: bool = True,
     ) -> AnswerResult:
         """Answer a question the run asked."""
-        asked = AnswerInput(
-            request_id=request_id, verdict="replied", by=by, text=text, tenant=tenant, roles=sorted(roles)
-        )
+        asked = _asked(request_id, "replied", by, text, tenant, roles)
         return self._answer(run_id, asked, drive)
 
     def _answer(self, run_id: str, asked: AnswerInput, drive: bool) -> AnswerResult:
@@ -315,6 +290,31 @@ class TemporalRuntime(RunReads):
     def _ended(self, run_id: str) -> RunError:
         """What an operation on an ended run is on a store: RUN_ENDED (RUN_NOT_FOUND if there is no such run)."""
         return _run_ended(self.store.load_run(run_id))
+
+
+def _asked(
+    request_id: str,
+    verdict: str,
+    by: str,
+    text: str | None,
+    tenant: str | None,
+    roles: frozenset[str],
+    *,
+    digest: str | None = None,
+    expects: RequestKind | None = None,
+) -> AnswerInput:
+    """An answer as the workflow's Update takes it."""
+    kind = None if expects is None else expects.value
+    return AnswerInput(
+        request_id=request_id,
+        verdict=verdict,
+        by=by,
+        text=text,
+        tenant=tenant,
+        roles=sorted(roles),
+        digest=digest,
+        expects=kind,
+    )
 
 
 class _WorkflowClosed(Exception):
