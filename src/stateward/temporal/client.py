@@ -36,7 +36,7 @@ from stateward.temporal import search
 from stateward.temporal.book import TemporalBook
 from stateward.temporal.connection import RPC_TIMEOUT, Connection, not_found
 from stateward.temporal.messages import DEFAULT_HISTORY_EVENTS, AnswerInput, AnswerReply, ControlInput, StartRun
-from stateward.temporal.target import TemporalTarget
+from stateward.temporal.target import TemporalTarget, version_queue
 from stateward.temporal.workflow import WORKFLOW
 
 # The refusals an Update may carry back, by the class the workflow raised: a fixed table, so nothing read from
@@ -100,7 +100,8 @@ class TemporalRuntime(RunReads):
         budget: Budget | None = None,
         tenant: str = "default",
     ) -> RunState:
-        """Start the run's workflow (its id is the run id: RUN_EXISTS if taken); a worker drives it."""
+        """Start the run's workflow (its id is the run id: RUN_EXISTS if taken) on its agent version's task queue;
+        a worker that builds that version drives it."""
         state, started = new_run(agent, goal, run_id=run_id, budget=budget, tenant=tenant)
         now = datetime.now(UTC)
         created = search.memo(state, (), now, now, 1)
@@ -110,7 +111,7 @@ class TemporalRuntime(RunReads):
                     WORKFLOW,
                     StartRun(state=state, started=started, max_history_events=self._max_history_events),
                     id=state.run_id,
-                    task_queue=self.target.task_queue,
+                    task_queue=version_queue(self.target.task_queue, state.agent.name, state.agent.version),
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     search_attributes=search.attributes(state),
                     memo=created,
