@@ -15,6 +15,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from tests.temporal.conftest import WorkerProcess, cli_env, wait_for
 
+from stateward.core.errors import ErrorCode, StoreError
 from stateward.core.status import RunStatus
 from stateward.temporal.client import TemporalRuntime
 from stateward.temporal.target import version_queue
@@ -102,6 +103,10 @@ def test_v1_and_v2_workers_each_drive_only_their_own_runs(temporal_url: str, tmp
         for state in new:
             assert rt2.settled(state.run_id).status is RunStatus.COMPLETED
         assert [_tasks_started(rt1, s.run_id) for s in old] == [0] * len(old)  # the v2 build never took one
+        with pytest.raises(StoreError) as unread:  # no worker answers for the v1 queue: said, not hung
+            rt1.get(old[0].run_id)
+        assert unread.value.code is ErrorCode.STORE_UNAVAILABLE
+        assert unread.value.details["task_queue"] == version_queue(rt1.target.task_queue, "stamps", "1")
         only_v1 = _worker(temporal_url, "1", tmp_path)
         try:
             for state in old:
