@@ -34,6 +34,11 @@ class WorkerLimits:
     workflow_tasks: int = 64
 
 
+def sandbox() -> SandboxedWorkflowRunner:
+    """The SDK's sandbox for the run workflow, every module passed through (a replayer uses the same)."""
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_all_modules())
+
+
 def queues(base: str, agents: AgentRegistry) -> list[str]:
     """The task queues a worker hosting ``agents`` polls: the URL's own (runs recorded without a version) and one
     per agent version it builds, compatible versions included. A run of any other version is never handed to it:
@@ -46,7 +51,7 @@ def build_workers(connection: Connection, agents: AgentRegistry, limits: WorkerL
     """The SDK workers for the queues of ``agents`` (call it on the connection's loop)."""
     host_agents(agents)
     activities = Activities(agents).all()
-    runner = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_all_modules())
+    runner = sandbox()
     return [
         Worker(
             connection.client,
