@@ -253,7 +253,7 @@ def temporal_throughput(cluster: Cluster, workers: int) -> dict[str, Any]:
     if bad:
         raise RuntimeError(f"Temporal runs did not complete: {bad[:3]}")
     steps = sum(int(s["usage"]["steps"]) for s in states)
-    return _rate(workers, steps, elapsed, children_cpu() - cpu0, None if None in (srv0, srv1) else srv1 - srv0)  # type: ignore[operator]
+    return _rate(workers, steps, elapsed, children_cpu() - cpu0, _used(srv0, srv1))
 
 
 def floor_throughput(cluster: Cluster, workers: int) -> dict[str, Any]:
@@ -282,7 +282,7 @@ def floor_throughput(cluster: Cluster, workers: int) -> dict[str, Any]:
         conn.close()
         TemporalFleet.stop(procs)
     steps = sum(int(r) for r in results)
-    return _rate(workers, steps, elapsed, children_cpu() - cpu0, None if None in (srv0, srv1) else srv1 - srv0)  # type: ignore[operator]
+    return _rate(workers, steps, elapsed, children_cpu() - cpu0, _used(srv0, srv1))
 
 
 async def _results(watch: Any, ids: Sequence[str]) -> list[Any]:
@@ -325,7 +325,11 @@ def pg_throughput(cluster: Cluster, workers: int) -> dict[str, Any]:
         cpu = children_cpu() - cpu0
     finally:
         runtime.close()
-    return _rate(workers, steps, elapsed, cpu, None if None in (srv0, srv1) else srv1 - srv0)  # type: ignore[operator]
+    return _rate(workers, steps, elapsed, cpu, _used(srv0, srv1))
+
+
+def _used(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
 
 
 def _wait(done: Callable[[], bool], what: str, procs: Sequence[Any]) -> None:
@@ -445,13 +449,14 @@ def measure_inbox(cluster: Cluster) -> dict[str, Any]:
             seen += 1
         return seen
 
+    sides: dict[str, TemporalRuntime | Runtime] = {"temporal": temporal, "postgres": pg}
     calls: dict[str, Callable[[], object]] = {
         "temporal": lambda: temporal.list_requests(tenant=INBOX_TENANT, limit=PAGE),
         "postgres": lambda: pg.list_requests(tenant=INBOX_TENANT, limit=PAGE),
         "temporal visibility call": lambda: conn.run(bare()),
     }
     try:
-        pages = {name: len(fn().items) for name, fn in calls.items() if name != "temporal visibility call"}  # type: ignore[attr-defined]
+        pages = {name: len(rt.list_requests(tenant=INBOX_TENANT, limit=PAGE).items) for name, rt in sides.items()}
         if pages != {"temporal": PAGE, "postgres": PAGE}:
             raise RuntimeError(f"the first inbox page is not {PAGE} rows on both: {pages}")
         samples = _interleaved(calls, sizes.page_calls)
