@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench_workers import Fleet, Server, ServerCpu, children_cpu, pg_server, server_version
 from benchkit import machine, table
@@ -60,6 +60,7 @@ PAGE = 50
 READY_LINE = "temporal worker polling"
 POLL_S = 0.02
 TIMEOUT_S = 120.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ FULL = Sizes(runs=20, steps=10, rounds=2, answers=100, inbox=10_000, page_calls=
 QUICK = Sizes(runs=10, steps=5, rounds=1, answers=20, inbox=500, page_calls=50)
 SEED_WORKERS = 2  # the worker processes (each SEED_CONCURRENCY runs at once) that drive the inbox's runs to their wait
 SEED_CONCURRENCY = 16
+SEED_S_PER_RUN = 0.5  # how long seeding the inbox may take per run (the dev server drives ~5-15 runs/s to their wait)
 
 
 # -- Temporal worker processes -------------------------------------------------------------------------
@@ -512,7 +514,7 @@ def fill_temporal_inbox(cluster: Cluster) -> tuple[float, float]:
         # A run is in the inbox once visibility has its open request (the workflow upserts its pending kind as
         # it stops on the approval): count until all are, without an Update per run (each is a workflow task).
         while (count := conn.run(conn.client.count_workflows(query)).count) < n:
-            if time.perf_counter() - t0 > TIMEOUT_S * 10:
+            if time.perf_counter() - t0 > max(TIMEOUT_S, n * SEED_S_PER_RUN):
                 raise RuntimeError(f"visibility counts {count} of {n} waiting runs")
             time.sleep(0.2)
         counted = time.perf_counter() - t0
@@ -545,7 +547,8 @@ def fill_pg_inbox(cluster: Cluster) -> tuple[float, str]:
                 row = db.execute("SELECT count(*) FROM runs WHERE status = 'WAITING_FOR_USER'").fetchone()
                 if row is not None and int(row[0]) >= n:
                     break
-                if time.perf_counter() - t0 > TIMEOUT_S * 3 or all(w.proc.poll() is not None for w in procs):
+                late = time.perf_counter() - t0 > max(TIMEOUT_S, n * SEED_S_PER_RUN)
+                if late or all(w.proc.poll() is not None for w in procs):
                     raise RuntimeError(f"PostgreSQL: {row} of {n} runs waiting")
                 time.sleep(0.1)
             seeded = time.perf_counter() - t0
@@ -681,6 +684,13 @@ def _tables(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def progress(part: str, measured: T) -> T:
+    """``measured``, after a line on stderr with its raw figures (a long run that fails later keeps them)."""
+    load = os.getloadavg()[0]
+    print(f"{part} measured (load {load:.2f}): {json.dumps(measured)}", file=sys.stderr, flush=True)
+    return measured
+
+
 def _machine_line(info: dict[str, Any]) -> str:
     return (
         f"machine: {info['cpus']} CPUs, load average {info['load_avg_1m']} (1 min; {info['load_avg_1m_at_start']}"
@@ -724,9 +734,9 @@ def main() -> None:
         try:
             cluster.start()
             version = server_version(cluster.pg)
-            tp = measure_throughput(cluster)
-            lat = measure_latency(cluster)
-            inbox = measure_inbox(cluster)
+            tp = progress("steps per second", measure_throughput(cluster))
+            lat = progress("answer latency", measure_latency(cluster))
+            inbox = progress("inbox", measure_inbox(cluster))
             odd = cluster.tfleet.odd_lines()
         finally:
             cluster.close()
