@@ -23,9 +23,11 @@ imports them under one name and records one agent version).
    listing is timed only once a count of the waiting workflows sees them all). ``list_requests(tenant="inbox",
    limit=50)`` (``TemporalRuntime`` / ``Runtime``), PAGE_CALLS calls each in interleaved blocks; p50 / p99.
 
-Floors, measured in the same run: one round trip to each server (Temporal's ``GetSystemInfo`` RPC through the
-SDK's client, PostgreSQL's ``SELECT 1`` over psycopg) and, for the inbox, the bare visibility call under the
-listing (``list_workflows`` with the same query and page size, no memo read). No targets: the point is to know
+Floors, measured in the same run: under the Temporal steps, a bare workflow of the same shape
+(``temporal_bench_floor.py``: two no-op activities per step and nothing else, hosted the same way); one round
+trip to each server (Temporal's ``GetSystemInfo`` RPC through the SDK's client, PostgreSQL's ``SELECT 1`` over
+psycopg); for the inbox, the bare visibility call under the listing (``list_workflows`` with the same query and
+page size, no memo read). No targets: the point is to know
 the cost, not to win. ``--quick`` makes a short run (fewer runs, steps, answers and 500 waiting runs).
 """
 
@@ -395,7 +397,7 @@ def measure_latency(cluster: Cluster) -> dict[str, Any]:
                 seconds, status = _answer(rt, waiting[backend][i])
                 samples[backend].append(seconds)
                 statuses[backend].add(status)
-        floors = _round_trip_floors(cluster, temporal, n)
+        floors = _round_trip_floors(cluster, url, n)
     finally:
         temporal.close()
         pg.close()
@@ -413,24 +415,34 @@ def _answer(rt: Any, state: Any) -> tuple[float, str]:
     return time.perf_counter() - t0, result.state.status.value
 
 
-def _round_trip_floors(cluster: Cluster, temporal: Any, n: int) -> dict[str, list[float]]:
+def _round_trip_floors(cluster: Cluster, url: str, n: int) -> dict[str, list[float]]:
     """One round trip to each server, ``n`` times each, interleaved."""
     import psycopg
     from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
-    conn = temporal._conn  # the facade's own connection: the same client and loop an answer uses
+    conn = _connect(url)  # a connection like the facade's: the SDK's client on a loop of its own
     service = conn.client.workflow_service
     out: dict[str, list[float]] = {"temporal": [], "postgres": []}
-    with psycopg.connect(cluster.pg.url, autocommit=True) as db:
-        for _ in range(n):
-            t0 = time.perf_counter()
-            conn.run(service.get_system_info(GetSystemInfoRequest()))
-            t1 = time.perf_counter()
-            db.execute("SELECT 1").fetchone()
-            t2 = time.perf_counter()
-            out["temporal"].append(t1 - t0)
-            out["postgres"].append(t2 - t1)
+    try:
+        with psycopg.connect(cluster.pg.url, autocommit=True) as db:
+            for _ in range(n):
+                t0 = time.perf_counter()
+                conn.run(service.get_system_info(GetSystemInfoRequest()))
+                t1 = time.perf_counter()
+                db.execute("SELECT 1").fetchone()
+                t2 = time.perf_counter()
+                out["temporal"].append(t1 - t0)
+                out["postgres"].append(t2 - t1)
+    finally:
+        conn.close()
     return out
+
+
+def _connect(url: str) -> Any:
+    from stateward.temporal.connection import Connection
+    from stateward.temporal.target import TemporalTarget
+
+    return Connection.open(TemporalTarget.parse(url))
 
 
 # -- 3. the inbox at INBOX waiting runs ------------------------------------------------------------------
@@ -440,10 +452,11 @@ def measure_inbox(cluster: Cluster) -> dict[str, Any]:
     sizes = cluster.sizes
     t_started, t_seed = fill_temporal_inbox(cluster)
     p_seed, pg_url = fill_pg_inbox(cluster)
-    temporal = TemporalRuntime.open(cluster.temporal.url("inbox-listing"), agents=AGENTS)
+    listing_url = cluster.temporal.url("inbox-listing")
+    temporal = TemporalRuntime.open(listing_url, agents=AGENTS)
     pg = Runtime.open(pg_url, agents=AGENTS)
     query = _inbox_query()
-    conn = temporal._conn
+    conn = _connect(listing_url)
 
     async def bare() -> int:
         seen = 0
@@ -463,6 +476,7 @@ def measure_inbox(cluster: Cluster) -> dict[str, Any]:
             raise RuntimeError(f"the first inbox page is not {PAGE} rows on both: {pages}")
         samples = _interleaved(calls, sizes.page_calls)
     finally:
+        conn.close()
         temporal.close()
         pg.close()
     return {
@@ -504,7 +518,7 @@ def fill_temporal_inbox(cluster: Cluster) -> tuple[float, float]:
 
     query = _inbox_query()
     rt = TemporalRuntime.open(url, agents=AGENTS)
-    conn = rt._conn
+    conn = _connect(url)
     try:
         t0 = time.perf_counter()
         with ThreadPoolExecutor(threads) as pool:
@@ -523,6 +537,7 @@ def fill_temporal_inbox(cluster: Cluster) -> tuple[float, float]:
         if late:
             raise RuntimeError(f"runs counted as waiting are not WAITING_FOR_USER: {late[:3]}")
     finally:
+        conn.close()
         rt.close()
         TemporalFleet.stop(procs)
     return submitted, counted
