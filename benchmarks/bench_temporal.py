@@ -99,7 +99,7 @@ def serve_temporal_worker(url: str, concurrency: int) -> None:
 
     threading.Thread(target=announce, daemon=True).start()
     limits = WorkerLimits(activities=concurrency, workflow_tasks=max(2, concurrency))
-    run_worker(url, AGENTS, stop=stop, ready=ready, limits=limits)
+    run_worker(url, AGENTS, stop=stop, ready=ready.set, limits=limits)
 
 
 def serve_floor(url: str, concurrency: int) -> None:
@@ -732,12 +732,13 @@ def main() -> None:
     parser.add_argument("--serve-temporal-worker", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--serve-floor-worker", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_temporal_worker:
-        serve_temporal_worker(args.serve_temporal_worker, args.concurrency or FULL.concurrency)
-        return
-    if args.serve_floor_worker:
-        serve_floor(args.serve_floor_worker, args.concurrency or FULL.concurrency)
-        return
+    if args.serve_temporal_worker or args.serve_floor_worker:
+        if args.serve_temporal_worker:
+            serve_temporal_worker(args.serve_temporal_worker, args.concurrency or FULL.concurrency)
+        else:
+            serve_floor(args.serve_floor_worker, args.concurrency or FULL.concurrency)
+        sys.stdout.flush()
+        os._exit(0)  # past the interpreter's teardown, which the SDK's native threads can crash (sdk-python#300)
     sizes = QUICK if args.quick else FULL
     if args.inbox is not None:
         sizes = Sizes(**{**sizes.__dict__, "inbox": args.inbox})
