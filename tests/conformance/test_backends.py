@@ -46,6 +46,12 @@ class Backend:
     runtime: Any  # Runtime | TemporalRuntime: the same calls on either
     url: str
 
+    def settled(self, run_id: str) -> RunState:
+        """The run once it stopped: a store's runtime drives it here, Temporal's worker drives it meanwhile."""
+        if self.name == "temporal":
+            return self.runtime.settled(run_id)  # type: ignore[no-any-return]
+        return self.runtime.drive(run_id)  # type: ignore[no-any-return]
+
     def start(self, ledger: Path, tenant: str = "default", **params: Any) -> RunState:
         agent = registry.create("refunds", {"ledger": str(ledger), **params})
         return self.runtime.start(agent, "refund order A-1", tenant=tenant)  # type: ignore[no-any-return]
@@ -224,3 +230,21 @@ def test_a_plan_run_goes_through_its_items_each_side_effect_once(
     stamps = log.read_text().split()
     assert sorted(stamps) == sorted(f"W{i}#{n}" for i in range(1, 6) for n in (1, 2))  # each once
     assert stamps.index("W5#1") > max(stamps.index("W1#2"), stamps.index("W2#2"))  # after what it depends on
+
+
+def test_a_pause_is_honoured_at_a_step_boundary_and_a_resume_carries_on(backend: Backend, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    rt = backend.runtime
+    state = rt.submit(registry.create("refunds", {"ledger": str(ledger), "think_s": 1.0}), "refund order A-1")
+    rt.pause(state.run_id, by="ops")
+    paused = backend.settled(state.run_id)
+    assert paused.status is RunStatus.PAUSED
+    resumed = rt.resume(state.run_id, by="ops")
+    assert resumed.status is RunStatus.WAITING_FOR_USER and resumed.usage.steps > paused.usage.steps
+    moves = [
+        (e.payload["state_after"], e.payload.get("by"))
+        for e in rt.events(state.run_id)
+        if e.type.value == "state_transition"
+    ]
+    assert ("PAUSED", "ops") in moves and ("RUNNING", "ops") in moves
+    assert _refunds(ledger) == 0

@@ -101,18 +101,18 @@ class WorkerProcess:
                 self.kill()
 
 
-def start_worker_process(url: str, log: Path) -> WorkerProcess:
-    """A worker subprocess, returned once it polls."""
+def start_worker_process(url: str, log: Path, *extra: str, announced: int = 1) -> WorkerProcess:
+    """A worker subprocess (``extra``: more options), returned once ``announced`` workers in it poll."""
     with log.open("w") as out:  # the child writes through its own descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "stateward.cli.main", "worker", "--db", url, "--agents", AGENTS_SPEC],
+            [sys.executable, "-m", "stateward.cli.main", "worker", "--db", url, "--agents", AGENTS_SPEC, *extra],
             env=cli_env(),
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,
         )
     worker = WorkerProcess(proc, log)
-    wait_for(lambda: "slot(s) on temporal://" in log.read_text(), "the worker process to poll", worker)
+    wait_for(lambda: log.read_text().count("slot(s) on temporal://") >= announced, "the worker process to poll", worker)
     return worker
 
 

@@ -10,13 +10,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 from tests.temporal.conftest import start_worker_process, wait_for
 from tests.temporal.temporal_agents import registry
 
 from stateward.core.status import RunStatus
 from stateward.temporal.client import TemporalRuntime
 from stateward.temporal.dev_server import DevServer
-from stateward.temporal.worker import run_worker
+from stateward.temporal.worker import run_worker, sandbox
+from stateward.temporal.workflow import RunWorkflow
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 
@@ -141,3 +144,31 @@ def test_the_server_killed_and_restarted_on_its_database_keeps_the_waiting_run(t
     finally:
         stop.set()
         server.stop()
+
+
+def test_every_recorded_history_replays_deterministically(
+    runtime: TemporalRuntime, worker: None, tmp_path: Path
+) -> None:
+    """The SDK's replayer re-runs the workflow code over a finished run's history (an approval, a continue-as-new
+    boundary's book, a reconciliation): any decision that came out differently (a clock, an id, an order) is a
+    nondeterminism error, which a worker restarted mid-run would hit."""
+    ledger = tmp_path / "ledger"
+    state = runtime.start(registry.create("refunds", {"ledger": str(ledger)}), "refund A-1")
+    assert state.pending is not None
+    runtime.approve(state.run_id, state.pending.request_id, by="alice")
+    lost = runtime.start(
+        registry.create("refunds", {"ledger": str(ledger), "lookup": False, "timeout_s": 0.3, "hold_s": 1.0}),
+        "refund A-2",
+    )
+    assert lost.pending is not None
+    asked = runtime.approve(lost.run_id, lost.pending.request_id, by="alice").state
+    assert asked.pending is not None
+    runtime.reconcile(lost.run_id, asked.pending.request_id, happened=True, by="ops")
+
+    async def replay() -> None:
+        replayer = Replayer(workflows=[RunWorkflow], workflow_runner=sandbox(), data_converter=pydantic_data_converter)
+        for run_id in (state.run_id, lost.run_id):
+            history = await runtime._conn.handle(run_id).fetch_history()
+            await replayer.replay_workflow(history)  # raises on any nondeterminism
+
+    runtime._conn.run(replay())

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.temporal.conftest import cli, hosted_worker, wait_for
+from tests.temporal.conftest import cli, hosted_worker, start_worker_process, wait_for
 from tests.temporal.temporal_agents import registry
 
 from stateward.core.errors import ErrorCode, StoreError, UserError
@@ -125,3 +125,19 @@ def _stats_and_gates(temporal_url: str, ledger: Path) -> None:
     report = json.loads(gates.stdout)
     assert report["passed"] is True and report["breaches"] == []
     assert waiting["status"] == "WAITING_FOR_USER" and ledger.read_text().count("\n") == 1
+
+
+def test_a_worker_of_several_processes_polls_from_each(
+    runtime: TemporalRuntime, temporal_url: str, tmp_path: Path
+) -> None:
+    fleet = start_worker_process(temporal_url, tmp_path / "fleet.log", "--processes", "2", announced=2)
+    try:
+        ledger = tmp_path / "ledger"
+        state = runtime.start(registry.create("refunds", {"ledger": str(ledger)}), "refund A-1")
+        assert state.status is RunStatus.WAITING_FOR_USER and state.pending is not None
+        done = runtime.approve(state.run_id, state.pending.request_id, by="alice")
+        assert done.state.status is RunStatus.COMPLETED and ledger.read_text().count("\n") == 1
+    finally:
+        fleet.stop()
+    assert fleet.proc.returncode == 0
+    assert "processes=2 replaced=0 exit=0" in fleet.log.read_text()

@@ -81,8 +81,13 @@ def preload(opts: WorkerOptions) -> AgentRegistry | None:
     then loads them itself and reports the error on the runs, as one worker process would)."""
     from stateward.runtime.agent_registry import process_agents
     from stateward.store.backends import import_store
+    from stateward.temporal.target import is_temporal_url
 
-    import_store(opts.db)
+    if is_temporal_url(opts.db):
+        # The SDK, imported only: its native runtime starts in each child, at its own first connection.
+        import stateward.temporal.worker
+    else:
+        import_store(opts.db)
     if opts.use_async:
         import stateward.runtime.async_worker  # noqa: F401
     try:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from temporalio.client import WorkflowExecution, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.service import RPCError
+from temporalio.client import WorkflowExecution, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from stateward.core.errors import ErrorCode, RunNotFoundError, StoreError, UserError
 from stateward.core.events import Event, NewEvent
@@ -39,6 +39,7 @@ from stateward.temporal.messages import Book
 from stateward.temporal.workflow import WORKFLOW
 
 _OPEN = (WorkflowExecutionStatus.RUNNING,)
+QUERY_TIMEOUT = timedelta(seconds=10)
 
 
 class TemporalBook:
@@ -59,7 +60,7 @@ class TemporalBook:
             if described.workflow_type != WORKFLOW:
                 raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
             if described.status in _OPEN:
-                book: Book = await handle.query("book", result_type=Book)
+                book: Book = await self._asked(handle, described.task_queue or "")
             else:
                 book = await handle.result()
         except RPCError as exc:
@@ -69,6 +70,26 @@ class TemporalBook:
                 f"run {run_id}'s workflow ended outside stateward ({exc.cause})"[:500],
                 code=ErrorCode.STORE_CORRUPT,
                 details={"run_id": run_id},
+            ) from None
+        return book
+
+    @staticmethod
+    async def _asked(handle: WorkflowHandle[Any, Book], queue: str) -> Book:
+        """An open run's book, from the worker polling its queue; none there within QUERY_TIMEOUT is
+        STORE_UNAVAILABLE naming the queue (a run of a version no worker builds, or a fleet down)."""
+        try:
+            book: Book = await handle.query("book", result_type=Book, rpc_timeout=QUERY_TIMEOUT)
+        except RPCError as exc:
+            if (
+                exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+                and "imeout" not in exc.message
+            ):
+                raise
+            raise StoreError(
+                f"no worker answered for run {handle.id} on task queue {queue!r} within {QUERY_TIMEOUT.seconds}s:"
+                " start a worker that builds its agent version (an ended run reads without one)",
+                code=ErrorCode.STORE_UNAVAILABLE,
+                details={"run_id": handle.id, "task_queue": queue},
             ) from None
         return book
 

