@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 
@@ -92,7 +93,7 @@ def test_v1_and_v2_workers_each_drive_only_their_own_runs(temporal_url: str, tmp
     ledger = tmp_path / "ledger"
     v1, v2 = _agents(tmp_path, "1", ledger), _agents(tmp_path, "2", ledger)
     assert queues("q", v2.registry) == ["q", version_queue("q", "stamps", "2")]
-    rt1 = TemporalRuntime.open(temporal_url, agents=v1.registry)
+    rt1 = TemporalRuntime.open(temporal_url, agents=v1.registry, query_timeout=timedelta(seconds=3))
     rt2 = TemporalRuntime.open(temporal_url, agents=v2.registry)
     old = [rt1.submit(v1.registry.create("stamps", {}), f"v1 run {i}") for i in range(4)]
     new = [rt2.submit(v2.registry.create("stamps", {}), f"v2 run {i}") for i in range(4)]

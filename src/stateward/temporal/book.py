@@ -14,7 +14,13 @@ import binascii
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from temporalio.client import WorkflowExecution, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from stateward.core.errors import ErrorCode, RunNotFoundError, StoreError, UserError
@@ -39,14 +45,18 @@ from stateward.temporal.messages import Book
 from stateward.temporal.workflow import WORKFLOW
 
 _OPEN = (WorkflowExecutionStatus.RUNNING,)
-QUERY_TIMEOUT = timedelta(seconds=10)
+# How long a read of an open run waits for a worker to answer (a worker just killed is replaced on its queue
+# only after the server's sticky timeout, 10 s by default).
+QUERY_TIMEOUT = timedelta(seconds=30)
 
 
 class TemporalBook:
     """The Store protocol over one Temporal namespace: reads answered by workflows and visibility."""
 
-    def __init__(self, connection: Connection):
+    def __init__(self, connection: Connection, *, query_timeout: timedelta = QUERY_TIMEOUT):
+        """``query_timeout``: how long a read of an open run waits for a worker (then STORE_UNAVAILABLE)."""
         self._conn = connection
+        self._query_timeout = query_timeout
 
     # -- one run ----------------------------------------------------------------------------------
     def book(self, run_id: str) -> Book:
@@ -60,7 +70,7 @@ class TemporalBook:
             if described.workflow_type != WORKFLOW:
                 raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
             if described.status in _OPEN:
-                book: Book = await self._asked(handle, described.task_queue or "")
+                book: Book = await self._asked(handle, described.task_queue or "", self._query_timeout)
             else:
                 book = await handle.result()
         except RPCError as exc:
@@ -74,11 +84,17 @@ class TemporalBook:
         return book
 
     @staticmethod
-    async def _asked(handle: WorkflowHandle[Any, Book], queue: str) -> Book:
-        """An open run's book, from the worker polling its queue; none there within QUERY_TIMEOUT is
+    async def _asked(handle: WorkflowHandle[Any, Book], queue: str, timeout: timedelta) -> Book:
+        """An open run's book, from the worker polling its queue; none there within ``timeout`` is
         STORE_UNAVAILABLE naming the queue (a run of a version no worker builds, or a fleet down)."""
         try:
-            book: Book = await handle.query("book", result_type=Book, rpc_timeout=QUERY_TIMEOUT)
+            book: Book = await handle.query("book", result_type=Book, rpc_timeout=timeout)
+        except WorkflowQueryFailedError as exc:  # the worker answering it was lost mid-task: ask again later
+            raise StoreError(
+                f"run {handle.id}'s worker could not answer now ({exc})"[:500],
+                code=ErrorCode.STORE_UNAVAILABLE,
+                details={"run_id": handle.id, "task_queue": queue},
+            ) from None
         except RPCError as exc:
             if (
                 exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
@@ -86,7 +102,7 @@ class TemporalBook:
             ):
                 raise
             raise StoreError(
-                f"no worker answered for run {handle.id} on task queue {queue!r} within {QUERY_TIMEOUT.seconds}s:"
+                f"no worker answered for run {handle.id} on task queue {queue!r} within {timeout.total_seconds():g}s:"
                 " start a worker that builds its agent version (an ended run reads without one)",
                 code=ErrorCode.STORE_UNAVAILABLE,
                 details={"run_id": handle.id, "task_queue": queue},

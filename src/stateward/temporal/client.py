@@ -9,7 +9,7 @@ through :class:`~stateward.temporal.book.TemporalBook`, so they are the Runtime'
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import WorkflowUpdateFailedError
@@ -33,12 +33,14 @@ from stateward.runtime.continuation import AnswerResult, decide_answer
 from stateward.runtime.inspection import RunReads
 from stateward.runtime.run_start import new_run
 from stateward.temporal import search
-from stateward.temporal.book import TemporalBook
+from stateward.temporal.book import QUERY_TIMEOUT, TemporalBook
 from stateward.temporal.connection import RPC_TIMEOUT, Connection, not_found
 from stateward.temporal.messages import DEFAULT_HISTORY_EVENTS, AnswerInput, AnswerReply, ControlInput, StartRun
 from stateward.temporal.target import TemporalTarget, version_queue
 from stateward.temporal.workflow import WORKFLOW
 
+# What the server says of an Update to a workflow that has ended, or ended before the Update reached it.
+_CLOSED = ("already completed", "aborted by closing workflow")
 # The refusals an Update may carry back, by the class the workflow raised: a fixed table, so nothing read from
 # the reply chooses code beyond these.
 _ERRORS: dict[str, type[StatewardError]] = {
@@ -60,19 +62,27 @@ class TemporalRuntime(RunReads):
         agents: AgentRegistry | None = None,
         *,
         max_history_events: int = DEFAULT_HISTORY_EVENTS,
+        query_timeout: timedelta = QUERY_TIMEOUT,
     ):
-        """``max_history_events``: Temporal events a run's workflow execution gathers before it continues as new."""
+        """``max_history_events``: Temporal events a run's workflow execution gathers before it continues as new;
+        ``query_timeout``: how long a read of an open run waits for a worker to answer."""
         self._conn = connection
-        self.store = TemporalBook(connection)
+        self.store = TemporalBook(connection, query_timeout=query_timeout)
         self._registry = agents if agents is not None else AgentRegistry()
         self._max_history_events = max_history_events
 
     @classmethod
     def open(
-        cls, url: str, *, agents: AgentRegistry | None = None, max_history_events: int = DEFAULT_HISTORY_EVENTS
+        cls,
+        url: str,
+        *,
+        agents: AgentRegistry | None = None,
+        max_history_events: int = DEFAULT_HISTORY_EVENTS,
+        query_timeout: timedelta = QUERY_TIMEOUT,
     ) -> TemporalRuntime:
         """Connect to the Temporal frontend ``url`` names (STORE_UNAVAILABLE if none answers there)."""
-        return cls(Connection.open(TemporalTarget.parse(url)), agents, max_history_events=max_history_events)
+        connection = Connection.open(TemporalTarget.parse(url))
+        return cls(connection, agents, max_history_events=max_history_events, query_timeout=query_timeout)
 
     @property
     def target(self) -> TemporalTarget:
@@ -278,13 +288,15 @@ class TemporalRuntime(RunReads):
 
     # -- the round trip ---------------------------------------------------------------------------
     def _update(self, run_id: str, name: str, argument: Any, result_type: type[Any]) -> Any:
+        """One Update; a run whose workflow has ended, or ends while the Update is on its way (the server then
+        aborts it), is ``_WorkflowClosed``: the caller judges it against the run's final book."""
         handle = self._conn.handle(run_id)
         try:
             return self._conn.run(handle.execute_update(name, argument, result_type=result_type))
         except WorkflowUpdateFailedError as exc:
             raise refusal(exc.cause) from None
         except RPCError as exc:
-            if "already completed" in exc.message:
+            if any(said in exc.message for said in _CLOSED):
                 raise _WorkflowClosed(run_id) from None
             raise not_found(run_id, exc) from None
 
