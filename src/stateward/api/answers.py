@@ -6,24 +6,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stateward.api.backend import RunBackend
 from stateward.api.identity import AuthError, Principal, Role, require
 from stateward.api.schemas import AnswerOutcome
 from stateward.core.errors import ErrorCode, RequestRefusedError, RunNotFoundError, UserError
 from stateward.core.state import RunState
 from stateward.runtime.continuation import AnswerResult
-from stateward.runtime.runtime import Runtime
+from stateward.store.base import Store
 from stateward.store.keys import KeyStore
 
 
-def key_store(runtime: Runtime) -> KeyStore:
-    """The runtime's store as a key store (both stores are, from schema 4)."""
-    store = runtime.store
+def key_store(source: RunBackend | Store) -> KeyStore:
+    """The keys of ``source``: a store (both stores keep keys, from schema 4), or a runtime on one."""
+    store: object = source if isinstance(source, KeyStore) else getattr(source, "store", None)
     if not isinstance(store, KeyStore):
         raise UserError(f"{type(store).__name__} keeps no API keys", code=ErrorCode.STORE_UNSUPPORTED)
     return store
 
 
-def visible_run(runtime: Runtime, run_id: str, tenant: str) -> RunState:
+def visible_run(runtime: RunBackend, run_id: str, tenant: str) -> RunState:
     """The run if it is the tenant's; otherwise the very error an unknown id gets."""
     state = runtime.get(run_id)
     if state.tenant != tenant:
@@ -50,7 +51,7 @@ class Asked:
     digest: str | None
 
 
-def answerable_role(runtime: Runtime, a: Asked) -> str | None:
+def answerable_role(runtime: RunBackend, a: Asked) -> str | None:
     """The request's approver role, after checking the run is the caller's and the caller may answer it."""
     require(a.who, Role.APPROVER)
     visible_run(runtime, a.run_id, a.who.tenant)
@@ -67,7 +68,7 @@ def answerable_role(runtime: Runtime, a: Asked) -> str | None:
     return role
 
 
-def record_answer(runtime: Runtime, a: Asked, role: str | None) -> AnswerOutcome:
+def record_answer(runtime: RunBackend, a: Asked, role: str | None) -> AnswerOutcome:
     """Record the answer as the caller's (never driving the run: workers do); the outcome as the API returns it."""
     # An admin vouches for any role; everyone else only for the roles their key holds.
     roles = a.who.roles | ({role} if role is not None and Role.ADMIN.value in a.who.roles else set())

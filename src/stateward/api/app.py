@@ -1,4 +1,5 @@
-"""The HTTP service: FastAPI routes over one Runtime, every route scoped to the caller's tenant.
+"""The HTTP service: FastAPI routes over one run backend (a Runtime on a store, or Temporal), every route scoped
+to the caller's tenant.
 
 Who the caller is comes only from ``Authorization: Bearer <key>`` (see ``identity.py``); answers,
 pauses, resumes and cancels record that principal. Another tenant's ids answer 404 exactly as unknown
@@ -23,6 +24,7 @@ from starlette.routing import Match
 
 from stateward.api.answers import Asked, answerable_role, may_answer, record_answer, visible_run
 from stateward.api.answers import key_store as key_store  # re-exported: the CLI and tests import it from here
+from stateward.api.backend import RunBackend
 from stateward.api.caller import Caller
 from stateward.api.docs_route import PREFIX as DOCS_PREFIX
 from stateward.api.docs_route import docs_route
@@ -56,14 +58,14 @@ from stateward.api.web.headers import SecurityHeaders
 from stateward.api.web.pages import PREFIX as INBOX_PREFIX
 from stateward.api.web.pages import mount_inbox
 from stateward.api.web.session import Sessions, SessionSettings
-from stateward.api.webhook_routes import webhook_routes
+from stateward.api.webhook_routes import webhook_routes, webhook_store
 from stateward.api.webhook_targets import TargetPolicy
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import NOBODY_ANSWERS, RequestKind, RunState
 from stateward.core.status import RunStatus
 from stateward.runtime.agent_params import refuse_operator_params
-from stateward.runtime.runtime import Runtime
 from stateward.runtime.summary import run_summary
+from stateward.store.base import Store
 from stateward.store.keys import KeyStore, StoredResponse
 from stateward.store.paging import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_SEARCH_CHARS, SEARCH_WINDOW
 
@@ -110,16 +112,19 @@ def _utcnow() -> datetime:
 
 
 def create_app(
-    runtime: Runtime,
+    runtime: RunBackend,
     settings: ApiSettings | None = None,
     *,
+    service_store: Store | None = None,
     clock: Callable[[], datetime] = _utcnow,
     metrics: Callable[[], tuple[bytes, str]] | None = None,
 ) -> FastAPI:
-    """The service over ``runtime`` (its store holds runs and keys): routes under ``/v1``, the inbox under
-    ``/inbox``, ``/healthz``, ``/readyz``, and ``/metrics`` when ``metrics`` (the Prometheus text) is given."""
+    """The service over ``runtime``: routes under ``/v1``, the inbox under ``/inbox``, ``/healthz``, ``/readyz``,
+    and ``/metrics`` when ``metrics`` (the Prometheus text) is given. API keys, signed-out sessions and webhooks
+    live in ``service_store`` (by default the runtime's own store; a Temporal backend has none, see backend.py)."""
     settings = settings or ApiSettings()
-    keys = key_store(runtime)
+    service = runtime.store if service_store is None else service_store
+    keys = key_store(service)
     app = FastAPI(
         title="stateward",
         version="1",
@@ -131,16 +136,16 @@ def create_app(
     app.state.keys = keys
     app.state.oidc = None if settings.oidc is None else OidcVerifier(settings.oidc)
     _error_handlers(app)
-    _health_routes(app, runtime, settings.ready_check_s)
+    _health_routes(app, [runtime.store] if service_store is None else [runtime.store, service], settings.ready_check_s)
     if metrics is not None:
         metrics_route(app, metrics, token=settings.metrics_token)
     v1 = APIRouter(prefix="/v1", responses=_ERRORS)
     _run_routes(v1, runtime)
     _run_read_routes(v1, runtime)
     _event_routes(v1, runtime, settings)
-    _request_routes(v1, runtime, settings, clock)
-    _control_routes(v1, runtime, settings, clock)
-    webhook_routes(v1, runtime, settings.webhook_targets)
+    _request_routes(v1, runtime, keys, clock)
+    _control_routes(v1, runtime)
+    webhook_routes(v1, webhook_store(service), settings.webhook_targets)
     app.include_router(v1)
     pages = mount_inbox(app, runtime, Sessions(settings.sessions, keys), poll_s=settings.inbox_poll_s)
     mount_console(app, pages)
@@ -216,31 +221,31 @@ def allowed_methods(app: FastAPI, request: Request) -> str:
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
-def _health_routes(app: FastAPI, runtime: Runtime, ready_check_s: float) -> None:
-    """Liveness and readiness, without a key."""
+def _health_routes(app: FastAPI, stores: list[Store], ready_check_s: float) -> None:
+    """Liveness and readiness (of every store the service reads), without a key."""
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     def healthz() -> Health:
         """The process is up."""
         return Health(status="ok")
 
-    readiness = Readiness(runtime.store, interval_s=ready_check_s)
+    checks = [Readiness(store, interval_s=ready_check_s) for store in stores]
 
     @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": ErrorBody}})
     def readyz() -> Response:
         """The store passes its integrity check (at most once per interval) and answers; 503
         STORE_CORRUPT or STORE_UNAVAILABLE otherwise."""
-        problem = readiness.problem()
+        problem = next((found for check in checks if (found := check.problem()) is not None), None)
         if problem is not None:
             return JSONResponse(error_body(*problem), status_code=503)
         return JSONResponse(Health(status="ready").model_dump())
 
 
-def _summary(runtime: Runtime, state: RunState) -> RunSummary:
+def _summary(runtime: RunBackend, state: RunState) -> RunSummary:
     return RunSummary.model_validate(run_summary(runtime.store, state))
 
 
-def _run_routes(v1: APIRouter, runtime: Runtime) -> None:
+def _run_routes(v1: APIRouter, runtime: RunBackend) -> None:
     """Start and fork runs."""
 
     # -- runs ----------------------------------------------------------------------------------
@@ -273,7 +278,7 @@ def _run_routes(v1: APIRouter, runtime: Runtime) -> None:
         return _summary(runtime, state)
 
 
-def _run_read_routes(v1: APIRouter, runtime: Runtime) -> None:
+def _run_read_routes(v1: APIRouter, runtime: RunBackend) -> None:
     """List and show runs (the caller's tenant's only)."""
 
     @v1.get("/runs", response_model=RunList, tags=["runs"])
@@ -310,7 +315,7 @@ def _run_read_routes(v1: APIRouter, runtime: Runtime) -> None:
         return _summary(runtime, visible_run(runtime, run_id, who.tenant))
 
 
-def _event_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings) -> None:
+def _event_routes(v1: APIRouter, runtime: RunBackend, settings: ApiSettings) -> None:
     """A run's events, paged and streamed (SSE, capped per key and in all: ``ApiSettings.stream``)."""
     streams = StreamHub(runtime, settings.stream)
 
@@ -354,7 +359,7 @@ def _event_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings) -> Non
         return streams.response(run_id, who, start)
 
 
-def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: Callable[[], datetime]) -> None:
+def _request_routes(v1: APIRouter, runtime: RunBackend, keys: KeyStore, clock: Callable[[], datetime]) -> None:
     """The inbox and the answers to it."""
 
     # -- the inbox and answers -----------------------------------------------------------------
@@ -382,8 +387,6 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
         ]
         # Built and checked above: serialised once (FastAPI would dump and re-validate the page again).
         return _json(Inbox(items=items, next_cursor=page.next_cursor))
-
-    keys = key_store(runtime)
 
     @v1.post("/runs/{run_id}/requests/{request_id}/approve", response_model=AnswerOutcome, tags=["requests"])
     def approve(
@@ -414,7 +417,7 @@ def _request_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, cloc
 
 
 def _answer(
-    runtime: Runtime, keys: KeyStore, clock: Callable[[], datetime], a: Asked, idempotency_key: str | None
+    runtime: RunBackend, keys: KeyStore, clock: Callable[[], datetime], a: Asked, idempotency_key: str | None
 ) -> Response:
     """Answer once; with an ``Idempotency-Key`` a replay returns the first outcome."""
     role = answerable_role(runtime, a)
@@ -438,7 +441,7 @@ def _answer(
     return _replayed(keys.remember_response(stored), fingerprint)
 
 
-def _control_routes(v1: APIRouter, runtime: Runtime, settings: ApiSettings, clock: Callable[[], datetime]) -> None:
+def _control_routes(v1: APIRouter, runtime: RunBackend) -> None:
     """Pause, resume and cancel, for operators."""
 
     # -- pause / resume / cancel ---------------------------------------------------------------

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from stateward.api.app import ApiSettings, create_app
+from stateward.api.backend import RunBackend
 from stateward.api.metrics_route import METRICS_TOKEN_ENV
 from stateward.api.oidc import OidcSettings
 from stateward.api.stream import StreamLimits
@@ -14,13 +15,19 @@ from stateward.api.web.session import SessionSettings
 from stateward.api.webhook_routes import webhook_store
 from stateward.api.webhook_targets import TargetPolicy
 from stateward.api.webhooks import DeliveryPolicy, WebhookDispatcher
+from stateward.core.errors import ErrorCode, UserError
+from stateward.runtime.agent_registry import process_agents
 from stateward.runtime.runtime import Runtime
 from stateward.store.backends import open_store
+from stateward.store.base import Store
+from stateward.temporal.opening import open_temporal
+from stateward.temporal.target import is_temporal_url
 
 
 def serve(
     db: str,
     *,
+    service_db: str | None = None,
     host: str = "127.0.0.1",
     port: int = 8080,
     settings: ApiSettings | None = None,
@@ -30,17 +37,24 @@ def serve(
     docs: bool = False,
     streams: StreamLimits | None = None,
 ) -> None:
-    """Serve the HTTP API and the inbox on ``db`` (an existing store: the service never creates one), and
-    deliver its webhook outbox, until stopped. ``targets``: where webhooks may go (default: from the
-    environment, ``STATEWARD_WEBHOOK_ALLOW_HTTP`` and ``STATEWARD_WEBHOOK_ALLOW_NETWORKS``). ``metrics``:
-    also ``/metrics`` (Prometheus; the otel extra, METRICS_UNAVAILABLE without it), behind
-    ``STATEWARD_METRICS_TOKEN`` when that is set. ``docs``: also Swagger UI at ``/docs`` (local assets,
-    strict CSP; see api/docs_route.py). ``streams``: the caps and bounds of event streams (else
-    ``StreamLimits.from_env()``)."""
+    """Serve the HTTP API and the inbox on ``db`` (an existing store: the service never creates one, or a
+    ``temporal://`` namespace), and deliver its webhook outbox, until stopped. ``service_db``: the existing
+    store that keeps API keys, sessions and webhooks instead of ``db`` (required for a Temporal backend).
+    ``targets``: where webhooks may go (default: from the environment, ``STATEWARD_WEBHOOK_ALLOW_HTTP`` and
+    ``STATEWARD_WEBHOOK_ALLOW_NETWORKS``). ``metrics``: also ``/metrics`` (Prometheus; the otel extra,
+    METRICS_UNAVAILABLE without it), behind ``STATEWARD_METRICS_TOKEN`` when that is set. ``docs``: also
+    Swagger UI at ``/docs`` (local assets, strict CSP; see api/docs_route.py). ``streams``: the caps and
+    bounds of event streams (else ``StreamLimits.from_env()``)."""
     import uvicorn
 
+    if is_temporal_url(db) and metrics:
+        raise UserError(
+            "--metrics does not run on a Temporal backend: the workers record the run metrics (stateward worker"
+            " --metrics-port) and the Temporal server its own",
+            code=ErrorCode.STORE_UNSUPPORTED,
+        )
     exposed, telemetry = _prometheus(db) if metrics else (None, None)
-    runtime = Runtime.open(db, create=False, telemetry=telemetry)
+    runtime, service = open_service_backend(db, service_db, telemetry=telemetry)
     dispatcher: WebhookDispatcher | None = None
     try:
         settings = settings or ApiSettings(
@@ -51,10 +65,12 @@ def serve(
             docs=docs,
             stream=streams or StreamLimits.from_env(),
         )
-        app = create_app(runtime, settings, metrics=None if exposed is None else exposed.text)
+        app = create_app(runtime, settings, service_store=service, metrics=None if exposed is None else exposed.text)
         # The webhook outbox is delivered from the service (a thread): rows a crash left are sent on restart.
         dispatcher = WebhookDispatcher(
-            webhook_store(runtime), webhooks or DeliveryPolicy.from_env(), targets=settings.webhook_targets
+            webhook_store(service or runtime.store),
+            webhooks or DeliveryPolicy.from_env(),
+            targets=settings.webhook_targets,
         )
         dispatcher.start()
         uvicorn.run(app, host=host, port=port, log_level="info", access_log=True, server_header=False)
@@ -62,8 +78,33 @@ def serve(
         if dispatcher is not None:
             dispatcher.close()
         runtime.close()
+        if service is not None:
+            service.close()
         if exposed is not None:
             exposed.close()
+
+
+def open_service_backend(db: str, service_db: str | None, *, telemetry: Any = None) -> tuple[RunBackend, Store | None]:
+    """The runs' backend on ``db`` and, when named, the store keeping the service's own records. A Temporal
+    backend keeps none of them, so it needs ``service_db`` (SERVICE_STORE_REQUIRED); neither is ever created
+    here (STORE_NOT_FOUND for a path that holds no store)."""
+    if is_temporal_url(db) and service_db is None:
+        raise UserError(
+            "a Temporal backend keeps no API keys, sessions or webhooks: name a store for them with --service-db"
+            " (a SQLite path or a postgresql:// URL, made with `stateward keys create --db ...`)",
+            code=ErrorCode.SERVICE_STORE_REQUIRED,
+        )
+    if is_temporal_url(service_db or ""):
+        raise UserError("--service-db names a store, not a Temporal backend", code=ErrorCode.SERVICE_STORE_REQUIRED)
+    service = None if service_db is None else open_store(service_db, create=False)
+    try:
+        if is_temporal_url(db):
+            return open_temporal(db, agents=process_agents()), service
+        return Runtime.open(db, create=False, telemetry=telemetry), service
+    except BaseException:
+        if service is not None:
+            service.close()
+        raise
 
 
 def stream_limits(max_streams: int | None = None, max_streams_per_key: int | None = None) -> StreamLimits:
@@ -75,8 +116,6 @@ def stream_limits(max_streams: int | None = None, max_streams_per_key: int | Non
 def _prometheus(db: str) -> tuple[Any, Any]:
     """The service's Prometheus metrics and the telemetry its Runtime records into (imported only when asked:
     the otel extra is optional, and its absence is METRICS_UNAVAILABLE)."""
-    from stateward.core.errors import ErrorCode, UserError
-
     try:
         from stateward.observability.prometheus import prometheus_metrics
         from stateward.observability.tracing import Telemetry

@@ -28,11 +28,11 @@ from sse_starlette.sse import EventSourceResponse, SendTimeoutError
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from stateward.api.backend import RunBackend
 from stateward.api.errors import error_body
 from stateward.api.identity import Principal
 from stateward.api.stream import STREAM_BATCH, EndReason, StreamLimits, end_frame, event_frame
 from stateward.api.stream_slots import Slot, StreamRefused, StreamSlots
-from stateward.runtime.runtime import Runtime
 
 log = logging.getLogger("stateward.streams")
 T = TypeVar("T")
@@ -161,7 +161,7 @@ class _LoopState:
 class StreamHub:
     """Every event stream of one app: the caps (``slots``), the watches, and the frames of each stream."""
 
-    def __init__(self, runtime: Runtime, limits: StreamLimits, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, runtime: RunBackend, limits: StreamLimits, *, clock: Callable[[], float] = time.monotonic):
         self.runtime = runtime
         self.limits = limits
         self.slots = StreamSlots(limits.max_streams, limits.max_streams_per_key, retry_after_s=limits.retry_after_s)

@@ -9,11 +9,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from stateward.api.backend import RunBackend
 from stateward.api.caller import Caller
 from stateward.api.identity import Role, require
 from stateward.api.webhook_targets import MAX_URL_CHARS, TargetPolicy, check_target
 from stateward.core.errors import ErrorCode, RunError, UserError
-from stateward.runtime.runtime import Runtime
+from stateward.store.base import Store
 from stateward.store.outbox import Delivery, DeliveryStatus, NoticeKind, WebhookStore, WebhookSubscription
 
 # The form the target rules accept, as strict as they are: a scheme, then a host name (labels, the last
@@ -88,8 +89,9 @@ class DeliveryList(BaseModel):
     deliveries: list[DeliveryView]
 
 
-def webhook_store(runtime: Runtime) -> WebhookStore:
-    store = runtime.store
+def webhook_store(source: RunBackend | Store) -> WebhookStore:
+    """The webhooks and outbox of ``source``: a store, or a runtime on one."""
+    store: object = source if isinstance(source, WebhookStore) else getattr(source, "store", None)
     if not isinstance(store, WebhookStore):
         raise UserError(f"{type(store).__name__} keeps no webhooks", code=ErrorCode.STORE_UNSUPPORTED)
     return store
@@ -106,10 +108,9 @@ def _delivery(d: Delivery) -> DeliveryView:
     return DeliveryView.model_validate(view)
 
 
-def webhook_routes(v1: APIRouter, runtime: Runtime, targets: TargetPolicy) -> None:
+def webhook_routes(v1: APIRouter, store: WebhookStore, targets: TargetPolicy) -> None:
     """``/v1/webhooks``: create (the secret is returned once), list, delete; ``/v1/webhooks/deliveries``.
     A new subscription's URL is normalised and checked against ``targets`` (422 by name when refused)."""
-    store = webhook_store(runtime)
 
     @v1.post("/webhooks", response_model=CreatedWebhook, status_code=201, tags=["webhooks"])
     def create_webhook(body: NewWebhook, who: Caller) -> CreatedWebhook:

@@ -140,6 +140,15 @@ WebhookAllowNetworkOpt = Annotated[
         " (or STATEWARD_WEBHOOK_ALLOW_NETWORKS, comma-separated).",
     ),
 ]
+ServiceDbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--service-db",
+        envvar="STATEWARD_SERVICE_DB",
+        help="The store (SQLite path or postgresql:// URL) that keeps API keys, sessions and webhooks instead of"
+        " --db; required when --db is temporal://.",
+    ),
+]
 DocsOpt = Annotated[
     bool,
     typer.Option("--docs", help="Also serve Swagger UI at /docs (local files, strict CSP); off by default."),
@@ -164,6 +173,7 @@ def serve(
     db: DbOpt = DEFAULT_DB,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8080,
+    service_db: ServiceDbOpt = None,
     metrics: MetricsOpt = False,
     webhook_allow_http: WebhookAllowHttpOpt = False,
     webhook_allow_network: WebhookAllowNetworkOpt = None,
@@ -173,7 +183,8 @@ def serve(
 ) -> None:
     """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
 
-    Answers record and return at once; run `stateward worker` on the same store to drive runs. Needs
+    Answers record and return at once; run `stateward worker` on the same store to drive runs (on a
+    temporal:// backend, workers on its task queue, and --service-db for keys, sessions and webhooks). Needs
     the `serve` extra (pip install 'stateward[serve]'). /metrics takes no API key (a scraper is no
     tenant): keep the bind address private or set STATEWARD_METRICS_TOKEN.
     """
@@ -196,6 +207,7 @@ def serve(
         targets = TargetPolicy.from_env(env)
         run_service(
             db,
+            service_db=service_db,
             host=host,
             port=port,
             metrics=metrics,

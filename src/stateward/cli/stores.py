@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from stateward.core.errors import ErrorCode, UserError
 from stateward.runtime.runtime import Runtime
+from stateward.temporal.opening import open_temporal
 from stateward.temporal.target import is_temporal_url
 
 if TYPE_CHECKING:
@@ -40,11 +41,4 @@ def open_backend(db: str, *, create: bool = False, writes: bool = False, **kwarg
     workflows: the commands that start, answer, control and read runs work on either)."""
     if not is_temporal_url(db):
         return open_runtime(db, create=create, writes=writes, **kwargs)
-    try:
-        from stateward.temporal.client import TemporalRuntime
-    except ImportError as exc:
-        raise UserError(
-            f"a Temporal backend needs the temporal extra ({exc}); install it with: pip install 'stateward[temporal]'",
-            code=ErrorCode.STORE_UNSUPPORTED,
-        ) from None
-    return TemporalRuntime.open(db, agents=kwargs.get("agents"))
+    return open_temporal(db, agents=kwargs.get("agents"))

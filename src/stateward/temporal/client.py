@@ -155,9 +155,35 @@ class TemporalRuntime(RunReads):
         """The run once it is not RUNNING (a worker drives it meanwhile)."""
         return self._control(run_id, "settled", ControlInput(tenant=tenant))
 
+    def drive(self, run_id: str) -> RunState:
+        """The run once it stopped, as ``Runtime.drive`` returns it: a worker drives it, this waits (``settled``)."""
+        return self.settled(run_id)
+
     def get(self, run_id: str) -> RunState:
         """The run's current state."""
         return self.store.load_run(run_id)
+
+    def fork(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        by: str = "operator",
+        tenant: str | None = None,
+        agent_version: str | None = None,
+        model_spec: str | None = None,
+        params: dict[str, Any] | None = None,
+        budget: Budget | None = None,
+        new_run_id: str | None = None,
+        drive: bool = False,
+    ) -> RunState:
+        """Refused by name (STORE_UNSUPPORTED): a fork replays a store's journal into a new run's rows, and a
+        Temporal backend keeps neither (docs/deployment.md lists what it does not take)."""
+        raise UserError(
+            "fork does not run on a Temporal backend: fork a run kept in a store (SQLite or PostgreSQL)",
+            code=ErrorCode.STORE_UNSUPPORTED,
+            details={"run_id": run_id},
+        )
 
     # -- answers ----------------------------------------------------------------------------------
     def approve(

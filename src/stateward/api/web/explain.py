@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stateward.api.backend import RunBackend
 from stateward.api.web.dag import plan_of
 from stateward.core.events import Event, EventType
 from stateward.core.state import PendingRequest, RequestKind, RunState
 from stateward.planning.patch import WorkItemState
-from stateward.runtime.runtime import Runtime
 
 EVIDENCE_EVENTS = 8  # the most recent observations shown as the request's evidence
 SCAN_EVENTS = 400  # how far back before the request the page looks for them
@@ -50,7 +50,7 @@ def consequences(req: PendingRequest) -> tuple[str, str]:
     )
 
 
-def explain(runtime: Runtime, state: RunState, req: PendingRequest, tenant: str) -> Explanation:
+def explain(runtime: RunBackend, state: RunState, req: PendingRequest, tenant: str) -> Explanation:
     """Read the events up to the request once: the item or node in flight and the observations."""
     last = runtime.store.last_seq(state.run_id)
     events = runtime.events(state.run_id, max(0, last - SCAN_EVENTS), limit=SCAN_EVENTS, tenant=tenant, content=True)

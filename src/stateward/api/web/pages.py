@@ -23,6 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from stateward.api.answers import Asked, answerable_role, may_answer, record_answer, visible_run
+from stateward.api.backend import RunBackend
 from stateward.api.errors import status_of
 from stateward.api.identity import AuthError, Principal, Role, authenticate, require
 from stateward.api.web.explain import explain
@@ -33,7 +34,6 @@ from stateward.api.web.times import ago, stamp
 from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
 from stateward.core.inert import inert
 from stateward.core.state import NOBODY_ANSWERS, RequestKind
-from stateward.runtime.runtime import Runtime
 from stateward.store.paging import DEFAULT_PAGE_SIZE
 
 PREFIX = "/inbox"
@@ -78,7 +78,7 @@ def _package_dir() -> Path:
 class InboxPages:
     """Renders the inbox's pages over one Runtime; one instance per app."""
 
-    def __init__(self, runtime: Runtime, sessions: Sessions, *, poll_s: float = 1.0):
+    def __init__(self, runtime: RunBackend, sessions: Sessions, *, poll_s: float = 1.0):
         self.runtime = runtime
         self.sessions = sessions
         self.poll_s = poll_s
@@ -151,7 +151,7 @@ def _to_sign_in(request: Request) -> RedirectResponse:
     return RedirectResponse(f"{PREFIX}/login?next={quote(target, safe='')}", status_code=303)
 
 
-def mount_inbox(app: FastAPI, runtime: Runtime, sessions: Sessions, *, poll_s: float = 1.0) -> InboxPages:
+def mount_inbox(app: FastAPI, runtime: RunBackend, sessions: Sessions, *, poll_s: float = 1.0) -> InboxPages:
     """Add the inbox's pages under ``/inbox`` and its static files under ``/inbox/static``; the renderer
     is returned for the run console to share."""
     pages = InboxPages(runtime, sessions, poll_s=poll_s)
@@ -203,7 +203,7 @@ def _session_routes(router: APIRouter, pages: InboxPages) -> None:
 
 
 def _inbox_context(
-    runtime: Runtime, who: Principal, cursor: str | None, role: str | None, kind: str | None, agent: str | None
+    runtime: RunBackend, who: Principal, cursor: str | None, role: str | None, kind: str | None, agent: str | None
 ) -> dict[str, Any]:
     """One page of the requests ``who`` may answer, with their runs (agent and goal) and the filters shown
     (an empty choice of the filter form is every role, kind and agent)."""
