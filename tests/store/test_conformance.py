@@ -37,7 +37,7 @@ from stateward.core.status import RunStatus
 from stateward.store.base import MAX_CLAIM_BATCH, PayloadLimits, Store
 from stateward.store.keys import ApiKeyRecord, KeyStore, StoredResponse
 from stateward.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
-from stateward.store.outbox import NoticeKind, WebhookStore, WebhookSubscription
+from stateward.store.outbox import NoticeKind, WebhookStore, WebhookSubscription, notices_of
 from stateward.store.paging import RunPage
 from stateward.store.records import Lease, NewArtifact, RequestAnswer, StepWrite
 
@@ -1768,6 +1768,27 @@ def test_an_end_and_an_unknown_outcome_are_notified_with_their_own_kinds(store: 
     store.commit_step(RUN, seq, StepWrite(state=ended, events=[ev(), end]))
     kinds = [(d.kind, d.event_id) for d in hooks.list_deliveries("default")]
     assert sorted(kinds) == [("run.ended", f"{RUN}:{seq + 2}"), ("run.needs_reconciliation", f"{RUN}:{seq}")]
+
+
+def test_notices_recorded_from_outside_a_step_are_written_once_however_often_retried(store: Store) -> None:
+    hooks = cast(WebhookStore, store)
+    hooks.add_webhook(hook("wh_all"))
+    hooks.add_webhook(hook("wh_ends", "default", NoticeKind.ENDED))
+    hooks.add_webhook(hook("wh_theirs", "globex"))
+    waiting = make_state(status=RunStatus.WAITING_FOR_USER)
+    notices = notices_of(waiting, 4, wait_events())  # a run kept elsewhere (Temporal): no row of it here
+    assert hooks.record_notices(waiting, notices, 1000.0) == 1
+    [first] = hooks.list_deliveries("default")
+    hooks.delivery_failed(first.delivery_id, "HTTP 503", retry_at=2e9)
+    assert hooks.record_notices(waiting, notices, 1001.0) == 0  # the activity retried: nothing doubled
+    [kept] = hooks.list_deliveries("default")
+    assert (kept.delivery_id, kept.event_id, kept.attempts, kept.last_error) == (
+        first.delivery_id,
+        f"{RUN}:6",
+        1,
+        "HTTP 503",
+    )  # and nothing reset
+    assert hooks.list_deliveries("globex") == []
 
 
 def test_deliveries_are_claimed_once_retried_when_due_and_settled(store: Store) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from tests.temporal.temporal_agents import registry
 
+from stateward.store.outbox import WebhookStore
 from stateward.temporal.client import TemporalRuntime
 from stateward.temporal.dev_server import DevServer
 from stateward.temporal.worker import run_worker
@@ -41,11 +42,15 @@ def worker(temporal_url: str) -> Iterator[None]:
 
 
 @contextmanager
-def hosted_worker(temporal_url: str) -> Iterator[None]:
-    """A worker in this process for ``temporal_url``'s queue while the block runs."""
+def hosted_worker(temporal_url: str, outbox: WebhookStore | None = None) -> Iterator[None]:
+    """A worker in this process for ``temporal_url``'s queue while the block runs (``outbox``: where its runs'
+    webhook notices go)."""
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(
-        target=run_worker, args=(temporal_url, registry), kwargs={"stop": stop, "ready": ready.set}, daemon=True
+        target=run_worker,
+        args=(temporal_url, registry),
+        kwargs={"stop": stop, "ready": ready.set, "outbox": outbox},
+        daemon=True,
     )
     thread.start()
     assert ready.wait(DEADLINE_S), "the Temporal worker did not start polling"

@@ -19,10 +19,14 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from tests.temporal.conftest import DEADLINE_S, cli, cli_env, wait_for
+from tests.api.conftest import LOOPBACK_ALLOWED
+from tests.api.receiver import Receiver
+from tests.temporal.conftest import DEADLINE_S, cli, cli_env, hosted_worker, wait_for
 
 from stateward.api import ApiSettings, create_app, mint_key
 from stateward.api.app import key_store
+from stateward.api.webhook_routes import webhook_store
+from stateward.api.webhooks import WebhookDispatcher
 from stateward.core.events import EventType
 from stateward.store.backends import open_store
 from stateward.store.base import Store
@@ -34,11 +38,11 @@ pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 class Service:
     """The app over a TemporalRuntime, its keys in a SQLite service store."""
 
-    def __init__(self, runtime: TemporalRuntime, service: Store, ledger: Path):
+    def __init__(self, runtime: TemporalRuntime, service: Store, ledger: Path, settings: ApiSettings | None = None):
         self.runtime = runtime
         self.service = service
         self.ledger = ledger
-        self.app = create_app(runtime, ApiSettings(), service_store=service)
+        self.app = create_app(runtime, settings or ApiSettings(), service_store=service)
         self.client = TestClient(self.app, base_url="https://testserver")
 
     def key(self, tenant: str, *roles: str, name: str = "alice") -> dict[str, str]:
@@ -220,3 +224,45 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1.0).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_wait_and_an_end_reach_the_service_outbox_once_and_are_delivered(
+    runtime: TemporalRuntime, temporal_url: str, tmp_path: Path
+) -> None:
+    store = open_store(str(tmp_path / "service.db"), create=True)
+    receiver = Receiver()
+    try:
+        with hosted_worker(temporal_url, outbox=webhook_store(store)):
+            service = Service(runtime, store, tmp_path / "ledger", ApiSettings(webhook_targets=LOOPBACK_ALLOWED))
+            admin = service.key("acme", "admin")
+            made = service.client.post("/v1/webhooks", json={"url": receiver.url}, headers=admin)
+            assert made.status_code == 201, made.text
+            outbox = webhook_store(store)
+            run_id = service.waiting_run(admin)
+            wait_for(lambda: len(outbox.list_deliveries("acme")) == 1, "the wait's notice in the outbox")
+            dispatcher = WebhookDispatcher(outbox, targets=LOOPBACK_ALLOWED)
+            assert dispatcher.deliver_due() == 1
+            digest = runtime.get(run_id).pending.guarded_action.digest  # type: ignore[union-attr]
+            url = f"/v1/runs/{run_id}/requests/approval_001/approve"
+            assert service.client.post(url, json={"digest": digest}, headers=admin).status_code == 200
+            wait_for(lambda: len(outbox.list_deliveries("acme")) == 2, "the end's notice in the outbox")
+            assert dispatcher.deliver_due() == 1
+            assert dispatcher.deliver_due() == 0
+        waiting, ended = receiver.bodies()
+        assert (waiting["type"], waiting["run_id"], waiting["request_id"]) == ("run.waiting", run_id, "approval_001")
+        assert (ended["type"], ended["status"]) == ("run.ended", "COMPLETED")
+        events = runtime.events(run_id, limit=1000)
+        waited = next(e.seq for e in events if e.type is EventType.PENDING_RECORDED)
+        assert waiting["id"] == f"{run_id}:{waited}"  # the event's own number, as on a store
+        assert [d.status for d in outbox.list_deliveries("acme")] == ["delivered", "delivered"]
+    finally:
+        receiver.close()
+        store.close()
+
+
+def test_service_db_is_refused_where_it_means_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    open_store(str(db), create=True).close()
+    for command in (["serve"], ["worker", "--json"]):
+        done = cli(*command, "--db", str(db), "--service-db", str(tmp_path / "other.db"))
+        assert done.returncode != 0 and "SERVICE_STORE_UNEXPECTED" in done.stdout + done.stderr, command

@@ -21,7 +21,7 @@ from stateward.runtime.runtime import Runtime
 from stateward.store.backends import open_store
 from stateward.store.base import Store
 from stateward.temporal.opening import open_temporal
-from stateward.temporal.target import is_temporal_url
+from stateward.temporal.target import is_temporal_url, refuse_service_db
 
 
 def serve(
@@ -86,16 +86,15 @@ def serve(
 
 def open_service_backend(db: str, service_db: str | None, *, telemetry: Any = None) -> tuple[RunBackend, Store | None]:
     """The runs' backend on ``db`` and, when named, the store keeping the service's own records. A Temporal
-    backend keeps none of them, so it needs ``service_db`` (SERVICE_STORE_REQUIRED); neither is ever created
-    here (STORE_NOT_FOUND for a path that holds no store)."""
+    backend keeps none of them, so it needs ``service_db`` (SERVICE_STORE_REQUIRED), and only it takes one
+    (SERVICE_STORE_UNEXPECTED); neither is ever created here (STORE_NOT_FOUND for a path that holds no store)."""
     if is_temporal_url(db) and service_db is None:
         raise UserError(
             "a Temporal backend keeps no API keys, sessions or webhooks: name a store for them with --service-db"
             " (a SQLite path or a postgresql:// URL, made with `stateward keys create --db ...`)",
             code=ErrorCode.SERVICE_STORE_REQUIRED,
         )
-    if is_temporal_url(service_db or ""):
-        raise UserError("--service-db names a store, not a Temporal backend", code=ErrorCode.SERVICE_STORE_REQUIRED)
+    refuse_service_db(db, service_db)
     service = None if service_db is None else open_store(service_db, create=False)
     try:
         if is_temporal_url(db):

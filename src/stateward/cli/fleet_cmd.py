@@ -48,6 +48,15 @@ MetricsPortOpt = Annotated[
     ),
 ]
 MetricsAddrOpt = Annotated[str, typer.Option(help="Address the metrics endpoint binds.")]
+ServiceDbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--service-db",
+        envvar="STATEWARD_SERVICE_DB",
+        help="With a temporal:// --db: the store (SQLite path or postgresql:// URL) of the service's API keys,"
+        " sessions and webhooks (serve needs it; a worker records the runs' webhook notices there).",
+    ),
+]
 ProcessesOpt = Annotated[
     int,
     typer.Option(
@@ -74,6 +83,7 @@ def worker(
     metrics_port: MetricsPortOpt = None,
     metrics_addr: MetricsAddrOpt = "127.0.0.1",
     processes: ProcessesOpt = 1,
+    service_db: ServiceDbOpt = None,
 ) -> None:
     """Claim runnable runs and drive them; SIGTERM finishes the current step and releases leases.
 
@@ -110,6 +120,7 @@ def worker(
             metrics_port=metrics_port,
             metrics_addr=metrics_addr,
             processes=processes,
+            service_db=service_db,
         )
     )
     if code:
@@ -138,15 +149,6 @@ WebhookAllowNetworkOpt = Annotated[
         "--webhook-allow-network",
         help="A network (CIDR) webhooks may reach despite the target rules; repeatable"
         " (or STATEWARD_WEBHOOK_ALLOW_NETWORKS, comma-separated).",
-    ),
-]
-ServiceDbOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--service-db",
-        envvar="STATEWARD_SERVICE_DB",
-        help="The store (SQLite path or postgresql:// URL) that keeps API keys, sessions and webhooks instead of"
-        " --db; required when --db is temporal://.",
     ),
 ]
 DocsOpt = Annotated[

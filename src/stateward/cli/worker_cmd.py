@@ -25,11 +25,13 @@ from stateward.runtime.leases import LeasePolicy
 from stateward.runtime.recovery import RecoveryPolicy
 from stateward.runtime.runtime import Runtime
 from stateward.runtime.worker import Worker, positive_seconds
-from stateward.temporal.target import is_temporal_url
+from stateward.store.outbox import WebhookStore
+from stateward.temporal.target import is_temporal_url, refuse_service_db
 
 if TYPE_CHECKING:
     from stateward.observability.prometheus import MetricsEndpoint
     from stateward.runtime.agent_registry import AgentRegistry
+    from stateward.store.base import Store
 
 
 def start_worker(opts: WorkerOptions) -> int:
@@ -49,6 +51,9 @@ def run_worker(opts: WorkerOptions, agents: AgentRegistry | None = None) -> tupl
     build, if already loaded (by a forking supervisor); by default loaded on the first claim."""
     if is_temporal_url(opts.db):
         return _temporal_worker(opts, agents)
+    if opts.service_db is not None:
+        with reported_errors(opts.as_json):
+            refuse_service_db(opts.db, opts.service_db)
     with reported_errors(opts.as_json):
         if opts.idle_exit is not None:
             positive_seconds("--idle-exit", opts.idle_exit)
@@ -113,12 +118,32 @@ def _temporal_worker(opts: WorkerOptions, agents: AgentRegistry | None) -> tuple
                 f"a Temporal worker needs the temporal extra ({exc}): pip install 'stateward[temporal]'",
                 code=ErrorCode.STORE_UNSUPPORTED,
             ) from None
+        refuse_service_db(opts.db, opts.service_db)
         registry = agents if agents is not None else process_agents()
         limits = WorkerLimits(activities=opts.concurrency)
         ready = f"worker temporal:{os.getpid()}: {opts.concurrency} slot(s) on {opts.db}"
-        poll_temporal(opts.db, registry, stop=stop, ready=lambda: say(ready), limits=limits)
+        if opts.service_db is None:
+            ready += " (no --service-db: webhook notices are not recorded)"
+        outbox = None if opts.service_db is None else _service_outbox(opts.service_db)
+        try:
+            notices = outbox if isinstance(outbox, WebhookStore) else None  # every store is one (_service_outbox)
+            poll_temporal(opts.db, registry, stop=stop, ready=lambda: say(ready), limits=limits, outbox=notices)
+        finally:
+            if outbox is not None:
+                outbox.close()
     say("worker stopped: temporal")
     return 0, {}
+
+
+def _service_outbox(service_db: str) -> Store:
+    """The service store whose webhooks the runs' notices fan out to (an existing one: it is never created)."""
+    from stateward.store.backends import open_store
+
+    store = open_store(service_db, create=False)
+    if not isinstance(store, WebhookStore):
+        store.close()
+        raise UserError(f"{type(store).__name__} keeps no webhooks", code=ErrorCode.STORE_UNSUPPORTED)
+    return store
 
 
 def _metrics_endpoint(opts: WorkerOptions) -> MetricsEndpoint:
@@ -153,6 +178,7 @@ _VALUED: dict[str, tuple[str, type, float | None, float | None]] = {
     "--metrics-port": ("metrics_port", int, 0, 65535),
     "--metrics-addr": ("metrics_addr", str, None, None),
     "--processes": ("processes", int, 1, MAX_PROCESSES),
+    "--service-db": ("service_db", str, None, None),
 }
 _FLAGS = {"--async": "use_async", "--json": "as_json"}
 
@@ -180,6 +206,8 @@ def parse(argv: list[str]) -> WorkerOptions | None:
             return None  # Typer words the usage error
     given = {k: v for k, v in args.items() if v is not None and v is not False}
     given.setdefault("db", os.environ.get("STATEWARD_DB") or DEFAULT_DB)  # empty means unset, as in Typer
+    if os.environ.get("STATEWARD_SERVICE_DB"):
+        given.setdefault("service_db", os.environ["STATEWARD_SERVICE_DB"])
     return WorkerOptions(**given)
 
 

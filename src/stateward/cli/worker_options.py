@@ -27,3 +27,4 @@ class WorkerOptions:
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     processes: int = 1
+    service_db: str | None = None

@@ -167,6 +167,7 @@ class ErrorCode(StrEnum):
     STORE_CORRUPT = "STORE_CORRUPT"
     STORE_UNSUPPORTED = "STORE_UNSUPPORTED"
     SERVICE_STORE_REQUIRED = "SERVICE_STORE_REQUIRED"  # a Temporal backend: keys, sessions and webhooks need a store
+    SERVICE_STORE_UNEXPECTED = "SERVICE_STORE_UNEXPECTED"  # --service-db beside a store (it keeps its own)
     UNKNOWN_STORE_SCHEME = "UNKNOWN_STORE_SCHEME"
     KEY_EXISTS = "KEY_EXISTS"
     KEY_NOT_FOUND = "KEY_NOT_FOUND"

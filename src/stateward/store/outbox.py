@@ -144,6 +144,11 @@ class WebhookStore(Protocol):
         future so that another loop does not take it while this one sends it."""
         ...
 
+    def record_notices(self, state: RunState, notices: list[Notice], now: float) -> int:
+        """The deliveries ``notices`` cause, in a transaction of their own, for a backend whose steps are not this
+        store's (Temporal): a notice recorded before is not recorded again. The number of deliveries it wrote."""
+        ...
+
     def delivery_succeeded(self, delivery_id: str, at: float) -> None: ...
 
     def delivery_failed(self, delivery_id: str, error: str, retry_at: float | None) -> None:
@@ -176,19 +181,24 @@ def sql_for(placeholder: str, sql: str) -> str:
     return sql if placeholder == "?" else sql.replace("?", placeholder)
 
 
-def enqueue(cur: Cursor, placeholder: str, state: RunState, notices: list[Notice], now: float) -> int:
-    """Write one delivery per (notice, subscription that wants its kind) inside the caller's transaction."""
+def enqueue(
+    cur: Cursor, placeholder: str, state: RunState, notices: list[Notice], now: float, *, again: bool = False
+) -> int:
+    """Write one delivery per (notice, subscription that wants its kind) inside the caller's transaction.
+
+    ``again``: the notices may have been written before (a retried write from outside the step's transaction):
+    a delivery already there, under the same id, is left as it is, never doubled."""
     rows = cur.execute(sql_for(placeholder, SELECT_SUBSCRIBERS), (state.tenant,)).fetchall()
     if not rows:
         return 0
-    insert = sql_for(placeholder, INSERT_DELIVERY)
+    insert = sql_for(placeholder, INSERT_DELIVERY + (" ON CONFLICT (delivery_id) DO NOTHING" if again else ""))
     written = 0
     for subscription_id, kinds in rows:
         wanted = set(json.loads(kinds))
         for notice in notices:
             if notice.kind.value in wanted:
                 delivery_id = f"{notice.event_id}:{subscription_id}"
-                cur.execute(
+                done = cur.execute(
                     insert,
                     (
                         delivery_id,
@@ -202,7 +212,7 @@ def enqueue(cur: Cursor, placeholder: str, state: RunState, notices: list[Notice
                         now,
                     ),
                 )
-                written += 1
+                written += done.rowcount if again else 1  # a row already there is not counted again
     return written
 
 
@@ -297,6 +307,10 @@ class OutboxMethods:
                     (now + lease_s, row[0]),
                 )
         return [delivery_of(r) for r in rows]
+
+    def record_notices(self, state: RunState, notices: list[Notice], now: float) -> int:
+        with self._tx() as db:
+            return enqueue(db, self._PLACEHOLDER, state, notices, now, again=True)
 
     def delivery_succeeded(self, delivery_id: str, at: float) -> None:
         with self._tx() as db:

@@ -1,4 +1,5 @@
-"""The two activities of a run: the controller's proposal and one tool call through the Tool Gateway.
+"""The activities of a run: the controller's proposal, one tool call through the Tool Gateway, and the webhook
+notices a step caused written to the service store's outbox.
 
 Both build the run's agent from this worker's registry (a run names its agent, it never chooses code) and
 neither decides anything: a proposal is data for the workflow's Runtime, a tool call's outcome is what the
@@ -9,6 +10,8 @@ write-ahead entry, reconciliation and the breaker are the gateway's own, unchang
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TypeVar
@@ -22,14 +25,24 @@ from stateward.models.errors import ModelCallError
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry
 from stateward.runtime.driver import action_specs
-from stateward.temporal.messages import ProposeFailure, ProposeInput, ProposeResult, ToolInput, ToolResult
+from stateward.store.outbox import WebhookStore
+from stateward.temporal.messages import (
+    NotifyInput,
+    ProposeFailure,
+    ProposeInput,
+    ProposeResult,
+    ToolInput,
+    ToolResult,
+)
 from stateward.tools.gateway import ToolGateway
 
 PROPOSE = "stateward.propose"
 CALL_TOOL = "stateward.call_tool"
+NOTIFY = "stateward.notify"
 HEARTBEAT = timedelta(seconds=4)  # an activity silent this long is lost (its worker died): the workflow learns fast
 _BEAT_S = 1.0
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 
 class Journal:
@@ -76,8 +89,11 @@ class Activities:
     Each runs its (blocking) work in a thread while the activity heartbeats: a worker killed mid-call is known
     lost within ``HEARTBEAT``, not after the call's whole timeout."""
 
-    def __init__(self, agents: AgentRegistry):
+    def __init__(self, agents: AgentRegistry, outbox: WebhookStore | None = None):
+        """``outbox``: the service store whose webhook subscriptions the notices fan out to (the store ``stateward
+        serve --service-db`` names); without one, notices are dropped, and the worker says so when it starts."""
         self._agents = agents
+        self._outbox = outbox
 
     def _agent(self, input_state: ProposeInput | ToolInput) -> Agent:
         return self._agents.build(input_state.state.agent)
@@ -122,9 +138,21 @@ class Activities:
         outcome = ToolGateway(agent.tools, journal).invoke(request.call, request.ctx)
         return ToolResult(outcome=outcome, journal=journal.records(), breakers=journal.breakers())
 
+    @activity.defn(name=NOTIFY)
+    async def notify(self, request: NotifyInput) -> int:
+        """The deliveries a step's notices cause, in the outbox (a retry writes none twice: each has the id of its
+        event and subscription); the service's dispatcher sends them. How many it wrote."""
+        if self._outbox is None:
+            _log.debug(
+                "no service store: %d webhook notice(s) of %s dropped", len(request.notices), request.state.run_id
+            )
+            return 0
+        outbox = self._outbox
+        return await asyncio.to_thread(lambda: outbox.record_notices(request.state, request.notices, time.time()))
+
     def all(self) -> list[Callable[..., object]]:
         """The activities a worker registers."""
-        return [self.propose, self.call_tool]
+        return [self.propose, self.call_tool, self.notify]
 
 
 async def _beating(work: Callable[[], T]) -> T:

@@ -15,6 +15,7 @@ from stateward.core.journal import BreakerState, SideEffectRecord
 from stateward.core.model_io import Usage
 from stateward.core.state import RequestKind, RunState
 from stateward.runtime.continuation import Answerer
+from stateward.store.outbox import Notice
 from stateward.store.records import ArtifactRecord, PendingRecord, RequestAnswer
 from stateward.tools.types import CallContext, ToolCall, ToolOutcome
 
@@ -127,6 +128,13 @@ class Book(_Frozen):
     control: str | None = None  # a ControlRequest, encoded as the stores keep it
     created_at: datetime
     updated_at: datetime
+
+
+class NotifyInput(_Frozen):
+    """The webhook notices one step caused (a wait, an end), for the service store's outbox."""
+
+    state: RunState
+    notices: list[Notice]
 
 
 class StartRun(_Frozen):

@@ -23,6 +23,18 @@ def is_temporal_url(url: str) -> bool:
     return url.lower().startswith(f"{SCHEME}://")
 
 
+def refuse_service_db(db: str, service_db: str | None) -> None:
+    """A service store is a Temporal backend's alone: a store keeps its own keys and webhooks, and its steps write
+    their notices beside them (a second store would hold subscriptions no step notifies)."""
+    if service_db is not None and not is_temporal_url(db):
+        raise UserError(
+            "--service-db is for a temporal:// backend: a store keeps its own keys, sessions and webhooks",
+            code=ErrorCode.SERVICE_STORE_UNEXPECTED,
+        )
+    if service_db is not None and is_temporal_url(service_db):
+        raise UserError("--service-db names a store, not a Temporal backend", code=ErrorCode.SERVICE_STORE_UNEXPECTED)
+
+
 class TemporalTarget(BaseModel):
     """A Temporal frontend (``host:port``), the namespace the runs live in and the task queue workers poll."""
 

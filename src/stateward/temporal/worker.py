@@ -1,4 +1,4 @@
-"""A Temporal worker for stateward runs: it hosts the run workflow and its two activities for one task queue.
+"""A Temporal worker for stateward runs: it hosts the run workflow and its activities for one task queue.
 
 The workflow runs in the SDK's sandbox (its globals isolated per run, its clock and ids the workflow's). Every
 module is passed through the sandbox rather than re-imported: stateward's core is pure, and an agent factory
@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from stateward.runtime.agent_registry import AgentRegistry
+from stateward.store.outbox import WebhookStore
 from stateward.temporal.activities import Activities
 from stateward.temporal.agents import host_agents
 from stateward.temporal.connection import Connection
@@ -47,10 +48,16 @@ def queues(base: str, agents: AgentRegistry) -> list[str]:
     return [base, *sorted(versioned - {base})]
 
 
-def build_workers(connection: Connection, agents: AgentRegistry, limits: WorkerLimits = WorkerLimits()) -> list[Worker]:
-    """The SDK workers for the queues of ``agents`` (call it on the connection's loop)."""
+def build_workers(
+    connection: Connection,
+    agents: AgentRegistry,
+    limits: WorkerLimits = WorkerLimits(),
+    outbox: WebhookStore | None = None,
+) -> list[Worker]:
+    """The SDK workers for the queues of ``agents`` (call it on the connection's loop); ``outbox``: where the runs'
+    webhook notices go (the service store)."""
     host_agents(agents)
-    activities = Activities(agents).all()
+    activities = Activities(agents, outbox).all()
     runner = sandbox()
     return [
         Worker(
@@ -73,13 +80,14 @@ def run_worker(
     stop: threading.Event | None = None,
     ready: Callable[[], object] | None = None,
     limits: WorkerLimits = WorkerLimits(),
+    outbox: WebhookStore | None = None,
 ) -> None:
     """Poll the task queues of ``url`` for the agent versions ``agents`` builds (see :func:`queues`) until ``stop``
     is set (or forever), on a loop of its own; ``ready`` is called once every queue is polled. STORE_UNAVAILABLE
-    when no Temporal frontend answers there."""
+    when no Temporal frontend answers there. ``outbox``: the service store the runs' webhook notices go to."""
     connection = Connection.open(TemporalTarget.parse(url))
     try:
-        connection.run(_poll(connection, agents, limits, stop, ready))
+        connection.run(_poll(connection, agents, limits, stop, ready, outbox))
     finally:
         connection.close()
 
@@ -90,9 +98,10 @@ async def _poll(
     limits: WorkerLimits,
     stop: threading.Event | None,
     ready: Callable[[], object] | None,
+    outbox: WebhookStore | None,
 ) -> None:
     async with AsyncExitStack() as running:
-        for worker in build_workers(connection, agents, limits):  # the SDK builds a worker on its running loop
+        for worker in build_workers(connection, agents, limits, outbox):  # the SDK builds a worker on its running loop
             await running.enter_async_context(worker)
         if ready is not None:
             ready()

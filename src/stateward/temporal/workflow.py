@@ -9,10 +9,15 @@ the state, the events, the requests and their answers, the side-effect journal.
 A tool activity is never retried by Temporal (``maximum_attempts=1``): an attempt that did not report back may
 have had its effect, so the workflow journals STARTED under the call's idempotency key and asks the gateway
 again, which reconciles (the tool's lookup, else a person) before anything could run twice.
+
+A step that makes the run wait or end starts the notify activity beside the loop (never holding the run up):
+it writes the step's webhook notices to the service store's outbox, retried, each delivery under the id of its
+event and subscription, so a retry doubles nothing. The workflow ends, or continues as new, once they are written.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,9 +45,10 @@ with workflow.unsafe.imports_passed_through():
     from stateward.runtime.observed import observations_in
     from stateward.runtime.tool_step import execute_tool
     from stateward.runtime.write import Write
+    from stateward.store.outbox import notices_of
     from stateward.store.records import ArtifactRecord, PendingRecord, RequestAnswer
     from stateward.temporal import search
-    from stateward.temporal.activities import CALL_TOOL, HEARTBEAT, PROPOSE
+    from stateward.temporal.activities import CALL_TOOL, HEARTBEAT, NOTIFY, PROPOSE
     from stateward.temporal.agents import hosted_agents
     from stateward.temporal.messages import (
         AnswerInput,
@@ -50,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         Book,
         ControlInput,
         ControlKind,
+        NotifyInput,
         ProposeInput,
         ProposeResult,
         StartRun,
@@ -69,6 +76,10 @@ PROPOSE_RETRY = RetryPolicy(
 NO_RETRY = RetryPolicy(maximum_attempts=1)  # a tool call is never retried blind
 TOOL_MARGIN_S = 10.0  # beyond the tool's own timeouts and retries, before an attempt counts as lost
 LOST_ATTEMPTS = 5  # lost attempts of one call the gateway reconciles before the step is given up
+NOTIFY_TIMEOUT = timedelta(seconds=30)
+# The outbox write has no effect but its rows (a retry writes none twice): retried about a quarter of an hour.
+NOTIFY_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=60), maximum_attempts=20)
+NOTIFY_PATCH = "stateward.notify"  # histories from before notices replay without the activity
 
 
 class _Asked(Exception):
@@ -125,6 +136,7 @@ class RunWorkflow:
         self._agent: Agent | None = None
         self._attributes: list[Any] = search.updates(self._state)  # the workflow started with these
         self._memo: dict[str, Any] = {}
+        self._notifying: list[asyncio.Task[Any]] = []
         if start.book is None:
             self._append([start.started])
 
@@ -136,10 +148,12 @@ class RunWorkflow:
         while True:
             if self._history_full(start):
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                await self._notified()
                 workflow.continue_as_new(start.model_copy(update={"book": self.book()}))
             await self._until_work()
             if self._state.status.is_terminal:
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                await self._notified()
                 return self.book()
             control = self._control
             if control is not None and control[0] == "cancel":
@@ -349,9 +363,11 @@ class RunWorkflow:
         )
 
     def _commit(self, write: Write) -> None:
-        """What a store's ``commit_step`` does, in the workflow: the state, the events, the requests."""
+        """What a store's ``commit_step`` does, in the workflow: the state, the events, the requests, the notices."""
+        before = len(self._events)
         self._state = write.state
         self._append(write.events)
+        self._notify(notices_of(write.state, before, write.events))
         if write.open_request is not None:
             request = write.open_request
             self._requests[request.request_id] = PendingRecord(run_id=self._state.run_id, request=request)
@@ -362,6 +378,30 @@ class RunWorkflow:
             self._control = None
         self._updated_at = workflow.now()
         self._publish()
+
+    def _notify(self, notices: list[Any]) -> None:
+        """Start writing the step's notices to the outbox, beside the loop (the run does not wait for it)."""
+        if not notices or not workflow.patched(NOTIFY_PATCH):
+            return
+        self._notifying = [task for task in self._notifying if not task.done()]
+        self._notifying.append(
+            workflow.start_activity(
+                NOTIFY,
+                NotifyInput(state=self._state, notices=notices),
+                result_type=int,
+                start_to_close_timeout=NOTIFY_TIMEOUT,
+                retry_policy=NOTIFY_RETRY,
+            )
+        )
+
+    async def _notified(self) -> None:
+        """Every notice written (or its retries spent: logged, as a store's dispatcher logs a failed delivery)."""
+        for task in self._notifying:
+            try:
+                await task
+            except ActivityError as exc:
+                workflow.logger.warning("webhook notices of %s not recorded: %s", self._state.run_id, exc.cause)
+        self._notifying = []
 
     def _publish(self) -> None:
         """What a listing reads without asking the workflow: its search attributes and its memo (the run's row,
