@@ -4,6 +4,7 @@ is rejected by the Update's validator: the workflow's history does not grow and 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -33,8 +34,17 @@ def _refunds(ledger: Path) -> list[str]:
 
 
 def _history_length(runtime: TemporalRuntime, run_id: str) -> int:
+    """The workflow's history length once nothing is in flight (the wait's notify activity, and the workflow task
+    its completion schedules, are done): only an answer could grow it after that."""
+
     async def count() -> int:
-        history = await runtime._conn.handle(run_id).fetch_history()
+        handle = runtime._conn.handle(run_id)
+        for _ in range(200):
+            raw = (await handle.describe()).raw_description
+            if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
+                break
+            await asyncio.sleep(0.05)
+        history = await handle.fetch_history()
         return len(history.events)
 
     return runtime._conn.run(count())

@@ -185,10 +185,10 @@ def serve(
 ) -> None:
     """The HTTP API (OpenAPI at /openapi.json): API-key principals, tenant-scoped routes under /v1.
 
-    Answers record and return at once; run `stateward worker` on the same store to drive runs (on a
-    temporal:// backend, workers on its task queue, and --service-db for keys, sessions and webhooks). Needs
+    Answers record and return at once; run `stateward worker` on the same store to drive runs. Needs
     the `serve` extra (pip install 'stateward[serve]'). /metrics takes no API key (a scraper is no
-    tenant): keep the bind address private or set STATEWARD_METRICS_TOKEN.
+    tenant): keep the bind address private or set STATEWARD_METRICS_TOKEN. On a temporal:// --db, the
+    workers on its task queue drive the runs and --service-db names the store of keys, sessions and webhooks.
     """
     with reported_errors(False):
         try:

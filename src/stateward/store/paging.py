@@ -52,6 +52,11 @@ class RequestRow(PendingRecord):
 
     tenant: str
     parent_run_id: str | None = None
+    # The run's agent, version and the start of its goal, where the listing holds them (a Temporal listing reads
+    # them from each workflow's memo): the inbox page then shows a row without reading its run.
+    agent: str | None = None
+    agent_version: str | None = None
+    goal: str | None = None
 
 
 class RequestPage(BaseModel):

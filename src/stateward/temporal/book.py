@@ -96,6 +96,14 @@ class TemporalBook:
                 details={"run_id": handle.id, "task_queue": queue},
             ) from None
         except RPCError as exc:
+            if exc.status is RPCStatusCode.FAILED_PRECONDITION:
+                # No worker polls the queue now, or the run's last workflow task failed (its worker retries it and
+                # logs why): the run is there, only not readable this moment.
+                raise StoreError(
+                    f"run {handle.id} cannot be read now ({exc.message})"[:500],
+                    code=ErrorCode.STORE_UNAVAILABLE,
+                    details={"run_id": handle.id, "task_queue": queue},
+                ) from None
             if (
                 exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
                 and "imeout" not in exc.message

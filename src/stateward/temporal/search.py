@@ -71,9 +71,15 @@ def memo(
         fork_seq=None if state.lineage is None else state.lineage.at_seq,
     )
     open_requests = [
-        RequestRow(run_id=r.run_id, request=r.request, tenant=state.tenant, parent_run_id=parent).model_dump(
-            mode="json"
-        )
+        RequestRow(
+            run_id=r.run_id,
+            request=r.request,
+            tenant=state.tenant,
+            parent_run_id=parent,
+            agent=state.agent.name,
+            agent_version=state.agent.version,
+            goal=row.goal,
+        ).model_dump(mode="json")
         for r in requests
         if r.is_open
     ]

@@ -34,7 +34,7 @@ from stateward.api.web.times import ago, stamp
 from stateward.core.errors import ErrorCode, RequestRefusedError, StatewardError
 from stateward.core.inert import inert
 from stateward.core.state import NOBODY_ANSWERS, RequestKind
-from stateward.store.paging import DEFAULT_PAGE_SIZE
+from stateward.store.paging import DEFAULT_PAGE_SIZE, RequestRow
 
 PREFIX = "/inbox"
 CONSOLE_PREFIX = "/runs"  # the run console (console.py) shares this sign-in
@@ -216,7 +216,7 @@ def _inbox_context(
         for row in page.items
         if row.request.kind not in NOBODY_ANSWERS and may_answer(who, row.request.approver_role)
     ]
-    runs = {row.run_id: runtime.store.load_run(row.run_id) for row in rows}  # agent and goal, one page
+    runs = {row.run_id: _run_head(runtime, row) for row in rows}
     return {
         "rows": rows,
         "runs": runs,
@@ -228,6 +228,15 @@ def _inbox_context(
         "kinds": [k.value for k in RequestKind if k not in NOBODY_ANSWERS],
         "next_query": urlencode({**{k: v for k, v in shown.items() if v}, "cursor": page.next_cursor or ""}),
     }
+
+
+def _run_head(runtime: RunBackend, row: RequestRow) -> dict[str, str | None]:
+    """The agent, version and goal an inbox row shows: from the row where the listing holds them (Temporal: no
+    query of a workflow whose worker may be down), else one read of the run."""
+    if row.agent is not None:
+        return {"agent": row.agent, "version": row.agent_version, "goal": row.goal or ""}
+    state = runtime.store.load_run(row.run_id)
+    return {"agent": state.agent.name, "version": state.agent.version, "goal": state.goal}
 
 
 def _read_routes(router: APIRouter, pages: InboxPages) -> None:
