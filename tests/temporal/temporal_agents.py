@@ -97,3 +97,26 @@ def build(
         budget=Budget(max_steps=max_steps),
         request_ttl=None if request_ttl_s is None else timedelta(seconds=request_ttl_s),
     )
+
+
+def _reading(request: ModelRequest, pages: int) -> dict[str, Any]:
+    read = len(request.observations)
+    if read >= pages:
+        return {"type": "FINISH", "reason": f"read {read} pages"}
+    return {"type": "EXECUTE_TOOL", "action": "fetch_page", "args": {"page": read}}
+
+
+@registry.agent("reader")
+def build_reader(pages: int, page_bytes: int = 100) -> Agent:
+    """Reads ``pages`` pages of ``page_bytes`` each, one a step, then finishes: a long run, or a large one."""
+
+    @tool(description="Fetch one page of a long document.")
+    def fetch_page(page: int) -> str:
+        return (f"page {page}. " * (page_bytes // 8 + 1))[:page_bytes]
+
+    return Agent(
+        name="reader",
+        controller=ReActController(ScriptedModel(lambda request: _reading(request, pages))),
+        tools=ToolRegistry([fetch_page]),
+        budget=Budget(max_steps=pages + 5),
+    )

@@ -30,12 +30,20 @@ from stateward.core.state import RequestKind, RunState
 from stateward.runtime.agent import Agent
 from stateward.runtime.agent_registry import AgentRegistry
 from stateward.runtime.continuation import AnswerResult, decide_answer
+from stateward.runtime.driver import DRIVABLE
 from stateward.runtime.inspection import RunReads
 from stateward.runtime.run_start import new_run
 from stateward.temporal import search
 from stateward.temporal.book import QUERY_TIMEOUT, TemporalBook
 from stateward.temporal.connection import RPC_TIMEOUT, Connection, not_found
-from stateward.temporal.messages import DEFAULT_HISTORY_EVENTS, AnswerInput, AnswerReply, ControlInput, StartRun
+from stateward.temporal.messages import (
+    DEFAULT_BOOK_BYTES,
+    DEFAULT_HISTORY_EVENTS,
+    AnswerInput,
+    AnswerReply,
+    ControlInput,
+    StartRun,
+)
 from stateward.temporal.target import TemporalTarget, version_queue
 from stateward.temporal.workflow import WORKFLOW
 
@@ -63,13 +71,16 @@ class TemporalRuntime(RunReads):
         *,
         max_history_events: int = DEFAULT_HISTORY_EVENTS,
         query_timeout: timedelta = QUERY_TIMEOUT,
+        max_book_bytes: int = DEFAULT_BOOK_BYTES,
     ):
         """``max_history_events``: Temporal events a run's workflow execution gathers before it continues as new;
-        ``query_timeout``: how long a read of an open run waits for a worker to answer."""
+        ``query_timeout``: how long a read of an open run waits for a worker to answer; ``max_book_bytes``: the
+        size of events and artifacts past which a run ends ``book_full`` (Temporal's payload limit is 2 MiB)."""
         self._conn = connection
         self.store = TemporalBook(connection, query_timeout=query_timeout)
         self._registry = agents if agents is not None else AgentRegistry()
         self._max_history_events = max_history_events
+        self._max_book_bytes = max_book_bytes
 
     @classmethod
     def open(
@@ -79,10 +90,17 @@ class TemporalRuntime(RunReads):
         agents: AgentRegistry | None = None,
         max_history_events: int = DEFAULT_HISTORY_EVENTS,
         query_timeout: timedelta = QUERY_TIMEOUT,
+        max_book_bytes: int = DEFAULT_BOOK_BYTES,
     ) -> TemporalRuntime:
         """Connect to the Temporal frontend ``url`` names (STORE_UNAVAILABLE if none answers there)."""
         connection = Connection.open(TemporalTarget.parse(url))
-        return cls(connection, agents, max_history_events=max_history_events, query_timeout=query_timeout)
+        return cls(
+            connection,
+            agents,
+            max_history_events=max_history_events,
+            query_timeout=query_timeout,
+            max_book_bytes=max_book_bytes,
+        )
 
     @property
     def target(self) -> TemporalTarget:
@@ -119,7 +137,12 @@ class TemporalRuntime(RunReads):
             self._conn.run(
                 self._conn.client.start_workflow(
                     WORKFLOW,
-                    StartRun(state=state, started=started, max_history_events=self._max_history_events),
+                    StartRun(
+                        state=state,
+                        started=started,
+                        max_history_events=self._max_history_events,
+                        max_book_bytes=self._max_book_bytes,
+                    ),
                     id=state.run_id,
                     task_queue=version_queue(self.target.task_queue, state.agent.name, state.agent.version),
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -152,8 +175,12 @@ class TemporalRuntime(RunReads):
         return self.settled(state.run_id)
 
     def settled(self, run_id: str, *, tenant: str | None = None) -> RunState:
-        """The run once it is not RUNNING (a worker drives it meanwhile)."""
-        return self._control(run_id, "settled", ControlInput(tenant=tenant))
+        """The run once it is not RUNNING (a worker drives it meanwhile). An execution that continues as new answers
+        its waiters with the run still RUNNING: the next execution is asked in turn."""
+        while True:
+            state = self._control(run_id, "settled", ControlInput(tenant=tenant))
+            if state.status not in DRIVABLE:
+                return state
 
     def drive(self, run_id: str) -> RunState:
         """The run once it stopped, as ``Runtime.drive`` returns it: a worker drives it, this waits (``settled``)."""

@@ -23,6 +23,11 @@ ControlKind = Literal["pause", "cancel"]
 # Temporal events one workflow execution gathers before it continues as new (the server suggests it sooner for
 # a large history): a long run's history stays bounded, its book carried over whole.
 DEFAULT_HISTORY_EVENTS = 2000
+# Bytes of events and artifacts a run's book may hold before its next step: the book crosses every
+# continue-as-new, query and result as one payload, and Temporal refuses one over 2 MiB (a workflow task that
+# would carry it fails, retried forever). Past this the run ends FAILED / book_full, readable, rather than stuck.
+DEFAULT_BOOK_BYTES = 1536 * 1024
+MAX_BOOK_BYTES = 2048 * 1024
 
 
 class _Frozen(BaseModel):
@@ -145,3 +150,4 @@ class StartRun(_Frozen):
     started: NewEvent
     book: Book | None = None
     max_history_events: int = Field(default=DEFAULT_HISTORY_EVENTS, ge=20)
+    max_book_bytes: int = Field(default=DEFAULT_BOOK_BYTES, ge=1024, le=MAX_BOOK_BYTES)

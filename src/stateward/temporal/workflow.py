@@ -80,6 +80,10 @@ NOTIFY_TIMEOUT = timedelta(seconds=30)
 # The outbox write has no effect but its rows (a retry writes none twice): retried about a quarter of an hour.
 NOTIFY_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=60), maximum_attempts=20)
 NOTIFY_PATCH = "stateward.notify"  # histories from before notices replay without the activity
+# A ``settled`` waiter is answered before the execution continues as new (it asks the next one): histories from
+# before this replay as they ran.
+SETTLE_PATCH = "stateward.settle-before-continue"
+BOOK_PATCH = "stateward.book-full"  # histories from before the book's bound replay as they ran
 
 
 class _Asked(Exception):
@@ -131,12 +135,15 @@ class RunWorkflow:
         self._control: tuple[ControlKind, str, tuple[str, ...]] | None = (
             None if asked is None else (asked.kind, asked.by, asked.roles)
         )
+        self._book_bytes = sum(_bytes_of(e) for e in self._events) + sum(len(a.content) for a in self._artifacts)
+        self._max_book_bytes = start.max_book_bytes
         self._created_at = book.created_at
         self._updated_at = book.updated_at
         self._agent: Agent | None = None
         self._attributes: list[Any] = search.updates(self._state)  # the workflow started with these
         self._memo: dict[str, Any] = {}
         self._notifying: list[asyncio.Task[Any]] = []
+        self._continuing = False  # this execution is about to continue as new: a ``settled`` waiter is answered
         if start.book is None:
             self._append([start.started])
 
@@ -147,6 +154,9 @@ class RunWorkflow:
         with no worker up)."""
         while True:
             if self._history_full(start):
+                # A caller waiting for the run to settle (``start``, an answer that drives) holds a handler open
+                # that would never finish while the run is RUNNING: answer it now; it asks the next execution.
+                self._continuing = workflow.patched(SETTLE_PATCH)
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 await self._notified()
                 workflow.continue_as_new(start.model_copy(update={"book": self.book()}))
@@ -222,6 +232,12 @@ class RunWorkflow:
         if exhausted is not None:
             self._commit(transition.exhaust(state, exhausted))
             return
+        if not settling and self._book_bytes >= self._max_book_bytes and workflow.patched(BOOK_PATCH):
+            # One more step could carry the book past Temporal's payload limit, and a workflow task that cannot
+            # be completed is retried forever: the run ends here, named, its book whole and readable.
+            message = f"the run's events and artifacts hold {self._book_bytes} bytes (limit {self._max_book_bytes})"
+            self._commit(transition.end(state, TransitionKind.FAIL, "book_full", message=message))
+            return
         agent = self._agent_of()
         proposal = approved_call_proposal(state) if state.next_call is not None else await self._propose(state)
         if proposal is None:
@@ -254,10 +270,14 @@ class RunWorkflow:
             call, ctx = asked.call, asked.ctx
         outcome = await self._call(write.state, call, ctx, agent)
         if outcome is None:
-            self._commit(write.then(transition.end(write.state, TransitionKind.FAIL, "tool_attempts_lost")))
+            lost = f"{LOST_ATTEMPTS} attempts of {call.tool} did not report back (each reconciled before the next)"
+            self._commit(
+                write.then(transition.end(write.state, TransitionKind.FAIL, "tool_attempts_lost", message=lost))
+            )
             return
         done = execute_tool(_Answered(outcome), agent, write.state, decision, now=workflow.now())
         for art in done.artifacts:
+            self._book_bytes += len(art.content)
             self._artifacts.append(
                 ArtifactRecord(
                     run_id=self._state.run_id,
@@ -357,10 +377,12 @@ class RunWorkflow:
     def _append(self, events: Sequence[NewEvent]) -> None:
         now = workflow.now()
         start = len(self._events)
-        self._events.extend(
+        appended = [
             Event(run_id=self._state.run_id, seq=start + i + 1, type=e.type, payload=e.payload, at=now)
             for i, e in enumerate(events)
-        )
+        ]
+        self._events.extend(appended)
+        self._book_bytes += sum(_bytes_of(e) for e in appended)
 
     def _commit(self, write: Write) -> None:
         """What a store's ``commit_step`` does, in the workflow: the state, the events, the requests, the notices."""
@@ -443,8 +465,9 @@ class RunWorkflow:
 
     @workflow.update(name="settled")
     async def settled(self, asked: ControlInput) -> RunState:
-        """The run once it stopped (waiting, paused or ended): what ``start`` and an answer that drives return."""
-        await workflow.wait_condition(lambda: self._state.status not in DRIVABLE)
+        """The run once it stopped (waiting, paused or ended): what ``start`` and an answer that drives return; or
+        still RUNNING when this execution continues as new (the caller asks the next one)."""
+        await workflow.wait_condition(lambda: self._state.status not in DRIVABLE or self._continuing)
         return self._state
 
     @settled.validator
@@ -553,6 +576,11 @@ def _refused(check: Callable[[], Any]) -> None:
     except StatewardError as exc:
         details = (exc.to_dict(), type(exc).__name__)  # the client rebuilds the same error from these
         raise ApplicationError(exc.message, *details, type=exc.code, non_retryable=True) from None
+
+
+def _bytes_of(event: Event) -> int:
+    """An event's size as the book carries it (its JSON)."""
+    return len(event.model_dump_json())
 
 
 def _key_of(spec: Any, call: ToolCall, ctx: CallContext) -> str | None:
