@@ -11,12 +11,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from temporalio.converter import PayloadCodec
 from tests.temporal.temporal_agents import registry
 
 from stateward.store.outbox import WebhookStore
@@ -42,14 +43,16 @@ def worker(temporal_url: str) -> Iterator[None]:
 
 
 @contextmanager
-def hosted_worker(temporal_url: str, outbox: WebhookStore | None = None) -> Iterator[None]:
+def hosted_worker(
+    temporal_url: str, outbox: WebhookStore | None = None, codec: PayloadCodec | None = None
+) -> Iterator[None]:
     """A worker in this process for ``temporal_url``'s queue while the block runs (``outbox``: where its runs'
-    webhook notices go)."""
+    webhook notices go; ``codec``: what its payloads pass through)."""
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(
         target=run_worker,
         args=(temporal_url, registry),
-        kwargs={"stop": stop, "ready": ready.set, "outbox": outbox},
+        kwargs={"stop": stop, "ready": ready.set, "outbox": outbox, "codec": codec},
         daemon=True,
     )
     thread.start()
@@ -68,17 +71,19 @@ def runtime(temporal_url: str) -> Iterator[TemporalRuntime]:
 
 def cli_env() -> dict[str, str]:
     """A CLI subprocess's environment: the test agents registered, the repository importable."""
-    env = {k: v for k, v in os.environ.items() if k not in {"STATEWARD_DB", "STATEWARD_AGENTS"}}
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"STATEWARD_DB", "STATEWARD_AGENTS", "STATEWARD_TEMPORAL_CODEC"}
+    }
     env["STATEWARD_AGENTS"] = AGENTS_SPEC
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     return env
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``stateward ARGS`` in a new process."""
+def cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``stateward ARGS`` in a new process (``env``: more of its environment)."""
     return subprocess.run(
         [sys.executable, "-m", "stateward.cli.main", *args],
-        env=cli_env(),
+        env={**cli_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=DEADLINE_S,

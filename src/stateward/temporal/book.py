@@ -50,6 +50,7 @@ _OPEN = (WorkflowExecutionStatus.RUNNING,)
 # only after the server's sticky timeout, 10 s by default).
 QUERY_TIMEOUT = timedelta(seconds=30)
 T = TypeVar("T")
+_Memo = dict[str, Any]  # a listed run's memo, decoded: its row, its open requests
 
 
 class TemporalBook:
@@ -228,8 +229,8 @@ class TemporalBook:
         clauses = [_eq(search_key, filters.get(name)) for name, search_key in _RUN_KEYS]
         if term is not None:
             clauses.append(f"WorkflowId STARTS_WITH {_literal(term)}")
-        executions, token = self._page(clauses, size, "runs", filters, cursor)
-        rows = [row for row in (_row(e) for e in executions) if row is not None]
+        memos, token = self._page(clauses, size, "runs", filters, cursor)
+        rows = [row for row in (_row(m) for m in memos) if row is not None]
         return RunPage(items=rows, next_cursor=_cursor("runs", filters, token))
 
     def list_requests(self, run_id: str | None = None, open_only: bool = True) -> list[PendingRecord]:
@@ -271,13 +272,13 @@ class TemporalBook:
             _eq(search.AGENT, agent),
             _eq(search.APPROVER_ROLE, role),
         ]
-        executions, token = self._page(clauses, size, "requests", filters, cursor)
-        items = [row for e in executions for row in _requests(e) if _matches(row.request, kind, role)]
+        memos, token = self._page(clauses, size, "requests", filters, cursor)
+        items = [row for m in memos for row in _requests(m) if _matches(row.request, kind, role)]
         return RequestPage(items=items, next_cursor=_cursor("requests", filters, token))
 
     def _page(
         self, clauses: list[str | None], size: int, kind: str, filters: dict[str, Any], cursor: str | None
-    ) -> tuple[list[WorkflowExecution], bytes | None]:
+    ) -> tuple[list[_Memo], bytes | None]:
         token = None if cursor is None else _token(decode_cursor(cursor, kind, filters, 1)[0], kind)
         query = " AND ".join([f"WorkflowType = {_literal(WORKFLOW)}", *(c for c in clauses if c is not None)])
         return self._conn.run(_list(self._conn, query, size, token))
@@ -398,31 +399,30 @@ def _token(part: str, kind: str) -> bytes:
         raise UserError(f"invalid {kind} cursor", code=ErrorCode.INVALID_CURSOR, details={"kind": kind}) from None
 
 
-async def _list(
-    conn: Connection, query: str, size: int, token: bytes | None
-) -> tuple[list[WorkflowExecution], bytes | None]:
+async def _list(conn: Connection, query: str, size: int, token: bytes | None) -> tuple[list[_Memo], bytes | None]:
     pages = conn.client.list_workflows(query, page_size=size, next_page_token=token)
     await pages.fetch_next_page()
-    return list(pages.current_page or []), pages.next_page_token
+    return [await _memo(e) for e in pages.current_page or []], pages.next_page_token
 
 
-def _memo(execution: WorkflowExecution) -> dict[str, Any]:
-    raw = execution.raw_info.memo.fields.get("row")
-    requests = execution.raw_info.memo.fields.get("requests")
-    decode = execution.data_converter.payload_converter.from_payload
+async def _memo(execution: WorkflowExecution) -> _Memo:
+    """The run's memo, decoded as every payload is (through the operator's codec, when there is one)."""
+    fields = execution.raw_info.memo.fields
+    decode = execution.data_converter.decode
+    row, requests = fields.get("row"), fields.get("requests")
     return {
-        "row": None if raw is None else decode(raw),
-        "requests": [] if requests is None else decode(requests),
+        "row": None if row is None else (await decode([row]))[0],
+        "requests": [] if requests is None else (await decode([requests]))[0],
     }
 
 
-def _row(execution: WorkflowExecution) -> RunRow | None:
-    row = _memo(execution)["row"]
+def _row(memo: _Memo) -> RunRow | None:
+    row = memo["row"]
     return None if row is None else RunRow.model_validate(row)
 
 
-def _requests(execution: WorkflowExecution) -> list[RequestRow]:
-    return [RequestRow.model_validate(r) for r in _memo(execution)["requests"]]
+def _requests(memo: _Memo) -> list[RequestRow]:
+    return [RequestRow.model_validate(r) for r in memo["requests"]]
 
 
 __all__ = ["RunNotFoundError", "TemporalBook"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDReusePolicy
+from temporalio.converter import PayloadCodec
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -91,9 +92,11 @@ class TemporalRuntime(RunReads):
         max_history_events: int = DEFAULT_HISTORY_EVENTS,
         query_timeout: timedelta = QUERY_TIMEOUT,
         max_book_bytes: int = DEFAULT_BOOK_BYTES,
+        codec: PayloadCodec | None = None,
     ) -> TemporalRuntime:
-        """Connect to the Temporal frontend ``url`` names (STORE_UNAVAILABLE if none answers there)."""
-        connection = Connection.open(TemporalTarget.parse(url))
+        """Connect to the Temporal frontend ``url`` names (STORE_UNAVAILABLE if none answers there); ``codec``: what
+        payloads pass through (else the one ``STATEWARD_TEMPORAL_CODEC`` names), the same as the workers'."""
+        connection = Connection.open(TemporalTarget.parse(url), codec)
         return cls(
             connection,
             agents,

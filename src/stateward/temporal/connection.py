@@ -15,16 +15,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import PayloadCodec
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from stateward.core.errors import ErrorCode, RunNotFoundError, StoreError, UserError
+from stateward.temporal.codec import CODEC_ENV, codec_from_env, data_converter
 from stateward.temporal.target import TemporalTarget
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = timedelta(seconds=10)
 _opened: list[str] = []  # addresses this process connected to (see clients_opened)
 RPC_TIMEOUT = timedelta(seconds=30)
+_UNDECODABLE = "Unknown payload encoding"  # the SDK's KeyError for a payload no converter of this process reads
 
 
 API_KEY_ENV = "STATEWARD_TEMPORAL_API_KEY"
@@ -82,11 +84,13 @@ class Connection:
         self._loop = loop
 
     @classmethod
-    def open(cls, target: TemporalTarget) -> Connection:
-        """Connect to ``target``; STORE_UNAVAILABLE (naming the address) when nothing answers there."""
+    def open(cls, target: TemporalTarget, codec: PayloadCodec | None = None) -> Connection:
+        """Connect to ``target``; STORE_UNAVAILABLE (naming the address) when nothing answers there. Payloads go
+        through ``codec``, else through the one ``STATEWARD_TEMPORAL_CODEC`` names, else as JSON."""
+        codec = codec if codec is not None else codec_from_env(os.environ)
         loop = asyncio.new_event_loop()
         try:
-            client = loop.run_until_complete(_connect(target))
+            client = loop.run_until_complete(_connect(target, codec))
         except BaseException:
             loop.close()
             raise
@@ -94,8 +98,20 @@ class Connection:
         return cls(target, client, loop)
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
-        """Run one coroutine of the client to its end."""
-        return self._loop.run_until_complete(work)
+        """Run one coroutine of the client to its end; a payload this process cannot decode (encoded by a codec it
+        lacks) is CONFIGURATION_ERROR, naming the encoding."""
+        try:
+            return self._loop.run_until_complete(work)
+        except KeyError as exc:
+            said = str(exc.args[0]) if exc.args else ""
+            if not said.startswith(_UNDECODABLE):
+                raise
+            raise UserError(
+                f"{said[len(_UNDECODABLE) :].strip()}: a payload this process cannot decode; set {CODEC_ENV} to"
+                " the payload codec the namespace's workers use",
+                code=ErrorCode.CONFIGURATION_ERROR,
+                details={"encoding": said[len(_UNDECODABLE) :].strip()[:100]},
+            ) from None
 
     def handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
         """The workflow of run ``run_id`` (its latest execution)."""
@@ -107,14 +123,14 @@ class Connection:
             self._loop.close()
 
 
-async def _connect(target: TemporalTarget) -> Client:
+async def _connect(target: TemporalTarget, codec: PayloadCodec | None) -> Client:
     credentials = Credentials.from_env(os.environ)
     try:
         return await asyncio.wait_for(
             Client.connect(
                 target.address,
                 namespace=target.namespace,
-                data_converter=pydantic_data_converter,
+                data_converter=data_converter(codec),
                 tls=credentials.tls(target.tls),
                 api_key=credentials.api_key,
             ),

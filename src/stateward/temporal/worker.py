@@ -13,6 +13,7 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
+from temporalio.converter import PayloadCodec
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -81,11 +82,13 @@ def run_worker(
     ready: Callable[[], object] | None = None,
     limits: WorkerLimits = WorkerLimits(),
     outbox: WebhookStore | None = None,
+    codec: PayloadCodec | None = None,
 ) -> None:
     """Poll the task queues of ``url`` for the agent versions ``agents`` builds (see :func:`queues`) until ``stop``
     is set (or forever), on a loop of its own; ``ready`` is called once every queue is polled. STORE_UNAVAILABLE
-    when no Temporal frontend answers there. ``outbox``: the service store the runs' webhook notices go to."""
-    connection = Connection.open(TemporalTarget.parse(url))
+    when no Temporal frontend answers there. ``outbox``: the service store the runs' webhook notices go to;
+    ``codec``: what payloads pass through (else the one ``STATEWARD_TEMPORAL_CODEC`` names)."""
+    connection = Connection.open(TemporalTarget.parse(url), codec)
     try:
         connection.run(_poll(connection, agents, limits, stop, ready, outbox))
     finally:

@@ -27,7 +27,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from stateward.core.canonical import canonical_json, idempotency_key_of, sha256_hex
+    from stateward.core.canonical import sha256_hex
     from stateward.core.contract import Proposal, SignalFailure
     from stateward.core.decision import DecisionType
     from stateward.core.errors import ErrorCode, IllegalTransitionError, RunError, StatewardError
@@ -46,10 +46,11 @@ with workflow.unsafe.imports_passed_through():
     from stateward.runtime.tool_step import execute_tool
     from stateward.runtime.write import Write
     from stateward.store.outbox import notices_of
-    from stateward.store.records import ArtifactRecord, PendingRecord, RequestAnswer
+    from stateward.store.records import ArtifactRecord, NewArtifact, PendingRecord, RequestAnswer
     from stateward.temporal import search
     from stateward.temporal.activities import CALL_TOOL, HEARTBEAT, NOTIFY, PROPOSE
     from stateward.temporal.agents import hosted_agents
+    from stateward.temporal.captured import Answered, Asked, Capture, key_of
     from stateward.temporal.messages import (
         AnswerInput,
         AnswerReply,
@@ -63,7 +64,6 @@ with workflow.unsafe.imports_passed_through():
         ToolInput,
         ToolResult,
     )
-    from stateward.tools.gateway import ToolGateway
     from stateward.tools.types import CallContext, ToolCall, ToolOutcome
 
 WORKFLOW = "stateward.run"
@@ -84,37 +84,6 @@ NOTIFY_PATCH = "stateward.notify"  # histories from before notices replay withou
 # before this replay as they ran.
 SETTLE_PATCH = "stateward.settle-before-continue"
 BOOK_PATCH = "stateward.book-full"  # histories from before the book's bound replay as they ran
-
-
-class _Asked(Exception):
-    """The call ``execute_tool`` would make, caught before anything runs (the activity makes it)."""
-
-    def __init__(self, call: ToolCall, ctx: CallContext):
-        super().__init__(call.tool)
-        self.call = call
-        self.ctx = ctx
-
-
-class _Capture(ToolGateway):
-    """A gateway that only learns which call and context ``execute_tool`` sends: exactly those go to the activity."""
-
-    def __init__(self) -> None:  # no registry, no store: nothing runs here
-        pass
-
-    def invoke(self, call: ToolCall, ctx: CallContext) -> ToolOutcome:
-        """Never answers: raises the call as asked."""
-        raise _Asked(call, ctx)
-
-
-class _Answered(ToolGateway):
-    """The gateway as the workflow sees it: it already answered (in the activity); ``execute_tool`` reads that."""
-
-    def __init__(self, outcome: ToolOutcome):  # no registry, no store: nothing runs here
-        self._outcome = outcome
-
-    def invoke(self, call: ToolCall, ctx: CallContext) -> ToolOutcome:
-        """The activity's outcome for this call."""
-        return self._outcome
 
 
 @workflow.defn(name=WORKFLOW)
@@ -232,11 +201,9 @@ class RunWorkflow:
         if exhausted is not None:
             self._commit(transition.exhaust(state, exhausted))
             return
-        if not settling and self._book_bytes >= self._max_book_bytes and workflow.patched(BOOK_PATCH):
-            # One more step could carry the book past Temporal's payload limit, and a workflow task that cannot
-            # be completed is retried forever: the run ends here, named, its book whole and readable.
-            message = f"the run's events and artifacts hold {self._book_bytes} bytes (limit {self._max_book_bytes})"
-            self._commit(transition.end(state, TransitionKind.FAIL, "book_full", message=message))
+        full = None if settling else self._book_full(state)
+        if full is not None:
+            self._commit(full)
             return
         agent = self._agent_of()
         proposal = approved_call_proposal(state) if state.next_call is not None else await self._propose(state)
@@ -264,9 +231,9 @@ class RunWorkflow:
             self._commit(write)
             return
         try:
-            execute_tool(_Capture(), agent, write.state, decision, now=workflow.now())
+            execute_tool(Capture(), agent, write.state, decision, now=workflow.now())
             raise AssertionError("execute_tool made no call")  # pragma: no cover - every accepted call reaches it
-        except _Asked as asked:
+        except Asked as asked:
             call, ctx = asked.call, asked.ctx
         outcome = await self._call(write.state, call, ctx, agent)
         if outcome is None:
@@ -275,8 +242,21 @@ class RunWorkflow:
                 write.then(transition.end(write.state, TransitionKind.FAIL, "tool_attempts_lost", message=lost))
             )
             return
-        done = execute_tool(_Answered(outcome), agent, write.state, decision, now=workflow.now())
-        for art in done.artifacts:
+        done = execute_tool(Answered(outcome), agent, write.state, decision, now=workflow.now())
+        self._keep(done.artifacts)
+        self._commit(write.then(done.write))
+
+    def _book_full(self, state: RunState) -> Write | None:
+        """The run's end when one more step could carry its book past Temporal's payload limit (a workflow task
+        that cannot be completed is retried forever): named, its book whole and readable."""
+        if self._book_bytes < self._max_book_bytes or not workflow.patched(BOOK_PATCH):
+            return None
+        message = f"the run's events and artifacts hold {self._book_bytes} bytes (limit {self._max_book_bytes})"
+        return transition.end(state, TransitionKind.FAIL, "book_full", message=message)
+
+    def _keep(self, artifacts: Sequence[NewArtifact]) -> None:
+        """The artifacts a tool step wrote, as a store keeps them."""
+        for art in artifacts:
             self._book_bytes += len(art.content)
             self._artifacts.append(
                 ArtifactRecord(
@@ -289,7 +269,6 @@ class RunWorkflow:
                     created_at=workflow.now(),
                 )
             )
-        self._commit(write.then(done.write))
 
     async def _propose(self, state: RunState) -> Proposal | None:
         """The controller's proposal (an activity), or None once its failure was recorded."""
@@ -357,7 +336,7 @@ class RunWorkflow:
             except ActivityError:
                 # The attempt did not report back: its effect may have happened. Never run it blind again.
                 if spec is not None and spec.side_effect:
-                    key = _key_of(spec, call, ctx)
+                    key = key_of(spec, call, ctx)
                     if key is not None and key not in self._journal:
                         self._journal[key] = SideEffectRecord(
                             idempotency_key=key,
@@ -581,15 +560,6 @@ def _refused(check: Callable[[], Any]) -> None:
 def _bytes_of(event: Event) -> int:
     """An event's size as the book carries it (its JSON)."""
     return len(event.model_dump_json())
-
-
-def _key_of(spec: Any, call: ToolCall, ctx: CallContext) -> str | None:
-    """The idempotency key the gateway gives this call (its ``assign_idempotency_key`` stage, same inputs)."""
-    try:
-        args = spec.canonical_args(spec.validate_args(call.args))
-    except Exception:
-        return None  # arguments the gateway refuses before any handler runs: nothing can have happened
-    return idempotency_key_of(ctx.key_scope or ctx.run_id, ctx.step, spec.name, canonical_json(args))
 
 
 __all__ = ["WORKFLOW", "RunWorkflow"]
