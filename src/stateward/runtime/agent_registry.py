@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from stateward.core.entry_points import load_entry_point
+from stateward.core.entry_points import load_entry_point, load_named
 from stateward.core.errors import ErrorCode, RunError, StatewardError, UserError
 from stateward.core.state import AgentRef, RunState
 from stateward.runtime.agent import Agent
@@ -496,15 +496,7 @@ def campaign_agents_requested(env: Mapping[str, str]) -> bool:
 
 def load_spec(spec: str) -> AgentRegistry:
     """Import an operator-named ``module:attr`` that must be an AgentRegistry."""
-    module_name, sep, attr = spec.strip().partition(":")
-    if not sep or not module_name or not attr:
-        raise UserError(f"an agents source must be 'module:attr', not {spec!r}", code=ErrorCode.INVALID_AGENTS_SOURCE)
-    try:
-        value = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(
-            f"cannot load agents from {spec!r}: {type(exc).__name__}: {exc}", code=ErrorCode.INVALID_AGENTS_SOURCE
-        ) from exc
+    value = load_named(spec, "agents", ErrorCode.INVALID_AGENTS_SOURCE)
     if not isinstance(value, AgentRegistry):
         raise UserError(
             f"{spec} is a {type(value).__name__}, not an AgentRegistry", code=ErrorCode.INVALID_AGENTS_SOURCE

@@ -10,12 +10,12 @@ a codec; only the operator's environment does.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, PayloadCodec
 
+from stateward.core.entry_points import load_named
 from stateward.core.errors import ErrorCode, UserError
 
 CODEC_ENV = "STATEWARD_TEMPORAL_CODEC"
@@ -24,15 +24,7 @@ CODEC_ENV = "STATEWARD_TEMPORAL_CODEC"
 def load_codec(spec: str) -> PayloadCodec:
     """The ``module:attr`` the operator named: a ``PayloadCodec``, or a callable of no arguments that returns one;
     CONFIGURATION_ERROR for anything else."""
-    module_name, sep, attr = spec.strip().partition(":")
-    if not sep or not module_name or not attr:
-        raise UserError(f"{CODEC_ENV} must be 'module:attr', not {spec!r}", code=ErrorCode.CONFIGURATION_ERROR)
-    try:
-        value = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(
-            f"cannot load the payload codec {spec!r}: {type(exc).__name__}: {exc}", code=ErrorCode.CONFIGURATION_ERROR
-        ) from None
+    value = load_named(spec, "the payload codec", ErrorCode.CONFIGURATION_ERROR)
     if not isinstance(value, PayloadCodec) and callable(value):
         value = value()
     if not isinstance(value, PayloadCodec):
