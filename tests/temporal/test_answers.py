@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from tests.temporal.conftest import cli
+from tests.temporal.conftest import cli, hosted_worker
 from tests.temporal.temporal_agents import registry
 
-from stateward.core.errors import ErrorCode, RequestRefusedError, RunError, RunNotFoundError
+from stateward.core.errors import ErrorCode, RequestRefusedError, RunError, RunNotFoundError, StoreError
 from stateward.core.state import RunState
 from stateward.core.status import RunStatus
 from stateward.temporal.client import TemporalRuntime
@@ -153,5 +154,19 @@ def test_a_long_history_goes_on_as_new_executions_with_the_whole_book(
         assert [e.seq for e in events] == list(range(1, len(events) + 1))  # nothing of the book was lost
         assert [e.type.value for e in events].count("run_started") == 1 and events[-1].type.value == "run_exited"
         assert _history_length(runtime, state.run_id) < 60
+    finally:
+        runtime.close()
+
+
+def test_an_open_runs_state_reads_as_committed_with_no_worker_up(temporal_url: str, tmp_path: Path) -> None:
+    runtime = TemporalRuntime.open(temporal_url, agents=registry, query_timeout=timedelta(seconds=2))
+    try:
+        with hosted_worker(temporal_url):
+            waiting = _waiting(runtime, tmp_path / "ledger")
+        read = runtime.get(waiting.run_id)  # from the workflow's memo: the state its last workflow task committed
+        assert read == waiting and read.pending is not None
+        with pytest.raises(StoreError) as unread:  # the events are the workflow's to answer: said, not hung
+            runtime.events(waiting.run_id)
+        assert unread.value.code is ErrorCode.STORE_UNAVAILABLE
     finally:
         runtime.close()

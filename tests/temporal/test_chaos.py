@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
-from tests.temporal.conftest import start_worker_process, wait_for
+from tests.temporal.conftest import DEADLINE_S, start_worker_process, wait_for
 from tests.temporal.temporal_agents import registry
 
 from stateward.core.errors import ErrorCode, StoreError
@@ -107,7 +108,9 @@ def test_workers_killed_at_random_lose_no_run_and_repeat_no_refund(
         ]
         pending = {s.run_id for s in states}
         answered: set[str] = set()
+        deadline = time.monotonic() + 4 * DEADLINE_S
         while pending:
+            assert time.monotonic() < deadline, f"runs neither finished nor waiting: {sorted(pending)}"
             for run_id in sorted(pending):
                 state = _read(runtime, run_id)
                 if state is None:

@@ -104,8 +104,9 @@ def test_v1_and_v2_workers_each_drive_only_their_own_runs(temporal_url: str, tmp
         for state in new:
             assert rt2.settled(state.run_id).status is RunStatus.COMPLETED
         assert [_tasks_started(rt1, s.run_id) for s in old] == [0] * len(old)  # the v2 build never took one
-        with pytest.raises(StoreError) as unread:  # no worker answers for the v1 queue: said, not hung
-            rt1.get(old[0].run_id)
+        assert rt1.get(old[0].run_id).status is RunStatus.RUNNING  # its state as committed: no worker needed
+        with pytest.raises(StoreError) as unread:  # its events: no worker answers for the v1 queue, said, not hung
+            rt1.events(old[0].run_id)
         assert unread.value.code is ErrorCode.STORE_UNAVAILABLE
         assert unread.value.details["task_queue"] == version_queue(rt1.target.task_queue, "stamps", "1")
         only_v1 = _worker(temporal_url, "1", tmp_path)

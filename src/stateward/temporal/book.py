@@ -127,8 +127,21 @@ class TemporalBook:
         return answered
 
     def load_run(self, run_id: str) -> RunState:
-        """The run's current state (an open run's ``state`` query: not its whole book)."""
-        return self._conn.run(self._read(run_id, "state", RunState, lambda book: book.state))
+        """The run's state as its workflow last committed it: an open run's from its memo (no worker asked, and
+        never a step a worker computed but had not yet completed), an ended run's from its result."""
+        return self._conn.run(self._state(run_id))
+
+    async def _state(self, run_id: str) -> RunState:
+        handle = self._conn.client.get_workflow_handle(run_id, result_type=Book)
+        try:
+            described = await handle.describe()
+        except RPCError as exc:
+            raise not_found(run_id, exc) from None
+        committed = described.raw_description.workflow_execution_info.memo.fields.get("state")
+        if described.workflow_type != WORKFLOW or described.status not in _OPEN or committed is None:
+            return (await self._book(run_id)).state  # an ended run, or one from before the memo held its state
+        decoded = (await described.data_converter.decode([committed]))[0]
+        return RunState.model_validate(decoded)
 
     def load_run_at(self, run_id: str) -> tuple[RunState, int]:
         """The state and the seq of its last event."""

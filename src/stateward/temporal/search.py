@@ -54,7 +54,8 @@ def memo(
     state: RunState, requests: Iterable[PendingRecord], created_at: datetime, updated_at: datetime, last_seq: int
 ) -> dict[str, Any]:
     """The memo a listing reads with each workflow (no query, no worker needed): the run's row and its open
-    requests, as the stores' listings return them."""
+    requests, as the stores' listings return them, and its state (what a read of the run's state returns: as
+    committed, with no worker up)."""
     parent = None if state.parent is None else state.parent.run_id
     row = RunRow(
         run_id=state.run_id,
@@ -83,4 +84,4 @@ def memo(
         for r in requests
         if r.is_open
     ]
-    return {"row": row.model_dump(mode="json"), "requests": open_requests}
+    return {"row": row.model_dump(mode="json"), "requests": open_requests, "state": state.model_dump(mode="json")}
