@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from temporalio.client import (
     WorkflowExecution,
@@ -49,7 +48,6 @@ _OPEN = (WorkflowExecutionStatus.RUNNING,)
 # How long a read of an open run waits for a worker to answer (a worker just killed is replaced on its queue
 # only after the server's sticky timeout, 10 s by default).
 QUERY_TIMEOUT = timedelta(seconds=30)
-T = TypeVar("T")
 _Memo = dict[str, Any]  # a listed run's memo, decoded: its row, its open requests
 
 
@@ -67,19 +65,15 @@ class TemporalBook:
         return self._conn.run(self._book(run_id))
 
     async def _book(self, run_id: str) -> Book:
-        return await self._read(run_id, "book", Book, lambda book: book)
-
-    async def _read(self, run_id: str, query: str, result_type: type[T], of_book: Callable[[Book], T]) -> T:
-        """``query``'s answer for an open run; for an ended one, ``of_book`` of the workflow's result."""
         handle = self._conn.client.get_workflow_handle(run_id, result_type=Book)
         try:
             described = await handle.describe()
             if described.workflow_type != WORKFLOW:
                 raise RunNotFoundError(f"no run {run_id!r}", details={"run_id": run_id})
             if described.status in _OPEN:
-                read = await self._asked(handle, query, result_type, described.task_queue or "", self._query_timeout)
+                book: Book = await self._asked(handle, described.task_queue or "", self._query_timeout)
             else:
-                read = of_book(await handle.result())
+                book = await handle.result()
         except RPCError as exc:
             raise not_found(run_id, exc) from None
         except WorkflowFailureError as exc:  # ended by Temporal itself (terminated, timed out), not by the run
@@ -88,16 +82,14 @@ class TemporalBook:
                 code=ErrorCode.STORE_CORRUPT,
                 details={"run_id": run_id},
             ) from None
-        return read
+        return book
 
     @staticmethod
-    async def _asked(
-        handle: WorkflowHandle[Any, Book], query: str, result_type: type[T], queue: str, timeout: timedelta
-    ) -> T:
+    async def _asked(handle: WorkflowHandle[Any, Book], queue: str, timeout: timedelta) -> Book:
         """An open run's book, from the worker polling its queue; none there within ``timeout`` is
         STORE_UNAVAILABLE naming the queue (a run of a version no worker builds, or a fleet down)."""
         try:
-            answered: T = await handle.query(query, result_type=result_type, rpc_timeout=timeout)
+            book: Book = await handle.query("book", result_type=Book, rpc_timeout=timeout)
         except WorkflowQueryFailedError as exc:  # the worker answering it was lost mid-task: ask again later
             raise StoreError(
                 f"run {handle.id}'s worker could not answer now ({exc})"[:500],
@@ -124,7 +116,7 @@ class TemporalBook:
                 code=ErrorCode.STORE_UNAVAILABLE,
                 details={"run_id": handle.id, "task_queue": queue},
             ) from None
-        return answered
+        return book
 
     def load_run(self, run_id: str) -> RunState:
         """The run's state as its workflow last committed it: an open run's from its memo (no worker asked, and
