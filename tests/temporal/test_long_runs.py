@@ -13,6 +13,7 @@ from tests.temporal.temporal_agents import registry
 
 from stateward.core.events import EventType
 from stateward.core.status import RunStatus
+from stateward.runtime.run_start import new_run
 from stateward.temporal.client import TemporalRuntime
 from stateward.temporal.messages import DEFAULT_BOOK_BYTES, MAX_BOOK_BYTES, StartRun
 
@@ -80,7 +81,5 @@ def test_the_book_bound_stays_under_temporals_payload_limit() -> None:
 
 
 def _start() -> dict[str, object]:
-    from stateward.runtime.run_start import new_run
-
     state, started = new_run(registry.create("reader", {"pages": 1}), "read")
     return {"state": state, "started": started}
