@@ -99,6 +99,13 @@ def test_an_event_number_out_of_range_is_a_named_422(live: Live, after: str) -> 
     assert ok.status_code == 200 and ok.json()["events"] == []
 
 
+def test_a_text_query_parameter_that_looks_like_a_huge_integer_is_text(live: Live) -> None:
+    huge = "9" * 30  # past 2^63: refused for an integer parameter, plain text for a text one
+    listed = live.client.get("/v1/inbox", params={"agent": huge, "limit": 5})
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["items"] == []
+
+
 @pytest.mark.parametrize("value", ["²", "٣", "-1", "9223372036854775808", "1e3", "0x10"])
 def test_a_last_event_id_that_is_no_event_number_is_a_named_422(live: Live, value: str) -> None:
     response = live.client.get(f"/v1/runs/{live.run_id}/events/stream", headers={"Last-Event-ID": value.encode()})

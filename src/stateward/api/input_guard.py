@@ -9,8 +9,10 @@ bodies once, and answers:
 * 400 INVALID_ENCODING: a body (JSON or form) or query that is not UTF-8;
 * 422 INVALID_TEXT: a NUL or a lone surrogate in the path, a query value, a header or any string of a
   JSON or form body (keys included);
-* 422 INVALID_REQUEST: a query value or an integer header (``Last-Event-ID``) that is an integer out of
-  range (negative event numbers, or 2^63 and above).
+* 422 INVALID_CURSOR: an integer header (``Last-Event-ID``) that is no event number from 0 to 2^63 - 1.
+
+An integer query parameter is bounded where its route declares it (``Query(le=MAX_SQL_INTEGER)``, a 422
+INVALID_REQUEST): here a query value is only text, so a text parameter that looks like a number stays text.
 
 It sits inside :class:`~stateward.api.limits.BodyLimit`, so a body it reads is already bounded.
 """
@@ -28,7 +30,6 @@ from stateward.api.errors import error_body
 from stateward.core.errors import ErrorCode
 
 MAX_SQL_INTEGER = 2**63 - 1
-_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _INTEGER_HEADERS = (b"last-event-id",)
 
@@ -87,8 +88,6 @@ def check_head(scope: Scope) -> None:
     for name, value in _form_pairs(query, "the query"):
         _check_text(f"query parameter {name[:40]!r}", value)
         _check_text("a query parameter's name", name)
-        if _INTEGER.match(value.strip()) and abs(int(value)) > MAX_SQL_INTEGER:
-            raise Refused(422, ErrorCode.INVALID_REQUEST, f"query parameter {name[:40]!r} is out of range")
     for name, value in scope.get("headers") or []:
         if b"\x00" in value:
             raise Refused(422, ErrorCode.INVALID_TEXT, "a header holds a NUL")
